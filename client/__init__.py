@@ -1,0 +1,1 @@
+"""tsched client library, worker runtime and the tsctl CLI."""

@@ -1,0 +1,11 @@
+"""`tsctl` entry point."""
+import sys
+
+
+def main() -> int:
+    print("tsctl: not built yet", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""tsched node: Raft, the LMDB log and the HTTP API."""

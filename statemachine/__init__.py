@@ -1,0 +1,1 @@
+"""tsched deterministic task state machine (pure: no I/O, clocks or randomness)."""

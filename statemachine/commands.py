@@ -1,0 +1,217 @@
+"""Commands: the only inputs of the state machine.
+
+A command is a frozen, keyword-only dataclass. Everything that depends on the environment
+is decided by the proposer (a node) and travels inside the command (DESIGN.md section 3):
+the proposer's clock (`now_ms`), generated ids (`task_id`), cron fire times, and the
+`request_id` that makes a retried proposal apply at most once.
+
+Units are last in names: `_ms` is milliseconds (epoch milliseconds for instants),
+`_permille` is thousandths. No floats: replicas must agree to the bit.
+
+`codec.py` is the only module that turns commands into bytes and back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """Backoff after a retryable failure: delay(attempt) for attempt = 1, 2, ...
+
+    exponential: base_ms * multiplier^(attempt-1); linear: base_ms * attempt; fixed: base_ms.
+    Capped at max_ms; then jitter subtracts up to jitter_permille/1000 of the delay, derived
+    deterministically from (task_id, attempt).
+    """
+
+    backoff: str = "exponential"     # "exponential" | "linear" | "fixed"
+    base_ms: int = 1_000
+    max_ms: int = 300_000
+    multiplier_milli: int = 2_000    # 2.0
+    jitter_permille: int = 100       # 0.1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Command:
+    request_id: str   # unique per logical request; a repeat is answered from the request table
+    now_ms: int       # the proposer's clock; the state clock is max(previous, now_ms)
+
+
+# --- tasks -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SubmitTask(Command):
+    task_id: str                     # made by the proposer
+    tenant: str
+    task_type: str
+    payload_json: str = "null"       # canonical JSON text, size-checked
+    priority: int = 5                # 0 (highest) .. 10 (lowest)
+    run_at_ms: int | None = None     # None: now
+    timeout_ms: int = 300_000
+    max_retries: int = 3
+    retry: RetryPolicy = RetryPolicy()
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claim(Command):
+    worker_id: str
+    task_types: tuple[str, ...]
+    max_tasks: int = 1
+    lease_ms: int = 30_000
+    prefetch_ms: int = 0             # early dispatch horizon (0..1000)
+    tenant: str | None = None        # a tenant-scoped caller claims only its tenant's tasks
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Heartbeat(Command):
+    task_id: str
+    fencing_token: int
+    lease_ms: int = 30_000
+    tenant: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Complete(Command):
+    task_id: str
+    fencing_token: int
+    result_json: str = "null"
+    tenant: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fail(Command):
+    task_id: str
+    fencing_token: int
+    error: str = ""
+    retryable: bool = True
+    tenant: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Release(Command):
+    """Give a claimed task back unrun (waiter gone before the claim reached it, or a worker
+    stopping): back to pending at once; does not use up a retry."""
+
+    task_id: str
+    fencing_token: int
+    tenant: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cancel(Command):
+    task_id: str
+    tenant: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Replay(Command):
+    """dead_letter -> pending, with a fresh retry budget."""
+
+    task_id: str
+    tenant: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Discard(Command):
+    """Remove a dead-lettered task for good."""
+
+    task_id: str
+    tenant: str | None = None
+
+
+# --- tenants -----------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SetTenant(Command):
+    tenant: str
+    max_running: int | None = None   # None: leave as is; 0: unlimited
+    weight: int | None = None        # None: leave as is; >= 1
+
+
+# --- schedules ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskTemplate:
+    task_type: str
+    payload_json: str = "null"
+    priority: int = 5
+    timeout_ms: int = 300_000
+    max_retries: int = 3
+    retry: RetryPolicy = RetryPolicy()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PutSchedule(Command):
+    """Create or replace. The proposer validated `cron`/`timezone` and computed the first
+    `next_fire_ms` (None: the schedule never fires again)."""
+
+    tenant: str
+    schedule_id: str
+    cron: str
+    timezone: str = "UTC"
+    template: TaskTemplate
+    overlap: str = "allow"           # "allow" | "skip" | "buffer_one"
+    misfire: str = "run_all"         # "run_all" | "run_once" | "skip"
+    catchup_window_ms: int = 60_000
+    paused: bool = False
+    start_at_ms: int | None = None
+    end_at_ms: int | None = None
+    jitter_ms: int = 0
+    next_fire_ms: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeleteSchedule(Command):
+    tenant: str
+    schedule_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PauseSchedule(Command):
+    tenant: str
+    schedule_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResumeSchedule(Command):
+    tenant: str
+    schedule_id: str
+    next_fire_ms: int | None = None  # computed by the proposer from now
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fire(Command):
+    """One occurrence of a schedule, proposed by the leader's timer (or `trigger`).
+
+    A cron fire is applied only if `fire_ms` equals the schedule's current `next_fire_ms`
+    (so a fire proposed twice, e.g. across a leader change, creates one task); the schedule
+    then advances to `next_fire_ms`. `manual` fires (trigger-now) do not advance it. The
+    task id is derived from (tenant, schedule_id, fire_ms, manual) inside the state machine.
+    """
+
+    tenant: str
+    schedule_id: str
+    fire_ms: int
+    next_fire_ms: int | None
+    manual: bool = False
+
+
+# --- the clock and barriers -----------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Tick(Command):
+    """Advance the state clock: expire leases, time out tasks, end retry backoffs, evict
+    retained terminal tasks."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Barrier(Command):
+    """No effect but advancing `seq` and the clock: a new leader's first entry, and the
+    fence behind linearizable reads."""
+
+
+COMMAND_TYPES: tuple[type[Command], ...] = (
+    SubmitTask, Claim, Heartbeat, Complete, Fail, Release, Cancel, Replay, Discard,
+    SetTenant, PutSchedule, DeleteSchedule, PauseSchedule, ResumeSchedule, Fire, Tick, Barrier,
+)

@@ -1,0 +1,48 @@
+"""Result codes of the state machine: the one place rejection codes are defined.
+
+Every command applied by the state machine produces a `Result`. A rejection is a value,
+never an exception: an exception inside Raft's apply would be re-applied forever on every
+replica (DESIGN.md section 6), and an exception text could differ between replicas.
+
+The codes are the API's error codes (DESIGN.md section 7); the node maps them to HTTP
+statuses in one table (`tsched.node.errors`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+OK = "ok"
+INVALID_ARGUMENT = "invalid_argument"   # 400: a field is out of its range or malformed
+NOT_FOUND = "not_found"                 # 404: no such task / schedule (or another tenant's)
+STALE_TOKEN = "stale_token"             # 409: the fencing token is not the task's current one
+CONFLICT = "conflict"                   # 409: e.g. an idempotency key reused with another task
+INVALID_STATE = "invalid_state"         # 409: the transition is illegal in the task's state
+TOO_LARGE = "too_large"                 # 413: a payload, result or batch exceeds its limit
+TENANT_LIMIT = "tenant_limit"           # 429: a per-tenant or global count limit is reached
+
+CODES = (OK, INVALID_ARGUMENT, NOT_FOUND, STALE_TOKEN, CONFLICT, INVALID_STATE, TOO_LARGE,
+         TENANT_LIMIT)
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """The outcome of one command. `value` holds plain data (dicts, lists, ints, strs)."""
+
+    code: str = OK
+    message: str = ""
+    value: Any = None
+    details: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == OK
+
+
+def ok(value: Any = None) -> Result:
+    return Result(OK, "", value)
+
+
+def reject(code: str, message: str, **details: Any) -> Result:
+    assert code in CODES and code != OK, code
+    return Result(code, message, None, details)
