@@ -1,0 +1,187 @@
+"""cluster.toml -> frozen configuration objects (DESIGN.md section 8).
+
+The file lists the cluster once; every node reads the same file and picks itself by id.
+Paths (`data_dir`) are relative to the file's folder so a checked-in file works anywhere.
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+NODE_ID_LEN_MAX = 64
+NODES_MAX = 9
+# Timeouts an operator may tune under [cluster.timeouts]; values in seconds.
+TIMEOUT_KEYS = ("raft_min_s", "raft_max_s", "propose_s", "leader_fallback_s")
+
+
+class ConfigError(ValueError):
+    """The configuration is unusable; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    id: str
+    raft: str        # host:port of the Raft transport
+    http: str        # host:port of the HTTP API
+    data_dir: str    # absolute path
+
+    @property
+    def http_host(self) -> str:
+        return split_address(self.http, "http")[0]
+
+    @property
+    def http_port(self) -> int:
+        return split_address(self.http, "http")[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.http}"
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    nodes: tuple[NodeConfig, ...]
+    secret: str | None = None
+    timeouts: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    auth: Mapping[str, Any] | None = None       # kept for the auth layer
+    limits: Mapping[str, Any] | None = None     # kept for state machine limits
+    path: str | None = None
+
+    def node(self, node_id: str) -> NodeConfig:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise ConfigError(f"node id {node_id!r} is not in the cluster "
+                          f"(known: {', '.join(n.id for n in self.nodes)})")
+
+    def peers_of(self, node_id: str) -> dict[str, str]:
+        """Raft addresses of every other node, by id."""
+        self.node(node_id)
+        return {n.id: n.raft for n in self.nodes if n.id != node_id}
+
+
+def split_address(addr: str, what: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{what} address {addr!r} must be host:port")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
+
+
+def load(path: str) -> ClusterConfig:
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    base = os.path.dirname(os.path.abspath(path))
+    return parse(doc, base_dir=base, path=os.path.abspath(path))
+
+
+def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> ClusterConfig:
+    unknown = sorted(set(doc) - {"cluster", "node", "auth", "limits"})
+    if unknown:
+        raise ConfigError(f"unknown top-level keys: {', '.join(unknown)}")
+    cluster = _table(doc, "cluster", "[cluster]")
+    name = _str(cluster, "name", "[cluster]")
+    secret = cluster.get("secret")
+    if secret is not None and (not isinstance(secret, str) or not secret):
+        raise ConfigError("[cluster] secret must be a non-empty string")
+    extra = sorted(set(cluster) - {"name", "secret", "timeouts"})
+    if extra:
+        raise ConfigError(f"[cluster] unknown keys: {', '.join(extra)}")
+    nodes = _nodes(doc.get("node"), base_dir)
+    auth = doc.get("auth")
+    limits = doc.get("limits")
+    for key, value in (("auth", auth), ("limits", limits)):
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"[{key}] must be a table")
+    cfg = ClusterConfig(
+        name=name, nodes=nodes, secret=secret,
+        timeouts=MappingProxyType(_timeouts(cluster.get("timeouts"))),
+        auth=MappingProxyType(auth) if auth is not None else None,
+        limits=MappingProxyType(limits) if limits is not None else None,
+        path=path)
+    _check_raft_security(cfg)
+    return cfg
+
+
+def _nodes(raw: Any, base_dir: str) -> tuple[NodeConfig, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("at least one [[node]] table is required")
+    if len(raw) > NODES_MAX:
+        raise ConfigError(f"at most {NODES_MAX} nodes are supported, got {len(raw)}")
+    nodes = [_node(t, i, base_dir) for i, t in enumerate(raw)]
+    for attr in ("id", "raft", "http", "data_dir"):
+        values = [getattr(n, attr) for n in nodes]
+        dups = sorted({v for v in values if values.count(v) > 1})
+        if dups:
+            raise ConfigError(f"[[node]] {attr} must be unique; repeated: {', '.join(dups)}")
+    return tuple(nodes)
+
+
+def _node(t: Any, index: int, base_dir: str) -> NodeConfig:
+    where = f"[[node]] #{index + 1}"
+    if not isinstance(t, dict):
+        raise ConfigError(f"{where} must be a table")
+    extra = sorted(set(t) - {"id", "raft", "http", "data_dir"})
+    if extra:
+        raise ConfigError(f"{where}: unknown keys: {', '.join(extra)}")
+    node_id = _str(t, "id", where)
+    if len(node_id) > NODE_ID_LEN_MAX or not node_id.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(f"{where}: id {node_id!r} must be 1..{NODE_ID_LEN_MAX} letters, "
+                          "digits, '-' or '_'")
+    raft, http = _str(t, "raft", where), _str(t, "http", where)
+    split_address(raft, f"{where} raft")
+    split_address(http, f"{where} http")
+    data_dir = os.path.normpath(os.path.join(base_dir, _str(t, "data_dir", where)))
+    return NodeConfig(id=node_id, raft=raft, http=http, data_dir=data_dir)
+
+
+def _timeouts(raw: Any) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError("[cluster.timeouts] must be a table")
+    out = {}
+    for key, value in raw.items():
+        if key not in TIMEOUT_KEYS:
+            raise ConfigError(f"[cluster.timeouts] unknown key {key!r} "
+                              f"(known: {', '.join(TIMEOUT_KEYS)})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 600:
+            raise ConfigError(f"[cluster.timeouts] {key} must be a number of seconds in (0, 600]")
+        out[key] = float(value)
+    return out
+
+
+def _check_raft_security(cfg: ClusterConfig) -> None:
+    # Raft messages are pickles: an open Raft port runs anyone's code (DESIGN.md section 6).
+    if cfg.secret:
+        return
+    exposed = [n.id for n in cfg.nodes if not is_loopback(split_address(n.raft, "raft")[0])]
+    if exposed:
+        raise ConfigError(f"nodes {', '.join(exposed)} have non-loopback raft addresses: "
+                          "set [cluster] secret (and keep the Raft network private)")
+
+
+def _table(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    t = doc.get(key)
+    if not isinstance(t, dict):
+        raise ConfigError(f"{where} table is required")
+    return t
+
+
+def _str(t: Mapping[str, Any], key: str, where: str) -> str:
+    v = t.get(key)
+    if not isinstance(v, str) or not v:
+        raise ConfigError(f"{where}: {key} must be a non-empty string")
+    return v

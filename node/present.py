@@ -1,0 +1,139 @@
+"""State machine objects -> API JSON (DESIGN.md sections 5 and 7).
+
+Times are RFC 3339 UTC with milliseconds and `Z`; durations are seconds; payloads and
+results are JSON values. Called under the replica lock, straight after apply or during a
+read, because the objects are live.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+import orjson
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def rfc3339(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    t = _EPOCH + _dt.timedelta(milliseconds=ms)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def seconds(ms: int | None) -> int | float | None:
+    """ms -> seconds, as an int when whole (30 rather than 30.0)."""
+    if ms is None:
+        return None
+    return ms // 1000 if ms % 1000 == 0 else ms / 1000
+
+
+def json_value(text: str | None) -> Any:
+    return None if text is None else orjson.loads(text)
+
+
+def retry(policy) -> dict[str, Any]:
+    return {
+        "backoff": policy.backoff,
+        "base_s": seconds(policy.base_ms),
+        "max_s": seconds(policy.max_ms),
+        "multiplier": policy.multiplier_milli / 1000,
+        "jitter": policy.jitter_permille / 1000,
+    }
+
+
+def attempt(a) -> dict[str, Any]:
+    return {
+        "attempt": a.attempt,
+        "worker_id": a.worker_id,
+        "fencing_token": a.fencing_token,
+        "started_at": rfc3339(a.started_at_ms),
+        "ended_at": rfc3339(a.ended_at_ms),
+        "outcome": a.outcome,
+        "error": a.error,
+    }
+
+
+def task(t, *, duplicate: bool | None = None) -> dict[str, Any]:
+    out = {
+        "task_id": t.task_id,
+        "tenant": t.tenant,
+        "task_type": t.task_type,
+        "state": t.state,
+        "payload": json_value(t.payload_json),
+        "priority": t.priority,
+        "run_at": rfc3339(t.run_at_ms),
+        "attempt": t.attempt,
+        "max_retries": t.max_retries,
+        "retry": retry(t.retry),
+        "timeout_s": seconds(t.timeout_ms),
+        "idempotency_key": t.idempotency_key,
+        "execution_id": t.execution_id,
+        "schedule_id": t.schedule_id,
+        "lease_expires_at": rfc3339(t.lease_expires_at_ms),
+        "fencing_token": t.fencing_token,
+        "worker_id": t.worker_id,
+        "cancel_requested": bool(t.cancel_requested),
+        "last_error": t.last_error,
+        "result": json_value(t.result_json),
+        "created_at": rfc3339(t.created_at_ms),
+        "started_at": rfc3339(t.started_at_ms),
+        "completed_at": rfc3339(t.completed_at_ms),
+        "attempts": [attempt(a) for a in t.attempts],
+    }
+    if duplicate is not None:
+        out["duplicate"] = duplicate
+    return out
+
+
+def tenant(v) -> dict[str, Any]:
+    return {"tenant": v.tenant, "max_running": v.max_running, "weight": v.weight,
+            "running": v.running, "pending": v.pending}
+
+
+def template(t) -> dict[str, Any]:
+    return {"task_type": t.task_type, "payload": json_value(t.payload_json),
+            "priority": t.priority, "timeout_s": seconds(t.timeout_ms),
+            "max_retries": t.max_retries, "retry": retry(t.retry)}
+
+
+def schedule(s) -> dict[str, Any]:
+    return {
+        "schedule_id": s.schedule_id,
+        "tenant": s.tenant,
+        "cron": s.cron,
+        "timezone": s.timezone,
+        "task": template(s.template),
+        "overlap": s.overlap,
+        "misfire": s.misfire,
+        "catchup_window_s": seconds(s.catchup_window_ms),
+        "paused": bool(s.paused),
+        "start_at": rfc3339(s.start_at_ms),
+        "end_at": rfc3339(s.end_at_ms),
+        "jitter_s": seconds(s.jitter_ms),
+        "next_fire_at": rfc3339(s.next_fire_ms),
+        "fires": [{"fire_at": rfc3339(f.fire_ms), "outcome": f.outcome, "task_id": f.task_id}
+                  for f in s.fires],
+        "created_at": rfc3339(s.created_at_ms),
+        "updated_at": rfc3339(s.updated_at_ms),
+    }
+
+
+def result_value(cmd, result) -> dict[str, Any]:
+    """Render a successful command result (internals.md, table of results) to JSON."""
+    v = result.value
+    if v is None:
+        return {}
+    out: dict[str, Any] = {}
+    if "task" in v:
+        out["task"] = None if v["task"] is None else task(v["task"], duplicate=v.get("duplicate"))
+    if "tasks" in v:
+        out["tasks"] = [task(t) for t in v["tasks"]]
+    if "tenant" in v:
+        out["tenant"] = tenant(v["tenant"])
+    if "schedule" in v:
+        out["schedule"] = schedule(v["schedule"])
+    if "lease_expires_at_ms" in v:
+        out["lease_expires_at"] = rfc3339(v["lease_expires_at_ms"])
+        out["cancel_requested"] = bool(v.get("cancel_requested"))
+    return out

@@ -1,0 +1,357 @@
+"""Request JSON -> typed, bounded values and commands (DESIGN.md section 7).
+
+Every field is type-checked and bounded here, before anything is proposed; unknown fields
+are refused. The state machine checks again at apply time (its limits are authoritative).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from typing import Any, Mapping
+
+import orjson
+
+from tsched.statemachine import commands as c
+
+from .errors import ApiError, invalid
+
+PAYLOAD_BYTES_MAX = 256 * 1024
+ERROR_CHARS_MAX = 4096
+ID_CHARS_MAX = 128
+IDEMPOTENCY_KEY_CHARS_MAX = 256
+BATCH_MAX = 1000
+TASK_TYPES_MAX = 32
+CLAIM_TASKS_MAX = 100
+WAIT_S_MAX = 60
+LEASE_S_MAX = 3600
+PREFETCH_MS_MAX = 1000
+TIMEOUT_S_MAX = 7 * 86400
+DELAY_S_MAX = 10 * 366 * 86400
+MAX_RETRIES_MAX = 100
+RETRY_S_MAX = 86400
+MULTIPLIER_MAX = 100
+TENANT_RUNNING_MAX = 1_000_000
+TENANT_WEIGHT_MAX = 1000
+LIST_LIMIT_MAX = 1000
+EPOCH_MS_MAX = 253402300799999      # 9999-12-31T23:59:59.999Z
+STATES = ("pending", "running", "completed", "cancelled", "dead_letter")
+
+_TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
+
+
+class Fields:
+    """Reads a JSON object field by field and refuses the ones nobody asked for."""
+
+    def __init__(self, body: Any, where: str = "body") -> None:
+        if not isinstance(body, dict):
+            raise invalid(f"{where} must be a JSON object")
+        self.body, self.where, self.seen = body, where, set()
+
+    def get(self, key: str) -> Any:
+        self.seen.add(key)
+        return self.body.get(key)
+
+    def has(self, key: str) -> bool:
+        self.seen.add(key)
+        return key in self.body and self.body[key] is not None
+
+    def done(self) -> None:
+        unknown = sorted(k for k in self.body if k not in self.seen)
+        if unknown:
+            raise invalid(f"unknown field(s) in {self.where}: {', '.join(unknown)}",
+                          fields=unknown)
+
+
+# --- scalar checks -------------------------------------------------------------------------
+
+def integer(value: Any, name: str, lo: int, hi: int, default: int | None = None) -> int:
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(f"{name} must be an integer in {lo}..{hi}", field=name)
+    if not lo <= value <= hi:
+        raise invalid(f"{name} must be in {lo}..{hi}, got {value}", field=name)
+    return value
+
+
+def number(value: Any, name: str, lo: float, hi: float, default: float | None = None) -> float:
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise invalid(f"{name} must be a number in {lo}..{hi}", field=name)
+    if not lo <= value <= hi:
+        raise invalid(f"{name} must be in {lo}..{hi}, got {value}", field=name)
+    return value
+
+
+def seconds_ms(value: Any, name: str, lo_s: float, hi_s: float, default_ms: int) -> int:
+    if value is None:
+        return default_ms
+    return round(number(value, name, lo_s, hi_s) * 1000)
+
+
+def boolean(value: Any, name: str, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid(f"{name} must be true or false", field=name)
+    return value
+
+
+def text(value: Any, name: str, hi: int, *, lo: int = 1, default: str | None = None,
+         pattern: re.Pattern | None = None) -> str | None:
+    if value is None:
+        if default is not None or lo == 0:
+            return default
+        raise invalid(f"{name} is required", field=name)
+    if not isinstance(value, str) or not lo <= len(value) <= hi:
+        raise invalid(f"{name} must be a string of {lo}..{hi} characters", field=name)
+    if pattern is not None and not pattern.match(value):
+        raise invalid(f"{name} {value!r} has characters that are not allowed", field=name)
+    return value
+
+
+def tenant(value: Any, name: str = "tenant", default: str | None = None) -> str:
+    return text(value, name, 64, default=default, pattern=_TENANT_RE)
+
+
+def name(value: Any, field: str) -> str:
+    return text(value, field, ID_CHARS_MAX, pattern=_NAME_RE)
+
+
+def json_text(value: Any, name: str, limit: int = PAYLOAD_BYTES_MAX) -> str:
+    """A JSON value as canonical text (sorted keys), refused if larger than `limit` bytes."""
+    try:
+        raw = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        raise invalid(f"{name} is not representable as JSON", field=name) from None
+    if len(raw) > limit:
+        raise ApiError("too_large", f"{name} is {len(raw)} bytes, the limit is {limit}",
+                       {"field": name, "limit": limit})
+    return raw.decode()
+
+
+def instant_ms(value: Any, name: str) -> int:
+    """RFC 3339 string (with offset) or epoch seconds -> epoch ms."""
+    if isinstance(value, str):
+        try:
+            t = _dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise invalid(f"{name} must be RFC 3339 (e.g. 2026-12-01T15:00:00Z) "
+                          "or epoch seconds", field=name) from None
+        if t.tzinfo is None:
+            raise invalid(f"{name} needs a time zone offset (Z or +hh:mm)", field=name)
+        ms = int(t.timestamp() * 1000)
+    else:
+        ms = round(number(value, name, 0, EPOCH_MS_MAX / 1000) * 1000)
+    if not 0 <= ms <= EPOCH_MS_MAX:
+        raise invalid(f"{name} is out of range", field=name)
+    return ms
+
+
+def task_id(value: str) -> str:
+    return text(value, "task_id", ID_CHARS_MAX, pattern=_NAME_RE)
+
+
+# --- bodies --------------------------------------------------------------------------------
+
+def retry_policy(value: Any) -> c.RetryPolicy:
+    if value is None:
+        return c.RetryPolicy()
+    f = Fields(value, "retry")
+    d = c.RetryPolicy()
+    backoff = f.get("backoff")
+    if backoff is not None and backoff not in ("exponential", "linear", "fixed"):
+        raise invalid("retry.backoff must be exponential, linear or fixed", field="retry.backoff")
+    base_ms = seconds_ms(f.get("base_s"), "retry.base_s", 0, RETRY_S_MAX, d.base_ms)
+    max_ms = seconds_ms(f.get("max_s"), "retry.max_s", 0, RETRY_S_MAX, d.max_ms)
+    mult = number(f.get("multiplier"), "retry.multiplier", 1, MULTIPLIER_MAX,
+                  d.multiplier_milli / 1000)
+    jitter = number(f.get("jitter"), "retry.jitter", 0, 1, d.jitter_permille / 1000)
+    f.done()
+    if max_ms < base_ms:
+        raise invalid("retry.max_s must be >= retry.base_s", field="retry.max_s")
+    return c.RetryPolicy(backoff=backoff or d.backoff, base_ms=base_ms, max_ms=max_ms,
+                         multiplier_milli=round(mult * 1000), jitter_permille=round(jitter * 1000))
+
+
+def submit(body: Any, *, now_ms: int, request_id: str, task_id: str,
+           where: str = "body") -> c.SubmitTask:
+    f = Fields(body, where)
+    run_at_ms = None
+    if f.has("run_at") and f.has("delay_s"):
+        raise invalid("give run_at or delay_s, not both", field="delay_s")
+    if f.has("run_at"):
+        run_at_ms = instant_ms(f.get("run_at"), "run_at")
+    elif f.has("delay_s"):
+        run_at_ms = now_ms + seconds_ms(f.get("delay_s"), "delay_s", 0, DELAY_S_MAX, 0)
+    cmd = c.SubmitTask(
+        request_id=request_id, now_ms=now_ms, task_id=task_id,
+        task_type=name(f.get("task_type"), "task_type"),
+        tenant=tenant(f.get("tenant"), default="default"),
+        payload_json=json_text(f.get("payload"), "payload"),
+        priority=integer(f.get("priority"), "priority", 0, 10, default=5),
+        run_at_ms=run_at_ms,
+        timeout_ms=seconds_ms(f.get("timeout_s"), "timeout_s", 0.001, TIMEOUT_S_MAX, 300_000),
+        max_retries=integer(f.get("max_retries"), "max_retries", 0, MAX_RETRIES_MAX, default=3),
+        retry=retry_policy(f.get("retry")),
+        idempotency_key=text(f.get("idempotency_key"), "idempotency_key",
+                             IDEMPOTENCY_KEY_CHARS_MAX, lo=0, pattern=_NAME_RE) or None,
+    )
+    f.done()
+    return cmd
+
+
+def submit_batch(body: Any) -> list[Any] | None:
+    """The task objects of a batch submit, or None when the body is one task."""
+    if not isinstance(body, dict):
+        raise invalid("body must be a JSON object")
+    if "tasks" not in body:
+        return None
+    f = Fields(body)
+    items = f.get("tasks")
+    f.done()
+    if not isinstance(items, list) or not items:
+        raise invalid("tasks must be a non-empty list", field="tasks")
+    if len(items) > BATCH_MAX:
+        raise ApiError("too_large", f"at most {BATCH_MAX} tasks per batch",
+                       {"field": "tasks", "limit": BATCH_MAX})
+    return items
+
+
+def claim(body: Any) -> dict[str, Any]:
+    f = Fields(body)
+    types = f.get("task_types")
+    if not isinstance(types, list) or not 1 <= len(types) <= TASK_TYPES_MAX:
+        raise invalid(f"task_types must be a list of 1..{TASK_TYPES_MAX} task types",
+                      field="task_types")
+    out = {
+        "worker_id": name(f.get("worker_id"), "worker_id"),
+        "task_types": tuple(sorted({name(t, "task_types[]") for t in types})),
+        "max_tasks": integer(f.get("max_tasks"), "max_tasks", 1, CLAIM_TASKS_MAX, default=1),
+        "wait_s": number(f.get("wait_s"), "wait_s", 0, WAIT_S_MAX, default=0),
+        "lease_ms": seconds_ms(f.get("lease_s"), "lease_s", 1, LEASE_S_MAX, 30_000),
+        "prefetch_ms": integer(f.get("prefetch_ms"), "prefetch_ms", 0, PREFETCH_MS_MAX,
+                               default=0),
+    }
+    f.done()
+    return out
+
+
+def fencing_token(value: Any) -> int:
+    if value is None:
+        raise invalid("fencing_token is required", field="fencing_token")
+    return integer(value, "fencing_token", 0, 2**63 - 1)
+
+
+def heartbeat(body: Any, where: str = "body") -> dict[str, Any]:
+    f = Fields(body, where)
+    out = {"fencing_token": fencing_token(f.get("fencing_token")),
+           "lease_ms": seconds_ms(f.get("lease_s"), "lease_s", 1, LEASE_S_MAX, 30_000)}
+    if where != "body":
+        out["task_id"] = task_id(f.get("task_id"))
+    f.done()
+    return out
+
+
+def completion(body: Any, where: str = "body", *, failing: bool | None = None) -> dict[str, Any]:
+    """complete ({fencing_token, result}) or fail ({fencing_token, error, retryable}).
+
+    `failing` None (batch items) decides by the fields present."""
+    f = Fields(body, where)
+    if failing is None:
+        failing = "error" in body or "retryable" in body
+        if failing and "result" in body:
+            raise invalid(f"{where} has both result and error", field="result")
+    out: dict[str, Any] = {"fencing_token": fencing_token(f.get("fencing_token")),
+                           "failing": failing}
+    if where != "body":
+        out["task_id"] = task_id(f.get("task_id"))
+    if failing:
+        out["error"] = text(f.get("error"), "error", ERROR_CHARS_MAX, lo=0, default="")
+        out["retryable"] = boolean(f.get("retryable"), "retryable", True)
+    else:
+        out["result_json"] = json_text(f.get("result"), "result")
+    f.done()
+    return out
+
+
+def batch(body: Any, key: str) -> list[Any]:
+    f = Fields(body)
+    items = f.get(key)
+    f.done()
+    if not isinstance(items, list) or not items:
+        raise invalid(f"{key} must be a non-empty list", field=key)
+    if len(items) > BATCH_MAX:
+        raise ApiError("too_large", f"at most {BATCH_MAX} {key} per request",
+                       {"field": key, "limit": BATCH_MAX})
+    return items
+
+
+def empty(body: Any) -> None:
+    """Action endpoints (cancel, replay, discard) take no fields."""
+    if body is None:
+        return
+    Fields(body).done()
+
+
+def tenant_settings(body: Any) -> dict[str, Any]:
+    f = Fields(body)
+    out = {"max_running": None, "weight": None}
+    if f.has("max_running"):
+        out["max_running"] = integer(f.get("max_running"), "max_running", 0, TENANT_RUNNING_MAX)
+    if f.has("weight"):
+        out["weight"] = integer(f.get("weight"), "weight", 1, TENANT_WEIGHT_MAX)
+    f.done()
+    return out
+
+
+def transfer(body: Any) -> str | None:
+    if body is None:
+        return None
+    f = Fields(body)
+    to = text(f.get("to"), "to", 64, lo=0) or None
+    f.done()
+    return to
+
+
+# --- query strings -------------------------------------------------------------------------
+
+def query(q: Mapping[str, str], allowed: tuple[str, ...]) -> None:
+    unknown = sorted(k for k in q if k not in allowed)
+    if unknown:
+        raise invalid(f"unknown query parameter(s): {', '.join(unknown)}", fields=unknown)
+
+
+def query_int(q: Mapping[str, str], key: str, lo: int, hi: int, default: int | None) -> int | None:
+    raw = q.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise invalid(f"{key} must be an integer", field=key) from None
+    return integer(value, key, lo, hi)
+
+
+def consistency(q: Mapping[str, str]) -> str:
+    value = q.get("consistency", "local")
+    if value not in ("local", "linearizable"):
+        raise invalid("consistency must be local or linearizable", field="consistency")
+    return value
+
+
+def task_filters(q: Mapping[str, str]) -> dict[str, Any]:
+    state = q.get("state")
+    if state is not None and state not in STATES:
+        raise invalid(f"state must be one of {', '.join(STATES)}", field="state")
+    return {
+        "state": state,
+        "tenant": tenant(q["tenant"]) if "tenant" in q else None,
+        "task_type": name(q["task_type"], "task_type") if "task_type" in q else None,
+        "schedule_id": name(q["schedule_id"], "schedule_id") if "schedule_id" in q else None,
+        "cursor": text(q["cursor"], "cursor", 512) if "cursor" in q else None,
+        "limit": query_int(q, "limit", 1, LIST_LIMIT_MAX, 100),
+    }
