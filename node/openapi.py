@@ -1,0 +1,499 @@
+"""The OpenAPI 3.1 document of the HTTP API (DESIGN.md section 7), served at /v1/openapi.json.
+
+Built once from plain dicts. Bounds come from `validate.py`, so the document states the
+limits the node actually enforces. `tests/unit/test_openapi.py` checks that every route the
+app serves is documented here and every documented route is served.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import orjson
+
+from . import validate as v
+from .errors import STATUS_BY_CODE
+
+OPENAPI_VERSION = "3.1.0"
+API_VERSION = "1"
+
+Schema = dict[str, Any]
+
+
+# --- schema helpers --------------------------------------------------------------------------
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: Schema) -> Schema:
+    return {"oneOf": [schema, {"type": "null"}]}
+
+
+def obj(props: dict[str, Schema], required: tuple[str, ...] = (), *, closed: bool = False,
+        description: str | None = None) -> Schema:
+    out: Schema = {"type": "object", "properties": props}
+    if required:
+        out["required"] = list(required)
+    if closed:
+        # Requests: unknown fields are refused with invalid_argument.
+        out["additionalProperties"] = False
+    if description:
+        out["description"] = description
+    return out
+
+
+def integer(lo: int | None = None, hi: int | None = None, description: str | None = None) -> Schema:
+    out: Schema = {"type": "integer"}
+    if lo is not None:
+        out["minimum"] = lo
+    if hi is not None:
+        out["maximum"] = hi
+    if description:
+        out["description"] = description
+    return out
+
+
+def number(lo: float, hi: float, description: str | None = None) -> Schema:
+    out: Schema = {"type": "number", "minimum": lo, "maximum": hi}
+    if description:
+        out["description"] = description
+    return out
+
+
+def string(hi: int | None = None, lo: int | None = None, description: str | None = None,
+           **extra: Any) -> Schema:
+    out: Schema = {"type": "string", **extra}
+    if lo is not None:
+        out["minLength"] = lo
+    if hi is not None:
+        out["maxLength"] = hi
+    if description:
+        out["description"] = description
+    return out
+
+
+TIME = {"type": "string", "format": "date-time", "description": "RFC 3339, UTC in responses"}
+TIME_IN = {"oneOf": [{"type": "string", "format": "date-time"}, {"type": "number", "minimum": 0}],
+           "description": "RFC 3339 with an offset, or epoch seconds"}
+ANY_JSON = {"description": "any JSON value"}
+STATES = list(v.STATES)
+NAME = string(v.ID_CHARS_MAX, 1)
+TENANT = string(64, 1, pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+APPLIED_SEQ = integer(0, description="state machine batches applied on the answering node")
+
+
+# --- components ------------------------------------------------------------------------------
+
+def _retry() -> Schema:
+    return obj({
+        "backoff": {"type": "string", "enum": ["exponential", "linear", "fixed"]},
+        "base_s": number(0, v.RETRY_S_MAX),
+        "max_s": number(0, v.RETRY_S_MAX),
+        "multiplier": number(1, v.MULTIPLIER_MAX),
+        "jitter": number(0, 1, "fraction of the delay subtracted at most"),
+    }, closed=True)
+
+
+def _task_submit() -> Schema:
+    return obj({
+        "task_type": NAME,
+        "payload": {**ANY_JSON, "description": f"JSON, at most {v.PAYLOAD_BYTES_MAX} bytes"},
+        "tenant": {**TENANT, "default": "default"},
+        "priority": {**integer(0, 10), "default": 5},
+        "run_at": TIME_IN,
+        "delay_s": number(0, v.DELAY_S_MAX, "instead of run_at"),
+        "timeout_s": {**number(0.001, v.TIMEOUT_S_MAX), "default": 300},
+        "max_retries": {**integer(0, v.MAX_RETRIES_MAX), "default": 3},
+        "retry": ref("RetryPolicy"),
+        "idempotency_key": string(v.IDEMPOTENCY_KEY_CHARS_MAX),
+    }, ("task_type",), closed=True)
+
+
+def _attempt() -> Schema:
+    return obj({
+        "attempt": integer(1),
+        "worker_id": string(),
+        "fencing_token": integer(0),
+        "started_at": TIME,
+        "ended_at": nullable(TIME),
+        "outcome": nullable({"type": "string", "enum": [
+            "completed", "failed", "lease_expired", "timed_out", "cancelled", "released"]}),
+        "error": nullable(string()),
+    })
+
+
+def _task() -> Schema:
+    return obj({
+        "task_id": string(),
+        "tenant": string(),
+        "task_type": string(),
+        "state": {"type": "string", "enum": STATES},
+        "payload": ANY_JSON,
+        "priority": integer(0, 10),
+        "run_at": TIME,
+        "attempt": integer(0, description="claims so far (1 during the first run)"),
+        "max_retries": integer(0),
+        "retry": ref("RetryPolicy"),
+        "timeout_s": {"type": "number"},
+        "idempotency_key": nullable(string()),
+        "execution_id": nullable(string()),
+        "schedule_id": nullable(string()),
+        "lease_expires_at": nullable(TIME),
+        "fencing_token": nullable(integer(0)),
+        "worker_id": nullable(string()),
+        "cancel_requested": {"type": "boolean"},
+        "last_error": nullable(string()),
+        "result": ANY_JSON,
+        "created_at": TIME,
+        "started_at": nullable(TIME),
+        "completed_at": nullable(TIME),
+        "attempts": {"type": "array", "items": ref("Attempt")},
+        "duplicate": {"type": "boolean", "description": "answers to a submit only"},
+        "applied_seq": APPLIED_SEQ,
+    }, ("task_id", "tenant", "task_type", "state", "priority", "run_at", "attempt"))
+
+
+def _error() -> Schema:
+    return obj({"error": obj({
+        "code": {"type": "string", "enum": sorted(STATUS_BY_CODE)},
+        "message": string(),
+        "details": {"type": "object"},
+    }, ("code", "message"))}, ("error",))
+
+
+def _claim() -> Schema:
+    return obj({
+        "worker_id": NAME,
+        "task_types": {"type": "array", "items": NAME, "minItems": 1,
+                       "maxItems": v.TASK_TYPES_MAX},
+        "max_tasks": {**integer(1, v.CLAIM_TASKS_MAX), "default": 1},
+        "wait_s": {**number(0, v.WAIT_S_MAX), "default": 0},
+        "lease_s": {**number(1, v.LEASE_S_MAX), "default": 30},
+        "prefetch_ms": {**integer(0, v.PREFETCH_MS_MAX), "default": 0,
+                        "description": "early dispatch: tasks due within this horizon"},
+    }, ("worker_id", "task_types"), closed=True)
+
+
+def _heartbeat_item(batch: bool) -> Schema:
+    props = {"fencing_token": integer(0), "lease_s": {**number(1, v.LEASE_S_MAX), "default": 30}}
+    if batch:
+        props = {"task_id": NAME, **props}
+    return obj(props, ("task_id", "fencing_token") if batch else ("fencing_token",), closed=True)
+
+
+def _completion_item() -> Schema:
+    done = obj({"task_id": NAME, "fencing_token": integer(0), "result": ANY_JSON},
+               ("task_id", "fencing_token"), closed=True)
+    failed = obj({"task_id": NAME, "fencing_token": integer(0),
+                  "error": string(v.ERROR_CHARS_MAX),
+                  "retryable": {"type": "boolean", "default": True}},
+                 ("task_id", "fencing_token"), closed=True)
+    return {"oneOf": [done, failed]}
+
+
+def _schedule_put() -> Schema:
+    template = obj({
+        "task_type": NAME,
+        "payload": ANY_JSON,
+        "priority": {**integer(0, 10), "default": 5},
+        "timeout_s": number(0.001, v.TIMEOUT_S_MAX),
+        "max_retries": integer(0, v.MAX_RETRIES_MAX),
+        "retry": ref("RetryPolicy"),
+    }, ("task_type",), closed=True)
+    return obj({
+        "tenant": {**TENANT, "default": "default"},
+        "cron": string(200, 1, "5 fields, or 6 with seconds first; @daily etc.; L W # H"),
+        "timezone": {**string(64, 1), "default": "UTC", "description": "IANA zone"},
+        "task": template,
+        "overlap": {"type": "string", "enum": ["allow", "skip", "buffer_one"], "default": "allow"},
+        "misfire": {"type": "string", "enum": ["run_all", "run_once", "skip"],
+                    "default": "run_all"},
+        "catchup_window_s": {"type": "number", "minimum": 0, "default": 60},
+        "paused": {"type": "boolean", "default": False},
+        "start_at": TIME_IN,
+        "end_at": TIME_IN,
+        "jitter_s": {"type": "number", "minimum": 0, "default": 0},
+    }, ("cron", "task"), closed=True)
+
+
+def _schedule() -> Schema:
+    fire = obj({"fire_at": TIME, "outcome": {"type": "string", "enum": ["ran", "skipped", "missed"]},
+                "task_id": nullable(string())})
+    return obj({
+        "schedule_id": string(), "tenant": string(), "cron": string(), "timezone": string(),
+        "task": {"type": "object"},
+        "overlap": string(), "misfire": string(), "catchup_window_s": {"type": "number"},
+        "paused": {"type": "boolean"},
+        "start_at": nullable(TIME), "end_at": nullable(TIME), "jitter_s": {"type": "number"},
+        "next_fire_at": nullable(TIME),
+        "fires": {"type": "array", "items": fire, "description": "recent fires, newest last"},
+        "created_at": TIME, "updated_at": TIME,
+        "applied_seq": APPLIED_SEQ,
+    }, ("schedule_id", "tenant", "cron", "timezone", "next_fire_at", "fires"))
+
+
+def _tenant() -> Schema:
+    return obj({"tenant": string(), "max_running": integer(0, description="0: unlimited"),
+                "weight": integer(1), "running": integer(0), "pending": integer(0),
+                "applied_seq": APPLIED_SEQ},
+               ("tenant", "max_running", "weight", "running", "pending"))
+
+
+def _cluster() -> Schema:
+    node = obj({"id": string(), "http": string(), "raft": string(),
+                "role": string(description="leader, follower or candidate"),
+                "commit_index": nullable(integer(0)), "applied_seq": nullable(integer(0)),
+                "digest": nullable(string()), "reachable": {"type": "boolean"}},
+               ("id", "role", "reachable"))
+    return obj({"leader": nullable(string()), "term": integer(0),
+                "nodes": {"type": "array", "items": node}}, ("leader", "term", "nodes"))
+
+
+def _stats() -> Schema:
+    counts = {"type": "object", "additionalProperties": {"type": "integer"}}
+    return obj({
+        "by_state": counts,
+        "by_priority": {**counts, "description": "pending tasks by priority"},
+        "by_tenant": {"type": "object", "additionalProperties": counts,
+                      "description": "tenant -> state -> count"},
+        "oldest_claimable_age_s": nullable({"type": "number"}),
+        "waiting_claims": nullable(integer(0)),
+        "applied_seq": APPLIED_SEQ,
+    }, ("by_state", "by_priority", "by_tenant"))
+
+
+def components() -> dict[str, Schema]:
+    return {
+        "Error": _error(),
+        "RetryPolicy": _retry(),
+        "TaskSubmit": _task_submit(),
+        "Task": _task(),
+        "Attempt": _attempt(),
+        "TaskList": obj({"tasks": {"type": "array", "items": ref("Task")},
+                         "next_cursor": nullable(string()), "applied_seq": APPLIED_SEQ},
+                        ("tasks",)),
+        "ClaimRequest": _claim(),
+        "HeartbeatRequest": _heartbeat_item(batch=False),
+        "HeartbeatAnswer": obj({"lease_expires_at": TIME, "cancel_requested": {"type": "boolean"},
+                                "applied_seq": APPLIED_SEQ},
+                               ("lease_expires_at", "cancel_requested")),
+        "CompleteRequest": obj({"fencing_token": integer(0), "result": ANY_JSON},
+                               ("fencing_token",), closed=True),
+        "FailRequest": obj({"fencing_token": integer(0), "error": string(v.ERROR_CHARS_MAX),
+                            "retryable": {"type": "boolean", "default": True}},
+                           ("fencing_token",), closed=True),
+        "SchedulePut": _schedule_put(),
+        "Schedule": _schedule(),
+        "Tenant": _tenant(),
+        "Cluster": _cluster(),
+        "Stats": _stats(),
+    }
+
+
+# --- operations ------------------------------------------------------------------------------
+
+def _json(schema: Schema) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    out = {}
+    for status in sorted({400, 401, 403, *statuses}):
+        codes = sorted(c for c, s in STATUS_BY_CODE.items() if s == status)
+        out[str(status)] = {"description": ", ".join(codes) or "error",
+                            "content": _json(ref("Error"))}
+    return out
+
+
+def op(summary: str, ok: Schema | None, *, status: int = 200, body: Schema | None = None,
+       params: list | None = None, errors: tuple[int, ...] = (), tag: str = "tasks",
+       content_type: str = "application/json", body_required: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {"summary": summary, "tags": [tag],
+                           "operationId": summary.lower().replace(" ", "_").replace("'", "")}
+    if params:
+        out["parameters"] = params
+    if body is not None:
+        out["requestBody"] = {"required": body_required, "content": _json(body)}
+    answer: dict[str, Any] = {"description": "success"}
+    if ok is not None:
+        answer["content"] = {content_type: {"schema": ok}}
+    out["responses"] = {str(status): answer, **_errors(*errors)}
+    return out
+
+
+def path_param(name: str, description: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"},
+            "description": description}
+
+
+def query(name: str, schema: Schema, description: str = "") -> dict[str, Any]:
+    out = {"name": name, "in": "query", "required": False, "schema": schema}
+    if description:
+        out["description"] = description
+    return out
+
+
+READ_PARAMS = [
+    query("min_seq", integer(0), "wait until this node has applied this sequence number"),
+    query("consistency", {"type": "string", "enum": ["local", "linearizable"],
+                          "default": "local"}),
+]
+TASK_ID = path_param("task_id", "the task's id")
+SCHEDULE_ID = path_param("schedule_id", "the schedule's id (unique per tenant)")
+SCHEDULE_TENANT = query("tenant", TENANT, "the schedule's tenant (default: default)")
+TENANT_NAME = path_param("tenant", "the tenant's name")
+WRITE_ERRORS = (404, 409, 413, 429, 503, 504)
+
+
+def _task_paths() -> dict[str, Any]:
+    task, action_body = ref("Task"), obj({}, closed=True)
+    action = dict(body=action_body, body_required=False, params=[TASK_ID], errors=WRITE_ERRORS)
+    submit = {"oneOf": [ref("TaskSubmit"), obj({"tasks": {
+        "type": "array", "items": ref("TaskSubmit"), "minItems": 1, "maxItems": v.BATCH_MAX}},
+        ("tasks",), closed=True)]}
+    submitted = {"oneOf": [task, obj({"tasks": {"type": "array", "items": task},
+                                      "applied_seq": APPLIED_SEQ}, ("tasks",))]}
+    results = {"type": "array", "items": {"oneOf": [task, ref("HeartbeatAnswer"), ref("Error")]}}
+    return {
+        "/v1/tasks": {
+            "post": op("Submit tasks", submitted, status=201, body=submit, errors=WRITE_ERRORS),
+            "get": op("List tasks", ref("TaskList"), params=[
+                query("state", {"type": "string", "enum": STATES}),
+                query("tenant", TENANT), query("task_type", NAME), query("schedule_id", NAME),
+                query("limit", {**integer(1, v.LIST_LIMIT_MAX), "default": 100}),
+                query("cursor", string(512), "next_cursor of the previous page"),
+                *READ_PARAMS], errors=(503, 504)),
+        },
+        "/v1/tasks/{task_id}": {
+            "get": op("Get a task", task, params=[TASK_ID, *READ_PARAMS], errors=(404, 503, 504)),
+        },
+        "/v1/tasks/{task_id}/cancel": {"post": op("Cancel a task", task, **action)},
+        "/v1/tasks/{task_id}/replay": {
+            "post": op("Replay a dead-lettered task", task, **action, tag="dead letters")},
+        "/v1/tasks/{task_id}/discard": {
+            "post": op("Discard a dead-lettered task", task, **action, tag="dead letters")},
+        "/v1/tasks/{task_id}/heartbeat": {"post": op(
+            "Heartbeat", ref("HeartbeatAnswer"), body=ref("HeartbeatRequest"), params=[TASK_ID],
+            errors=WRITE_ERRORS, tag="workers")},
+        "/v1/tasks/{task_id}/complete": {"post": op(
+            "Complete a task", task, body=ref("CompleteRequest"), params=[TASK_ID],
+            errors=WRITE_ERRORS, tag="workers")},
+        "/v1/tasks/{task_id}/fail": {"post": op(
+            "Fail a task", task, body=ref("FailRequest"), params=[TASK_ID],
+            errors=WRITE_ERRORS, tag="workers")},
+        "/v1/claims": {"post": op(
+            "Claim tasks", obj({"tasks": {"type": "array", "items": task},
+                                "applied_seq": APPLIED_SEQ}, ("tasks",)),
+            body=ref("ClaimRequest"), errors=WRITE_ERRORS, tag="workers")},
+        "/v1/completions": {"post": op(
+            "Complete or fail tasks", obj({"results": results}, ("results",)),
+            body=obj({"completions": {"type": "array", "items": _completion_item(),
+                                      "minItems": 1, "maxItems": v.BATCH_MAX}},
+                     ("completions",), closed=True),
+            errors=(413, 503, 504), tag="workers")},
+        "/v1/heartbeats": {"post": op(
+            "Heartbeat tasks", obj({"results": results}, ("results",)),
+            body=obj({"heartbeats": {"type": "array", "items": _heartbeat_item(batch=True),
+                                     "minItems": 1, "maxItems": v.BATCH_MAX}},
+                     ("heartbeats",), closed=True),
+            errors=(413, 503, 504), tag="workers")},
+    }
+
+
+def _schedule_paths() -> dict[str, Any]:
+    sched = ref("Schedule")
+    one = [SCHEDULE_ID, SCHEDULE_TENANT]
+    action = dict(params=one, errors=WRITE_ERRORS, tag="schedules")
+    return {
+        "/v1/schedules": {"get": op(
+            "List schedules", obj({"schedules": {"type": "array", "items": sched},
+                                   "next_cursor": nullable(string()),
+                                   "applied_seq": APPLIED_SEQ}, ("schedules",)),
+            params=[query("tenant", TENANT),
+                    query("limit", {**integer(1, v.LIST_LIMIT_MAX), "default": 100}),
+                    query("cursor", string(512)), *READ_PARAMS],
+            errors=(503, 504), tag="schedules")},
+        "/v1/schedules/{schedule_id}": {
+            "put": op("Put a schedule", sched, body=ref("SchedulePut"), **action),
+            "get": op("Get a schedule", sched, params=[*one, *READ_PARAMS],
+                      errors=(404, 503, 504), tag="schedules"),
+            "delete": op("Delete a schedule", sched, **action),
+        },
+        "/v1/schedules/{schedule_id}/pause": {"post": op("Pause a schedule", sched, **action)},
+        "/v1/schedules/{schedule_id}/resume": {"post": op("Resume a schedule", sched, **action)},
+        "/v1/schedules/{schedule_id}/trigger": {"post": op(
+            "Trigger a schedule now", sched, **action)},
+        "/v1/cron/preview": {"get": op(
+            "Preview cron fires", obj({"fires": {"type": "array", "items": string(
+                description="RFC 3339 in the given zone, with its offset")}}, ("fires",)),
+            params=[query("cron", string(200, 1)), query("timezone", string(64, 1)),
+                    query("from", TIME_IN), query("count", {**integer(1, 100), "default": 10})],
+            tag="schedules")},
+    }
+
+
+def _admin_paths() -> dict[str, Any]:
+    tenant_put = obj({"max_running": integer(0, v.TENANT_RUNNING_MAX, "0: unlimited"),
+                      "weight": integer(1, v.TENANT_WEIGHT_MAX)}, closed=True)
+    text = {"type": "string"}
+    return {
+        "/v1/tenants": {"get": op(
+            "List tenants", obj({"tenants": {"type": "array", "items": ref("Tenant")},
+                                 "applied_seq": APPLIED_SEQ}, ("tenants",)),
+            params=READ_PARAMS, errors=(503, 504), tag="tenants")},
+        "/v1/tenants/{tenant}": {
+            "put": op("Set a tenant", ref("Tenant"), body=tenant_put, params=[TENANT_NAME],
+                      errors=WRITE_ERRORS, tag="tenants"),
+            "get": op("Get a tenant", ref("Tenant"), params=[TENANT_NAME, *READ_PARAMS],
+                      errors=(404, 503, 504), tag="tenants"),
+        },
+        "/v1/cluster": {"get": op("Cluster status", ref("Cluster"), tag="cluster")},
+        "/v1/cluster/transfer-leadership": {"post": op(
+            "Transfer leadership", None, status=202,
+            body=obj({"to": string(64, description="a node id; default: any")}, closed=True),
+            body_required=False, errors=(404, 409, 503), tag="cluster")},
+        "/v1/stats": {"get": op(
+            "Queue statistics", ref("Stats"), params=[query("tenant", TENANT)], tag="cluster")},
+        "/v1/openapi.json": {"get": op("This document", {"type": "object"}, tag="operations")},
+        "/healthz": {"get": op("Liveness", obj({"status": text}), tag="operations")},
+        "/readyz": {"get": {**op("Readiness", obj({"status": text, "reason": text}),
+                                 tag="operations"),
+                            "description": "200 when the node sees a leader with a quorum and "
+                                           "has applied what it knows to be committed; 503 "
+                                           "otherwise (body says why)."}},
+        "/metrics": {"get": op("Prometheus metrics", text, tag="operations",
+                               content_type="text/plain")},
+        "/": {"get": op("Dashboard", text, tag="operations", content_type="text/html")},
+        "/static/{name}": {"get": op(
+            "Dashboard asset", text, params=[path_param("name", "app.js or app.css")],
+            errors=(404,), tag="operations", content_type="text/plain")},
+    }
+
+
+@functools.cache
+def document() -> dict[str, Any]:
+    """The whole document (built once; callers must not mutate it)."""
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "tsched",
+            "version": API_VERSION,
+            "description": "A Raft-replicated distributed task scheduler. Every answer of a "
+                           "read or write carries applied_seq; pass ?min_seq=N to read your "
+                           "writes from any node.",
+        },
+        "paths": {**_task_paths(), **_schedule_paths(), **_admin_paths()},
+        "components": {
+            "schemas": components(),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "admin or tenant-scoped token "
+                                                          "(when [auth] is configured)"}},
+        },
+        "security": [{}, {"bearer": []}],
+    }
+
+
+@functools.cache
+def document_bytes() -> bytes:
+    return orjson.dumps(document())

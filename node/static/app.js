@@ -1,0 +1,336 @@
+// tsched dashboard: reads the node's own HTTP API (same origin) and re-renders every few
+// seconds. No framework and no build step; every value from the API goes into the page as
+// text (textContent), never as HTML.
+"use strict";
+(() => {
+  const REFRESH_MS = 2000;
+  const LIST_LIMIT = 50;
+  const STATES = ["pending", "running", "completed", "cancelled", "dead_letter"];
+  const TOKEN_KEY = "tsched.token";
+  const $ = (id) => document.getElementById(id);
+
+  const view = {
+    token: localStorage.getItem(TOKEN_KEY) || "",
+    minSeq: 0,            // after a write, reads wait for it (read-your-writes)
+    tab: "tasks",
+    selected: null,       // task id shown in the detail pane
+    search: {},
+    timer: null,
+    refreshes: 0,
+  };
+
+  // --- DOM and formatting helpers ------------------------------------------------------------
+
+  function h(tag, attrs, ...kids) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") el.className = v;
+      else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+      else if (k === "dataset") Object.assign(el.dataset, v);
+      else el.setAttribute(k, v);
+    }
+    for (const kid of kids.flat()) {
+      if (kid === null || kid === undefined) continue;
+      el.append(kid instanceof Node ? kid : String(kid));
+    }
+    return el;
+  }
+
+  function fill(tbody, rows, columns, emptyText) {
+    tbody.replaceChildren(...(rows.length ? rows
+      : [h("tr", { class: "empty" }, h("td", { colspan: columns }, emptyText))]));
+  }
+
+  function ago(iso) {
+    if (!iso) return "—";
+    const s = Math.round((Date.parse(iso) - Date.now()) / 1000);
+    const a = Math.abs(s);
+    const text = a < 60 ? `${a}s` : a < 3600 ? `${Math.round(a / 60)}m`
+      : a < 86400 ? `${Math.round(a / 3600)}h` : `${Math.round(a / 86400)}d`;
+    return s > 0 ? `in ${text}` : `${text} ago`;
+  }
+
+  const when = (iso) => h("span", { title: iso || "" }, ago(iso));
+  const badge = (state) => h("span", { class: `badge ${state}` }, state.replace("_", " "));
+  const shortId = (id) => h("code", { title: id }, id.length > 14 ? `${id.slice(0, 12)}…` : id);
+
+  function duration(seconds) {
+    if (seconds === null || seconds === undefined) return "—";
+    if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+    if (seconds < 120) return `${seconds.toFixed(1)} s`;
+    return `${Math.round(seconds / 60)} min`;
+  }
+
+  // --- API -----------------------------------------------------------------------------------
+
+  class ApiFailure extends Error {
+    constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+  }
+
+  async function api(method, path, { body, params, fresh } = {}) {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(params || {})) if (v !== "" && v != null) q.set(k, v);
+    if (fresh && view.minSeq) q.set("min_seq", view.minSeq);
+    const headers = { Accept: "application/json" };
+    if (view.token) headers.Authorization = `Bearer ${view.token}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const url = q.toString() ? `${path}?${q}` : path;
+    const r = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    let data = null;
+    try { data = await r.json(); } catch (_) { data = null; }
+    if (!r.ok) {
+      const err = (data && data.error) || {};
+      throw new ApiFailure(r.status, err.code || "http_" + r.status, err.message || r.statusText);
+    }
+    if (method !== "GET" && data && Number.isInteger(data.applied_seq)) {
+      view.minSeq = Math.max(view.minSeq, data.applied_seq);
+    }
+    return data;
+  }
+
+  function banner(text) {
+    const el = $("banner");
+    el.textContent = text || "";
+    el.hidden = !text;
+  }
+
+  // --- cluster and queues ----------------------------------------------------------------------
+
+  function renderCluster(c) {
+    $("leader").textContent = c.leader || "none";
+    $("term").textContent = c.term ?? "—";
+    const nodes = c.nodes || [];
+    const top = Math.max(0, ...nodes.map((n) => n.applied_seq || 0));
+    const me = nodes.find((n) => n.id === c.self) || nodes.find((n) => n.id === c.leader);
+    $("applied-seq").textContent = me && me.applied_seq != null ? me.applied_seq : top;
+    fill($("nodes").tBodies[0], nodes.map((n) => h("tr", { dataset: { node: n.id } },
+      h("td", null, h("b", null, n.id)),
+      h("td", { class: n.reachable === false ? "unreachable" : `role-${n.role}` },
+        n.reachable === false ? "unreachable" : n.role),
+      h("td", null, h("code", null, n.http || "")),
+      h("td", { class: "num" }, n.commit_index ?? "—"),
+      h("td", { class: "num" }, n.applied_seq ?? "—"),
+      h("td", { class: "num", title: "batches behind the most advanced node" },
+        n.applied_seq == null ? "—" : top - n.applied_seq),
+      h("td", null, n.digest ? h("code", { title: n.digest }, n.digest.slice(0, 10)) : "—"),
+    )), 7, "no nodes");
+  }
+
+  function renderQueues(stats, tenants) {
+    const byState = stats.by_state || {};
+    $("lag").textContent = duration(stats.oldest_claimable_age_s);
+    $("dlq-count").textContent = byState.dead_letter || 0;
+    $("states").replaceChildren(...STATES.map((s) => h("div", { class: "state", dataset: { state: s } },
+      h("div", { class: "n" }, byState[s] || 0), h("div", { class: "k" }, s.replace("_", " ")))));
+
+    const byPrio = stats.by_priority || {};
+    const most = Math.max(1, ...Object.values(byPrio));
+    const bars = [];
+    for (let p = 0; p <= 10; p++) {
+      const n = byPrio[p] || 0;
+      bars.push(h("span", { class: "label" }, p),
+        h("div", { class: "track" }, h("div", { class: "fill", style: `width:${(100 * n) / most}%` })),
+        h("span", { class: "count" }, n));
+    }
+    $("priorities").replaceChildren(...bars);
+
+    const settings = Object.fromEntries((tenants.tenants || []).map((t) => [t.tenant, t]));
+    const names = [...new Set([...Object.keys(stats.by_tenant || {}), ...Object.keys(settings)])].sort();
+    fill($("tenants").tBodies[0], names.map((name) => {
+      const counts = (stats.by_tenant || {})[name] || {};
+      const t = settings[name] || {};
+      return h("tr", { dataset: { tenant: name } },
+        h("td", null, name),
+        h("td", { class: "num" }, counts.pending ?? t.pending ?? 0),
+        h("td", { class: "num" }, counts.running ?? t.running ?? 0),
+        h("td", { class: "num" }, counts.dead_letter || 0),
+        h("td", { class: "num" }, counts.completed || 0),
+        h("td", { class: "num" }, t.max_running ? t.max_running : "∞"),
+        h("td", { class: "num" }, t.weight ?? 1));
+    }), 7, "no tenants yet");
+  }
+
+  // --- tasks -----------------------------------------------------------------------------------
+
+  async function loadTasks() {
+    const s = view.search;
+    let tasks;
+    if (s.id) {
+      try {
+        tasks = [await api("GET", `/v1/tasks/${encodeURIComponent(s.id)}`, { fresh: true })];
+      } catch (e) {
+        if (e.status !== 404) throw e;
+        tasks = [];
+      }
+      view.selected = tasks.length ? tasks[0].task_id : view.selected;
+    } else {
+      const page = await api("GET", "/v1/tasks", { fresh: true, params: {
+        state: s.state, tenant: s.tenant, task_type: s.type, limit: LIST_LIMIT } });
+      tasks = page.tasks;
+      $("task-list-note").textContent = page.next_cursor ? `newest ${LIST_LIMIT} shown` : "";
+    }
+    fill($("task-list").tBodies[0], tasks.map((t) => h("tr", {
+      class: `clickable${t.task_id === view.selected ? " selected" : ""}`,
+      dataset: { taskId: t.task_id },
+      onclick: () => { view.selected = t.task_id; refreshSoon(); },
+    },
+    h("td", null, shortId(t.task_id)), h("td", null, t.tenant), h("td", null, t.task_type),
+    h("td", null, badge(t.state)), h("td", { class: "num" }, t.priority),
+    h("td", { class: "num" }, t.attempt), h("td", null, when(t.run_at)))), 7, "no matching tasks");
+    if (view.selected) await loadDetail(view.selected);
+  }
+
+  async function loadDetail(id) {
+    let t;
+    try {
+      t = await api("GET", `/v1/tasks/${encodeURIComponent(id)}`, { fresh: true });
+    } catch (e) {
+      if (e.status !== 404) throw e;
+      view.selected = null;
+      $("task-detail").replaceChildren(h("p", { class: "muted" }, `task ${id} is gone (evicted or discarded)`));
+      return;
+    }
+    const row = (k, v) => [h("dt", null, k), h("dd", null, v ?? "—")];
+    const json = (v) => h("pre", null, JSON.stringify(v, null, 1));
+    const attempts = (t.attempts || []).map((a) => h("tr", null,
+      h("td", { class: "num" }, a.attempt), h("td", null, a.worker_id), h("td", { class: "num" }, a.fencing_token),
+      h("td", null, when(a.started_at)), h("td", null, a.outcome || "running"),
+      h("td", { title: a.error || "" }, a.error || "")));
+    $("task-detail").replaceChildren(
+      h("h3", null, "Task ", h("code", null, t.task_id)),
+      h("dl", null,
+        row("state", badge(t.state)), row("tenant", t.tenant), row("type", t.task_type),
+        row("priority", t.priority), row("run at", t.run_at), row("attempt", `${t.attempt} of ${t.max_retries + 1}`),
+        row("schedule", t.schedule_id), row("worker", t.worker_id), row("fencing token", t.fencing_token),
+        row("lease until", t.lease_expires_at), row("execution id", t.execution_id),
+        row("cancel requested", t.cancel_requested ? "yes" : "no"),
+        row("last error", t.last_error), row("payload", json(t.payload)), row("result", json(t.result))),
+      h("h3", null, "Attempts"),
+      h("table", { class: "grid", id: "attempts" },
+        h("thead", null, h("tr", null, h("th", { class: "num" }, "#"), h("th", null, "worker"),
+          h("th", { class: "num" }, "token"), h("th", null, "started"), h("th", null, "outcome"),
+          h("th", null, "error"))),
+        h("tbody", null, attempts.length ? attempts
+          : h("tr", { class: "empty" }, h("td", { colspan: 6 }, "not run yet")))));
+  }
+
+  // --- dead letters ------------------------------------------------------------------------------
+
+  async function act(button, action, id) {
+    button.disabled = true;
+    try {
+      await api("POST", `/v1/tasks/${encodeURIComponent(id)}/${action}`, { body: {} });
+      banner("");
+    } catch (e) {
+      banner(`${action} ${id} failed: ${e.code}: ${e.message}`);
+    }
+    refreshSoon();
+  }
+
+  function discardButton(id) {
+    const b = h("button", { type: "button", class: "ghost", dataset: { action: "discard", taskId: id } }, "discard");
+    b.addEventListener("click", () => {
+      if (b.dataset.armed) { act(b, "discard", id); return; }
+      // Discarding is for good: the first click arms the button, the second one acts.
+      b.dataset.armed = "1";
+      b.textContent = "confirm discard";
+      b.className = "danger";
+      setTimeout(() => { delete b.dataset.armed; b.textContent = "discard"; b.className = "ghost"; }, 4000);
+    });
+    return b;
+  }
+
+  async function loadDeadLetters() {
+    const page = await api("GET", "/v1/tasks", { fresh: true, params: { state: "dead_letter", limit: 100 } });
+    $("dlq-note").textContent = page.next_cursor ? "newest 100 shown" : "";
+    fill($("dlq").tBodies[0], page.tasks.map((t) => h("tr", { dataset: { taskId: t.task_id } },
+      h("td", null, shortId(t.task_id)), h("td", null, t.tenant), h("td", null, t.task_type),
+      h("td", { class: "num" }, t.attempt), h("td", { title: t.last_error || "" }, t.last_error || ""),
+      h("td", null, when(t.completed_at)),
+      h("td", null,
+        h("button", { type: "button", dataset: { action: "replay", taskId: t.task_id },
+          onclick: (ev) => act(ev.currentTarget, "replay", t.task_id) }, "replay"),
+        discardButton(t.task_id)))), 7, "the dead-letter queue is empty");
+  }
+
+  // --- schedules ---------------------------------------------------------------------------------
+
+  async function loadSchedules() {
+    const page = await api("GET", "/v1/schedules", { fresh: true, params: { limit: 100 } });
+    $("schedules-note").textContent = page.next_cursor ? "first 100 shown" : "";
+    fill($("schedules").tBodies[0], page.schedules.map((s) => h("tr", { dataset: { scheduleId: s.schedule_id } },
+      h("td", null, h("b", null, s.schedule_id), s.paused ? h("span", { class: "pill" }, "paused") : null),
+      h("td", null, s.tenant), h("td", null, h("code", null, s.cron)), h("td", null, s.timezone),
+      h("td", null, (s.task || {}).task_type || ""),
+      h("td", null, s.next_fire_at ? h("span", { title: s.next_fire_at }, `${ago(s.next_fire_at)} (${s.next_fire_at})`) : "never"),
+      h("td", null, h("div", { class: "fires" }, (s.fires || []).map((f) => h("span", {
+        class: `fire ${f.outcome}`, title: `${f.fire_at} ${f.outcome}${f.task_id ? " " + f.task_id : ""}` })))))),
+    7, "no schedules");
+  }
+
+  // --- refresh loop ------------------------------------------------------------------------------
+
+  const TAB_LOADERS = { tasks: loadTasks, dlq: loadDeadLetters, schedules: loadSchedules };
+
+  async function refresh() {
+    clearTimeout(view.timer);
+    try {
+      const [cluster, stats, tenants] = await Promise.all([
+        api("GET", "/v1/cluster"), api("GET", "/v1/stats", { fresh: true }),
+        api("GET", "/v1/tenants", { fresh: true })]);
+      renderCluster(cluster);
+      renderQueues(stats, tenants);
+      await TAB_LOADERS[view.tab]();
+      view.refreshes += 1;
+      document.body.dataset.refreshes = view.refreshes;
+      $("refresh-status").textContent = `updated ${new Date().toLocaleTimeString()}`;
+      if (!$("banner").dataset.sticky) banner("");
+    } catch (e) {
+      const hint = e.status === 401 || e.status === 403 ? " (set an API token)" : "";
+      $("refresh-status").textContent = "refresh failed";
+      banner(`${e.code || "network"}: ${e.message}${hint}`);
+    }
+    if ($("auto-refresh").checked) view.timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  function refreshSoon() { clearTimeout(view.timer); view.timer = setTimeout(refresh, 0); }
+
+  function wire() {
+    for (const s of STATES) $("f-state").append(h("option", { value: s }, s));
+    for (const b of document.querySelectorAll(".tabs button")) {
+      b.addEventListener("click", () => {
+        view.tab = b.dataset.tab;
+        for (const o of document.querySelectorAll(".tabs button")) o.classList.toggle("active", o === b);
+        for (const t of Object.keys(TAB_LOADERS)) $(`tab-${t}`).hidden = t !== view.tab;
+        refreshSoon();
+      });
+    }
+    $("task-search").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      view.search = { id: $("f-id").value.trim(), state: $("f-state").value,
+        tenant: $("f-tenant").value.trim(), type: $("f-type").value.trim() };
+      view.selected = view.search.id || null;
+      refreshSoon();
+    });
+    $("auto-refresh").addEventListener("change", refreshSoon);
+    document.addEventListener("visibilitychange", () => { if (!document.hidden) refreshSoon(); });
+    $("token-button").addEventListener("click", () => { $("token-form").hidden = !$("token-form").hidden; });
+    $("token-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      view.token = $("token-input").value.trim();
+      localStorage.setItem(TOKEN_KEY, view.token);
+      $("token-form").hidden = true;
+      refreshSoon();
+    });
+    $("token-clear").addEventListener("click", () => {
+      view.token = "";
+      localStorage.removeItem(TOKEN_KEY);
+      $("token-input").value = "";
+      refreshSoon();
+    });
+  }
+
+  wire();
+  refresh();
+})();
