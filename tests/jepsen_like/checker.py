@@ -1,0 +1,360 @@
+"""The checker: a history plus the cluster's final state -> violations and a summary.
+
+Inputs
+- the history (`history.py`): client operations with invoke / ok / fail / info lines, and
+  nemesis operations (a fault's invoke starts it, the matching `heal` ok ends it);
+- `final`: {"tasks": {task_id: task JSON with attempts}, "digests": [{"node",
+  "applied_seq", "digest"}], "converged": bool}, fetched after the healed quiet period.
+
+Server times (leases, starts, fire times) are the replicated state clock; real-time order
+between client operations uses the history's monotonic seconds.
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .history import INFO, OK, pairs
+from .timefmt import to_ms
+
+TERMINAL = ("completed", "cancelled", "dead_letter")
+CHECKS = ("lost", "stale_accepted", "double_lease", "cap_exceeded", "cancel_violations",
+          "missed_fires", "duplicate_fires", "digest_mismatch", "unconverged")
+FIRE_START_WINDOW_MS = 5_000      # a fire in quiet time must start this soon after its time
+FAULT_GRACE_MS = 8_000            # election (<= 2.5 s) + reconnect + catch-up after a heal
+UNAVAILABLE_GAP_S = 1.0           # no acknowledged write for this long is an outage
+EXAMPLES_MAX = 5
+
+
+@dataclass
+class Op:
+    f: str
+    process: str
+    node: str | None
+    args: dict
+    kind: str | None          # ok / fail / info, None when the run ended first
+    result: object
+    invoke_mono: float
+    invoke_wall: float
+    done_mono: float | None
+
+
+@dataclass
+class Lease:
+    token: int
+    task_id: str
+    tenant: str | None = None
+    start_ms: int | None = None
+    granted_end_ms: int | None = None   # the latest lease_expires_at granted for this token
+    ended_ms: int | None = None         # when the state machine ended the attempt
+    granted_mono: float | None = None   # when a claim answer carried this token
+
+    @property
+    def end_ms(self) -> int | None:
+        ends = [e for e in (self.granted_end_ms, self.ended_ms) if e is not None]
+        return min(ends) if ends else None
+
+
+@dataclass
+class Model:
+    ops: list[Op]
+    tasks: dict                                         # final state by task_id
+    leases: dict = field(default_factory=dict)          # task_id -> {token: Lease}
+    faults: list = field(default_factory=list)          # (start_wall_ms, end_wall_ms, kind)
+
+
+def load_ops(entries: list[dict]) -> list[Op]:
+    ops = []
+    for inv, done in pairs(entries):
+        ops.append(Op(inv["f"], inv.get("process", ""), inv.get("node"), inv.get("args") or {},
+                      done["type"] if done else None, done.get("result") if done else None,
+                      inv["mono"], inv["wall"], done["mono"] if done else None))
+    return ops
+
+
+def _lease(model: Model, task_id: str, token: int) -> Lease:
+    per_task = model.leases.setdefault(task_id, {})
+    if token not in per_task:
+        per_task[token] = Lease(token, task_id)
+    return per_task[token]
+
+
+def _later(a, b):
+    return b if a is None else a if b is None else max(a, b)
+
+
+def build(entries: list[dict], final: dict) -> Model:
+    model = Model(load_ops(entries), final.get("tasks") or {})
+    for op in model.ops:
+        if op.f == "claim" and op.kind == OK:
+            for t in (op.result or {}).get("tasks", []):
+                lease = _lease(model, t["task_id"], t["fencing_token"])
+                lease.tenant = t.get("tenant")
+                lease.start_ms = lease.start_ms or to_ms(t.get("started_at"))
+                lease.granted_end_ms = _later(lease.granted_end_ms, to_ms(t.get("lease_expires_at")))
+                lease.granted_mono = op.done_mono
+        elif op.f == "heartbeat" and op.kind == OK:
+            lease = _lease(model, op.args["task_id"], op.args["fencing_token"])
+            lease.granted_end_ms = _later(lease.granted_end_ms,
+                                          to_ms((op.result or {}).get("lease_expires_at")))
+    for task_id, task in model.tasks.items():
+        for a in task.get("attempts") or []:
+            if a.get("fencing_token") is None:
+                continue
+            lease = _lease(model, task_id, a["fencing_token"])
+            lease.tenant = task.get("tenant")
+            lease.start_ms = to_ms(a.get("started_at")) or lease.start_ms
+            lease.ended_ms = to_ms(a.get("ended_at"))
+            if a.get("outcome") is None and task.get("fencing_token") == a["fencing_token"]:
+                lease.granted_end_ms = _later(lease.granted_end_ms, to_ms(task.get("lease_expires_at")))
+    model.faults = fault_windows(model.ops)
+    return model
+
+
+def fault_windows(ops: list[Op]) -> list[tuple[int, int, str]]:
+    """Each nemesis fault from its start to its heal, in wall ms (open faults run on)."""
+    windows, open_faults = [], []
+    for op in sorted((o for o in ops if o.process == "nemesis"), key=lambda o: o.invoke_mono):
+        if op.f != "heal":
+            open_faults.append(op)
+        elif open_faults:
+            start = open_faults.pop(0)
+            end_wall = op.invoke_wall if op.done_mono is None else \
+                op.invoke_wall + (op.done_mono - op.invoke_mono)
+            skew_ms = abs(int(start.args.get("offset_ms", 0)))
+            windows.append((int(start.invoke_wall * 1000), int(end_wall * 1000) + skew_ms, start.f))
+    for op in open_faults:
+        windows.append((int(op.invoke_wall * 1000), 2 ** 62, op.f))
+    return windows
+
+
+# --- the checks ------------------------------------------------------------------------
+
+def check_lost(model: Model) -> list[dict]:
+    cancelled = {op.args.get("task_id") for op in model.ops if op.f == "cancel" and op.kind == OK}
+    out, seen = [], set()
+    for op in model.ops:
+        if op.f != "submit" or op.kind != OK:
+            continue
+        task_id = (op.result or {}).get("task_id")
+        if task_id in seen:
+            continue
+        seen.add(task_id)
+        task = model.tasks.get(task_id)
+        if task is None:
+            out.append({"task_id": task_id, "why": "missing from the final state"})
+        elif task.get("state") not in TERMINAL and task_id not in cancelled:
+            out.append({"task_id": task_id, "why": f"never terminal: {task.get('state')}"})
+    return out
+
+
+def check_stale_accepted(model: Model) -> list[dict]:
+    """A completion (or heartbeat) accepted with a token that was not the task's latest."""
+    out = []
+    for op in model.ops:
+        if op.f not in ("complete", "fail", "heartbeat") or op.kind != OK:
+            continue
+        task_id, token = op.args.get("task_id"), op.args.get("fencing_token")
+        for other in model.leases.get(task_id, {}).values():
+            if other.token <= token:
+                continue
+            granted_before = other.granted_mono is not None and other.granted_mono < op.invoke_mono
+            # a completed task is never claimed again, so any higher token condemns it
+            if granted_before or op.f == "complete":
+                out.append({"task_id": task_id, "op": op.f, "token": token,
+                            "newer_token": other.token})
+                break
+    return out
+
+
+def check_double_lease(model: Model) -> list[dict]:
+    out = []
+    for task_id, by_token in model.leases.items():
+        leases = sorted(by_token.values(), key=lambda x: x.token)
+        for i, older in enumerate(leases):
+            end = older.end_ms
+            for newer in leases[i + 1:]:
+                if end is not None and newer.start_ms is not None and newer.start_ms < end:
+                    out.append({"task_id": task_id, "tokens": [older.token, newer.token],
+                                "overlap_ms": end - newer.start_ms})
+    return out
+
+
+def tenant_caps(model: Model) -> dict[str, int]:
+    caps = {}
+    for op in model.ops:
+        if op.f == "set_tenant" and op.kind == OK and op.args.get("max_running") is not None:
+            caps[op.args["tenant"]] = int(op.args["max_running"])
+    return caps
+
+
+def check_cap_exceeded(model: Model) -> list[dict]:
+    """Sweep the running intervals per tenant; an end at t frees the slot for a start at t."""
+    out = []
+    caps = tenant_caps(model)
+    events = defaultdict(list)
+    for by_token in model.leases.values():
+        for lease in by_token.values():
+            if lease.tenant in caps and caps[lease.tenant] > 0 and lease.start_ms is not None:
+                events[lease.tenant].append((lease.start_ms, 1, lease.task_id))
+                end = lease.ended_ms if lease.ended_ms is not None else 2 ** 62
+                events[lease.tenant].append((end, -1, lease.task_id))
+    for tenant, evs in events.items():
+        running = 0
+        for at_ms, delta, task_id in sorted(evs, key=lambda e: (e[0], e[1])):
+            running += delta
+            if delta > 0 and running > caps[tenant]:
+                out.append({"tenant": tenant, "at_ms": at_ms, "running": running,
+                            "cap": caps[tenant], "task_id": task_id})
+    return out
+
+
+def check_cancel_violations(model: Model) -> list[dict]:
+    out = []
+    acked = {}
+    for op in model.ops:
+        if op.f == "cancel" and op.kind == OK:
+            task_id = op.args.get("task_id")
+            acked[task_id] = min(acked.get(task_id, op.done_mono), op.done_mono)
+    for op in model.ops:
+        if op.f != "claim" or op.kind != OK:
+            continue
+        for t in (op.result or {}).get("tasks", []):
+            done = acked.get(t["task_id"])
+            if done is not None and op.invoke_mono > done:
+                out.append({"task_id": t["task_id"], "why": "claimed after an acknowledged cancel",
+                            "token": t.get("fencing_token")})
+    for task_id in acked:
+        state = (model.tasks.get(task_id) or {}).get("state")
+        if state not in ("cancelled", "completed", None):
+            out.append({"task_id": task_id, "why": f"acknowledged cancel ended as {state}"})
+    return out
+
+
+def _in_fault(at_ms: int, faults) -> bool:
+    return any(start - 1_000 <= at_ms <= end + FAULT_GRACE_MS for start, end, _ in faults)
+
+
+def schedule_windows(model: Model) -> list[dict]:
+    """Per schedule: the fire times that must exist, from the put answer to the stop."""
+    out = {}
+    for op in model.ops:
+        key = (op.args.get("tenant", "default"), op.args.get("schedule_id"))
+        if op.f == "put_schedule" and op.kind == OK:
+            first = to_ms((op.result or {}).get("next_fire_at"))
+            out[key] = {"tenant": key[0], "schedule_id": key[1], "first_ms": first,
+                        "every_ms": int(op.args.get("every_ms", 1000)), "stop_ms": None}
+        elif op.f == "stop_schedule" and key in out and op.invoke_mono is not None:
+            out[key]["stop_ms"] = int(op.invoke_wall * 1000)
+    return list(out.values())
+
+
+def check_fires(model: Model) -> tuple[list[dict], list[dict]]:
+    missed, duplicate = [], []
+    for sched in schedule_windows(model):
+        if sched["first_ms"] is None or sched["stop_ms"] is None:
+            continue
+        fired = defaultdict(list)
+        for task in model.tasks.values():
+            if task.get("schedule_id") == sched["schedule_id"] and \
+                    task.get("tenant", "default") == sched["tenant"]:
+                fired[to_ms(task.get("run_at"))].append(task)
+        for fire_ms, tasks in fired.items():
+            if len(tasks) > 1:
+                duplicate.append({"schedule_id": sched["schedule_id"], "fire_ms": fire_ms,
+                                  "task_ids": sorted(t["task_id"] for t in tasks)})
+        # the last fires before the stop may still be in flight when it lands
+        last_ms = sched["stop_ms"] - 2_000
+        for fire_ms in range(sched["first_ms"], last_ms + 1, sched["every_ms"]):
+            tasks = fired.get(fire_ms)
+            if not tasks:
+                missed.append({"schedule_id": sched["schedule_id"], "fire_ms": fire_ms,
+                               "why": "no task"})
+                continue
+            if _in_fault(fire_ms, model.faults):
+                continue
+            started = [to_ms(a.get("started_at")) for t in tasks for a in t.get("attempts") or []]
+            first = min((s for s in started if s is not None), default=None)
+            if first is None or first - fire_ms > FIRE_START_WINDOW_MS:
+                missed.append({"schedule_id": sched["schedule_id"], "fire_ms": fire_ms,
+                               "why": "not started in time", "started_ms": first})
+    return missed, duplicate
+
+
+def check_digests(final: dict) -> tuple[list[dict], list[dict]]:
+    by_seq = defaultdict(dict)
+    for s in final.get("digests") or []:
+        by_seq[s["applied_seq"]].setdefault(s["digest"], set()).add(s["node"])
+    mismatch = [{"applied_seq": seq, "digests": {d: sorted(n) for d, n in ds.items()}}
+                for seq, ds in sorted(by_seq.items()) if len(ds) > 1]
+    unconverged = [] if final.get("converged", True) else [
+        {"why": "nodes never reached one applied_seq after healing"}]
+    return mismatch, unconverged
+
+
+def unavailability(model: Model, gap_s: float = UNAVAILABLE_GAP_S) -> list[dict]:
+    """Stretches of the run with write attempts but no acknowledged write."""
+    writes = sorted((o for o in model.ops if o.f == "submit"), key=lambda o: o.invoke_mono)
+    if not writes:
+        return []
+    t0 = min(o.invoke_mono for o in model.ops)
+    oks = sorted(o.done_mono for o in writes if o.kind == OK)
+    windows, prev = [], writes[0].invoke_mono
+    for t in oks + [max(o.done_mono or o.invoke_mono for o in writes)]:
+        if t - prev > gap_s:
+            windows.append({"start_s": round(prev - t0, 3), "end_s": round(t - t0, 3),
+                            "duration_s": round(t - prev, 3)})
+        prev = max(prev, t)
+    return windows
+
+
+def check(entries: list[dict], final: dict) -> dict:
+    """All checks: {"checks": {name: count}, "violations": {name: examples}, ...}."""
+    model = build(entries, final)
+    missed, duplicate = check_fires(model)
+    mismatch, unconverged = check_digests(final)
+    found = {
+        "lost": check_lost(model),
+        "stale_accepted": check_stale_accepted(model),
+        "double_lease": check_double_lease(model),
+        "cap_exceeded": check_cap_exceeded(model),
+        "cancel_violations": check_cancel_violations(model),
+        "missed_fires": missed,
+        "duplicate_fires": duplicate,
+        "digest_mismatch": mismatch,
+        "unconverged": unconverged,
+    }
+    nemesis = defaultdict(int)
+    for op in model.ops:
+        if op.process == "nemesis" and op.f != "heal":
+            nemesis[op.f] += 1
+    windows = unavailability(model)
+    return {
+        "ops": sum(1 for o in model.ops if o.process != "nemesis"),
+        "nemesis": dict(sorted(nemesis.items())),
+        "checks": {name: len(found[name]) for name in CHECKS},
+        "valid": not any(found.values()),
+        "unavailability": {"windows": len(windows),
+                           "total_s": round(sum(w["duration_s"] for w in windows), 3),
+                           "longest_s": max((w["duration_s"] for w in windows), default=0.0),
+                           "list": windows},
+        "indeterminate_ops": sum(1 for o in model.ops if o.kind == INFO),
+        "violations": {k: v[:EXAMPLES_MAX] for k, v in found.items() if v},
+    }
+
+
+def summarize(seed: int, duration_s: float, report: dict) -> dict:
+    return {"seed": seed, "duration_s": duration_s, "ops": report["ops"],
+            "nemesis": report["nemesis"], "checks": report["checks"], "valid": report["valid"],
+            "unavailability": {k: v for k, v in report["unavailability"].items() if k != "list"}}
+
+
+def write_summary(out_dir: str, seed: int, duration_s: float, report: dict) -> dict:
+    summary = summarize(seed, duration_s, report)
+    with open(f"{out_dir}/summary.json", "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+    with open(f"{out_dir}/violations.json", "w", encoding="utf-8") as f:
+        json.dump({"violations": report["violations"],
+                   "unavailability": report["unavailability"]["list"]}, f, indent=2)
+    return summary

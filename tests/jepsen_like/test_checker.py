@@ -1,0 +1,274 @@
+"""The checker on synthetic histories: each kind of violation is flagged, clean runs pass."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from .checker import CHECKS, check
+from .timefmt import to_rfc3339
+
+T0_MS = 1_800_000_000_000     # server time of the first operation
+
+
+class Synth:
+    """Builds a history; the clock moves 10 ms per line unless told otherwise."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict] = []
+        self.ids = 0
+        self.mono = 100.0
+
+    def at(self, mono: float) -> "Synth":
+        self.mono = mono
+        return self
+
+    def _line(self, **e) -> dict:
+        self.mono += 0.01
+        e.update(mono=self.mono, wall=T0_MS / 1000 + (self.mono - 100.0))
+        self.entries.append(e)
+        return e
+
+    def op(self, f, kind="ok", process="p0", result=None, node="n1", **args) -> int:
+        self.ids += 1
+        self._line(id=self.ids, type="invoke", process=process, f=f, node=node, args=args)
+        if kind is not None:
+            self._line(id=self.ids, type=kind, process=process, f=f, node=node, result=result)
+        return self.ids
+
+    def wall_ms(self) -> int:
+        return int(T0_MS + (self.mono - 100.0) * 1000)
+
+
+def ts(offset_ms: int) -> str:
+    return to_rfc3339(T0_MS + offset_ms)
+
+
+def claimed(task_id, token, start, lease_end, tenant="t1"):
+    return {"tasks": [{"task_id": task_id, "fencing_token": token, "tenant": tenant,
+                       "started_at": ts(start), "lease_expires_at": ts(lease_end)}]}
+
+
+def attempt(token, start, end, outcome):
+    return {"fencing_token": token, "started_at": ts(start),
+            "ended_at": ts(end) if end is not None else None, "outcome": outcome}
+
+
+def task(task_id, state, attempts, tenant="t1", **more):
+    return {"task_id": task_id, "state": state, "tenant": tenant, "attempts": attempts,
+            "fencing_token": attempts[-1]["fencing_token"] if attempts else None, **more}
+
+
+def clean_run():
+    """Two tasks: one completed after a lease expiry and a re-claim, one cancelled."""
+    h = Synth().at(90.0)
+    h.op("set_tenant", tenant="t1", max_running=1)
+    h.op("submit", result={"task_id": "a"}, idempotency_key="k1", tenant="t1")
+    h.op("submit", result={"task_id": "b"}, idempotency_key="k2", tenant="t1")
+    h.op("cancel", task_id="b", result={"state": "cancelled"})
+    h.op("claim", process="w1", result=claimed("a", 1, 100, 3100))
+    h.op("heartbeat", process="w1", task_id="a", fencing_token=1,
+         result={"lease_expires_at": ts(4000), "cancel_requested": False})
+    h.op("claim", process="w2", result=claimed("a", 2, 4500, 7500))
+    h.op("complete", process="w1", kind="fail", task_id="a", fencing_token=1,
+         result=None)
+    h.op("complete", process="w2", task_id="a", fencing_token=2, result={"state": "completed"})
+    h.op("complete", process="w2", task_id="a", fencing_token=2, result={"state": "completed"})
+    final = {"tasks": {
+        "a": task("a", "completed", [attempt(1, 100, 4400, "lease_expired"),
+                                      attempt(2, 4500, 5000, "completed")]),
+        "b": task("b", "cancelled", []),
+    }, "digests": [{"node": "n1", "applied_seq": 9, "digest": "x"},
+                   {"node": "n2", "applied_seq": 9, "digest": "x"},
+                   {"node": "n3", "applied_seq": 8, "digest": "y"}], "converged": True}
+    return h, final
+
+
+def flagged(report) -> dict:
+    return {k: v for k, v in report["checks"].items() if v}
+
+
+def test_clean_history_is_valid():
+    h, final = clean_run()
+    report = check(h.entries, final)
+    assert report["valid"], report["violations"]
+    assert set(report["checks"]) == set(CHECKS)
+    assert report["ops"] == 10
+
+
+def test_acknowledged_submit_missing_or_stuck_is_lost():
+    h, final = clean_run()
+    h.op("submit", result={"task_id": "c"}, idempotency_key="k3", tenant="t1")
+    h.op("submit", result={"task_id": "d"}, idempotency_key="k4", tenant="t1")
+    final["tasks"]["d"] = task("d", "pending", [])
+    report = check(h.entries, final)
+    assert flagged(report) == {"lost": 2}
+
+
+def test_unacknowledged_submit_may_vanish():
+    h, final = clean_run()
+    h.op("submit", kind="info", idempotency_key="k5", tenant="t1")
+    h.op("submit", kind="fail", idempotency_key="k6", tenant="t1")
+    h.op("submit", kind=None, idempotency_key="k7", tenant="t1")
+    assert check(h.entries, final)["valid"]
+
+
+def test_stale_completion_accepted():
+    h, final = clean_run()
+    # the zombie holding token 1 gets its completion accepted after token 2 was granted
+    h.entries = [e for e in h.entries if not (e.get("f") == "complete" and e.get("type") == "fail")]
+    h.op("complete", process="w1", task_id="a", fencing_token=1, result={"state": "completed"})
+    report = check(h.entries, final)
+    assert flagged(report) == {"stale_accepted": 1}
+    assert report["violations"]["stale_accepted"][0]["newer_token"] == 2
+
+
+def test_stale_heartbeat_accepted():
+    h, final = clean_run()
+    h.op("heartbeat", process="w1", task_id="a", fencing_token=1,
+         result={"lease_expires_at": ts(4100), "cancel_requested": False})
+    report = check(h.entries, final)
+    assert report["checks"]["stale_accepted"] == 1
+
+
+def test_fail_then_retry_is_not_stale():
+    h, final = clean_run()
+    h.op("submit", result={"task_id": "r"}, tenant="t3")
+    h.op("claim", result=claimed("r", 5, 8000, 11000, tenant="t3"))
+    h.op("fail", task_id="r", fencing_token=5, result={"state": "pending"})
+    h.op("claim", result=claimed("r", 6, 9000, 12000, tenant="t3"))
+    h.op("complete", task_id="r", fencing_token=6, result={"state": "completed"})
+    final["tasks"]["r"] = task("r", "completed", [attempt(5, 8000, 8500, "failed"),
+                                                   attempt(6, 9000, 9500, "completed")],
+                               tenant="t3")
+    assert check(h.entries, final)["valid"]
+
+
+def test_overlapping_leases_are_a_double_lease():
+    h, final = clean_run()
+    final = copy.deepcopy(final)
+    # token 2 starts while token 1's heartbeat-extended lease (to 4000) still runs
+    final["tasks"]["a"]["attempts"][1]["started_at"] = ts(3900)
+    report = check(h.entries, final)
+    assert report["checks"]["double_lease"] == 1
+    assert report["violations"]["double_lease"][0]["tokens"] == [1, 2]
+
+
+def test_released_lease_frees_the_task_early():
+    h, final = clean_run()
+    final = copy.deepcopy(final)
+    final["tasks"]["a"]["attempts"][0].update(ended_at=ts(1000), outcome="released")
+    final["tasks"]["a"]["attempts"][1]["started_at"] = ts(1000)
+    report = check(h.entries, final)
+    assert report["checks"]["double_lease"] == 0
+
+
+def test_tenant_cap_exceeded():
+    h, final = clean_run()
+    h.op("submit", result={"task_id": "e"}, tenant="t1")
+    h.op("claim", result=claimed("e", 3, 4800, 7800))
+    h.op("complete", task_id="e", fencing_token=3, result={"state": "completed"})
+    # t1 is capped at 1, and task a's token 2 runs from 4500 to 5000
+    final["tasks"]["e"] = task("e", "completed", [attempt(3, 4800, 6000, "completed")])
+    report = check(h.entries, final)
+    assert flagged(report) == {"cap_exceeded": 1}
+
+
+def test_cap_slot_freed_at_the_same_instant_is_fine():
+    h, final = clean_run()
+    h.op("submit", result={"task_id": "e"}, tenant="t1")
+    h.op("claim", result=claimed("e", 3, 5000, 8000))
+    h.op("complete", task_id="e", fencing_token=3, result={"state": "completed"})
+    final["tasks"]["e"] = task("e", "completed", [attempt(3, 5000, 6000, "completed")])
+    assert check(h.entries, final)["valid"]
+
+
+def test_claim_after_acknowledged_cancel():
+    h, final = clean_run()
+    h.op("claim", process="w3", result=claimed("b", 4, 9000, 12000))
+    report = check(h.entries, final)
+    assert report["checks"]["cancel_violations"] == 1
+
+
+def test_concurrent_claim_and_cancel_is_allowed():
+    h, final = clean_run()
+    h.entries = [e for e in h.entries if not (e.get("f") == "cancel")]
+    claim_id = h.op("claim", process="w3", kind=None)
+    h.op("cancel", task_id="b", result={"state": "running"})
+    h._line(id=claim_id, type="ok", process="w3", f="claim", node="n1",
+            result=claimed("b", 4, 9000, 12000))
+    final["tasks"]["b"] = task("b", "cancelled", [attempt(4, 9000, 9500, "cancelled")])
+    assert check(h.entries, final)["valid"]
+
+
+def test_acknowledged_cancel_must_end_cancelled_or_completed():
+    h, final = clean_run()
+    final["tasks"]["b"]["state"] = "dead_letter"
+    assert check(h.entries, final)["checks"]["cancel_violations"] == 1
+
+
+def schedule_run(fire_offsets_ms, started_delay_ms=100, faults=()):
+    """A one-second schedule fired at T0+1s .. T0+10s; stopped at wall T0+12.5 s."""
+    h, final = clean_run()
+    h.at(100.0)
+    h.op("put_schedule", tenant="t2", schedule_id="s", every_ms=1000,
+         result={"next_fire_at": ts(1000)})
+    for kind, start_s, end_s in faults:
+        h.at(100.0 + start_s).op(kind, process="nemesis")
+        h.at(100.0 + end_s).op("heal", process="nemesis")
+    h.at(112.5).op("stop_schedule", tenant="t2", schedule_id="s")
+    for i, off in enumerate(fire_offsets_ms):
+        delay = started_delay_ms(off) if callable(started_delay_ms) else started_delay_ms
+        final["tasks"][f"f{i}"] = task(f"f{i}", "completed",
+                                       [attempt(100 + i, off + delay, off + delay + 5, "completed")],
+                                       tenant="t2", schedule_id="s", run_at=ts(off))
+    return h, final
+
+
+def test_every_fire_once_is_valid():
+    h, final = schedule_run([s * 1000 for s in range(1, 11)])
+    report = check(h.entries, final)
+    assert report["valid"], report["violations"]
+
+
+def test_missing_and_duplicate_fires():
+    fires = [s * 1000 for s in range(1, 11) if s != 4] + [7000]
+    h, final = schedule_run(fires)
+    report = check(h.entries, final)
+    assert flagged(report) == {"missed_fires": 1, "duplicate_fires": 1}
+    assert report["violations"]["missed_fires"][0]["fire_ms"] == T0_MS + 4000
+
+
+def test_late_start_counts_only_outside_faults():
+    fires = [s * 1000 for s in range(1, 11)]
+    late = lambda off: 9000 if off == 2000 else 100      # noqa: E731
+    h, final = schedule_run(fires, late)
+    assert check(h.entries, final)["checks"]["missed_fires"] == 1
+    h, final = schedule_run(fires, late, faults=[("partition", 1.5, 2.5)])
+    report = check(h.entries, final)
+    assert report["valid"], report["violations"]
+    assert report["nemesis"] == {"partition": 1}
+
+
+def test_digest_mismatch_at_the_same_seq():
+    h, final = clean_run()
+    final["digests"].append({"node": "n3", "applied_seq": 9, "digest": "z"})
+    report = check(h.entries, final)
+    assert flagged(report) == {"digest_mismatch": 1}
+
+
+def test_unconverged_cluster_is_invalid():
+    h, final = clean_run()
+    final["converged"] = False
+    assert flagged(check(h.entries, final)) == {"unconverged": 1}
+
+
+def test_unavailability_windows():
+    h, final = clean_run()
+    h.at(200.0).op("submit", result={"task_id": "a"}, idempotency_key="k1", tenant="t1")
+    h.at(201.0).op("submit", kind="info", idempotency_key="k8", tenant="t1")
+    h.at(204.0).op("submit", result={"task_id": "a"}, idempotency_key="k1", tenant="t1")
+    report = check(h.entries, final)
+    assert report["valid"]
+    windows = report["unavailability"]["list"]
+    assert any(w["duration_s"] == pytest.approx(4.0, abs=0.05) for w in windows), windows
