@@ -1,11 +1,186 @@
-"""`tsnode` entry point."""
+"""`tsnode --config cluster.toml --id n1`: one node of the cluster (DESIGN.md section 8).
+
+Starts Raft (the Replica), then the HTTP API on the node's address; SIGTERM/SIGINT close
+the app, stop Raft and exit 0.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import signal
 import sys
+import time
+
+import click
+import orjson
+from aiohttp import web
+
+from . import config as config_mod
+from .api_common import Node
+from .app import make_app
+from .clock import Clock
+
+log = logging.getLogger("tsched.node")
+
+ROLE_CHECK_S = 0.5   # how often leadership is looked at for the event log
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="cluster.toml")
+@click.option("--id", "node_id", required=True, help="this node's id in the file")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+def cli(config_path: str, node_id: str, log_format: str) -> None:
+    try:
+        cfg = config_mod.load(config_path)
+        me = cfg.node(node_id)
+        _check_http_exposure(cfg, me)
+        clock = Clock.from_env()
+    except (config_mod.ConfigError, ValueError) as e:
+        click.echo(f"tsnode: {e}", err=True)
+        sys.exit(2)
+    log_context = setup_logging(node_id, log_format)
+    _use_uvloop()
+    sys.exit(asyncio.run(serve(cfg, node_id, clock, log_context)))
+
+
+def _check_http_exposure(cfg, me) -> None:
+    if cfg.auth is None and not config_mod.is_loopback(me.http_host):
+        raise config_mod.ConfigError(
+            f"node {me.id}: refusing to serve HTTP on non-loopback {me.http} without an "
+            "[auth] section (anyone could submit, claim and cancel tasks); configure [auth] "
+            "or bind http to 127.0.0.1")
+
+
+def _use_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def build_replica(cfg, node_id: str):
+    from .failpoints import Failpoints
+    from .raft import RaftOptions, Replica
+    me = cfg.node(node_id)
+    return Replica(self_id=node_id, self_raft=me.raft, peers=cfg.peers_of(node_id),
+                   data_dir=me.data_dir, secret=cfg.secret, limits=_limits(cfg),
+                   options=_options(cfg, RaftOptions()), failpoints=Failpoints.from_env())
+
+
+def _options(cfg, options):
+    """[cluster.timeouts] onto RaftOptions fields of the same meaning."""
+    names = {"raft_min_s": "raft_min_timeout_s", "raft_max_s": "raft_max_timeout_s",
+             "leader_fallback_s": "leader_fallback_timeout_s"}
+    fields = {f.name for f in dataclasses.fields(options)}
+    changes = {names[k]: v for k, v in cfg.timeouts.items()
+               if k in names and names[k] in fields}
+    return dataclasses.replace(options, **changes) if changes else options
+
+
+def _limits(cfg):
+    if not cfg.limits:
+        return None
+    from tsched.statemachine import Limits
+    try:
+        return Limits(**dict(cfg.limits))
+    except TypeError as e:
+        raise config_mod.ConfigError(f"[limits]: {e}") from None
+
+
+async def serve(cfg, node_id: str, clock: Clock, log_context=None) -> int:
+    me = cfg.node(node_id)
+    replica = build_replica(cfg, node_id)
+    if log_context is not None:
+        log_context.term_of = lambda: replica.term
+    replica.start()
+    node = Node(node_id=node_id, config=cfg, replica=replica, clock=clock)
+    if "propose_s" in cfg.timeouts:
+        node.propose_timeout_s = cfg.timeouts["propose_s"]
+    runner = web.AppRunner(make_app(node), access_log=None, handle_signals=False)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await runner.setup()
+        await web.TCPSite(runner, me.http_host, me.http_port, reuse_address=True).start()
+        log.info("event=http_listening addr=%s raft=%s cluster=%s", me.http, me.raft, cfg.name)
+        watcher = loop.create_task(_watch_role(node))
+        await stop.wait()
+        log.info("event=stopping")
+        watcher.cancel()
+    finally:
+        await runner.cleanup()
+        replica.stop()
+    log.info("event=stopped")
+    return 0
+
+
+async def _watch_role(node) -> None:
+    """Log leadership changes as they are seen."""
+    last = None
+    while True:
+        now = (node.replica.leader_id(), node.replica.is_ready_leader())
+        if now != last:
+            log.info("event=leader_changed leader=%s ready_leader=%s", now[0], now[1])
+            last = now
+        await asyncio.sleep(ROLE_CHECK_S)
+
+
+# --- logging: one line per event, key=value text or JSON, with node id and term ---
+
+class _Context(logging.Filter):
+    """Stamps every record with the node id and the current Raft term."""
+
+    def __init__(self, node_id: str) -> None:
+        super().__init__()
+        self.node_id = node_id
+        self.term_of = lambda: None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.node = self.node_id
+        try:
+            record.term = self.term_of()
+        except Exception:
+            record.term = None
+        return True
+
+
+class _Json(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+               + f".{int(record.msecs):03d}Z", "level": record.levelname.lower(),
+               "logger": record.name, "node": record.node, "term": record.term,
+               "msg": record.getMessage()}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(out).decode()
+
+
+_TEXT = "%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s node=%(node)s term=%(term)s %(message)s"
+def setup_logging(node_id: str, fmt: str = "text", level: int = logging.INFO) -> _Context:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_Json())
+    else:
+        f = logging.Formatter(_TEXT, datefmt="%Y-%m-%dT%H:%M:%S")
+        f.converter = time.gmtime
+        handler.setFormatter(f)
+    context = _Context(node_id)
+    handler.addFilter(context)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    return context
 
 
 def main() -> int:
-    print("tsnode: not built yet", file=sys.stderr)
-    return 2
+    cli()  # click exits
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

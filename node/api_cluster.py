@@ -1,0 +1,96 @@
+"""Cluster endpoints: status of every node, leadership transfer, health (DESIGN.md 7, 12)."""
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from . import validate
+from .api_common import FORWARDED_HEADER, json_body, node_of, relay_to_leader, respond
+from .errors import ApiError
+
+routes = web.RouteTableDef()
+
+PEER_STATUS_TIMEOUT_S = 1.0
+
+
+def self_status(node) -> dict:
+    replica, me = node.replica, node.config.node(node.node_id)
+    st = replica.status() or {}
+    leader = replica.leader_id()
+    role = st.get("role") or ("leader" if leader == node.node_id else "follower")
+    with replica.read() as sm:
+        seq, digest = sm.seq, sm.digest()
+    return {"id": node.node_id, "http": me.http, "raft": me.raft, "role": role,
+            "term": replica.term, "leader": leader,
+            "commit_index": st.get("commit_index", st.get("commit_idx")),
+            "applied_seq": seq, "digest": digest, "reachable": True}
+
+
+@routes.get("/v1/cluster/self")
+async def cluster_self(request: web.Request) -> web.Response:
+    node = node_of(request)
+    out = self_status(node)
+    return respond(out, out["applied_seq"])
+
+
+async def _peer_status(node, peer) -> dict:
+    data = await node.forwarder.get_json(peer.url + "/v1/cluster/self", PEER_STATUS_TIMEOUT_S)
+    if not isinstance(data, dict) or data.get("id") != peer.id:
+        return {"id": peer.id, "http": peer.http, "raft": peer.raft, "role": None,
+                "commit_index": None, "applied_seq": None, "digest": None, "reachable": False}
+    return data
+
+
+@routes.get("/v1/cluster")
+async def cluster(request: web.Request) -> web.Response:
+    node = node_of(request)
+    validate.query(request.query, ())
+    mine = self_status(node)
+    peers = [n for n in node.config.nodes if n.id != node.node_id]
+    others = await asyncio.gather(*(_peer_status(node, p) for p in peers))
+    by_id = {n["id"]: n for n in [mine, *others]}
+    nodes = [_public(by_id[n.id]) for n in node.config.nodes]
+    return respond({"leader": mine["leader"], "term": mine["term"], "nodes": nodes},
+                   mine["applied_seq"])
+
+
+def _public(status: dict) -> dict:
+    keys = ("id", "http", "raft", "role", "term", "commit_index", "applied_seq", "digest",
+            "reachable")
+    return {k: status.get(k) for k in keys}
+
+
+@routes.post("/v1/cluster/transfer-leadership")
+async def transfer(request: web.Request) -> web.Response:
+    node = node_of(request)
+    validate.query(request.query, ())
+    to = validate.transfer(await json_body(request))
+    if to is not None:
+        try:
+            node.config.node(to)
+        except ValueError:
+            raise validate.invalid(f"no node {to!r} in this cluster", field="to") from None
+    if node.replica.leader_id() != node.node_id:
+        if request.headers.get(FORWARDED_HEADER):
+            raise ApiError("no_leader", "this node is not the leader")
+        return await relay_to_leader(request, node)
+    node.replica.transfer_leadership(to)
+    return respond({"accepted": True, "from": node.node_id, "to": to},
+                   node.replica.applied_seq, status=202)
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    node = node_of(request)
+    return respond({"status": "ok", "node": node.node_id}, node.replica.applied_seq)
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    node = node_of(request)
+    leader = node.replica.leader_id()
+    if leader is None:
+        raise ApiError("unavailable", "no leader is known", {"node": node.node_id})
+    return respond({"status": "ready", "node": node.node_id, "leader": leader},
+                   node.replica.applied_seq)

@@ -1,0 +1,177 @@
+"""What every handler shares: the node's services, JSON in/out, proposing and consistent reads."""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import orjson
+from aiohttp import web
+
+from . import validate
+from .errors import ApiError, from_result
+
+FORWARDED_HEADER = "X-Tsched-Forwarded"
+MIN_SEQ_WAIT_S = 5.0          # a read waiting for its min_seq gives up after this (504)
+PROPOSE_TIMEOUT_S = 10.0      # a write waiting for its commit gives up after this (504)
+SEQ_MAX = 2**63 - 1
+
+
+@dataclass
+class Node:
+    """The services handlers use; one per app, held under NODE."""
+
+    node_id: str
+    config: Any                 # config.ClusterConfig
+    replica: Any                # raft.Replica
+    clock: Any                  # clock.Clock
+    proposer: Any = None        # proposer.Proposer, made at app startup
+    forwarder: Any = None       # forward.Forwarder
+    claims: Any = None          # claims.ClaimHub
+    timer: Any = None           # timer.LeaderTimer
+    seqs: "SeqWatcher" = field(default_factory=lambda: SeqWatcher())
+    propose_timeout_s: float = PROPOSE_TIMEOUT_S
+
+    def leader_url(self) -> str | None:
+        leader = self.replica.leader_id()
+        if leader is None:
+            return None
+        try:
+            return self.config.node(leader).url
+        except ValueError:
+            return None
+
+
+NODE = web.AppKey("node", Node)
+
+
+def node_of(request: web.Request) -> Node:
+    return request.app[NODE]
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def request_id(request: web.Request, suffix: str = "") -> str:
+    """The client's Idempotency-Key makes a retried request apply once; else a fresh id."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return new_id()
+    validate.text(key, "Idempotency-Key", validate.IDEMPOTENCY_KEY_CHARS_MAX)
+    return f"{request.method} {request.path} {key}{suffix}"
+
+
+# --- JSON in/out ---------------------------------------------------------------------------
+
+async def json_body(request: web.Request) -> Any:
+    """The parsed body, or None when there is none. Size is bounded by client_max_size."""
+    raw = await request.read()
+    if not raw.strip():
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise validate.invalid(f"body is not valid JSON: {e}") from None
+
+
+def respond(body: dict, seq: int, status: int = 200) -> web.Response:
+    body["applied_seq"] = seq
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+def error_response(err: ApiError, seq: int | None) -> web.Response:
+    body = err.body()
+    if seq is not None:
+        body["applied_seq"] = seq
+    return web.Response(body=orjson.dumps(body), status=err.status,
+                        content_type="application/json")
+
+
+# --- writes --------------------------------------------------------------------------------
+
+async def propose(node: Node, cmds: list, render: Callable[[Any, Any], Any]) -> tuple[list, int]:
+    """Commit `cmds`; render each result under the replica lock: (rendered or ApiError, seq)."""
+    from .proposer import ProposalError
+    try:
+        results, seq = await node.proposer.propose(cmds, node.propose_timeout_s)
+    except ProposalError as e:
+        reason = str(getattr(e, "reason", None) or e.args[0] if e.args else e)
+        code = "no_leader" if "no_leader" in reason else "timeout"
+        raise ApiError(code, f"the write was not committed: {reason}",
+                       {"outcome": "unknown" if code == "timeout" else "not_committed"})
+    out = []
+    with node.replica.read():
+        for cmd, res in zip(cmds, results):
+            out.append(render(cmd, res) if res.ok else from_result(res))
+    return out, seq
+
+
+async def propose_one(node: Node, cmd, render: Callable[[Any, Any], Any]) -> tuple[Any, int]:
+    (value,), seq = await propose(node, [cmd], render)
+    if isinstance(value, ApiError):
+        raise value
+    return value, seq
+
+
+# --- reads ---------------------------------------------------------------------------------
+
+async def before_read(request: web.Request, node: Node, extra: tuple[str, ...] = ()
+                      ) -> web.Response | None:
+    """Apply `min_seq` and `consistency`; a response when the read was sent to the leader."""
+    q = request.query
+    validate.query(q, ("min_seq", "consistency") + extra)
+    mode = validate.consistency(q)
+    min_seq = validate.query_int(q, "min_seq", 0, SEQ_MAX, 0)
+    if mode == "linearizable":
+        if not node.replica.is_ready_leader():
+            return await relay_to_leader(request, node)
+        from tsched.statemachine import commands as c
+        _, seq = await propose_one(
+            node, c.Barrier(request_id=new_id(), now_ms=node.clock.now_ms()), lambda c_, r: None)
+        min_seq = max(min_seq, seq)
+    if min_seq:
+        await node.seqs.wait(min_seq, node.replica, MIN_SEQ_WAIT_S)
+    return None
+
+
+async def relay_to_leader(request: web.Request, node: Node) -> web.Response:
+    if request.headers.get(FORWARDED_HEADER):
+        raise ApiError("no_leader", "this node is no longer the leader", {"node": node.node_id})
+    url = node.leader_url()
+    if url is None or node.replica.leader_id() == node.node_id:
+        raise ApiError("no_leader", "no leader is known at the moment")
+    body = await request.read()
+    status, data = await node.forwarder.send(url, request.method, request.path_qs,
+                                             body or None, timeout_s=MIN_SEQ_WAIT_S + 5)
+    return web.Response(body=data, status=status, content_type="application/json")
+
+
+class SeqWatcher:
+    """Futures resolved when the local replica has applied a given sequence number."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, asyncio.Future]] = []
+        self._ids = itertools.count()
+
+    def on_applied(self, seq: int) -> None:
+        while self._heap and self._heap[0][0] <= seq:
+            _, _, fut = heapq.heappop(self._heap)
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait(self, seq: int, replica, timeout_s: float) -> None:
+        if replica.applied_seq >= seq:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._heap, (seq, next(self._ids), fut))
+        if replica.applied_seq >= seq:      # applied between the check and the push
+            return
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            raise ApiError("timeout", f"this node has not applied seq {seq} yet",
+                           {"min_seq": seq, "applied_seq": replica.applied_seq}) from None

@@ -1,0 +1,105 @@
+"""Task endpoints: submit, read, list, cancel, replay, discard (DESIGN.md section 7)."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from tsched.statemachine import commands as c
+
+from . import present, validate
+from .api_common import (before_read, json_body, new_id, node_of, propose, propose_one,
+                         request_id, respond)
+from .errors import ApiError
+
+routes = web.RouteTableDef()
+
+
+def tenant_scope(request: web.Request) -> str | None:
+    """The tenant a scoped API token is limited to (None: any). Set by the auth layer."""
+    return request.get("tenant_scope")
+
+
+def _check_tenant(request: web.Request, tenant: str) -> None:
+    scope = tenant_scope(request)
+    if scope is not None and tenant != scope:
+        raise ApiError("forbidden", f"this token may only act for tenant {scope!r}")
+
+
+def _render_submit(cmd, res) -> dict:
+    return present.task(res.value["task"], duplicate=bool(res.value.get("duplicate")))
+
+
+@routes.post("/v1/tasks")
+async def submit(request: web.Request) -> web.Response:
+    node = node_of(request)
+    validate.query(request.query, ())
+    body = await json_body(request)
+    items = validate.submit_batch(body)
+    now = node.clock.now_ms()
+    if items is None:
+        cmd = validate.submit(body, now_ms=now, request_id=request_id(request), task_id=new_id())
+        _check_tenant(request, cmd.tenant)
+        task, seq = await propose_one(node, cmd, _render_submit)
+        return respond(task, seq, status=201)
+    cmds = [validate.submit(item, now_ms=now, request_id=request_id(request, f"#{i}"),
+                            task_id=new_id(), where=f"tasks[{i}]")
+            for i, item in enumerate(items)]
+    for cmd in cmds:
+        _check_tenant(request, cmd.tenant)
+    answers, seq = await propose(node, cmds, _render_submit)
+    return respond({"tasks": [a.body() if isinstance(a, ApiError) else a for a in answers]},
+                   seq, status=201)
+
+
+@routes.get("/v1/tasks/{task_id}")
+async def get_task(request: web.Request) -> web.Response:
+    node = node_of(request)
+    tid = validate.task_id(request.match_info["task_id"])
+    relayed = await before_read(request, node)
+    if relayed is not None:
+        return relayed
+    with node.replica.read() as sm:
+        t = sm.get_task(tid, tenant=tenant_scope(request))
+        if t is None:
+            raise ApiError("not_found", f"no task {tid}", {"task_id": tid})
+        out, seq = present.task(t), sm.seq
+    return respond(out, seq)
+
+
+@routes.get("/v1/tasks")
+async def list_tasks(request: web.Request) -> web.Response:
+    node = node_of(request)
+    extra = ("state", "tenant", "task_type", "schedule_id", "limit", "cursor")
+    relayed = await before_read(request, node, extra)
+    if relayed is not None:
+        return relayed
+    filters = validate.task_filters(request.query)
+    scope = tenant_scope(request)
+    if scope is not None:
+        if filters["tenant"] not in (None, scope):
+            raise ApiError("forbidden", f"this token may only read tenant {scope!r}")
+        filters["tenant"] = scope
+    with node.replica.read() as sm:
+        try:
+            tasks, cursor = sm.list_tasks(**filters)
+        except ValueError as e:  # a cursor that is not one of ours
+            raise validate.invalid(f"bad cursor: {e}", field="cursor") from None
+        out, seq = [present.task(t) for t in tasks], sm.seq
+    return respond({"tasks": out, "next_cursor": cursor}, seq)
+
+
+def _action(command_type):
+    async def handler(request: web.Request) -> web.Response:
+        node = node_of(request)
+        validate.query(request.query, ())
+        tid = validate.task_id(request.match_info["task_id"])
+        validate.empty(await json_body(request))
+        cmd = command_type(request_id=request_id(request), now_ms=node.clock.now_ms(),
+                           task_id=tid, tenant=tenant_scope(request))
+        task, seq = await propose_one(node, cmd, lambda _c, r: present.task(r.value["task"]))
+        return respond(task, seq)
+    return handler
+
+
+routes.post("/v1/tasks/{task_id}/cancel")(_action(c.Cancel))
+routes.post("/v1/tasks/{task_id}/replay")(_action(c.Replay))
+routes.post("/v1/tasks/{task_id}/discard")(_action(c.Discard))

@@ -1,0 +1,104 @@
+"""Worker endpoints: long-poll claims, heartbeats, completions (DESIGN.md section 7)."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from tsched.statemachine import commands as c
+
+from . import claims, present, validate
+from .api_common import json_body, node_of, propose, propose_one, request_id, respond
+from .api_tasks import tenant_scope
+from .errors import ApiError
+
+routes = web.RouteTableDef()
+
+
+@routes.post("/v1/claims")
+async def claim(request: web.Request) -> web.Response:
+    node = node_of(request)
+    validate.query(request.query, ())
+    raw = await request.read()
+    body = await json_body(request)
+    params = validate.claim(body)
+    tasks, seq = await claims.claim(node, request, params, tenant_scope(request), raw)
+    return respond({"tasks": tasks}, seq)
+
+
+def _heartbeat_cmd(request, item: dict, rid: str) -> c.Heartbeat:
+    return c.Heartbeat(request_id=rid, now_ms=node_of(request).clock.now_ms(),
+                       task_id=item["task_id"], fencing_token=item["fencing_token"],
+                       lease_ms=item["lease_ms"], tenant=tenant_scope(request))
+
+
+def _completion_cmd(request, item: dict, rid: str):
+    now, scope = node_of(request).clock.now_ms(), tenant_scope(request)
+    if item["failing"]:
+        return c.Fail(request_id=rid, now_ms=now, task_id=item["task_id"],
+                      fencing_token=item["fencing_token"], error=item["error"],
+                      retryable=item["retryable"], tenant=scope)
+    return c.Complete(request_id=rid, now_ms=now, task_id=item["task_id"],
+                      fencing_token=item["fencing_token"], result_json=item["result_json"],
+                      tenant=scope)
+
+
+def _render_heartbeat(cmd, res) -> dict:
+    return {"task_id": cmd.task_id, **present.result_value(cmd, res)}
+
+
+def _render_task(cmd, res) -> dict:
+    return present.task(res.value["task"])
+
+
+@routes.post("/v1/tasks/{task_id}/heartbeat")
+async def heartbeat(request: web.Request) -> web.Response:
+    node = node_of(request)
+    validate.query(request.query, ())
+    item = validate.heartbeat(await json_body(request) or {})
+    item["task_id"] = validate.task_id(request.match_info["task_id"])
+    out, seq = await propose_one(node, _heartbeat_cmd(request, item, request_id(request)),
+                                 _render_heartbeat)
+    return respond(out, seq)
+
+
+def _single_completion(failing: bool):
+    async def handler(request: web.Request) -> web.Response:
+        node = node_of(request)
+        validate.query(request.query, ())
+        item = validate.completion(await json_body(request) or {}, failing=failing)
+        item["task_id"] = validate.task_id(request.match_info["task_id"])
+        cmd = _completion_cmd(request, item, request_id(request))
+        task, seq = await propose_one(node, cmd, _render_task)
+        return respond(task, seq)
+    return handler
+
+
+routes.post("/v1/tasks/{task_id}/complete")(_single_completion(False))
+routes.post("/v1/tasks/{task_id}/fail")(_single_completion(True))
+
+
+@routes.post("/v1/completions")
+async def completions(request: web.Request) -> web.Response:
+    node = node_of(request)
+    validate.query(request.query, ())
+    items = validate.batch(await json_body(request), "completions")
+    cmds = [_completion_cmd(request, validate.completion(it, f"completions[{i}]"),
+                            request_id(request, f"#{i}"))
+            for i, it in enumerate(items)]
+    answers, seq = await propose(node, cmds, _render_task)
+    return respond({"results": [_item(a) for a in answers]}, seq)
+
+
+@routes.post("/v1/heartbeats")
+async def heartbeats(request: web.Request) -> web.Response:
+    node = node_of(request)
+    validate.query(request.query, ())
+    items = validate.batch(await json_body(request), "heartbeats")
+    cmds = [_heartbeat_cmd(request, validate.heartbeat(it, f"heartbeats[{i}]"),
+                           request_id(request, f"#{i}"))
+            for i, it in enumerate(items)]
+    answers, seq = await propose(node, cmds, _render_heartbeat)
+    return respond({"results": [_item(a) for a in answers]}, seq)
+
+
+def _item(answer) -> dict:
+    return answer.body() if isinstance(answer, ApiError) else answer

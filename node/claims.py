@@ -1,0 +1,279 @@
+"""Long-poll claims (DESIGN.md section 4).
+
+At the leader, `ClaimHub` keeps the waiting claims. Its dispatcher wakes when an applied
+batch may have made work claimable (or the timer says a task fell due), asks
+`sm.has_claimable` for each idle waiter, and proposes one `Claim` per ready waiter in one
+batch; the state machine picks the tasks at apply time, so two waiters never share a task.
+A waiter whose HTTP connection is gone when its claim commits gets its tasks released.
+Elsewhere, `claim()` forwards the request to the leader and follows leader changes.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import orjson
+
+from tsched.statemachine import commands as c
+
+from . import present
+from .errors import ApiError
+
+log = logging.getLogger("tsched.node.claims")
+
+WAITERS_MAX = 10_000
+LEADER_WAIT_S = 0.1        # pause before asking again who leads, while there is no leader
+FORWARD_MARGIN_S = 5.0     # a forwarded wait's HTTP timeout beyond its wait_s
+
+# Commands whose application can make a task claimable (a new or returned task, a freed
+# tenant slot, time passing). A batch of only Claims/Heartbeats/Barriers cannot.
+_ENABLING = (c.SubmitTask, c.Fail, c.Release, c.Replay, c.Complete, c.Cancel, c.Tick, c.Fire,
+             c.SetTenant)
+
+
+def enables_claims(cmds) -> bool:
+    return any(isinstance(cmd, _ENABLING) for cmd in cmds)
+
+
+class NotLeader(Exception):
+    """This node stopped leading while a claim waited here."""
+
+
+@dataclass(eq=False)
+class Waiter:
+    params: dict            # validate.claim() output
+    tenant: str | None
+    is_gone: Callable[[], bool]
+    future: asyncio.Future
+    busy: bool = False      # a Claim for it is being committed
+    expired: bool = False   # its wait ended while busy: answer whatever the Claim brings
+    id: int = 0
+
+
+@dataclass
+class _Stats:
+    proposed: int = 0
+    released: int = 0
+
+
+class ClaimHub:
+    def __init__(self, node) -> None:
+        self.node = node
+        self._waiters: dict[int, Waiter] = {}
+        self._ids = itertools.count(1)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.stats = _Stats()
+
+    # -- lifecycle --
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="claim-dispatcher")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self.abandon()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def abandon(self) -> None:
+        """Leadership is gone: let every waiter go elsewhere."""
+        for w in list(self._waiters.values()):
+            if not w.future.done():
+                w.future.set_exception(NotLeader())
+        self._waiters.clear()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def due_groups(self) -> list[tuple[tuple[str, ...], str | None, int]]:
+        """(task_types, tenant, prefetch_ms) of the idle waiters, for the timer."""
+        groups = {(w.params["task_types"], w.tenant, w.params["prefetch_ms"])
+                  for w in self._waiters.values() if not w.busy}
+        return sorted(groups, key=lambda g: (g[0], g[1] or "", g[2]))
+
+    # -- a waiting request --
+    async def wait(self, params: dict, tenant: str | None, is_gone: Callable[[], bool]
+                   ) -> tuple[list[dict], int | None]:
+        if len(self._waiters) >= WAITERS_MAX:
+            raise ApiError("unavailable", f"too many waiting claims (limit {WAITERS_MAX})",
+                           {"limit": WAITERS_MAX})
+        loop = asyncio.get_running_loop()
+        w = Waiter(params, tenant, is_gone, loop.create_future(), id=next(self._ids))
+        self._waiters[w.id] = w
+        self.wake()
+        if self.node.timer is not None:  # its task types may fall due later: re-arm
+            self.node.timer.state_changed()
+        try:
+            return await asyncio.wait_for(asyncio.shield(w.future), params["wait_s"])
+        except asyncio.TimeoutError:
+            if w.busy:  # its Claim is committing: the answer follows shortly
+                w.expired = True
+                return await w.future
+            return [], None
+        finally:
+            if not w.busy:
+                self._waiters.pop(w.id, None)
+
+    # -- the dispatcher --
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._dispatch()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("event=claim_dispatch_failed")
+
+    def _ready(self) -> list[Waiter]:
+        now = self.node.clock.now_ms()
+        idle = [w for w in self._waiters.values() if not w.busy and not w.future.done()]
+        if not idle:
+            return []
+        with self.node.replica.read() as sm:
+            return [w for w in idle
+                    if sm.has_claimable(w.params["task_types"], w.tenant,
+                                        w.params["prefetch_ms"], now)]
+
+    async def _dispatch(self) -> None:
+        if not self._waiters:
+            return
+        if not self.node.replica.is_ready_leader():
+            if self.node.replica.leader_id() != self.node.node_id:
+                self.abandon()
+            return
+        ready = self._ready()
+        if not ready:
+            return
+        now = self.node.clock.now_ms()
+        cmds = [c.Claim(request_id=_new_id(), now_ms=now, worker_id=w.params["worker_id"],
+                        task_types=w.params["task_types"], max_tasks=w.params["max_tasks"],
+                        lease_ms=w.params["lease_ms"], prefetch_ms=w.params["prefetch_ms"],
+                        tenant=w.tenant) for w in ready]
+        for w in ready:
+            w.busy = True
+        self.stats.proposed += len(cmds)
+        asyncio.get_running_loop().create_task(self._commit(ready, cmds))
+
+    async def _commit(self, ready: list[Waiter], cmds: list) -> None:
+        from .api_common import propose
+        try:
+            answers, seq = await propose(self.node, cmds, _render_claim)
+        except ApiError as e:
+            answers, seq = [e] * len(cmds), None
+        releases = []
+        for w, answer in zip(ready, answers):
+            w.busy = False
+            got = answer if isinstance(answer, list) else []
+            if got and (w.future.done() or w.is_gone()):
+                releases += [(t["task_id"], t["fencing_token"]) for t in got]
+                self._waiters.pop(w.id, None)
+            elif got or (w.expired and not w.future.done()):
+                w.future.set_result((got, seq))
+                self._waiters.pop(w.id, None)
+        if releases:
+            await release(self.node, releases)
+        # Claims may have left work behind (max_tasks reached, other waiters).
+        self.wake()
+
+
+def _render_claim(cmd, result) -> list[dict]:
+    return [present.task(t) for t in result.value["tasks"]]
+
+
+def _new_id() -> str:
+    from .api_common import new_id
+    return new_id()
+
+
+async def release(node, tasks: list[tuple[str, int]]) -> None:
+    """Give claimed tasks back because nobody will receive them."""
+    from .api_common import propose
+    now = node.clock.now_ms()
+    cmds = [c.Release(request_id=_new_id(), now_ms=now, task_id=tid, fencing_token=tok)
+            for tid, tok in tasks]
+    try:
+        await propose(node, cmds, lambda cmd, res: None)
+        log.info("event=claims_released node=%s count=%d", node.node_id, len(cmds))
+    except ApiError as e:
+        # Not fatal: the leases expire and the tasks are dispatched again.
+        log.warning("event=release_failed node=%s code=%s", node.node_id, e.code)
+    if node.claims is not None:
+        node.claims.stats.released += len(cmds)
+
+
+# --- the request, on any node -------------------------------------------------------------
+
+async def claim(node, request, params: dict, tenant: str | None, body: bytes
+                ) -> tuple[list[dict], int]:
+    """Claim at the leader, wherever that is, within params['wait_s']."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + params["wait_s"]
+    forwarded = bool(request.headers.get("X-Tsched-Forwarded"))
+    is_gone = lambda: request.transport is None or request.transport.is_closing()  # noqa: E731
+    leader_seen = False
+    while True:
+        remaining = max(0.0, deadline - loop.time())
+        replica = node.replica
+        leader = replica.leader_id()
+        if leader == node.node_id and replica.is_ready_leader():
+            leader_seen = True
+            try:
+                tasks, seq = await node.claims.wait(dict(params, wait_s=remaining), tenant,
+                                                    is_gone)
+                return tasks, seq if seq is not None else replica.applied_seq
+            except NotLeader:
+                if forwarded:
+                    raise ApiError("no_leader", "this node stopped leading") from None
+        elif forwarded and leader != node.node_id:
+            # The sender thinks this node leads; it does not: let the sender look again.
+            raise ApiError("no_leader", "this node is not the leader",
+                           {"leader": leader})
+        elif leader is not None and leader != node.node_id:
+            leader_seen = True
+            answer = await _forward(node, leader, params, remaining, body, request)
+            if answer is not None:
+                return answer
+        if loop.time() >= deadline:
+            if leader_seen:
+                return [], replica.applied_seq
+            raise ApiError("no_leader", "no leader was reachable during the wait")
+        await asyncio.sleep(min(LEADER_WAIT_S, max(0.0, deadline - loop.time())))
+
+
+async def _forward(node, leader: str, params: dict, remaining: float, body: bytes, request):
+    """The leader's answer as (tasks, seq); None if the leader could not serve it."""
+    payload = orjson.loads(body) if body else {}
+    payload["wait_s"] = round(remaining, 3)
+    try:
+        status, raw = await node.forwarder.send(
+            node.config.node(leader).url, "POST", "/v1/claims", orjson.dumps(payload),
+            timeout_s=remaining + FORWARD_MARGIN_S,
+            headers=_auth_headers(request))
+    except ApiError:
+        return None
+    data = orjson.loads(raw) if raw else {}
+    if status == 200:
+        tasks = data.get("tasks", [])
+        if tasks and (request.transport is None or request.transport.is_closing()):
+            await release(node, [(t["task_id"], t["fencing_token"]) for t in tasks])
+            return [], node.replica.applied_seq
+        return tasks, max(int(data.get("applied_seq") or 0), node.replica.applied_seq)
+    err = data.get("error") or {}
+    if status == 503:
+        return None
+    raise ApiError(err.get("code", "unavailable"), err.get("message", "the leader refused"),
+                   err.get("details") or {})
+
+
+def _auth_headers(request) -> dict[str, str]:
+    auth = request.headers.get("Authorization")
+    return {"Authorization": auth} if auth else {}

@@ -1,0 +1,129 @@
+"""The leader's timer (DESIGN.md section 4).
+
+From the replicated state the leader knows the next instant that matters: a lease expiry,
+timeout, backoff end or eviction (`next_timer_ms`), a schedule fire (`next_fire_ms`), and the
+earliest due task some waiting claim could take (`next_due_ms`). It sleeps exactly until the
+earliest of them, re-computing after every applied batch (which may change them), then
+proposes `Tick` / `Fire` commands or wakes the claim dispatcher. No polling interval.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+
+from tsched.statemachine import commands as c
+
+from .errors import ApiError
+
+log = logging.getLogger("tsched.node.timer")
+
+FOLLOWER_RECHECK_S = 0.25   # while not the ready leader: how often to look again
+FIRES_PER_ROUND_MAX = 100
+
+
+class LeaderTimer:
+    def __init__(self, node) -> None:
+        self.node = node
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        # Instants already acted on: a due instant that stays due after acting on it (a
+        # tenant at its cap, a tick that changed nothing) must not spin the loop.
+        self._done_tick_ms: int | None = None
+        self._done_fire_ms: int | None = None
+        self._done_due_ms: int | None = None
+        self.ticks = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="leader-timer")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def state_changed(self) -> None:
+        """Called after every applied batch and when waiters change."""
+        self._changed.set()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                delay_s = await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("event=timer_round_failed node=%s", self.node.node_id)
+                delay_s = FOLLOWER_RECHECK_S
+            try:
+                await asyncio.wait_for(self._changed.wait(), delay_s)
+            except asyncio.TimeoutError:
+                pass
+            self._changed.clear()
+
+    def _instants(self) -> tuple[int | None, int | None, int | None]:
+        hub = self.node.claims
+        groups = hub.due_groups() if hub is not None else []
+        with self.node.replica.read() as sm:
+            tick_ms = sm.next_timer_ms()
+            fire_ms = sm.next_fire_ms()
+            dues = []
+            for types, tenant, prefetch_ms in groups:
+                due = sm.next_due_ms(types, tenant)
+                if due is not None:
+                    dues.append(due - prefetch_ms)
+        return tick_ms, fire_ms, min(dues) if dues else None
+
+    async def _round(self) -> float | None:
+        """Act on what is due; the seconds until the next instant (None: none known)."""
+        if not self.node.replica.is_ready_leader():
+            self._done_tick_ms = self._done_fire_ms = self._done_due_ms = None
+            return FOLLOWER_RECHECK_S
+        now = self.node.clock.now_ms()
+        tick_ms, fire_ms, due_ms = self._instants()
+        if due_ms is not None and due_ms <= now and due_ms != self._done_due_ms:
+            self._done_due_ms = due_ms
+            self.node.claims.wake()
+        if tick_ms is not None and tick_ms <= now and tick_ms != self._done_tick_ms:
+            self._done_tick_ms = tick_ms
+            if await self._propose([c.Tick(request_id=_new_id(), now_ms=now)]):
+                self.ticks += 1
+            else:
+                self._done_tick_ms = None
+        if fire_ms is not None and fire_ms <= now and fire_ms != self._done_fire_ms:
+            self._done_fire_ms = fire_ms
+            if not await self._fire(now):
+                self._done_fire_ms = None
+        future = [t for t in (tick_ms, fire_ms, due_ms) if t is not None and t > now]
+        if not future:
+            return None
+        return (min(future) - now) / 1000
+
+    async def _fire(self, now: int) -> bool:
+        firing = _firing_module()
+        if firing is None:
+            return True
+        with self.node.replica.read() as sm:
+            cmds = list(firing.due_fire_commands(sm, now))[:FIRES_PER_ROUND_MAX]
+        return await self._propose(cmds) if cmds else True
+
+    async def _propose(self, cmds: list) -> bool:
+        from .api_common import propose
+        try:
+            await propose(self.node, cmds, lambda cmd, res: None)
+            return True
+        except ApiError as e:
+            log.warning("event=timer_propose_failed node=%s code=%s", self.node.node_id, e.code)
+            return False
+
+
+def _firing_module():
+    try:
+        return importlib.import_module("tsched.node.firing")
+    except ModuleNotFoundError:
+        return None
+
+
+def _new_id() -> str:
+    from .api_common import new_id
+    return new_id()
