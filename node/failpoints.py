@@ -1,0 +1,59 @@
+"""Named fault hooks for tests: off unless a test (or TSCHED_FAILPOINTS) turns them on.
+
+Names:
+- `skip_sync_before_send`: Raft messages leave without the group commit that must precede
+  them. Exists so that a test can prove it detects the loss this causes.
+- `crash_after_ack`: a follower exits right after it acknowledges (`next_node_idx`,
+  success) an index beyond what its log held at start-up, first recording the acked index
+  in `record_path` (fsynced) so that a test can compare it with the log after a restart.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_NAMES = "TSCHED_FAILPOINTS"
+ENV_RECORD = "TSCHED_FAILPOINTS_RECORD"
+KNOWN = frozenset({"skip_sync_before_send", "crash_after_ack"})
+CRASH_EXIT_CODE = 75
+
+
+@dataclass(frozen=True)
+class Failpoints:
+    names: frozenset[str] = frozenset()
+    record_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.names) - KNOWN)
+        if unknown:
+            raise ValueError(f"unknown failpoints {unknown}; known: {sorted(KNOWN)}")
+
+    @classmethod
+    def of(cls, *names: str, record_path: Path | None = None) -> "Failpoints":
+        return cls(frozenset(names), record_path)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Failpoints":
+        raw = environ.get(ENV_NAMES, "")
+        names = frozenset(n.strip() for n in raw.split(",") if n.strip())
+        record = environ.get(ENV_RECORD) or None
+        return cls(names, Path(record) if record else None)
+
+    def on(self, name: str) -> bool:
+        return name in self.names
+
+    def crash(self, record: str) -> None:
+        """Record why, durably, and exit at once (no cleanup: this simulates a crash)."""
+        if self.record_path is not None:
+            fd = os.open(self.record_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, record.encode() + b"\n")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os._exit(CRASH_EXIT_CODE)
+
+
+NONE = Failpoints()

@@ -1,0 +1,251 @@
+"""The Raft log in LMDB, with group commit (DESIGN.md section 6).
+
+pysyncobj's own FileJournal never fsyncs and caps the file at 4 GiB. `LmdbJournal` keeps an
+in-memory mirror of the log (pysyncobj indexes and slices it on every tick, and compaction
+keeps it short), buffers every change since the last sync, and makes all of them durable in
+one LMDB write transaction when `sync()` is called: the transport calls it before any vote or
+replication message leaves the node, so one fsync covers every entry appended meanwhile.
+Term and vote are made durable at once, because a vote must never be forgotten.
+
+Layout: database `log` maps an 8-byte big-endian index to an 8-byte term plus the entry's
+bytes; database `meta` holds `term`, `vote` and `commit`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from pathlib import Path
+
+import lmdb
+import msgpack
+from pysyncobj import journal as _pysyncobj_journal
+from pysyncobj import syncobj as _pysyncobj_syncobj
+
+log = logging.getLogger(__name__)
+
+MAP_SIZE_BYTES = 64 << 30        # sparse: LMDB only reserves address space
+_KEY = struct.Struct(">Q")
+_TERM = struct.Struct(">Q")
+STORAGE_ERROR_EXIT_CODE = 74
+
+
+def fatal_storage_error(what: str, exc: BaseException) -> None:
+    """A node that cannot write its log must not keep voting or acking: stop loudly."""
+    log.critical("storage error while %s: %r; stopping the node", what, exc)
+    logging.shutdown()
+    os._exit(STORAGE_ERROR_EXIT_CODE)
+
+
+class LmdbJournal(_pysyncobj_journal.Journal):
+    """pysyncobj's Journal interface over LMDB. Entries are (command, idx, term) tuples."""
+
+    def __init__(self, path: str | os.PathLike, *, map_size_bytes: int = MAP_SIZE_BYTES,
+                 fsync: bool = True, trim_before_idx: int | None = None) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._env = lmdb.open(str(self.path), map_size=map_size_bytes, max_dbs=2,
+                              sync=fsync, metasync=fsync, subdir=True, lock=True)
+        self._log_db = self._env.open_db(b"log")
+        self._meta_db = self._env.open_db(b"meta")
+        self._entries: list[tuple[bytes, int, int]] = []
+        self._term = 0
+        self._vote: str | None = None
+        self._commit = 1
+        self._load()
+        self.startup_last_idx = self._entries[-1][1] if self._entries else 0
+        # Buffered changes since the last sync: entries at idx >= _dirty_from_idx are to be
+        # rewritten; keys below the first entry are to be deleted (front trimmed).
+        self._dirty_from_idx: int | None = None
+        self._front_trimmed = False
+        self._meta_dirty = False
+        self.syncs = 0                   # group commits so far (tests, metrics)
+        if trim_before_idx is not None:
+            self.trim_front_to(trim_before_idx)
+            self.sync()
+
+    # --- loading ---------------------------------------------------------------------
+
+    def _load(self) -> None:
+        with self._env.begin() as txn:
+            for key, value in txn.cursor(db=self._log_db):
+                idx = _KEY.unpack(key)[0]
+                term = _TERM.unpack_from(value)[0]
+                self._entries.append((bytes(value[_TERM.size:]), idx, term))
+            meta = {bytes(k): bytes(v) for k, v in txn.cursor(db=self._meta_db)}
+        if b"term" in meta:
+            self._term = msgpack.unpackb(meta[b"term"])
+            self._vote = msgpack.unpackb(meta[b"vote"])
+        if b"commit" in meta:
+            self._commit = msgpack.unpackb(meta[b"commit"])
+        for prev, cur in zip(self._entries, self._entries[1:]):
+            if cur[1] != prev[1] + 1:
+                raise RuntimeError(f"journal {self.path} has a gap between {prev[1]} and {cur[1]}")
+
+    def trim_front_to(self, idx: int) -> None:
+        """Drop entries before `idx` when `idx` is in the log (a snapshot covers them).
+
+        A crash between writing a snapshot and syncing the trimmed front leaves extra old
+        entries; pysyncobj would then discard the whole journal on load, so trim first."""
+        first = self._entries[0][1] if self._entries else None
+        if first is not None and first < idx <= self._entries[-1][1]:
+            self.deleteEntriesTo(idx - first)
+
+    # --- pysyncobj's Journal interface (called on the Raft thread) --------------------
+
+    def add(self, command, idx, term):
+        self._entries.append((bytes(command), idx, term))
+        self._mark_from(idx)
+
+    def clear(self):
+        if self._entries:
+            self._mark_from(self._entries[0][1])
+        self._dirty_from_idx = 0
+        self._entries = []
+
+    def deleteEntriesFrom(self, entryFrom):
+        if entryFrom < len(self._entries):
+            self._mark_from(self._entries[entryFrom][1])
+            del self._entries[entryFrom:]
+
+    def deleteEntriesTo(self, entryTo):
+        if entryTo > 0:
+            self._entries = self._entries[entryTo:]
+            self._front_trimmed = True
+
+    def __getitem__(self, item):
+        return self._entries[item]
+
+    def __len__(self):
+        return len(self._entries)
+
+    def _destroy(self):
+        self.close()
+
+    def setRaftCommitIndex(self, raftCommitIndex):
+        # Persisted with the next group commit: a stale commit index is only a hint.
+        if raftCommitIndex != self._commit:
+            self._commit = raftCommitIndex
+            self._meta_dirty = True
+
+    def getRaftCommitIndex(self):
+        return self._commit
+
+    def setCurrentTerm(self, term, votedForNodeId):
+        self._term, self._vote = term, votedForNodeId
+        self._meta_dirty = True
+        self.sync()
+
+    def getCurrentTerm(self):
+        return self._term
+
+    def getVotedForNodeId(self):
+        return self._vote
+
+    def onOneSecondTimer(self):
+        pass
+
+    # --- group commit ----------------------------------------------------------------
+
+    def _mark_from(self, idx: int) -> None:
+        if self._dirty_from_idx is None or idx < self._dirty_from_idx:
+            self._dirty_from_idx = idx
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty_from_idx is not None or self._front_trimmed or self._meta_dirty
+
+    def sync(self) -> None:
+        """Make every buffered change durable in one write transaction (fsync on commit)."""
+        if not self.dirty:
+            return
+        while True:
+            try:
+                with self._env.begin(write=True) as txn:
+                    self._write(txn)
+                break
+            except lmdb.MapFullError:
+                self._grow()
+            except lmdb.Error as exc:
+                fatal_storage_error(f"syncing the Raft log in {self.path}", exc)
+        self._dirty_from_idx = None
+        self._front_trimmed = False
+        self._meta_dirty = False
+        self.syncs += 1
+
+    def _write(self, txn) -> None:
+        if self._dirty_from_idx is not None:
+            self._delete_from(txn, self._dirty_from_idx)
+            start = self._position_of(self._dirty_from_idx)
+            for command, idx, term in self._entries[start:]:
+                txn.put(_KEY.pack(idx), _TERM.pack(term) + command, db=self._log_db)
+        if self._front_trimmed and self._entries:
+            self._delete_before(txn, self._entries[0][1])
+        txn.put(b"term", msgpack.packb(self._term), db=self._meta_db)
+        txn.put(b"vote", msgpack.packb(self._vote), db=self._meta_db)
+        txn.put(b"commit", msgpack.packb(self._commit), db=self._meta_db)
+
+    def _position_of(self, idx: int) -> int:
+        if not self._entries:
+            return 0
+        return max(0, idx - self._entries[0][1])
+
+    def _delete_from(self, txn, idx: int) -> None:
+        cursor = txn.cursor(db=self._log_db)
+        if cursor.set_range(_KEY.pack(idx)):
+            while cursor.delete():
+                pass
+
+    def _delete_before(self, txn, idx: int) -> None:
+        cursor = txn.cursor(db=self._log_db)
+        if not cursor.first():
+            return
+        while cursor.key() and _KEY.unpack(cursor.key())[0] < idx:
+            if not cursor.delete():
+                break
+
+    def _grow(self) -> None:
+        size = self._env.info()["map_size"] * 2
+        log.warning("Raft log map full; growing LMDB map to %d bytes", size)
+        self._env.set_mapsize(size)
+
+    def close(self) -> None:
+        if self._env is not None:
+            try:
+                self.sync()
+            finally:
+                self._env.close()
+                self._env = None
+
+
+def read_entries(path: str | os.PathLike) -> list[tuple[bytes, int, int]]:
+    """The durable log of a closed journal (tests, tools): what a restart would see."""
+    journal = LmdbJournal(path)
+    try:
+        return list(journal._entries)
+    finally:
+        journal._env.close()
+        journal._env = None
+
+
+# --- installation ------------------------------------------------------------------------
+
+_prepared: dict[str, LmdbJournal] = {}
+
+
+def prepare(path: str, journal: LmdbJournal) -> None:
+    """Hand `journal` to the next SyncObj constructed with journalFile=`path`."""
+    _prepared[path] = journal
+
+
+def _create_journal(journalFile=None):
+    if journalFile is None:
+        return _pysyncobj_journal.MemoryJournal()
+    journal = _prepared.pop(journalFile, None)
+    return journal if journal is not None else LmdbJournal(journalFile)
+
+
+# Why a module-level replacement: SyncObj.__init__ calls `createJournal(conf.journalFile)`
+# by its module-global name and offers no hook for a custom journal class. This is the one
+# place that swaps it; every SyncObj in this process then logs to LMDB.
+_pysyncobj_syncobj.createJournal = _create_journal

@@ -1,0 +1,145 @@
+"""The LMDB Raft journal: pysyncobj's Journal contract, durability and group commit."""
+from __future__ import annotations
+
+import pytest
+
+from tsched.node.journal import LmdbJournal, read_entries
+
+
+def entries(n, start=1, term=1):
+    return [(b"cmd-%d" % i, i, term) for i in range(start, start + n)]
+
+
+@pytest.fixture
+def path(tmp_path):
+    return tmp_path / "log"
+
+
+def test_append_read_and_reopen(path):
+    j = LmdbJournal(path)
+    for e in entries(5):
+        j.add(*e)
+    assert len(j) == 5 and j[0] == (b"cmd-1", 1, 1) and j[-1][1] == 5
+    assert j[1:3] == entries(2, start=2)
+    j.sync()
+    j.close()
+    assert read_entries(path) == entries(5)
+
+
+def test_entries_are_buffered_until_sync_then_written_in_one_transaction(path):
+    j = LmdbJournal(path)
+    for e in entries(3):
+        j.add(*e)
+    # A read transaction sees only committed data: nothing before the group commit.
+    env = j._env
+    db = env.open_db(b"log")
+
+    def durable_count():
+        with env.begin(db=db) as txn:
+            return txn.stat(db)["entries"]
+
+    assert durable_count() == 0
+    syncs = j.syncs
+    for e in entries(4, start=4):
+        j.add(*e)
+    j.sync()
+    assert j.syncs == syncs + 1
+    assert durable_count() == 7
+    j.sync()  # nothing new: no transaction
+    assert j.syncs == syncs + 1
+    j.close()
+
+
+def test_unsynced_entries_are_lost_by_a_crash(path):
+    j = LmdbJournal(path)
+    for e in entries(2):
+        j.add(*e)
+    j.sync()
+    j.add(b"late", 3, 1)
+    # Simulate a crash: drop the environment without the sync that close() does.
+    j._env.close()
+    j._env = None
+    assert read_entries(path) == entries(2)
+
+
+def test_truncate_on_conflict_then_append(path):
+    j = LmdbJournal(path)
+    for e in entries(6):
+        j.add(*e)
+    j.sync()
+    j.deleteEntriesFrom(3)          # keep positions 0..2 (idx 1..3)
+    j.add(b"new-4", 4, 2)
+    assert [e[1] for e in j[:]] == [1, 2, 3, 4] and j[-1] == (b"new-4", 4, 2)
+    j.close()
+    assert read_entries(path) == entries(3) + [(b"new-4", 4, 2)]
+
+
+def test_truncate_without_append(path):
+    j = LmdbJournal(path)
+    for e in entries(6):
+        j.add(*e)
+    j.sync()
+    j.deleteEntriesFrom(2)
+    j.close()
+    assert read_entries(path) == entries(2)
+
+
+def test_compaction_deletes_from_the_front(path):
+    j = LmdbJournal(path)
+    for e in entries(10):
+        j.add(*e)
+    j.sync()
+    j.deleteEntriesTo(7)            # pysyncobj keeps the entries from position 7 on
+    for e in entries(2, start=11):
+        j.add(*e)
+    assert [e[1] for e in j[:]] == [8, 9, 10, 11, 12]
+    j.close()
+    assert read_entries(path) == entries(5, start=8)
+
+
+def test_clear_then_add_replaces_everything(path):
+    j = LmdbJournal(path)
+    for e in entries(5):
+        j.add(*e)
+    j.sync()
+    j.clear()
+    j.add(b"snap-prev", 40, 3)
+    j.add(b"snap-last", 41, 3)
+    j.close()
+    assert read_entries(path) == [(b"snap-prev", 40, 3), (b"snap-last", 41, 3)]
+
+
+def test_trim_front_on_open(path):
+    j = LmdbJournal(path)
+    for e in entries(10):
+        j.add(*e)
+    j.close()
+    j = LmdbJournal(path, trim_before_idx=6)
+    assert j[0][1] == 6 and len(j) == 5
+    j.close()
+    assert read_entries(path) == entries(5, start=6)
+
+
+def test_term_and_vote_are_durable_at_once(path):
+    j = LmdbJournal(path)
+    assert (j.getCurrentTerm(), j.getVotedForNodeId(), j.getRaftCommitIndex()) == (0, None, 1)
+    j.setCurrentTerm(7, "127.0.0.1:9001")
+    # Crash without any further sync: the vote must survive.
+    j._env.close()
+    j._env = None
+    j = LmdbJournal(path)
+    assert (j.getCurrentTerm(), j.getVotedForNodeId()) == (7, "127.0.0.1:9001")
+    j.setRaftCommitIndex(5)
+    j.close()
+    assert LmdbJournal(path).getRaftCommitIndex() == 5
+
+
+def test_map_grows_when_full(path):
+    j = LmdbJournal(path, map_size_bytes=1 << 20)
+    big = b"x" * 100_000
+    for i in range(1, 31):           # ~3 MB through a 1 MiB map
+        j.add(big, i, 1)
+        j.sync()
+    j.close()
+    got = read_entries(path)
+    assert len(got) == 30 and all(e[0] == big for e in got)
