@@ -1,10 +1,19 @@
-"""`tsctl` entry point."""
+"""`tsctl`: the admin CLI (DESIGN.md section 8).
+
+Exit status: 0 success, 1 an API error (its code printed), 2 a usage error, 3 no node answered.
+"""
+from __future__ import annotations
+
 import sys
+
+from . import cli_admin, cli_tasks  # noqa: F401  (they register their verbs on `cli`)
+from .cli_common import cli
+
+__all__ = ["cli", "main"]
 
 
 def main() -> int:
-    print("tsctl: not built yet", file=sys.stderr)
-    return 2
+    return cli.main(prog_name="tsctl")
 
 
 if __name__ == "__main__":

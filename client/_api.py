@@ -1,0 +1,184 @@
+"""The API calls, written once for both clients.
+
+Each method builds a `Call` and hands it to `self._run(call, post)`, which the sync client
+runs at once and the async client returns as a coroutine. `post` picks the useful part
+out of the answer. Paged listings are the only calls each client iterates itself.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+from urllib.parse import quote
+
+from ._core import Call, to_time
+
+TEMPLATE_FIELDS = frozenset({"priority", "timeout_s", "max_retries", "retry"})
+CLAIM_SLACK_S = 10.0   # a long-poll may take wait_s plus a forward to the leader
+
+
+def _seg(value: str) -> str:
+    """A path segment: ids are quoted so `a/b` cannot address another resource."""
+    if not isinstance(value, str) or not value:
+        raise ValueError("an id must be a non-empty string")
+    return quote(value, safe="")
+
+
+def _key(name: str) -> Callable[[Any], Any]:
+    return lambda body: body.get(name) if isinstance(body, dict) else None
+
+
+def _task_fields(task_type: str, payload: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {"task_type": task_type}
+    if payload is not None:
+        body["payload"] = payload
+    for name, value in fields.items():
+        if value is not None:
+            body[name] = to_time(value) if name == "run_at" else value
+    return body
+
+
+class ApiCalls:
+    """Mixin: requires `_run(call, post)`."""
+
+    def _run(self, call: Call, post: Callable[[Any], Any] | None = None):  # pragma: no cover
+        raise NotImplementedError
+
+    # --- tasks ---------------------------------------------------------------------
+    def submit(self, task_type: str, payload: Any = None, **fields: Any):
+        """Submit one task. `fields`: tenant, priority, run_at (datetime, RFC 3339 or epoch
+        seconds), delay_s, timeout_s, max_retries, retry, idempotency_key. Returns the task
+        (with `duplicate`)."""
+        return self._run(Call("POST", "/v1/tasks", body=_task_fields(task_type, payload, fields),
+                              write=True))
+
+    def submit_many(self, tasks: list[dict[str, Any]]):
+        """Submit a batch in one request (one Raft entry). Each dict has the submit fields."""
+        items = [_task_fields(t["task_type"], t.get("payload"),
+                              {k: v for k, v in t.items() if k not in ("task_type", "payload")})
+                 for t in tasks]
+        return self._run(Call("POST", "/v1/tasks", body={"tasks": items}, write=True), _key("tasks"))
+
+    def get(self, task_id: str, consistency: str | None = None):
+        return self._run(Call("GET", f"/v1/tasks/{_seg(task_id)}",
+                              params={"consistency": consistency}))
+
+    def cancel(self, task_id: str):
+        return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/cancel", write=True))
+
+    def replay(self, task_id: str):
+        """Send a dead-lettered task back to `pending`."""
+        return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/replay", write=True))
+
+    def discard(self, task_id: str):
+        """Drop a dead-lettered task for good."""
+        return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/discard", write=True))
+
+    # --- worker calls --------------------------------------------------------------
+    def claim(self, worker_id: str, task_types: list[str], max_tasks: int = 1,
+              wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,
+              key: str | None = None):
+        """Long-poll for up to `max_tasks` tasks. Returns the list of claimed tasks."""
+        body = {"worker_id": worker_id, "task_types": list(task_types), "max_tasks": max_tasks,
+                "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms}
+        return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
+                              read_timeout_s=wait_s + CLAIM_SLACK_S), _key("tasks"))
+
+    def heartbeat(self, task_id: str, fencing_token: int, lease_s: float | None = None):
+        body = {"fencing_token": fencing_token, "lease_s": lease_s}
+        return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/heartbeat",
+                              body={k: v for k, v in body.items() if v is not None}, write=True))
+
+    def heartbeats(self, items: list[dict[str, Any]], deadline_s: float | None = None):
+        """Batch: [{"task_id", "fencing_token", "lease_s"}] -> results in order."""
+        return self._run(Call("POST", "/v1/heartbeats", body={"heartbeats": items}, write=True,
+                              deadline_s=deadline_s), _key("results"))
+
+    def complete(self, task_id: str, fencing_token: int, result: Any = None):
+        return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/complete",
+                              body={"fencing_token": fencing_token, "result": result}, write=True))
+
+    def fail(self, task_id: str, fencing_token: int, error: str = "", retryable: bool = True):
+        return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/fail",
+                              body={"fencing_token": fencing_token, "error": error,
+                                    "retryable": retryable}, write=True))
+
+    def completions(self, items: list[dict[str, Any]], key: str | None = None):
+        """Batch complete/fail -> results (task or error object) in order. Pass the same `key`
+        when repeating a batch whose outcome is unknown."""
+        return self._run(Call("POST", "/v1/completions", body={"completions": items}, write=True,
+                              key=key), _key("results"))
+
+    def release(self, task_id: str, fencing_token: int):
+        """Give a claimed task back without using up a retry (a stopping worker)."""
+        return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/release",
+                              body={"fencing_token": fencing_token}, write=True))
+
+    # --- schedules -----------------------------------------------------------------
+    def put_schedule(self, schedule_id: str, cron: str, task_type: str, payload: Any = None,
+                     timezone: str | None = None, tenant: str | None = None, **fields: Any):
+        """Create or replace a schedule. Task template `fields`: priority, timeout_s,
+        max_retries, retry; schedule `fields`: overlap, misfire, catchup_window_s, paused,
+        start_at, end_at, jitter_s."""
+        task: dict[str, Any] = {"task_type": task_type}
+        if payload is not None:
+            task["payload"] = payload
+        body: dict[str, Any] = {"cron": cron, "task": task}
+        for name, value in (("timezone", timezone), ("tenant", tenant)):
+            if value is not None:
+                body[name] = value
+        for name, value in fields.items():
+            if value is None:
+                continue
+            if name in TEMPLATE_FIELDS:
+                task[name] = value
+            else:
+                body[name] = to_time(value) if name in ("start_at", "end_at") else value
+        return self._run(Call("PUT", f"/v1/schedules/{_seg(schedule_id)}", body=body, write=True))
+
+    def get_schedule(self, schedule_id: str, tenant: str | None = None):
+        return self._run(Call("GET", f"/v1/schedules/{_seg(schedule_id)}", params={"tenant": tenant}))
+
+    def delete_schedule(self, schedule_id: str, tenant: str | None = None):
+        return self._run(Call("DELETE", f"/v1/schedules/{_seg(schedule_id)}",
+                              params={"tenant": tenant}, write=True))
+
+    def _schedule_action(self, schedule_id: str, action: str, tenant: str | None):
+        return self._run(Call("POST", f"/v1/schedules/{_seg(schedule_id)}/{action}",
+                              params={"tenant": tenant}, write=True))
+
+    def pause_schedule(self, schedule_id: str, tenant: str | None = None):
+        return self._schedule_action(schedule_id, "pause", tenant)
+
+    def resume_schedule(self, schedule_id: str, tenant: str | None = None):
+        return self._schedule_action(schedule_id, "resume", tenant)
+
+    def trigger_schedule(self, schedule_id: str, tenant: str | None = None):
+        return self._schedule_action(schedule_id, "trigger", tenant)
+
+    def cron_preview(self, cron: str, timezone: str | None = None, from_: Any = None,
+                     count: int | None = None):
+        """The next fire times (RFC 3339 in the zone) of an expression."""
+        params = {"cron": cron, "timezone": timezone, "from": to_time(from_), "count": count}
+        return self._run(Call("GET", "/v1/cron/preview", params=params, replica_read=False),
+                         _key("fires"))
+
+    # --- tenants -------------------------------------------------------------------
+    def set_tenant(self, tenant: str, max_running: int | None = None, weight: int | None = None):
+        body = {k: v for k, v in (("max_running", max_running), ("weight", weight)) if v is not None}
+        return self._run(Call("PUT", f"/v1/tenants/{_seg(tenant)}", body=body, write=True))
+
+    def get_tenant(self, tenant: str):
+        return self._run(Call("GET", f"/v1/tenants/{_seg(tenant)}"))
+
+    def list_tenants(self):
+        return self._run(Call("GET", "/v1/tenants"), _key("tenants"))
+
+    # --- cluster -------------------------------------------------------------------
+    def cluster_status(self):
+        return self._run(Call("GET", "/v1/cluster", replica_read=False))
+
+    def transfer_leadership(self, to: str | None = None):
+        body = {"to": to} if to else {}
+        return self._run(Call("POST", "/v1/cluster/transfer-leadership", body=body, write=True))
+
+
+TERMINAL_STATES = ("completed", "cancelled", "dead_letter")

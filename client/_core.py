@@ -1,0 +1,169 @@
+"""Transport-independent parts of the client: request building, node rotation, answers.
+
+`Client` (httpx sync) and `AsyncClient` (httpx async) share everything here; they differ
+only in how they send one request and how they sleep between attempts.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import httpx
+
+from .errors import ApiError, Unavailable
+
+# Answers that mean "this node cannot serve now, another one (or a later try) may":
+# 503 no_leader/unavailable, 502 from a proxy, 504 timeout (an ambiguous write is safe to
+# repeat because it carries the same Idempotency-Key).
+RETRY_STATUSES = frozenset({502, 503, 504})
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 1.0
+ERROR_TEXT_MAX_CHARS = 300     # of a non-JSON error body kept in an ApiError message
+ERROR_CHARS_MAX = 4096         # the API's bound on a failure's error text
+
+
+def parse_urls(urls: str | Iterable[str]) -> list[str]:
+    """A list of base URLs, or one comma-separated string; trailing slashes dropped."""
+    items = urls.split(",") if isinstance(urls, str) else list(urls)
+    out = [u.strip().rstrip("/") for u in items if u and u.strip()]
+    if not out:
+        raise ValueError("at least one node URL is needed")
+    for u in out:
+        if not (u.startswith("http://") or u.startswith("https://")):
+            raise ValueError(f"not an http(s) URL: {u!r}")
+    return out
+
+
+def new_key() -> str:
+    return uuid.uuid4().hex
+
+
+def to_time(value: Any) -> Any:
+    """Request times: datetimes become RFC 3339 UTC; numbers (epoch s) and strings pass."""
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: give a time zone")
+        return value.astimezone(_dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return value
+
+
+@dataclass
+class Call:
+    """One logical API request. `key` is fixed when the call is built, so every retry of a
+    write carries the same Idempotency-Key and the cluster applies it at most once."""
+    method: str
+    path: str
+    params: dict[str, Any] = field(default_factory=dict)
+    body: Any = None
+    write: bool = False
+    read_timeout_s: float | None = None   # a long-poll needs more than the default
+    key: str | None = None
+    deadline_s: float | None = None       # overrides the client's total deadline
+    replica_read: bool = True             # a read of replicated state: takes min_seq
+
+    def __post_init__(self) -> None:
+        if self.write and self.key is None:
+            self.key = new_key()
+        self.params = {k: v for k, v in self.params.items() if v is not None}
+
+
+class Rotation:
+    """Which node to try next and how long to wait before trying.
+
+    Sticks to the node that last answered; on failure moves to the next one. After a whole
+    round of failures it backs off exponentially (capped), so a leaderless minute costs a few
+    requests, not a busy loop."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.current = 0
+
+    def attempts(self):
+        """Yields (url, delay_s before this attempt) forever; the caller enforces the deadline."""
+        n = len(self.urls)
+        i = 0
+        while True:
+            rounds = i // n
+            delay = 0.0 if (i == 0 or i % n) else min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (rounds - 1))
+            yield self.urls[(self.current + i) % n], delay
+            i += 1
+
+    def success(self, url: str) -> None:
+        self.current = self.urls.index(url)
+
+
+class SeqTracker:
+    """The highest `applied_seq` seen: reads send it as `min_seq` (read-your-writes on any node)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def note(self, body: Any, headers: httpx.Headers | None = None) -> None:
+        seq = body.get("applied_seq") if isinstance(body, dict) else None
+        if seq is None and headers is not None:
+            seq = headers.get("x-applied-seq")
+        try:
+            seq = int(seq) if seq is not None else None
+        except (TypeError, ValueError):
+            seq = None
+        if seq is not None and seq > self.seen:
+            self.seen = seq
+
+
+def build_request(call: Call, url: str, token: str | None, min_seq: int) -> dict[str, Any]:
+    """Keyword arguments for httpx's `request` for one attempt of `call` at node `url`."""
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    params = dict(call.params)
+    if call.write:
+        headers["Idempotency-Key"] = call.key
+    elif min_seq > 0 and call.replica_read:
+        params.setdefault("min_seq", min_seq)
+    kwargs: dict[str, Any] = {"method": call.method, "url": url + call.path,
+                              "headers": headers, "params": params}
+    if call.body is not None:
+        kwargs["content"] = json.dumps(call.body, separators=(",", ":"))
+        headers["Content-Type"] = "application/json"
+    return kwargs
+
+
+def decode(resp: httpx.Response) -> Any:
+    if not resp.content:
+        return {}
+    try:
+        return resp.json()
+    except ValueError:
+        return None
+
+
+def error_from(resp: httpx.Response, body: Any) -> ApiError:
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict) and err.get("code"):
+        return ApiError(str(err["code"]), str(err.get("message") or ""),
+                        err.get("details") or {}, resp.status_code)
+    text = resp.text[:ERROR_TEXT_MAX_CHARS]
+    return ApiError(f"http_{resp.status_code}", text, {}, resp.status_code)
+
+
+def is_retryable_status(resp: httpx.Response) -> bool:
+    return resp.status_code in RETRY_STATUSES
+
+
+def unavailable(call: Call, last: str | None) -> Unavailable:
+    msg = f"no node answered {call.method} {call.path}"
+    return Unavailable(msg + (f" (last: {last})" if last else ""), {"last_error": last})
+
+
+def describe_failure(exc: Exception | None, resp: httpx.Response | None) -> str:
+    if exc is not None:
+        return f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_MAX_CHARS]
+    assert resp is not None
+    err = error_from(resp, decode(resp))
+    return f"{resp.status_code} {err.code}"
+
+
+TRANSPORT_ERRORS = (httpx.TransportError,)

@@ -1,0 +1,99 @@
+"""A claimed task inside the worker: its context for the handler and its outcome."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._core import ERROR_CHARS_MAX
+from .errors import NonRetryable
+
+# Answers meaning the lease is no longer ours: stop, drop any late result.
+LEASE_LOST_CODES = frozenset({"stale_token", "not_found", "invalid_state"})
+
+
+def parse_time(value: Any) -> _dt.datetime | None:
+    """API times are RFC 3339 strings; epoch seconds are accepted too."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return _dt.datetime.fromtimestamp(value, _dt.timezone.utc)
+    return _dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+@dataclass
+class TaskContext:
+    """What a handler learns about the run it is doing. `cancelled` is set when the cluster
+    asks to cancel the task, when the lease is lost, or when the worker stops past its grace
+    period: a long handler should check it and return early."""
+    task_id: str
+    execution_id: str
+    fencing_token: int
+    attempt: int
+    task_type: str
+    tenant: str | None
+    run_at: _dt.datetime | None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class Job:
+    """One claimed task: context, local lease deadline, and what happened to it."""
+
+    def __init__(self, task: dict[str, Any], lease_s: float) -> None:
+        self.task = task
+        self.ctx = TaskContext(
+            task_id=task["task_id"], execution_id=task.get("execution_id") or task["task_id"],
+            fencing_token=int(task["fencing_token"]), attempt=int(task.get("attempt") or 1),
+            task_type=task.get("task_type", ""), tenant=task.get("tenant"),
+            run_at=parse_time(task.get("run_at")))
+        self.started = False
+        self.lost = False          # the lease is gone: the result must not be reported
+        self.reported = False
+        self.lease_deadline = time.monotonic() + self._lease_left_s(task.get("lease_expires_at"), lease_s)
+
+    @staticmethod
+    def _lease_left_s(expires_at: Any, fallback_s: float) -> float:
+        when = parse_time(expires_at)
+        if when is None:
+            return fallback_s
+        return when.timestamp() - time.time()
+
+    def extend(self, expires_at: Any, fallback_s: float) -> None:
+        self.lease_deadline = time.monotonic() + self._lease_left_s(expires_at, fallback_s)
+
+    def lose(self) -> None:
+        self.lost = True
+        self.ctx.cancelled.set()
+
+    def delay_s(self) -> float:
+        """Seconds until run_at by the local clock (early dispatch), 0 if due."""
+        if self.ctx.run_at is None:
+            return 0.0
+        return max(0.0, self.ctx.run_at.timestamp() - time.time())
+
+
+def outcome_of(result: Any = None, exc: BaseException | None = None) -> dict[str, Any]:
+    """The completion item (without task_id/token) for a handler's return value or exception."""
+    if exc is None:
+        try:
+            json.dumps(result)
+        except (TypeError, ValueError) as err:
+            return {"error": f"result is not JSON-serialisable: {err!r}"[:ERROR_CHARS_MAX],
+                    "retryable": False}
+        return {"result": result}
+    if isinstance(exc, NonRetryable):
+        return {"error": repr(exc)[:ERROR_CHARS_MAX], "retryable": False}
+    return {"error": repr(exc)[:ERROR_CHARS_MAX], "retryable": True}
+
+
+def error_code_of(answer: Any) -> str | None:
+    """The error code inside one entry of a batch answer, or None for a success."""
+    if not isinstance(answer, dict):
+        return "invalid_answer"
+    err = answer.get("error")
+    if isinstance(err, dict):
+        return str(err.get("code") or "unknown")
+    return None

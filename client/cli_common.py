@@ -1,0 +1,102 @@
+"""tsctl's root group, shared state, option parsers and exit codes (DESIGN.md section 8).
+
+Exit status: 0 success, 1 an API error (its code printed), 2 a usage error, 3 no node answered.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from typing import Any
+
+import click
+
+from ._core import parse_urls
+from .client import Client
+from .errors import ApiError, Unavailable
+
+DEFAULT_URLS = "http://127.0.0.1:8701,http://127.0.0.1:8702,http://127.0.0.1:8703"
+EXIT_API_ERROR, EXIT_UNAVAILABLE = 1, 3
+
+
+class TsctlGroup(click.Group):
+    """Turns API errors into exit codes for every subcommand."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Unavailable as exc:
+            click.echo(f"error: unavailable: {exc.message}", err=True)
+            ctx.exit(EXIT_UNAVAILABLE)
+        except ApiError as exc:
+            click.echo(f"error: {exc.code}: {exc.message}", err=True)
+            ctx.exit(EXIT_API_ERROR)
+
+
+class State:
+    def __init__(self, urls: list[str], token: str | None, as_json: bool, timeout_s: float):
+        self.urls, self.token, self.as_json, self.timeout_s = urls, token, as_json, timeout_s
+        self._client: Client | None = None
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.urls, token=self.token, timeout_s=self.timeout_s)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def show(self, obj: Any, text: str) -> None:
+        click.echo(json.dumps(obj, indent=2, sort_keys=True) if self.as_json else text)
+
+
+pass_state = click.make_pass_decorator(State)
+
+
+# --- option parsers -----------------------------------------------------------------
+def urls_option(ctx, param, value: str) -> list[str]:
+    try:
+        return parse_urls(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def json_option(ctx, param, value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}") from exc
+
+
+def time_option(ctx, param, value: str | None) -> Any:
+    """RFC 3339 with an offset, or epoch seconds."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise click.BadParameter("give RFC 3339 (2026-12-01T15:00:00Z) or epoch seconds") from exc
+    if when.tzinfo is None:
+        raise click.BadParameter("give a UTC offset (Z or +hh:mm)")
+    return value
+
+
+@click.group(cls=TsctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--url", envvar="TSCTL_URL", default=DEFAULT_URLS, show_default=True,
+              callback=urls_option, help="Node URLs, comma-separated (TSCTL_URL).")
+@click.option("--token", envvar="TSCTL_TOKEN", default=None, help="Bearer token (TSCTL_TOKEN).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 600), default=15.0,
+              show_default=True, help="Seconds to keep trying the nodes.")
+@click.pass_context
+def cli(ctx: click.Context, url: list[str], token: str | None, as_json: bool, timeout_s: float):
+    """tsched admin CLI."""
+    ctx.obj = State(url, token, as_json, timeout_s)
+    ctx.call_on_close(ctx.obj.close)

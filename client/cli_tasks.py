@@ -1,0 +1,168 @@
+"""tsctl verbs for tasks and dead letters (registered on `cli`)."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from . import render
+from ._api import TERMINAL_STATES
+from .cli_common import State, json_option, time_option, cli, pass_state
+
+SUBMIT_BATCH_MAX = 100        # tasks per request in `submit --file`
+FILE_TASKS_MAX = 1_000_000    # lines read from one --file
+WAIT_POLL_S = 0.5             # `get --wait` asks this often
+STATES = ["pending", "running", "completed", "cancelled", "dead_letter"]
+
+
+# --- tasks --------------------------------------------------------------------------
+@cli.command()
+@click.argument("task_type", required=False)
+@click.option("--payload", callback=json_option, help="Payload as JSON.")
+@click.option("--tenant", help="Tenant (default: default).")
+@click.option("--priority", type=click.IntRange(0, 10), help="0 (highest) .. 10 (lowest).")
+@click.option("--run-at", callback=time_option, help="RFC 3339 time or epoch seconds.")
+@click.option("--delay", type=click.FloatRange(0, 10 * 365 * 86400), help="Seconds from now.")
+@click.option("--max-retries", type=click.IntRange(0, 1000), help="Retries after the first run.")
+@click.option("--idempotency-key", help="Repeat submits with this key return the same task.")
+@click.option("--file", "file", type=click.File("r"), help="Bulk submit: JSON lines, one task each.")
+@pass_state
+def submit(st: State, task_type, payload, tenant, priority, run_at, delay, max_retries,
+           idempotency_key, file):
+    """Submit a task (or many with --file)."""
+    if file is not None:
+        if task_type or payload is not None or run_at is not None or delay is not None:
+            raise click.UsageError("--file takes the tasks from the file: no TASK_TYPE or task options")
+        return _submit_file(st, file, tenant, priority)
+    if not task_type:
+        raise click.UsageError("TASK_TYPE is required (or --file)")
+    if run_at is not None and delay is not None:
+        raise click.UsageError("--run-at and --delay are exclusive")
+    task = st.client.submit(task_type, payload, tenant=tenant, priority=priority, run_at=run_at,
+                            delay_s=delay, max_retries=max_retries,
+                            idempotency_key=idempotency_key)
+    dup = " (duplicate)" if task.get("duplicate") else ""
+    st.show(task, f"{task.get('task_id')}  {task.get('state')}{dup}")
+
+
+def _read_tasks(file, tenant, priority) -> list[dict]:
+    tasks = []
+    for lineno, line in enumerate(file, 1):
+        if not line.strip():
+            continue
+        if len(tasks) >= FILE_TASKS_MAX:
+            raise click.UsageError(f"more than {FILE_TASKS_MAX} tasks in one file")
+        try:
+            task = json.loads(line)
+        except ValueError as exc:
+            raise click.UsageError(f"line {lineno}: not JSON: {exc}") from exc
+        if not isinstance(task, dict) or not isinstance(task.get("task_type"), str):
+            raise click.UsageError(f"line {lineno}: a task object with task_type is needed")
+        for name, value in (("tenant", tenant), ("priority", priority)):
+            if value is not None:
+                task.setdefault(name, value)
+        tasks.append(task)
+    return tasks
+
+
+def _submit_file(st: State, file, tenant, priority) -> None:
+    tasks = _read_tasks(file, tenant, priority)
+    done: list[dict] = []
+    with click.progressbar(length=len(tasks), label="submitting", file=sys.stderr) as bar:
+        for i in range(0, len(tasks), SUBMIT_BATCH_MAX):
+            chunk = tasks[i:i + SUBMIT_BATCH_MAX]
+            done += st.client.submit_many(chunk) or []
+            bar.update(len(chunk))
+    dups = sum(1 for t in done if t.get("duplicate"))
+    st.show(done, f"submitted {len(done)} tasks ({dups} duplicates)")
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option("--wait", is_flag=True, help="Wait until the task is terminal.")
+@click.option("--wait-timeout", type=click.FloatRange(0.1, 86400), default=300.0, show_default=True,
+              help="Seconds --wait waits at most.")
+@pass_state
+def get(st: State, task_id, wait, wait_timeout):
+    """Show one task with its attempts."""
+    task = st.client.get(task_id)
+    if wait and task.get("state") not in TERMINAL_STATES:
+        task = _wait_terminal(st, task_id, task, wait_timeout)
+    st.show(task, render.task_detail(task))
+
+
+def _wait_terminal(st: State, task_id: str, task: dict, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+
+    def states():
+        nonlocal task
+        while task.get("state") not in TERMINAL_STATES:
+            if time.monotonic() >= deadline:
+                raise click.ClickException(f"still {task.get('state')} after {timeout_s:g} s")
+            time.sleep(WAIT_POLL_S)   # the API has no task-change long-poll: poll with a deadline
+            task = st.client.get(task_id)
+            yield task.get("state")
+
+    with click.progressbar(states(), label=f"waiting for {task_id}", file=sys.stderr,
+                           item_show_func=lambda s: s or "") as bar:
+        for _ in bar:
+            pass
+    return task
+
+
+@cli.command(name="list")
+@click.option("--state", type=click.Choice(STATES))
+@click.option("--tenant")
+@click.option("--type", "task_type")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@pass_state
+def list_(st: State, state, tenant, task_type, limit):
+    """List tasks, newest first."""
+    tasks = list(st.client.list(limit=limit, state=state, tenant=tenant, task_type=task_type))
+    st.show(tasks, render.table(tasks, render.TASK_COLUMNS))
+
+
+@cli.command()
+@click.argument("task_id")
+@pass_state
+def cancel(st: State, task_id):
+    """Cancel a task (running ones cooperatively)."""
+    task = st.client.cancel(task_id)
+    st.show(task, f"{task.get('task_id')}  {task.get('state')}"
+                  + ("  cancel requested" if task.get("cancel_requested") else ""))
+
+
+# --- dead letters -------------------------------------------------------------------
+@cli.group()
+def dlq():
+    """Dead-lettered tasks."""
+
+
+@dlq.command(name="list")
+@click.option("--tenant")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@pass_state
+def dlq_list(st: State, tenant, limit):
+    """List dead-lettered tasks."""
+    tasks = list(st.client.dlq_list(tenant=tenant, limit=limit))
+    st.show(tasks, render.table(tasks, render.TASK_COLUMNS + [("last_error", "LAST_ERROR")]))
+
+
+@dlq.command()
+@click.argument("task_id")
+@pass_state
+def replay(st: State, task_id):
+    """Send a dead-lettered task back to pending."""
+    task = st.client.replay(task_id)
+    st.show(task, f"{task.get('task_id')}  {task.get('state')}")
+
+
+@dlq.command()
+@click.argument("task_id")
+@pass_state
+def discard(st: State, task_id):
+    """Drop a dead-lettered task."""
+    task = st.client.discard(task_id)
+    st.show(task, f"{task.get('task_id')}  discarded")

@@ -1,0 +1,195 @@
+"""`Client` (sync) and `AsyncClient`: the API calls of `_api` over httpx, with node rotation,
+backoff, a total deadline, idempotency keys on writes and `min_seq` on reads."""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator
+
+import httpx
+
+from ._api import ApiCalls
+from ._core import (TRANSPORT_ERRORS, Call, Rotation, SeqTracker, build_request, decode,
+                    describe_failure, error_from, is_retryable_status, parse_urls, unavailable)
+
+CONNECT_TIMEOUT_S = 2.0    # a dead or unreachable node must not eat the whole deadline
+PAGE_SIZE = 100
+PAGE_SIZE_MAX = 1000       # the API's bound on `limit`
+
+
+class _Base(ApiCalls):
+    def __init__(self, urls: str | Iterable[str], token: str | None = None,
+                 timeout_s: float = 30.0) -> None:
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self.urls = parse_urls(urls)
+        self.token = token
+        self.timeout_s = timeout_s
+        self._rotation = Rotation(self.urls)
+        self._seq = SeqTracker()
+
+    @property
+    def applied_seq(self) -> int:
+        """The highest `applied_seq` this client has seen."""
+        return self._seq.seen
+
+    def _deadline(self, call: Call) -> float:
+        total_s = self.timeout_s if call.deadline_s is None else call.deadline_s
+        return time.monotonic() + total_s + (call.read_timeout_s or 0)
+
+    def _timeout(self, call: Call, remaining_s: float) -> httpx.Timeout:
+        read = max(remaining_s, 0.001) if call.read_timeout_s is None else call.read_timeout_s
+        return httpx.Timeout(read, connect=min(CONNECT_TIMEOUT_S, max(remaining_s, 0.001)))
+
+    def _answer(self, url: str, resp: httpx.Response) -> Any:
+        """The body of a served answer (2xx) or its ApiError (4xx, 500)."""
+        body = decode(resp)
+        self._seq.note(body, resp.headers)
+        self._rotation.success(url)
+        if resp.status_code >= 400:
+            raise error_from(resp, body)
+        return body
+
+    @staticmethod
+    def _page_params(filters: dict[str, Any], cursor: str | None, left: int | None) -> dict[str, Any]:
+        size = PAGE_SIZE if left is None else max(1, min(PAGE_SIZE_MAX, left))
+        return {**filters, "cursor": cursor, "limit": size}
+
+
+class Client(_Base):
+    """Synchronous client. `urls`: a list or a comma-separated string of node URLs."""
+
+    def __init__(self, urls: str | Iterable[str], token: str | None = None,
+                 timeout_s: float = 30.0) -> None:
+        super().__init__(urls, token, timeout_s)
+        self._http = httpx.Client()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _run(self, call: Call, post: Callable[[Any], Any] | None = None) -> Any:
+        body = self._send(call)
+        return post(body) if post else body
+
+    def _send(self, call: Call) -> Any:
+        deadline = self._deadline(call)
+        last = None
+        for url, delay in self._rotation.attempts():
+            if time.monotonic() + delay >= deadline:
+                break
+            if delay:
+                time.sleep(delay)   # backoff between rounds of failed nodes
+            remaining = deadline - time.monotonic()
+            kwargs = build_request(call, url, self.token, self._seq.seen)
+            try:
+                resp = self._http.request(**kwargs, timeout=self._timeout(call, remaining))
+            except TRANSPORT_ERRORS as exc:
+                last = describe_failure(exc, None)
+                continue
+            if is_retryable_status(resp):
+                last = describe_failure(None, resp)
+                continue
+            return self._answer(url, resp)
+        raise unavailable(call, last)
+
+    def list(self, limit: int | None = None, **filters: Any) -> Iterator[dict]:
+        """Tasks, newest first, following `next_cursor`. Filters: state, tenant, task_type,
+        schedule_id. `limit` caps the total yielded."""
+        yield from self._paged("/v1/tasks", "tasks", limit, filters)
+
+    def dlq_list(self, tenant: str | None = None, limit: int | None = None) -> Iterator[dict]:
+        yield from self.list(limit=limit, state="dead_letter", tenant=tenant)
+
+    def list_schedules(self, tenant: str | None = None, limit: int | None = None) -> Iterator[dict]:
+        yield from self._paged("/v1/schedules", "schedules", limit, {"tenant": tenant})
+
+    def _paged(self, path: str, key: str, limit: int | None, filters: dict) -> Iterator[dict]:
+        cursor, count = None, 0
+        while True:
+            body = self._send(Call("GET", path, params=self._page_params(
+                filters, cursor, None if limit is None else limit - count)))
+            for item in body.get(key) or []:
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield item
+            cursor = body.get("next_cursor")
+            if not cursor or (limit is not None and count >= limit):
+                return
+
+
+class AsyncClient(_Base):
+    """The asyncio twin of `Client`: the same calls, awaited."""
+
+    def __init__(self, urls: str | Iterable[str], token: str | None = None,
+                 timeout_s: float = 30.0) -> None:
+        super().__init__(urls, token, timeout_s)
+        self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def _run(self, call: Call, post: Callable[[Any], Any] | None = None) -> Any:
+        body = await self._send(call)
+        return post(body) if post else body
+
+    async def _send(self, call: Call) -> Any:
+        deadline = self._deadline(call)
+        last = None
+        for url, delay in self._rotation.attempts():
+            if time.monotonic() + delay >= deadline:
+                break
+            if delay:
+                await asyncio.sleep(delay)   # backoff between rounds of failed nodes
+            remaining = deadline - time.monotonic()
+            kwargs = build_request(call, url, self.token, self._seq.seen)
+            try:
+                resp = await self._http.request(**kwargs, timeout=self._timeout(call, remaining))
+            except TRANSPORT_ERRORS as exc:
+                last = describe_failure(exc, None)
+                continue
+            if is_retryable_status(resp):
+                last = describe_failure(None, resp)
+                continue
+            return self._answer(url, resp)
+        raise unavailable(call, last)
+
+    async def list(self, limit: int | None = None, **filters: Any) -> AsyncIterator[dict]:
+        async for item in self._paged("/v1/tasks", "tasks", limit, filters):
+            yield item
+
+    async def dlq_list(self, tenant: str | None = None, limit: int | None = None) -> AsyncIterator[dict]:
+        async for item in self.list(limit=limit, state="dead_letter", tenant=tenant):
+            yield item
+
+    async def list_schedules(self, tenant: str | None = None,
+                             limit: int | None = None) -> AsyncIterator[dict]:
+        async for item in self._paged("/v1/schedules", "schedules", limit, {"tenant": tenant}):
+            yield item
+
+    async def _paged(self, path: str, key: str, limit: int | None,
+                     filters: dict) -> AsyncIterator[dict]:
+        cursor, count = None, 0
+        while True:
+            body = await self._send(Call("GET", path, params=self._page_params(
+                filters, cursor, None if limit is None else limit - count)))
+            for item in body.get(key) or []:
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield item
+            cursor = body.get("next_cursor")
+            if not cursor or (limit is not None and count >= limit):
+                return

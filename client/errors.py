@@ -1,0 +1,27 @@
+"""Exceptions raised by the client library and understood by the worker runtime."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """An error answer of the API: `{"error": {"code", "message", "details"}}`."""
+
+    def __init__(self, code: str, message: str = "", details: dict | None = None,
+                 status: int | None = None) -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
+        self.details: dict[str, Any] = details or {}
+        self.status = status
+
+
+class Unavailable(ApiError):
+    """No node answered within the client's deadline (connection errors, 502/503/504)."""
+
+    def __init__(self, message: str = "no node answered", details: dict | None = None) -> None:
+        super().__init__("unavailable", message, details, status=None)
+
+
+class NonRetryable(Exception):
+    """Raised by a handler: the task fails at once and goes to `dead_letter`, no retry."""

@@ -1,0 +1,73 @@
+"""Plain-text tables and key/value blocks for tsctl's default (non-JSON) output."""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Sequence
+
+CELL_CHARS_MAX = 60   # long payloads and errors are cut in tables; --json shows everything
+
+TASK_COLUMNS = [("task_id", "TASK_ID"), ("task_type", "TYPE"), ("tenant", "TENANT"),
+                ("state", "STATE"), ("priority", "PRI"), ("attempt", "ATTEMPT"),
+                ("run_at", "RUN_AT")]
+ATTEMPT_COLUMNS = [("attempt", "ATTEMPT"), ("worker_id", "WORKER"), ("fencing_token", "TOKEN"),
+                   ("started_at", "STARTED"), ("ended_at", "ENDED"), ("outcome", "OUTCOME"),
+                   ("error", "ERROR")]
+SCHEDULE_COLUMNS = [("schedule_id", "SCHEDULE_ID"), ("tenant", "TENANT"), ("cron", "CRON"),
+                    ("timezone", "TZ"), ("task_type", "TYPE"), ("paused", "PAUSED"),
+                    ("next_fire_at", "NEXT_FIRE")]
+FIRE_COLUMNS = [("fire_at", "FIRE_AT"), ("outcome", "OUTCOME"), ("task_id", "TASK_ID")]
+TENANT_COLUMNS = [("tenant", "TENANT"), ("max_running", "MAX_RUNNING"), ("weight", "WEIGHT"),
+                  ("running", "RUNNING"), ("pending", "PENDING")]
+NODE_COLUMNS = [("id", "ID"), ("role", "ROLE"), ("http", "HTTP"), ("raft", "RAFT"),
+                ("commit_index", "COMMIT"), ("applied_seq", "APPLIED"), ("reachable", "REACHABLE")]
+HIDDEN_KEYS = frozenset({"attempts", "fires", "applied_seq"})
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    text = text.replace("\n", " ")
+    return text if len(text) <= CELL_CHARS_MAX else text[:CELL_CHARS_MAX - 3] + "..."
+
+
+def table(rows: Iterable[dict], columns: Sequence[tuple[str, str]]) -> str:
+    grid = [[title for _, title in columns]]
+    grid += [[cell(_pick(row, key)) for key, _ in columns] for row in rows]
+    widths = [max(len(r[i]) for r in grid) for i in range(len(columns))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in grid)
+
+
+def _pick(row: dict, key: str) -> Any:
+    if key in row:
+        return row[key]
+    template = row.get("task")   # schedules may nest the task fields
+    return template.get(key) if isinstance(template, dict) else None
+
+
+def fields(obj: dict) -> str:
+    """One `key: value` line per scalar field (nested lists shown as tables elsewhere)."""
+    keys = [k for k in obj if k not in HIDDEN_KEYS]
+    width = max((len(k) for k in keys), default=0)
+    return "\n".join(f"{k.ljust(width)}  {cell(obj[k])}" for k in keys)
+
+
+def task_detail(task: dict) -> str:
+    out = fields(task)
+    if task.get("attempts"):
+        out += "\n\nattempts:\n" + table(task["attempts"], ATTEMPT_COLUMNS)
+    return out
+
+
+def schedule_detail(schedule: dict) -> str:
+    out = fields(schedule)
+    if schedule.get("fires"):
+        out += "\n\nrecent fires:\n" + table(schedule["fires"], FIRE_COLUMNS)
+    return out
+
+
+def cluster_detail(status: dict) -> str:
+    head = f"leader: {cell(status.get('leader'))}   term: {cell(status.get('term'))}"
+    return head + "\n" + table(status.get("nodes") or [], NODE_COLUMNS)

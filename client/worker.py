@@ -1,0 +1,302 @@
+"""The worker runtime: claim, run handlers, heartbeat, report.
+
+One asyncio loop does all the talking (long-poll claims, batched heartbeats, batched
+completions); sync handlers run in a thread pool, async handlers on the loop.
+
+Stopping (`stop()`, SIGTERM or SIGINT): the worker stops claiming, gives back at once the
+tasks whose handlers have not started yet (early-dispatched ones waiting for `run_at`),
+lets running handlers finish within `grace_s`, and then *releases* the leases of those
+still running (back to `pending` without using up a retry; if the node has no release
+call, they are failed as retryable instead). Their `ctx.cancelled` is set and any late
+result is dropped.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from ._jobs import LEASE_LOST_CODES, Job, error_code_of, outcome_of
+from .client import AsyncClient
+from .errors import ApiError, Unavailable
+
+log = logging.getLogger("tsched.worker")
+
+BATCH_ITEMS_MAX = 100        # completions per request
+CLAIM_WAIT_S_MAX = 20.0      # long-poll length
+ERROR_PAUSE_S = 1.0          # after a refused claim (bad token, limits), before trying again
+UNSERVABLE_CODES = frozenset({"too_large", "invalid_argument"})   # a result the cluster refuses
+
+
+class Worker:
+    def __init__(self, urls: Any, handlers: dict[str, Callable], concurrency: int = 4,
+                 lease_s: float = 30, prefetch_ms: int = 250, token: str | None = None,
+                 worker_id: str | None = None, grace_s: float = 30.0,
+                 wait_s: float = CLAIM_WAIT_S_MAX, timeout_s: float = 30.0) -> None:
+        if not handlers:
+            raise ValueError("handlers: at least one task type is needed")
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if lease_s <= 0 or not 0 <= prefetch_ms <= 1000 or grace_s < 0 or wait_s < 0:
+            raise ValueError("lease_s > 0, prefetch_ms in 0..1000, grace_s >= 0, wait_s >= 0")
+        self.urls, self.token, self.timeout_s = urls, token, timeout_s
+        self.handlers = dict(handlers)
+        self.concurrency, self.lease_s, self.prefetch_ms = concurrency, lease_s, prefetch_ms
+        self.grace_s, self.wait_s = grace_s, min(wait_s, CLAIM_WAIT_S_MAX)
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested = threading.Event()
+        self._jobs: dict[str, tuple[Job, asyncio.Task]] = {}
+
+    # --- public ----------------------------------------------------------------------
+    def run(self) -> None:
+        """Block until stopped (stop(), SIGTERM, SIGINT)."""
+        asyncio.run(self.run_async())
+
+    def stop(self) -> None:
+        """Ask the worker to stop; safe from any thread or a signal handler."""
+        self._stop_requested.set()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._stopping.set)
+            except RuntimeError:
+                pass   # the loop closed in between: nothing left to stop
+
+    async def run_async(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self._slot_free = asyncio.Event()
+        self._outbox: list[tuple[dict, asyncio.Future]] = []
+        self._outbox_ready = asyncio.Event()
+        self._install_signals()
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tsched-handler")
+        self._client = AsyncClient(self.urls, token=self.token, timeout_s=self.timeout_s)
+        if self._stop_requested.is_set():
+            self._stopping.set()
+        helpers = [asyncio.create_task(self._heartbeat_loop()),
+                   asyncio.create_task(self._flush_loop())]
+        claimer = asyncio.create_task(self._claim_loop())
+        try:
+            await self._stopping.wait()
+        finally:
+            claimer.cancel()
+            await asyncio.gather(claimer, return_exceptions=True)
+            await self._drain()
+            for h in helpers:
+                h.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            await self._client.aclose()
+            self._remove_signals()
+
+    @property
+    def running(self) -> int:
+        """Tasks held right now (claimed, running or being reported)."""
+        return len(self._jobs)
+
+    # --- signals ---------------------------------------------------------------------
+    def _install_signals(self) -> None:
+        self._signals: list[int] = []
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._loop.add_signal_handler(sig, self.stop)
+                self._signals.append(sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+    def _remove_signals(self) -> None:
+        for sig in self._signals:
+            self._loop.remove_signal_handler(sig)
+
+    # --- claiming --------------------------------------------------------------------
+    async def _claim_loop(self) -> None:
+        types = sorted(self.handlers)
+        while not self._stopping.is_set():
+            free = self.concurrency - len(self._jobs)
+            if free <= 0:
+                self._slot_free.clear()
+                await self._slot_free.wait()
+                continue
+            try:
+                tasks = await self._client.claim(
+                    self.worker_id, types, max_tasks=free, wait_s=self.wait_s,
+                    lease_s=self.lease_s, prefetch_ms=self.prefetch_ms)
+            except Unavailable as exc:
+                log.warning("claim: %s", exc)
+                continue   # the client already backed off for its whole deadline
+            except ApiError as exc:
+                log.error("claim refused: %s", exc)
+                await self._pause(ERROR_PAUSE_S)
+                continue
+            for task in tasks or []:
+                self._start(task)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait `seconds` unless the worker is asked to stop first."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    def _start(self, task: dict) -> None:
+        job = Job(task, self.lease_s)
+        runner = asyncio.create_task(self._run_job(job))
+        self._jobs[job.ctx.task_id] = (job, runner)
+
+    # --- running ---------------------------------------------------------------------
+    async def _run_job(self, job: Job) -> None:
+        try:
+            delay = job.delay_s()
+            if delay > 0:
+                await asyncio.sleep(delay)   # early dispatch: start at run_at by our clock
+            job.started = True
+            outcome = await self._call_handler(job)
+            if not job.lost:
+                await self._report(job, outcome)
+        finally:
+            self._jobs.pop(job.ctx.task_id, None)
+            self._slot_free.set()
+
+    async def _call_handler(self, job: Job) -> dict:
+        handler = self.handlers.get(job.ctx.task_type)
+        if handler is None:
+            return {"error": f"no handler for task type {job.ctx.task_type!r}", "retryable": False}
+        payload = job.task.get("payload")
+        try:
+            if inspect.iscoroutinefunction(handler):
+                result = await handler(payload, job.ctx)
+            else:
+                result = await self._loop.run_in_executor(self._pool, handler, payload, job.ctx)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:   # noqa: BLE001 - every handler failure is reported
+            log.info("task %s failed: %r", job.ctx.task_id, exc)
+            return outcome_of(exc=exc)
+        return outcome_of(result)
+
+    # --- heartbeats ------------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        interval_s = self.lease_s / 3
+        while True:
+            await asyncio.sleep(interval_s)   # the heartbeat period itself
+            await self._heartbeat_once(interval_s)
+
+    async def _heartbeat_once(self, budget_s: float) -> None:
+        jobs = [job for job, _ in self._jobs.values() if not job.lost and not job.reported]
+        if not jobs:
+            return
+        items = [{"task_id": j.ctx.task_id, "fencing_token": j.ctx.fencing_token,
+                  "lease_s": self.lease_s} for j in jobs]
+        try:
+            answers = await self._client.heartbeats(items, deadline_s=budget_s)
+        except ApiError as exc:
+            log.warning("heartbeat: %s", exc)
+            answers = None
+        now = time.monotonic()
+        for i, job in enumerate(jobs):
+            answer = answers[i] if answers and i < len(answers) else None
+            self._apply_heartbeat(job, answer, now)
+
+    def _apply_heartbeat(self, job: Job, answer: Any, now: float) -> None:
+        code = error_code_of(answer) if answer is not None else "no_answer"
+        if code is None:
+            job.extend(answer.get("lease_expires_at"), self.lease_s)
+            if answer.get("cancel_requested"):
+                job.ctx.cancelled.set()
+        elif code in LEASE_LOST_CODES or now > job.lease_deadline:
+            log.info("task %s: lease lost (%s)", job.ctx.task_id, code)
+            job.lose()
+
+    # --- reporting -------------------------------------------------------------------
+    async def _report(self, job: Job, outcome: dict) -> None:
+        item = {"task_id": job.ctx.task_id, "fencing_token": job.ctx.fencing_token, **outcome}
+        fut = self._loop.create_future()
+        self._outbox.append((item, fut))
+        self._outbox_ready.set()
+        code = await fut
+        job.reported = True
+        if code in UNSERVABLE_CODES and "result" in outcome:
+            await self._report(job, {"error": f"result refused by the cluster: {code}",
+                                     "retryable": False})
+        elif code is not None and code not in LEASE_LOST_CODES:
+            log.warning("task %s: report refused: %s", job.ctx.task_id, code)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            while self._outbox:
+                batch = self._outbox[:BATCH_ITEMS_MAX]
+                del self._outbox[:BATCH_ITEMS_MAX]
+                codes = await self._send_batch([item for item, _ in batch])
+                for (_, fut), code in zip(batch, codes):
+                    if not fut.done():
+                        fut.set_result(code)
+
+    async def _send_batch(self, items: list[dict]) -> list[str | None]:
+        """Error code (None: accepted) per item. Repeats an unanswered batch with the same
+        idempotency key until the leases it reports on have surely expired."""
+        key = uuid.uuid4().hex
+        give_up_at = time.monotonic() + self.lease_s
+        while True:
+            try:
+                answers = await self._client.completions(items, key=key)
+                return [error_code_of(a) for a in answers] + ["no_answer"] * (len(items) - len(answers))
+            except Unavailable as exc:
+                if time.monotonic() > give_up_at:
+                    log.error("completions lost after the lease: %s", exc)
+                    return ["unavailable"] * len(items)
+            except ApiError as exc:
+                if len(items) == 1:
+                    return [exc.code]
+                # one bad item (too large...) refuses the batch: report them one by one
+                return [code for one in items for code in await self._send_batch([one])]
+
+    # --- stopping --------------------------------------------------------------------
+    async def _drain(self) -> None:
+        """Give back unstarted tasks, let running ones finish within grace, release the rest."""
+        for job, runner in list(self._jobs.values()):
+            if not job.started:
+                runner.cancel()
+                await self._give_back(job)
+        runners = [runner for _, runner in self._jobs.values()]
+        if runners:
+            await asyncio.wait(runners, timeout=self.grace_s)
+        for job, runner in list(self._jobs.values()):
+            if job.reported:
+                continue
+            job.lose()
+            runner.cancel()
+            await self._give_back(job)
+        leftovers = [runner for _, runner in self._jobs.values()]
+        if leftovers:
+            await asyncio.wait(leftovers, timeout=1.0)
+
+    async def _give_back(self, job: Job) -> None:
+        job.lose()
+        token = job.ctx.fencing_token
+        try:
+            await self._client.release(job.ctx.task_id, token)
+        except ApiError as exc:
+            if exc.code in ("http_404", "http_405", "not_found"):
+                await self._fail_stopped(job)
+            elif exc.code not in LEASE_LOST_CODES:
+                log.warning("task %s: release failed: %s", job.ctx.task_id, exc)
+
+    async def _fail_stopped(self, job: Job) -> None:
+        try:
+            await self._client.fail(job.ctx.task_id, job.ctx.fencing_token,
+                                    "worker stopped before the task finished", retryable=True)
+        except ApiError as exc:
+            log.warning("task %s: could not give back: %s", job.ctx.task_id, exc)

@@ -1,0 +1,206 @@
+"""Client transport: rotation on 503 and dead nodes, deadlines, idempotency keys, min_seq,
+error mapping, paging; and the AsyncClient twin."""
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+
+from tsched.client import ApiError, AsyncClient, Client, Unavailable
+
+try:
+    from test_client_support import FakeNode, dead_url, error
+except ImportError:  # collected as a package
+    from tests.unit.test_client_support import FakeNode, dead_url, error
+
+
+@pytest.fixture
+def nodes():
+    made = [FakeNode(), FakeNode()]
+    yield made
+    for n in made:
+        n.close()
+
+
+def task(task_id="t1", seq=7, **extra):
+    return {"task_id": task_id, "state": "pending", "duplicate": False, "applied_seq": seq, **extra}
+
+
+def test_urls_accept_list_or_comma_string_and_refuse_junk():
+    assert Client("http://a:1, http://b:2/").urls == ["http://a:1", "http://b:2"]
+    assert Client(["http://a:1"]).urls == ["http://a:1"]
+    with pytest.raises(ValueError):
+        Client("")
+    with pytest.raises(ValueError):
+        Client("ftp://x")
+
+
+def test_503_rotates_to_next_node_with_the_same_idempotency_key(nodes):
+    a, b = nodes
+    a.route("POST", "/v1/tasks", lambda r: error("no_leader", status=503))
+    b.json("POST", "/v1/tasks", 201, task())
+    with Client([a.url, b.url], timeout_s=5) as c:
+        out = c.submit("email", {"to": "x"}, priority=3)
+        assert out["task_id"] == "t1"
+        key_a = a.requests("POST", "/v1/tasks")[0].headers["Idempotency-Key"]
+        key_b = b.requests("POST", "/v1/tasks")[0].headers["Idempotency-Key"]
+        assert key_a == key_b and len(key_a) >= 16
+        # the body's idempotency_key is the user's: the client never invents one
+        assert "idempotency_key" not in b.requests("POST", "/v1/tasks")[0].body
+        assert b.requests("POST", "/v1/tasks")[0].body == {"task_type": "email",
+                                                          "payload": {"to": "x"}, "priority": 3}
+        c.submit("email")   # sticks to the node that answered
+        assert len(a.requests("POST", "/v1/tasks")) == 1
+        assert len(b.requests("POST", "/v1/tasks")) == 2
+        keys = {s.headers["Idempotency-Key"] for s in b.requests("POST", "/v1/tasks")}
+        assert len(keys) == 2   # a new logical write gets a new key
+
+
+def test_dead_node_is_skipped(nodes):
+    a, _ = nodes
+    a.json("GET", "/v1/tasks/t1", 200, task())
+    with Client([dead_url(), a.url], timeout_s=5) as c:
+        assert c.get("t1")["task_id"] == "t1"
+
+
+def test_no_node_answering_raises_unavailable_within_the_deadline(nodes):
+    a, _ = nodes
+    a.route("GET", "/v1/cluster", lambda r: error("no_leader", status=503))
+    with Client([dead_url(), a.url], timeout_s=0.6) as c:
+        t0 = time.monotonic()
+        with pytest.raises(Unavailable) as info:
+            c.cluster_status()
+        assert time.monotonic() - t0 < 5   # bounded by the deadline, not forever
+    assert info.value.code == "unavailable"
+    assert isinstance(info.value, ApiError)
+    assert len(a.requests("GET", "/v1/cluster")) >= 2   # it backed off and tried again
+
+
+def test_api_error_carries_code_message_details_status(nodes):
+    a, _ = nodes
+    a.route("POST", "/v1/tasks/t1/complete", lambda r: error("stale_token", "held by 88", 409))
+    with Client(a.url) as c:
+        with pytest.raises(ApiError) as info:
+            c.complete("t1", 87, {"ok": 1})
+    e = info.value
+    assert (e.code, e.message, e.details, e.status) == ("stale_token", "held by 88",
+                                                        {"why": "stale_token"}, 409)
+    assert not isinstance(e, Unavailable)
+    assert len(a.requests("POST", "/v1/tasks/t1/complete")) == 1   # 4xx is not retried
+
+
+def test_non_json_error_body_becomes_http_code(nodes):
+    a, _ = nodes
+    a.json("GET", "/v1/tasks/x", 500, "boom")
+    with Client(a.url) as c, pytest.raises(ApiError) as info:
+        c.get("x")
+    assert info.value.code == "http_500" and info.value.status == 500
+
+
+def test_reads_send_the_highest_applied_seq_seen(nodes):
+    a, _ = nodes
+    a.json("POST", "/v1/tasks", 201, task(seq=41))
+    a.json("GET", "/v1/tasks/t1", 200, task(seq=40))
+    a.json("GET", "/v1/cluster", 200, {"leader": "n1", "term": 2, "nodes": []})
+    with Client(a.url) as c:
+        c.get("t1")
+        assert "min_seq" not in a.requests("GET", "/v1/tasks/t1")[0].query
+        c.submit("x")
+        c.get("t1")
+        c.get("t1")   # a lower answer does not lower it
+        assert [s.query.get("min_seq") for s in a.requests("GET", "/v1/tasks/t1")] == [None, "41", "41"]
+        assert "min_seq" not in a.requests("POST", "/v1/tasks")[0].query
+        c.cluster_status()   # not a replica read: no min_seq
+        assert "min_seq" not in a.requests("GET", "/v1/cluster")[0].query
+        assert c.applied_seq == 41
+
+
+def test_list_follows_next_cursor_and_honours_limit(nodes):
+    a, _ = nodes
+    pages = {None: (["a", "b"], "c1"), "c1": (["c"], "c2"), "c2": (["d"], None)}
+
+    def listing(req):
+        ids, nxt = pages[req.query.get("cursor")]
+        return 200, {"tasks": [{"task_id": i} for i in ids], "next_cursor": nxt, "applied_seq": 1}
+    a.route("GET", "/v1/tasks", listing)
+    with Client(a.url) as c:
+        assert [t["task_id"] for t in c.list(state="pending")] == ["a", "b", "c", "d"]
+        assert a.requests("GET", "/v1/tasks")[0].query["state"] == "pending"
+        a.seen.clear()
+        assert [t["task_id"] for t in c.list(limit=2)] == ["a", "b"]
+        assert len(a.seen) == 1 and a.seen[0].query["limit"] == "2"
+
+
+def test_ids_are_quoted_into_one_path_segment(nodes):
+    a, _ = nodes
+    a.json("POST", "/v1/tasks/a/b/cancel", 200, task("a/b"))
+    with Client(a.url) as c:
+        c.cancel("a/b")
+        with pytest.raises(ValueError):
+            c.get("")
+    assert a.seen[-1].raw_path == "/v1/tasks/a%2Fb/cancel"
+
+
+def test_token_and_times(nodes):
+    a, _ = nodes
+    a.json("POST", "/v1/tasks", 201, task())
+    with Client(a.url, token="s3cret") as c:
+        c.submit("x", run_at=dt.datetime(2026, 12, 1, 16, 0, tzinfo=dt.timezone(dt.timedelta(hours=1))))
+        with pytest.raises(ValueError):
+            c.submit("x", run_at=dt.datetime(2026, 12, 1))
+    sent = a.requests("POST", "/v1/tasks")[0]
+    assert sent.headers["Authorization"] == "Bearer s3cret"
+    assert sent.body["run_at"] == "2026-12-01T15:00:00Z"
+
+
+def test_schedule_put_nests_the_task_template(nodes):
+    a, _ = nodes
+    a.json("PUT", "/v1/schedules/nightly", 200, {"schedule_id": "nightly"})
+    a.json("POST", "/v1/schedules/nightly/pause", 200, {"schedule_id": "nightly"})
+    with Client(a.url) as c:
+        c.put_schedule("nightly", "0 3 * * *", "report", {"k": 1}, timezone="Europe/Paris",
+                       tenant="acme", priority=2, overlap="skip")
+        c.pause_schedule("nightly", tenant="acme")
+    assert a.requests("PUT", "/v1/schedules/nightly")[0].body == {
+        "cron": "0 3 * * *", "timezone": "Europe/Paris", "tenant": "acme", "overlap": "skip",
+        "task": {"task_type": "report", "payload": {"k": 1}, "priority": 2}}
+    assert a.requests("POST", "/v1/schedules/nightly/pause")[0].query == {"tenant": "acme"}
+
+
+def test_batch_calls_return_their_lists(nodes):
+    a, _ = nodes
+    a.json("POST", "/v1/tasks", 201, {"tasks": [task("1"), task("2")], "applied_seq": 3})
+    a.json("POST", "/v1/claims", 200, {"tasks": [task("1", fencing_token=5)], "applied_seq": 4})
+    a.json("GET", "/v1/cron/preview", 200, {"fires": ["2026-12-01T03:00:00+01:00"]})
+    with Client(a.url) as c:
+        assert [t["task_id"] for t in c.submit_many([{"task_type": "a"}, {"task_type": "b",
+                                                                          "payload": 1}])] == ["1", "2"]
+        assert a.requests("POST", "/v1/tasks")[0].body == {
+            "tasks": [{"task_type": "a"}, {"task_type": "b", "payload": 1}]}
+        assert c.claim("w1", ["a"], max_tasks=2, wait_s=0)[0]["fencing_token"] == 5
+        assert c.cron_preview("0 3 * * *", timezone="Europe/Paris", count=1) == [
+            "2026-12-01T03:00:00+01:00"]
+
+
+async def test_async_client_rotates_and_keeps_the_key(nodes):
+    a, b = nodes
+    a.route("POST", "/v1/tasks/t1/cancel", lambda r: error("unavailable", status=503))
+    b.json("POST", "/v1/tasks/t1/cancel", 200, task(state="cancelled", seq=9))
+    b.json("GET", "/v1/tasks/t1", 200, task(seq=9))
+    async with AsyncClient(f"{a.url},{b.url}", timeout_s=5) as c:
+        assert (await c.cancel("t1"))["task_id"] == "t1"
+        await c.get("t1")
+    assert (a.requests("POST", "/v1/tasks/t1/cancel")[0].headers["Idempotency-Key"]
+            == b.requests("POST", "/v1/tasks/t1/cancel")[0].headers["Idempotency-Key"])
+    assert b.requests("GET", "/v1/tasks/t1")[0].query["min_seq"] == "9"
+
+
+async def test_async_client_unavailable_and_paging(nodes):
+    a, _ = nodes
+    a.json("GET", "/v1/schedules", 200, {"schedules": [{"schedule_id": "s"}], "next_cursor": None})
+    async with AsyncClient(a.url) as c:
+        assert [s["schedule_id"] async for s in c.list_schedules()] == ["s"]
+    async with AsyncClient(dead_url(), timeout_s=0.3) as c:
+        with pytest.raises(Unavailable):
+            await c.get("t1")
