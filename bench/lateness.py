@@ -1,0 +1,192 @@
+"""Lateness of timed tasks: handler start - run_at, at 1,000 timed tasks/s over 30 s.
+
+A producer submits, every 100 ms, the next 100 ms worth of tasks (batched, run_at spread
+evenly, `--lead-s` ahead of time). Workers (`tsched.client.Worker`, in a separate process)
+are already waiting. Two modes, each its own run on the same cluster:
+  prefetch    - the Worker's early dispatch (prefetch_ms 250): the node hands out tasks
+                due within 250 ms, the worker starts each at run_at by its own clock;
+  no-prefetch - prefetch_ms 0: a task is handed out only once due, by the leader's timer.
+
+    python -m bench.lateness                     # both modes, 30 s each
+    python -m bench.lateness --duration-s 10 --modes prefetch
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.lib.api import Api, install_fast_loop  # noqa: E402
+from bench.lib.cluster import LocalCluster  # noqa: E402
+from bench.lib.report import Report, add_common_flags  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TARGETS = {"prefetch": "p99 <= 5 ms, and <= Celery + Redis", "no-prefetch": "p99 <= 50 ms"}
+PREFETCH_MS = {"prefetch": 250, "no-prefetch": 0}
+
+
+@dataclass
+class Config:
+    rate_per_s: int = 1000
+    duration_s: float = 30.0
+    lead_s: float = 1.0
+    tick_s: float = 0.1
+    workers: int = 4
+    concurrency: int = 100
+    drain_s: float = 15.0       # how long after the last run_at missing starts are awaited
+
+
+def schedule(cfg: Config, t0_ms: float) -> list[list[int]]:
+    """run_at (epoch ms) of every task, grouped per producer tick."""
+    per_tick = max(1, round(cfg.rate_per_s * cfg.tick_s))
+    ticks = max(1, round(cfg.duration_s / cfg.tick_s))
+    step_ms = 1000.0 / cfg.rate_per_s
+    return [[round(t0_ms + (k * per_tick + j) * step_ms) for j in range(per_tick)]
+            for k in range(ticks)]
+
+
+async def produce(submit, cfg: Config, plan: list[list[int]], t_begin: float) -> tuple[int, int]:
+    """Submits each tick's batch `lead_s` before its first run_at; returns (acked, errors).
+
+    `submit(run_ats) -> awaitable count` does the actual sending (tsched or Celery)."""
+    pending: list[asyncio.Task] = []
+    for k, run_ats in enumerate(plan):
+        delay = t_begin + k * cfg.tick_s - time.time()
+        if delay > 0:
+            await asyncio.sleep(delay)  # pacing the offered load, not synchronisation
+        pending.append(asyncio.create_task(submit(run_ats)))
+    outcomes = await asyncio.gather(*pending, return_exceptions=True)
+    acked = sum(o for o in outcomes if isinstance(o, int))
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    for e in errors[:3]:
+        print(f"  !! submit failed: {e!r}", file=sys.stderr)
+    return acked, len(errors)
+
+
+class WorkerProcess:
+    """bench.lib.timed_worker in a child process, read line by line."""
+
+    def __init__(self, urls: list[str], task_type: str, prefetch_ms: int, cfg: Config) -> None:
+        self.argv = [sys.executable, "-m", "bench.lib.timed_worker", "--urls", ",".join(urls),
+                     "--task-type", task_type, "--prefetch-ms", str(prefetch_ms),
+                     "--workers", str(cfg.workers), "--concurrency", str(cfg.concurrency)]
+        self.count = 0
+        self.samples: list[float] | None = None
+
+    async def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
+            env=env, cwd=str(REPO), start_new_session=True)
+        self.ready = asyncio.Event()
+        self.reader = asyncio.create_task(self._read())
+        await asyncio.wait_for(self.ready.wait(), 30)
+
+    async def _read(self) -> None:
+        async for raw in self.proc.stdout:
+            line = raw.decode().strip()
+            if line == "ready":
+                self.ready.set()
+            elif line.startswith("count "):
+                self.count = int(line.split()[1])
+            elif line.startswith("samples "):
+                self.samples = json.loads(line[len("samples "):])
+
+    async def wait_count(self, n: int, deadline: float) -> None:
+        while self.count < n and time.time() < deadline and self.proc.returncode is None:
+            await asyncio.sleep(0.1)  # polling the child's progress lines, bounded by deadline
+
+    async def stop(self) -> list[float]:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), 30)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        await asyncio.gather(self.reader, return_exceptions=True)
+        return self.samples or []
+
+
+async def run_mode(urls: list[str], cfg: Config, mode: str) -> dict:
+    """One lateness run against tsched; returns {"samples", "acked", "errors", "missing"}."""
+    task_type = f"late-{mode}-{uuid.uuid4().hex[:6]}"
+    worker = WorkerProcess(urls, task_type, PREFETCH_MS[mode], cfg)
+    await worker.start()
+    async with Api() as api:
+        rr = iter(range(1 << 62))
+
+        async def submit(run_ats: list[int]) -> int:
+            base = urls[next(rr) % len(urls)]
+            tasks = [{"task_type": task_type, "run_at": ms / 1000.0, "payload": {"run_at_ms": ms}}
+                     for ms in run_ats]
+            return len(await api.submit(base, tasks, timeout_s=10))
+
+        t_begin = time.time()
+        plan = schedule(cfg, (t_begin + cfg.lead_s) * 1000.0)
+        acked, errors = await produce(submit, cfg, plan, t_begin)
+        await worker.wait_count(acked, plan[-1][-1] / 1000.0 + cfg.drain_s)
+    samples = await worker.stop()
+    return {"samples": samples, "acked": acked, "errors": errors,
+            "missing": max(0, acked - len(samples))}
+
+
+def describe_mode(mode: str, r: dict) -> str:
+    return (f"{mode}: {len(r['samples'])} of {r['acked']} acknowledged tasks started "
+            f"({r['missing']} missing, {r['errors']} failed submits)")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = Config()
+    p.add_argument("--nodes", type=int, default=3, choices=(1, 3, 5))
+    p.add_argument("--rate", type=int, default=d.rate_per_s, help="timed tasks per second")
+    p.add_argument("--duration-s", type=float, default=d.duration_s)
+    p.add_argument("--lead-s", type=float, default=d.lead_s, help="how far ahead tasks are submitted")
+    p.add_argument("--workers", type=int, default=d.workers, help="Worker instances")
+    p.add_argument("--concurrency", type=int, default=d.concurrency, help="per Worker (<= 100)")
+    p.add_argument("--modes", default="prefetch,no-prefetch")
+    p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
+    add_common_flags(p)
+    return p.parse_args(argv)
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    return Config(rate_per_s=args.rate, duration_s=args.duration_s, lead_s=args.lead_s,
+                  workers=args.workers, concurrency=args.concurrency)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    if any(m not in PREFETCH_MS for m in modes):
+        raise SystemExit(f"--modes: choose from {', '.join(PREFETCH_MS)}")
+    loop_name = install_fast_loop()
+    cfg = config_from(args)
+    with LocalCluster(args.nodes, keep=args.keep) as cluster:
+        report = Report("lateness of timed tasks (handler start - run_at)", "bench.lateness", args,
+                        {"nodes": args.nodes, **asdict(cfg), "modes": ",".join(modes),
+                         "client_loop": loop_name}, data_dir=cluster.root)
+        cluster.wait_writable()
+        report.start()
+        for mode in modes:
+            r = asyncio.run(run_mode(cluster.urls, cfg, mode))
+            report.note(describe_mode(mode, r))
+            report.distribution(f"lateness_ms_{mode.replace('-', '_')}", r["samples"], "ms",
+                                TARGETS[mode])
+        report.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

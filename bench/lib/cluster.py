@@ -1,0 +1,175 @@
+"""Real tsnode clusters on free loopback ports, for benchmarks.
+
+Each node is its own process (`python -m tsched.node.main`), with its data and log in a
+temporary folder that is removed on stop (unless `keep=True`). Durability is the node's
+default (fsync group commit); nothing here turns it off.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(method: str, url: str, body: Any = None, timeout_s: float = 5.0) -> tuple[int, Any]:
+    """One small blocking JSON call (cluster control, not load)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, json.loads(e.read() or b"null")
+        except ValueError:
+            return e.code, None
+
+
+class LocalCluster:
+    def __init__(self, nodes: int = 3, keep: bool = False, root: str | None = None) -> None:
+        self.ids = [f"n{i + 1}" for i in range(nodes)]
+        self.root = root or tempfile.mkdtemp(prefix="tsched-bench-")
+        self.keep = keep
+        self.http = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
+        self.raft = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.config_path = os.path.join(self.root, "cluster.toml")
+        self._write_config()
+
+    def _write_config(self) -> None:
+        lines = ["[cluster]", 'name = "bench"']
+        for i in self.ids:
+            lines += ["", "[[node]]", f'id = "{i}"', f'raft = "{self.raft[i]}"',
+                      f'http = "{self.http[i]}"', f'data_dir = "{self.root}/{i}"']
+        with open(self.config_path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def url(self, node_id: str) -> str:
+        return f"http://{self.http[node_id]}"
+
+    @property
+    def urls(self) -> list[str]:
+        return [self.url(i) for i in self.ids]
+
+    def start_node(self, node_id: str) -> None:
+        log = open(os.path.join(self.root, f"{node_id}.log"), "a")
+        self.procs[node_id] = subprocess.Popen(
+            [sys.executable, "-m", "tsched.node.main", "--config", self.config_path, "--id", node_id],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+
+    def start(self) -> "LocalCluster":
+        for i in self.ids:
+            self.start_node(i)
+        return self
+
+    def alive(self, node_id: str) -> bool:
+        p = self.procs.get(node_id)
+        return p is not None and p.poll() is None
+
+    def status(self, node_id: str, timeout_s: float = 2.0) -> dict | None:
+        try:
+            code, body = http_json("GET", self.url(node_id) + "/v1/cluster", timeout_s=timeout_s)
+        except OSError:
+            return None
+        return body if code == 200 and isinstance(body, dict) else None
+
+    def leader(self, among: list[str] | None = None) -> str | None:
+        """The leader that a majority of the live nodes asked agree on, or None."""
+        votes: dict[str, int] = {}
+        for i in among or self.ids:
+            if self.alive(i):
+                st = self.status(i)
+                if st and st.get("leader") in self.ids:
+                    votes[st["leader"]] = votes.get(st["leader"], 0) + 1
+        for lead, n in votes.items():
+            if n * 2 > len(self.ids) and self.alive(lead):
+                return lead
+        return None
+
+    def wait_leader(self, timeout_s: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._check_running()
+            lead = self.leader()
+            if lead:
+                return lead
+            time.sleep(0.1)
+        raise RuntimeError(f"no leader within {timeout_s} s; logs in {self.root}")
+
+    def wait_writable(self, timeout_s: float = 60.0) -> None:
+        """Until a submit through every node succeeds (leader elected and its barrier applied)."""
+        deadline = time.monotonic() + timeout_s
+        for i in self.ids:
+            while True:
+                self._check_running()
+                try:
+                    code, _ = http_json("POST", self.url(i) + "/v1/tasks",
+                                        {"task_type": "bench-warmup", "delay_s": 3600}, timeout_s=5)
+                    if code in (200, 201):
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"node {i} not writable within {timeout_s} s; logs in {self.root}")
+                time.sleep(0.1)
+
+    def _check_running(self) -> None:
+        dead = [i for i, p in self.procs.items() if p.poll() is not None and not getattr(p, "killed", False)]
+        if dead:
+            raise RuntimeError(f"node(s) {dead} exited; logs in {self.root}")
+
+    def kill(self, node_id: str, sig: int = signal.SIGKILL) -> None:
+        p = self.procs[node_id]
+        p.killed = True  # type: ignore[attr-defined]
+        os.killpg(p.pid, sig)
+        p.wait(timeout=30)
+
+    def pid(self, node_id: str) -> int:
+        return self.procs[node_id].pid
+
+    def rss_bytes(self, node_id: str) -> int:
+        """Resident memory of the node's main process (VmRSS)."""
+        with open(f"/proc/{self.pid(node_id)}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=15)
+        if not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,79 @@
+"""A worker process for the lateness benchmark (`python -m bench.lib.timed_worker ...`).
+
+It runs `tsched.client.Worker` instances whose handler records, first thing, how late it
+started: wall clock now - the task's intended run_at (carried in the payload as
+`run_at_ms`). Running in its own process keeps the producer's work off the worker's
+event loop, as in a real deployment (and as Celery's worker runs apart from its producer).
+
+Protocol on stdout, one line each: `ready`, then `count N` as samples arrive (at most every
+100 ms), and after SIGTERM `samples [..]` (JSON) once the Workers have stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import time
+
+from tsched.client import Worker
+
+PROGRESS_PERIOD_S = 0.1
+
+
+async def _main(args: argparse.Namespace) -> None:
+    samples: list[float] = []
+
+    async def handler(payload: dict, ctx: object) -> None:
+        samples.append(time.time() * 1000.0 - payload["run_at_ms"])
+
+    workers = [Worker(args.urls, {args.task_type: handler}, concurrency=args.concurrency,
+                      lease_s=args.lease_s, prefetch_ms=args.prefetch_ms,
+                      worker_id=f"lateness-{i}", wait_s=args.wait_s, grace_s=5.0)
+               for i in range(args.workers)]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    runs = [asyncio.create_task(w.run_async()) for w in workers]
+    # Worker.run_async installs its own SIGTERM handler (last one wins): take it back.
+    await asyncio.sleep(0)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    print("ready", flush=True)
+    reported = -1
+    while not stop.is_set():
+        if len(samples) != reported:
+            reported = len(samples)
+            print(f"count {reported}", flush=True)
+        try:
+            await asyncio.wait_for(stop.wait(), PROGRESS_PERIOD_S)
+        except asyncio.TimeoutError:
+            pass
+    for w in workers:
+        w.stop()
+    await asyncio.gather(*runs, return_exceptions=True)
+    print("samples " + json.dumps([round(s, 3) for s in samples]), flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--urls", required=True, help="comma-separated node URLs")
+    p.add_argument("--task-type", required=True)
+    p.add_argument("--prefetch-ms", type=int, default=250)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--concurrency", type=int, default=100)
+    p.add_argument("--lease-s", type=float, default=30)
+    p.add_argument("--wait-s", type=float, default=20)
+    p.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
+    args = p.parse_args()
+    if args.loop == "uvloop":
+        try:
+            import uvloop
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        except ImportError:
+            pass
+    asyncio.run(_main(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

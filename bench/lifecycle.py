@@ -1,0 +1,180 @@
+"""Task lifecycles per second: batched submit + claim + batched complete on real nodes.
+
+Producers submit N tasks in batches (`POST /v1/tasks` with `{"tasks": [...]}`) round-robin
+over the nodes; workers long-poll claims (`max_tasks` large) on every node and complete
+what they get in one `POST /v1/completions`. The figure is N / (last completion - first
+submit). Each run uses its own task type, so runs do not see each other's tasks.
+
+    python -m bench.lifecycle                # 3 nodes, 3 runs of 20,000 tasks
+    python -m bench.lifecycle --nodes 5 --tasks 50000
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.lib.api import Api, HttpError, install_fast_loop  # noqa: E402
+from bench.lib.cluster import LocalCluster  # noqa: E402
+from bench.lib.report import Report, add_common_flags  # noqa: E402
+
+TARGET = ">= 10,000 /s (3 nodes)"
+
+
+@dataclass
+class Config:
+    tasks: int = 20_000
+    producers: int = 4
+    batch: int = 500
+    workers: int = 8
+    claim_max: int = 100
+    wait_s: float = 1.0
+    run_timeout_s: float = 120.0
+
+
+class Run:
+    """The shared counters of one lifecycle run."""
+
+    def __init__(self, cfg: Config, task_type: str) -> None:
+        self.cfg, self.task_type = cfg, task_type
+        self.acked = self.completed = self.submit_errors = self.complete_errors = 0
+        self.producers_left = cfg.producers
+        self.t_first = self.t_submitted = self.t_last = 0.0
+        self.finished = asyncio.Event()
+
+    def check_done(self) -> None:
+        if self.producers_left == 0 and self.completed >= self.acked:
+            self.finished.set()
+
+
+async def _producer(api: Api, base: str, run: Run, indexes: range) -> None:
+    cfg = run.cfg
+    try:
+        for start in range(0, len(indexes), cfg.batch):
+            chunk = indexes[start:start + cfg.batch]
+            tasks = [{"task_type": run.task_type, "payload": {"i": i}} for i in chunk]
+            try:
+                run.acked += len(await api.submit(base, tasks))
+            except (HttpError, OSError, asyncio.TimeoutError) as e:
+                run.submit_errors += 1
+                print(f"  !! submit batch failed: {e}", file=sys.stderr)
+    finally:
+        run.producers_left -= 1
+        if run.producers_left == 0:
+            run.t_submitted = time.perf_counter()
+        run.check_done()
+
+
+async def _worker(api: Api, base: str, run: Run, worker_id: str) -> None:
+    cfg = run.cfg
+    while not run.finished.is_set():
+        try:
+            tasks = await api.claim(base, worker_id, [run.task_type], cfg.claim_max, cfg.wait_s)
+            if not tasks:
+                continue
+            results = await api.complete_many(base, tasks, result={})
+        except (HttpError, OSError, asyncio.TimeoutError) as e:
+            run.complete_errors += 1
+            print(f"  !! claim/complete failed: {e}", file=sys.stderr)
+            await asyncio.sleep(0.05)  # back off from a failing node; not a synchronisation
+            continue
+        run.completed += sum(1 for r in results if isinstance(r, dict) and "error" not in r)
+        run.t_last = time.perf_counter()
+        run.check_done()
+
+
+async def run_once(api: Api, urls: list[str], cfg: Config, label: str = "life") -> dict:
+    """One run; returns {"tasks_per_s", "submit_per_s", "completed", "errors", ...}."""
+    run = Run(cfg, f"{label}-{uuid.uuid4().hex[:8]}")
+    workers = [asyncio.create_task(_worker(api, urls[w % len(urls)], run, f"bench-w{w}"))
+               for w in range(cfg.workers)]
+    await asyncio.sleep(0)  # let the workers send their first claims
+    run.t_first = time.perf_counter()
+    producers = [asyncio.create_task(_producer(api, urls[p % len(urls)], run,
+                                               range(p, cfg.tasks, cfg.producers)))
+                 for p in range(cfg.producers)]
+    try:
+        await asyncio.wait_for(run.finished.wait(), cfg.run_timeout_s)
+        timed_out = False
+    except asyncio.TimeoutError:
+        timed_out = True
+    for t in workers + producers:
+        t.cancel()
+    await asyncio.gather(*workers, *producers, return_exceptions=True)
+    elapsed = (run.t_last or time.perf_counter()) - run.t_first
+    return {"tasks_per_s": run.completed / elapsed if elapsed > 0 else 0.0,
+            "submit_per_s": run.acked / max((run.t_submitted or time.perf_counter()) - run.t_first, 1e-9),
+            "elapsed_s": elapsed, "acked": run.acked, "completed": run.completed,
+            "submit_errors": run.submit_errors, "complete_errors": run.complete_errors,
+            "timed_out": timed_out}
+
+
+def describe_run(i: int, r: dict) -> str:
+    flag = " TIMED OUT" if r["timed_out"] else ""
+    return (f"run {i}: {r['tasks_per_s']:,.0f} lifecycles/s ({r['completed']}/{r['acked']} "
+            f"completed in {r['elapsed_s']:.2f} s; submits alone {r['submit_per_s']:,.0f}/s; "
+            f"errors submit={r['submit_errors']} claim/complete={r['complete_errors']}){flag}")
+
+
+async def measure(urls: list[str], cfg: Config, runs: int, report: Report,
+                  warmup_tasks: int = 2000) -> list[dict]:
+    async with Api() as api:
+        if warmup_tasks:
+            warm = Config(**{**asdict(cfg), "tasks": min(warmup_tasks, cfg.tasks)})
+            await run_once(api, urls, warm, "warmup")
+        results = []
+        for i in range(runs):
+            r = await run_once(api, urls, cfg)
+            report.note(describe_run(i + 1, r))
+            results.append(r)
+    return results
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, default=3, choices=(1, 3, 5))
+    p.add_argument("--runs", type=int, default=3)
+    d = Config()
+    p.add_argument("--tasks", type=int, default=d.tasks, help="tasks per run")
+    p.add_argument("--producers", type=int, default=d.producers)
+    p.add_argument("--batch", type=int, default=d.batch, help="tasks per submit (<= 1000)")
+    p.add_argument("--workers", type=int, default=d.workers, help="concurrent claim loops")
+    p.add_argument("--claim-max", type=int, default=d.claim_max, help="max_tasks per claim (<= 100)")
+    p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
+    add_common_flags(p)
+    return p.parse_args(argv)
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    return Config(tasks=args.tasks, producers=args.producers, batch=args.batch,
+                  workers=args.workers, claim_max=args.claim_max)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    loop_name = install_fast_loop()
+    cfg = config_from(args)
+    with LocalCluster(args.nodes, keep=args.keep) as cluster:
+        report = Report("task lifecycles per second (submit + claim + complete)", "bench.lifecycle",
+                        args, {"nodes": args.nodes, "runs": args.runs, **asdict(cfg),
+                               "client_loop": loop_name, "durability": "node default (fsync)"},
+                        data_dir=cluster.root)
+        cluster.wait_writable()
+        report.start()
+        results = asyncio.run(measure(cluster.urls, cfg, args.runs, report))
+        report.figure(f"lifecycles_per_s_{args.nodes}_nodes", [r["tasks_per_s"] for r in results],
+                      "/s", TARGET if args.nodes == 3 else None)
+        report.figure("submits_per_s_while_claiming", [r["submit_per_s"] for r in results], "/s")
+        report.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

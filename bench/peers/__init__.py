@@ -1,0 +1,1 @@
+"""The same workloads against other systems, for ratios measured in the same run."""
