@@ -15,16 +15,12 @@ PEER_STATUS_TIMEOUT_S = 1.0
 
 
 def self_status(node) -> dict:
-    replica, me = node.replica, node.config.node(node.node_id)
-    st = replica.status() or {}
-    leader = replica.leader_id()
-    role = st.get("role") or ("leader" if leader == node.node_id else "follower")
-    with replica.read() as sm:
-        seq, digest = sm.seq, sm.digest()
-    return {"id": node.node_id, "http": me.http, "raft": me.raft, "role": role,
-            "term": replica.term, "leader": leader,
-            "commit_index": st.get("commit_index", st.get("commit_idx")),
-            "applied_seq": seq, "digest": digest, "reachable": True}
+    me = node.config.node(node.node_id)
+    st = node.replica.status()
+    return {"id": node.node_id, "http": me.http, "raft": me.raft, "role": st["role"],
+            "term": st["term"], "leader": st["leader"], "commit_index": st["commit_index"],
+            "applied_seq": st["applied_seq"], "digest": st["digest"], "reachable": True,
+            "ready": st.get("ready", False)}
 
 
 @routes.get("/v1/cluster/self")
@@ -75,7 +71,8 @@ async def transfer(request: web.Request) -> web.Response:
         if request.headers.get(FORWARDED_HEADER):
             raise ApiError("no_leader", "this node is not the leader")
         return await relay_to_leader(request, node)
-    node.replica.transfer_leadership(to)
+    if to != node.node_id:  # asking the leader to hand over to itself: nothing to do
+        node.replica.transfer_leadership(to)
     return respond({"accepted": True, "from": node.node_id, "to": to},
                    node.replica.applied_seq, status=202)
 

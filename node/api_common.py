@@ -6,13 +6,13 @@ import heapq
 import itertools
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 from aiohttp import web
 
 from . import validate
-from .errors import ApiError, from_result
+from .errors import ApiError
 
 FORWARDED_HEADER = "X-Tsched-Forwarded"
 MIN_SEQ_WAIT_S = 5.0          # a read waiting for its min_seq gives up after this (504)
@@ -93,25 +93,20 @@ def error_response(err: ApiError, seq: int | None) -> web.Response:
 
 # --- writes --------------------------------------------------------------------------------
 
-async def propose(node: Node, cmds: list, render: Callable[[Any, Any], Any]) -> tuple[list, int]:
-    """Commit `cmds`; render each result under the replica lock: (rendered or ApiError, seq)."""
+async def propose(node: Node, cmds: list) -> tuple[list, int]:
+    """Commit `cmds`: (one rendered result per command, or an ApiError; applied seq)."""
     from .proposer import ProposalError
     try:
-        results, seq = await node.proposer.propose(cmds, node.propose_timeout_s)
+        return await node.proposer.propose(cmds, node.propose_timeout_s)
     except ProposalError as e:
-        reason = str(getattr(e, "reason", None) or e.args[0] if e.args else e)
-        code = "no_leader" if "no_leader" in reason else "timeout"
-        raise ApiError(code, f"the write was not committed: {reason}",
-                       {"outcome": "unknown" if code == "timeout" else "not_committed"})
-    out = []
-    with node.replica.read():
-        for cmd, res in zip(cmds, results):
-            out.append(render(cmd, res) if res.ok else from_result(res))
-    return out, seq
+        code = "no_leader" if e.code == "no_leader" else "timeout"
+        raise ApiError(code, f"the write was not committed in time: {e}",
+                       {"outcome": "not_committed" if code == "no_leader" else "unknown"}
+                       ) from None
 
 
-async def propose_one(node: Node, cmd, render: Callable[[Any, Any], Any]) -> tuple[Any, int]:
-    (value,), seq = await propose(node, [cmd], render)
+async def propose_one(node: Node, cmd) -> tuple[Any, int]:
+    (value,), seq = await propose(node, [cmd])
     if isinstance(value, ApiError):
         raise value
     return value, seq
@@ -130,8 +125,8 @@ async def before_read(request: web.Request, node: Node, extra: tuple[str, ...] =
         if not node.replica.is_ready_leader():
             return await relay_to_leader(request, node)
         from tsched.statemachine import commands as c
-        _, seq = await propose_one(
-            node, c.Barrier(request_id=new_id(), now_ms=node.clock.now_ms()), lambda c_, r: None)
+        _, seq = await propose_one(node, c.Barrier(request_id=new_id(),
+                                                   now_ms=node.clock.now_ms()))
         min_seq = max(min_seq, seq)
     if min_seq:
         await node.seqs.wait(min_seq, node.replica, MIN_SEQ_WAIT_S)

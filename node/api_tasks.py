@@ -24,10 +24,6 @@ def _check_tenant(request: web.Request, tenant: str) -> None:
         raise ApiError("forbidden", f"this token may only act for tenant {scope!r}")
 
 
-def _render_submit(cmd, res) -> dict:
-    return present.task(res.value["task"], duplicate=bool(res.value.get("duplicate")))
-
-
 @routes.post("/v1/tasks")
 async def submit(request: web.Request) -> web.Response:
     node = node_of(request)
@@ -38,14 +34,14 @@ async def submit(request: web.Request) -> web.Response:
     if items is None:
         cmd = validate.submit(body, now_ms=now, request_id=request_id(request), task_id=new_id())
         _check_tenant(request, cmd.tenant)
-        task, seq = await propose_one(node, cmd, _render_submit)
+        task, seq = await propose_one(node, cmd)
         return respond(task, seq, status=201)
     cmds = [validate.submit(item, now_ms=now, request_id=request_id(request, f"#{i}"),
                             task_id=new_id(), where=f"tasks[{i}]")
             for i, item in enumerate(items)]
     for cmd in cmds:
         _check_tenant(request, cmd.tenant)
-    answers, seq = await propose(node, cmds, _render_submit)
+    answers, seq = await propose(node, cmds)
     return respond({"tasks": [a.body() if isinstance(a, ApiError) else a for a in answers]},
                    seq, status=201)
 
@@ -95,7 +91,7 @@ def _action(command_type):
         validate.empty(await json_body(request))
         cmd = command_type(request_id=request_id(request), now_ms=node.clock.now_ms(),
                            task_id=tid, tenant=tenant_scope(request))
-        task, seq = await propose_one(node, cmd, lambda _c, r: present.task(r.value["task"]))
+        task, seq = await propose_one(node, cmd)
         return respond(task, seq)
     return handler
 

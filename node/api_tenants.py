@@ -31,7 +31,7 @@ async def put_tenant(request: web.Request) -> web.Response:
     settings = validate.tenant_settings(await json_body(request) or {})
     cmd = c.SetTenant(request_id=request_id(request), now_ms=node.clock.now_ms(),
                       tenant=tenant, **settings)
-    out, seq = await propose_one(node, cmd, lambda _c, r: present.tenant(r.value["tenant"]))
+    out, seq = await propose_one(node, cmd)
     return respond(out, seq)
 
 

@@ -5,7 +5,7 @@ from aiohttp import web
 
 from tsched.statemachine import commands as c
 
-from . import claims, present, validate
+from . import claims, validate
 from .api_common import json_body, node_of, propose, propose_one, request_id, respond
 from .api_tasks import tenant_scope
 from .errors import ApiError
@@ -41,22 +41,13 @@ def _completion_cmd(request, item: dict, rid: str):
                       tenant=scope)
 
 
-def _render_heartbeat(cmd, res) -> dict:
-    return {"task_id": cmd.task_id, **present.result_value(cmd, res)}
-
-
-def _render_task(cmd, res) -> dict:
-    return present.task(res.value["task"])
-
-
 @routes.post("/v1/tasks/{task_id}/heartbeat")
 async def heartbeat(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
     item = validate.heartbeat(await json_body(request) or {})
     item["task_id"] = validate.task_id(request.match_info["task_id"])
-    out, seq = await propose_one(node, _heartbeat_cmd(request, item, request_id(request)),
-                                 _render_heartbeat)
+    out, seq = await propose_one(node, _heartbeat_cmd(request, item, request_id(request)))
     return respond(out, seq)
 
 
@@ -67,7 +58,7 @@ def _single_completion(failing: bool):
         item = validate.completion(await json_body(request) or {}, failing=failing)
         item["task_id"] = validate.task_id(request.match_info["task_id"])
         cmd = _completion_cmd(request, item, request_id(request))
-        task, seq = await propose_one(node, cmd, _render_task)
+        task, seq = await propose_one(node, cmd)
         return respond(task, seq)
     return handler
 
@@ -84,7 +75,7 @@ async def completions(request: web.Request) -> web.Response:
     cmds = [_completion_cmd(request, validate.completion(it, f"completions[{i}]"),
                             request_id(request, f"#{i}"))
             for i, it in enumerate(items)]
-    answers, seq = await propose(node, cmds, _render_task)
+    answers, seq = await propose(node, cmds)
     return respond({"results": [_item(a) for a in answers]}, seq)
 
 
@@ -96,7 +87,7 @@ async def heartbeats(request: web.Request) -> web.Response:
     cmds = [_heartbeat_cmd(request, validate.heartbeat(it, f"heartbeats[{i}]"),
                            request_id(request, f"#{i}"))
             for i, it in enumerate(items)]
-    answers, seq = await propose(node, cmds, _render_heartbeat)
+    answers, seq = await propose(node, cmds)
     return respond({"results": [_item(a) for a in answers]}, seq)
 
 

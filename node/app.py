@@ -12,7 +12,7 @@ import logging
 
 from aiohttp import web
 
-from . import api_cluster, api_tasks, api_tenants, api_workers
+from . import api_cluster, api_tasks, api_tenants, api_workers, present
 from .api_common import NODE, Node, error_response
 from .claims import ClaimHub, enables_claims
 from .errors import ApiError
@@ -92,7 +92,7 @@ async def _services(app: web.Application):
     from .proposer import Proposer
     node = app[NODE]
     loop = asyncio.get_running_loop()
-    node.proposer = Proposer(node.replica, loop)
+    node.proposer = Proposer(node.replica, loop, render=present.result)
     node.forwarder = Forwarder(node.node_id)
     await node.forwarder.start()
     node.claims = ClaimHub(node)

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Callable
 
 import orjson
 
 from tsched.statemachine import commands as c
 
-from . import present
 from .errors import ApiError
 
 log = logging.getLogger("tsched.node.claims")
@@ -166,7 +165,7 @@ class ClaimHub:
     async def _commit(self, ready: list[Waiter], cmds: list) -> None:
         from .api_common import propose
         try:
-            answers, seq = await propose(self.node, cmds, _render_claim)
+            answers, seq = await propose(self.node, cmds)
         except ApiError as e:
             answers, seq = [e] * len(cmds), None
         releases = []
@@ -185,10 +184,6 @@ class ClaimHub:
         self.wake()
 
 
-def _render_claim(cmd, result) -> list[dict]:
-    return [present.task(t) for t in result.value["tasks"]]
-
-
 def _new_id() -> str:
     from .api_common import new_id
     return new_id()
@@ -201,7 +196,7 @@ async def release(node, tasks: list[tuple[str, int]]) -> None:
     cmds = [c.Release(request_id=_new_id(), now_ms=now, task_id=tid, fencing_token=tok)
             for tid, tok in tasks]
     try:
-        await propose(node, cmds, lambda cmd, res: None)
+        await propose(node, cmds)
         log.info("event=claims_released node=%s count=%d", node.node_id, len(cmds))
     except ApiError as e:
         # Not fatal: the leases expire and the tasks are dispatched again.

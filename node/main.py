@@ -6,7 +6,6 @@ the app, stop Raft and exit 0.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import signal
 import sys
@@ -63,21 +62,9 @@ def _use_uvloop() -> None:
 
 def build_replica(cfg, node_id: str):
     from .failpoints import Failpoints
-    from .raft import RaftOptions, Replica
-    me = cfg.node(node_id)
-    return Replica(self_id=node_id, self_raft=me.raft, peers=cfg.peers_of(node_id),
-                   data_dir=me.data_dir, secret=cfg.secret, limits=_limits(cfg),
-                   options=_options(cfg, RaftOptions()), failpoints=Failpoints.from_env())
-
-
-def _options(cfg, options):
-    """[cluster.timeouts] onto RaftOptions fields of the same meaning."""
-    names = {"raft_min_s": "raft_min_timeout_s", "raft_max_s": "raft_max_timeout_s",
-             "leader_fallback_s": "leader_fallback_timeout_s"}
-    fields = {f.name for f in dataclasses.fields(options)}
-    changes = {names[k]: v for k, v in cfg.timeouts.items()
-               if k in names and names[k] in fields}
-    return dataclasses.replace(options, **changes) if changes else options
+    from .raft import Replica
+    return Replica.from_config(cfg, node_id, failpoints=Failpoints.from_env(),
+                               limits=_limits(cfg))
 
 
 def _limits(cfg):

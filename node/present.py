@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from .errors import from_result
+
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
@@ -119,21 +121,29 @@ def schedule(s) -> dict[str, Any]:
     }
 
 
-def result_value(cmd, result) -> dict[str, Any]:
-    """Render a successful command result (internals.md, table of results) to JSON."""
-    v = result.value
+def result(cmd, res):
+    """A command's result as the API shows it: a dict/list, None, or an errors.ApiError.
+
+    The Proposer calls this on the Raft thread under the replica lock, straight after
+    apply, because results hold live references (internals.md)."""
+    if not res.ok:
+        return from_result(res)
+    v = res.value
     if v is None:
-        return {}
-    out: dict[str, Any] = {}
-    if "task" in v:
-        out["task"] = None if v["task"] is None else task(v["task"], duplicate=v.get("duplicate"))
-    if "tasks" in v:
-        out["tasks"] = [task(t) for t in v["tasks"]]
-    if "tenant" in v:
-        out["tenant"] = tenant(v["tenant"])
-    if "schedule" in v:
-        out["schedule"] = schedule(v["schedule"])
+        return None
     if "lease_expires_at_ms" in v:
-        out["lease_expires_at"] = rfc3339(v["lease_expires_at_ms"])
-        out["cancel_requested"] = bool(v.get("cancel_requested"))
-    return out
+        return {"task_id": cmd.task_id, "lease_expires_at": rfc3339(v["lease_expires_at_ms"]),
+                "cancel_requested": bool(v.get("cancel_requested"))}
+    if "tasks" in v:
+        return [task(t) for t in v["tasks"]]
+    if "schedule" in v:
+        out = {"schedule": schedule(v["schedule"])}
+        if "task" in v:
+            out["task"] = None if v["task"] is None else task(v["task"])
+        return out
+    if "tenant" in v:
+        return tenant(v["tenant"])
+    if "task" in v:
+        duplicate = v.get("duplicate")
+        return task(v["task"], duplicate=None if duplicate is None else bool(duplicate))
+    return None

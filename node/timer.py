@@ -110,7 +110,7 @@ class LeaderTimer:
     async def _propose(self, cmds: list) -> bool:
         from .api_common import propose
         try:
-            await propose(self.node, cmds, lambda cmd, res: None)
+            await propose(self.node, cmds)
             return True
         except ApiError as e:
             log.warning("event=timer_propose_failed node=%s code=%s", self.node.node_id, e.code)

@@ -1,0 +1,203 @@
+"""Real `tsnode` clusters for tests: start, kill, stop, restart, always clean up.
+
+    from tests.integration.cluster import Cluster
+
+    with Cluster(tmp_path, size=3) as c:        # writes cluster.toml on free loopback ports
+        c.start()                               # starts every node (background processes)
+        leader = c.wait_leader()                # id of a ready leader all live nodes agree on
+        status, body = c.call("n2", "POST", "/v1/tasks", {"task_type": "t"})
+        c.kill(leader)                          # SIGKILL (no cleanup: a crash)
+        c.wait_leader(exclude=[leader])
+        c.restart(leader)                       # same data_dir, same ports
+        c.stop("n3")                            # SIGTERM, waits for exit 0
+        print(c.log("n1"))                      # the node's log, for failure messages
+
+`env` adds environment variables to every node (e.g. TSCHED_FAILPOINTS);
+`node_env={"n1": {...}}` to one node. `dial_through` is left to fault-injection helpers.
+Every process is in its own session and is killed (SIGKILL) on close, whatever happened.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+TSNODE = shutil.which("tsnode") or str(Path(sys.executable).with_name("tsnode"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, tmp_path: Path, size: int = 3, *, env: dict[str, str] | None = None,
+                 node_env: dict[str, dict[str, str]] | None = None, secret: str | None = None,
+                 extra_toml: str = "") -> None:
+        self.dir = Path(tmp_path)
+        self.ids = [f"n{i + 1}" for i in range(size)]
+        self.http = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
+        self.raft = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
+        self.env = dict(env or {})
+        self.node_env = {k: dict(v) for k, v in (node_env or {}).items()}
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.config_path = self.dir / "cluster.toml"
+        self._write_config(secret, extra_toml)
+        self.client = httpx.Client(timeout=30)
+
+    # --- setup -----------------------------------------------------------------------------
+
+    def _write_config(self, secret: str | None, extra_toml: str) -> None:
+        lines = ["[cluster]", 'name = "test"']
+        if secret:
+            lines.append(f'secret = "{secret}"')
+        for i in self.ids:
+            lines += ["", "[[node]]", f'id = "{i}"', f'raft = "{self.raft[i]}"',
+                      f'http = "{self.http[i]}"', f'data_dir = "data/{i}"']
+        self.config_path.write_text("\n".join(lines) + "\n" + extra_toml)
+
+    def url(self, node_id: str) -> str:
+        return f"http://{self.http[node_id]}"
+
+    @property
+    def urls(self) -> list[str]:
+        return [self.url(i) for i in self.ids]
+
+    def data_dir(self, node_id: str) -> Path:
+        return self.dir / "data" / node_id
+
+    def log_path(self, node_id: str) -> Path:
+        return self.dir / f"{node_id}.log"
+
+    def log(self, node_id: str, tail_chars: int = 4000) -> str:
+        p = self.log_path(node_id)
+        return p.read_text(errors="replace")[-tail_chars:] if p.exists() else ""
+
+    # --- processes ---------------------------------------------------------------------------
+
+    def start(self, *node_ids: str) -> "Cluster":
+        for i in node_ids or self.ids:
+            self.start_node(i)
+        return self
+
+    def start_node(self, node_id: str) -> None:
+        assert node_id not in self.procs or self.procs[node_id].poll() is not None, node_id
+        env = {**os.environ, **self.env, **self.node_env.get(node_id, {})}
+        out = open(self.log_path(node_id), "ab")
+        self.procs[node_id] = subprocess.Popen(
+            [TSNODE, "--config", str(self.config_path), "--id", node_id],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        out.close()
+
+    def alive(self, node_id: str) -> bool:
+        p = self.procs.get(node_id)
+        return p is not None and p.poll() is None
+
+    def kill(self, node_id: str) -> None:
+        """SIGKILL: the node dies without any cleanup."""
+        p = self.procs[node_id]
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+
+    def stop(self, node_id: str, timeout_s: float = 15) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        p = self.procs[node_id]
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+        try:
+            return p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+            raise AssertionError(f"{node_id} did not stop within {timeout_s}s:\n"
+                                 f"{self.log(node_id)}")
+
+    def pause(self, node_id: str) -> None:
+        os.killpg(self.procs[node_id].pid, signal.SIGSTOP)
+
+    def resume(self, node_id: str) -> None:
+        os.killpg(self.procs[node_id].pid, signal.SIGCONT)
+
+    def restart(self, node_id: str) -> None:
+        if self.alive(node_id):
+            self.stop(node_id)
+        self.start_node(node_id)
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.client.close()
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- HTTP --------------------------------------------------------------------------------
+
+    def call(self, node_id: str, method: str, path: str, body: Any = None, *,
+             timeout_s: float = 30, headers: dict | None = None) -> tuple[int, Any]:
+        r = self.client.request(method, self.url(node_id) + path, json=body,
+                                timeout=timeout_s, headers=headers)
+        try:
+            return r.status_code, r.json()
+        except ValueError:
+            return r.status_code, r.text
+
+    def self_status(self, node_id: str, timeout_s: float = 1.0) -> dict | None:
+        try:
+            s, b = self.call(node_id, "GET", "/v1/cluster/self", timeout_s=timeout_s)
+        except httpx.HTTPError:
+            return None
+        return b if s == 200 else None
+
+    def wait_leader(self, timeout_s: float = 30, exclude: tuple | list = ()) -> str:
+        """The id of a ready leader that every live node (not excluded) names."""
+        deadline = time.monotonic() + timeout_s
+        live = [i for i in self.ids if i not in exclude and self.alive(i)]
+        while True:
+            seen = {i: self.self_status(i) for i in live}
+            leaders = {s.get("leader") for s in seen.values() if s}
+            ready = [i for i, s in seen.items() if s and s.get("role") == "leader"
+                     and s.get("ready")]
+            if len(ready) == 1 and leaders == {ready[0]} and all(seen.values()):
+                return ready[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no agreed leader within {timeout_s}s: {seen}\n" +
+                                     "\n".join(f"--- {i}\n{self.log(i)}" for i in live))
+            time.sleep(0.05)
+
+    def wait_applied(self, seq: int, node_ids=None, timeout_s: float = 10) -> None:
+        """Every given node (default: all live) has applied at least `seq`."""
+        deadline = time.monotonic() + timeout_s
+        for i in node_ids or [i for i in self.ids if self.alive(i)]:
+            while True:
+                s = self.self_status(i)
+                if s and s["applied_seq"] >= seq:
+                    break
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{i} did not apply seq {seq} in {timeout_s}s: {s}")
+                time.sleep(0.02)
+
+    def followers(self, leader: str) -> list[str]:
+        return [i for i in self.ids if i != leader]

@@ -1,0 +1,109 @@
+"""cluster.toml parsing: the defaults file, relative data dirs, and clear refusals."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tsched.node import config
+from tsched.node.clock import Clock
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """
+[cluster]
+name = "t"
+
+[[node]]
+id = "a"
+raft = "127.0.0.1:9001"
+http = "127.0.0.1:9101"
+data_dir = "d/a"
+
+[[node]]
+id = "b"
+raft = "127.0.0.1:9002"
+http = "127.0.0.1:9102"
+data_dir = "/abs/b"
+"""
+
+
+def write(tmp_path: Path, text: str) -> str:
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    return str(p)
+
+
+def test_repository_cluster_toml_has_three_loopback_nodes():
+    cfg = config.load(str(ROOT / "cluster.toml"))
+    assert [n.id for n in cfg.nodes] == ["n1", "n2", "n3"]
+    assert [n.http for n in cfg.nodes] == [f"127.0.0.1:{p}" for p in (8701, 8702, 8703)]
+    assert [n.raft for n in cfg.nodes] == [f"127.0.0.1:{p}" for p in (8801, 8802, 8803)]
+    assert cfg.node("n2").data_dir == str(ROOT / ".tsched" / "data" / "n2")
+    assert cfg.auth is None and cfg.secret is None
+
+
+def test_data_dir_is_relative_to_the_file_and_peers_exclude_self(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD))
+    assert cfg.node("a").data_dir == os.path.join(str(tmp_path), "d", "a")
+    assert cfg.node("b").data_dir == "/abs/b"
+    assert cfg.peers_of("a") == {"b": "127.0.0.1:9002"}
+    assert cfg.node("a").http_port == 9101 and cfg.node("a").url == "http://127.0.0.1:9101"
+
+
+def test_timeouts_auth_and_limits_tables_are_kept(tmp_path):
+    text = GOOD.replace('name = "t"', 'name = "t"\nsecret = "s3"') + """
+[cluster.timeouts]
+raft_min_s = 0.5
+[auth]
+admin_token_sha256 = ["ab"]
+[limits]
+payload_bytes_max = 10
+"""
+    # [cluster.timeouts] must come right after [cluster]: TOML tables can appear anywhere.
+    cfg = config.load(write(tmp_path, text))
+    assert cfg.timeouts == {"raft_min_s": 0.5}
+    assert cfg.secret == "s3"
+    assert cfg.auth["admin_token_sha256"] == ["ab"]
+    assert cfg.limits["payload_bytes_max"] == 10
+
+
+@pytest.mark.parametrize("change, message", [
+    (('name = "t"', ''), "name"),
+    (('id = "b"', 'id = "a"'), "unique"),
+    (('raft = "127.0.0.1:9002"', 'raft = "127.0.0.1"'), "host:port"),
+    (('http = "127.0.0.1:9102"', 'http = "127.0.0.1:99999"'), "host:port"),
+    (('raft = "127.0.0.1:9002"', 'raft = "10.0.0.2:9002"'), "secret"),
+    (('data_dir = "/abs/b"', 'data_dir = "/abs/b"\ncolour = "red"'), "unknown"),
+    (('id = "b"', 'id = "b c"'), "id"),
+])
+def test_bad_files_are_refused_with_a_clear_message(tmp_path, change, message):
+    with pytest.raises(config.ConfigError, match=message):
+        config.load(write(tmp_path, GOOD.replace(*change)))
+
+
+def test_non_loopback_raft_is_allowed_with_a_secret(tmp_path):
+    text = GOOD.replace('name = "t"', 'name = "t"\nsecret = "x"').replace(
+        "127.0.0.1:9002", "10.0.0.2:9002")
+    assert config.load(write(tmp_path, text)).node("b").raft == "10.0.0.2:9002"
+
+
+def test_missing_file_unknown_node_and_bad_toml(tmp_path):
+    with pytest.raises(config.ConfigError, match="does not exist"):
+        config.load(str(tmp_path / "nope.toml"))
+    with pytest.raises(config.ConfigError, match="not valid TOML"):
+        config.load(write(tmp_path, "[cluster"))
+    with pytest.raises(config.ConfigError, match="not in the cluster"):
+        config.load(write(tmp_path, GOOD)).node("zz")
+    with pytest.raises(config.ConfigError, match="timeouts"):
+        config.load(write(tmp_path, GOOD + "\n[cluster.timeouts]\nbogus = 1\n"))
+
+
+def test_clock_offset_from_environment():
+    assert Clock.from_env({}).offset_ms == 0
+    skewed = Clock.from_env({"TSCHED_CLOCK_OFFSET_MS": "-5000"})
+    assert skewed.offset_ms == -5000
+    assert abs((Clock().now_ms() - 5000) - skewed.now_ms()) < 1000
+    with pytest.raises(ValueError, match="TSCHED_CLOCK_OFFSET_MS"):
+        Clock.from_env({"TSCHED_CLOCK_OFFSET_MS": "soon"})
