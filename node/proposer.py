@@ -1,0 +1,178 @@
+"""`Proposer`: commands from the asyncio loop into Raft, answers back (DESIGN.md 4 and 6).
+
+Concurrent proposals made within one loop iteration are packed into one Raft entry. Waiters
+are keyed by `request_id` and answered from the apply listener, so an entry that commits
+after an ambiguous outcome (a leader change, a timed-out wait) still answers. A failure
+reported by pysyncobj, or no answer within `repropose_after_s`, re-proposes the same
+commands (same `request_id`s: the state machine's request table applies them at most once)
+until the deadline.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+
+class ProposalError(Exception):
+    """`code` is "no_leader" (none reachable for the whole wait) or "timeout" (ambiguous)."""
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(message or code)
+        self.code = code
+
+
+class _Call:
+    """One `propose()` call: its failure signal, shared by the batches it rode in."""
+
+    __slots__ = ("failed", "reason")
+
+    def __init__(self) -> None:
+        self.failed = asyncio.Event()
+        self.reason: str | None = None
+
+
+class Proposer:
+    def __init__(self, replica, loop: asyncio.AbstractEventLoop, *,
+                 render: Callable[[Any, Any], Any] | None = None,
+                 batch_commands_max: int = 1000, batch_bytes_max: int | None = None,
+                 retry_backoff_s: float = 0.05, repropose_after_s: float = 3.0,
+                 leader_poll_s: float = 0.05) -> None:
+        """`render(cmd, result)` runs on the Raft thread under the replica lock, straight
+        after apply (results hold live references); its value is what `propose` returns."""
+        self._replica = replica
+        self._loop = loop
+        self._render = render
+        self._batch_commands_max = batch_commands_max
+        self._batch_bytes_max = batch_bytes_max or replica.options.entry_bytes_max
+        self._retry_backoff_s = retry_backoff_s
+        self._repropose_after_s = repropose_after_s
+        self._leader_poll_s = leader_poll_s
+        self._waiters: dict[str, list[asyncio.Future]] = {}
+        self._queue: list[tuple[Any, _Call]] = []
+        self._flush_scheduled = False
+        self.entries_proposed = 0          # Raft entries handed over (metrics, tests)
+        replica.add_apply_listener(self._on_apply)
+
+    # --- the loop side -------------------------------------------------------------------
+
+    async def propose(self, cmds: list, timeout_s: float) -> tuple[list, int]:
+        """Commit and apply `cmds`; return (one result per command, applied seq)."""
+        if not cmds:
+            return [], self._replica.applied_seq
+        deadline = self._loop.time() + timeout_s
+        futures = [self._wait_for(cmd.request_id) for cmd in cmds]
+        try:
+            seq = await self._drive(cmds, futures, deadline)
+        finally:
+            for cmd, fut in zip(cmds, futures):
+                self._unwait(cmd.request_id, fut)
+        return [fut.result()[0] for fut in futures], seq
+
+    async def _drive(self, cmds, futures, deadline: float) -> int:
+        call = _Call()
+        leader_seen = False
+        while True:
+            pending = [c for c, f in zip(cmds, futures) if not f.done()]
+            if not pending:
+                return max(f.result()[1] for f in futures)
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                raise ProposalError("timeout" if leader_seen else "no_leader",
+                                    f"no answer within the deadline ({call.reason or 'waiting'})")
+            if self._replica.leader_id() is None:
+                await self._wait(futures, call, min(remaining, self._leader_poll_s))
+                continue
+            leader_seen = True
+            call.failed.clear()
+            self._enqueue(pending, call)
+            await self._wait(futures, call, min(remaining, self._repropose_after_s))
+            if call.failed.is_set():
+                await self._wait(futures, None, min(self._retry_backoff_s,
+                                                    max(0.0, deadline - self._loop.time())))
+
+    async def _wait(self, futures, call: _Call | None, timeout_s: float) -> None:
+        """Until every future is done, the call failed, or the timeout (whichever first).
+        (asyncio.wait never cancels what it waits on, unlike gather.)"""
+        end = self._loop.time() + timeout_s
+        failed = asyncio.ensure_future(call.failed.wait()) if call is not None else None
+        try:
+            while True:
+                waits = {f for f in futures if not f.done()}
+                remaining = end - self._loop.time()
+                if not waits or remaining <= 0 or (failed is not None and failed.done()):
+                    return
+                if failed is not None:
+                    waits.add(failed)
+                await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if failed is not None:
+                failed.cancel()
+
+    def _wait_for(self, request_id: str) -> asyncio.Future:
+        fut = self._loop.create_future()
+        self._waiters.setdefault(request_id, []).append(fut)
+        return fut
+
+    def _unwait(self, request_id: str, fut: asyncio.Future) -> None:
+        futs = self._waiters.get(request_id)
+        if futs is None:
+            return
+        if fut in futs:
+            futs.remove(fut)
+        if not futs:
+            del self._waiters[request_id]
+
+    def _enqueue(self, cmds, call: _Call) -> None:
+        self._queue.extend((cmd, call) for cmd in cmds)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        queue, self._queue = self._queue, []
+        for i in range(0, len(queue), self._batch_commands_max):
+            self._propose_chunk(queue[i:i + self._batch_commands_max])
+
+    def _propose_chunk(self, chunk) -> None:
+        blob = self._replica.encode_batch([cmd for cmd, _ in chunk])
+        if len(blob) > self._batch_bytes_max and len(chunk) > 1:
+            half = len(chunk) // 2
+            self._propose_chunk(chunk[:half])
+            self._propose_chunk(chunk[half:])
+            return
+        calls = list({id(c): c for _, c in chunk}.values())
+        try:
+            self._replica.propose_blob(blob, on_error=lambda reason: self._loop.call_soon_threadsafe(
+                self._on_failure, calls, reason))
+            self.entries_proposed += 1
+        except Exception as exc:   # too large, or not started: the waiters time out
+            log.error("proposal of %d commands refused: %r", len(chunk), exc)
+            self._on_failure(calls, repr(exc))
+
+    def _on_failure(self, calls, reason: str) -> None:
+        for call in calls:
+            call.reason = reason
+            call.failed.set()
+
+    # --- the Raft thread -----------------------------------------------------------------
+
+    def _on_apply(self, seq: int, cmds: list, results: list) -> None:
+        waiters = self._waiters
+        answers = []
+        for cmd, result in zip(cmds, results):
+            rid = getattr(cmd, "request_id", None)
+            if rid in waiters:
+                value = self._render(cmd, result) if self._render else result
+                answers.append((rid, value))
+        if answers:
+            self._loop.call_soon_threadsafe(self._resolve, answers, seq)
+
+    def _resolve(self, answers, seq: int) -> None:
+        for rid, value in answers:
+            for fut in self._waiters.get(rid, ()):
+                if not fut.done():
+                    fut.set_result((value, seq))

@@ -1,0 +1,642 @@
+"""`Replica`: the state machine replicated by Raft (pysyncobj), the only pysyncobj user.
+
+DESIGN.md sections 3, 4 and 6 list what this module guards against:
+- exactly one `@replicated` method, `apply(blob)`, which never raises;
+- the log in LMDB (`journal.py`), made durable by one group commit before any vote or
+  replication message leaves the node (`_GuardedTransport.send`);
+- snapshots written by a forked child, so the Raft thread stalls only for the fork;
+- leadership that accounts for quorum and the leader's connection, and a barrier entry per
+  term before a new leader calls itself ready;
+- a Raft port bound to its configured address, refused admin messages, bounded messages,
+  and no non-loopback address without a secret.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import ipaddress
+import logging
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import msgpack
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.config import SERIALIZER_STATE
+from pysyncobj.dns_resolver import globalDnsResolver
+from pysyncobj.node import TCPNode
+from pysyncobj.tcp_connection import TcpConnection
+from pysyncobj.transport import TCPTransport
+
+from . import journal as journal_mod
+from .failpoints import NONE as NO_FAILPOINTS
+from .failpoints import Failpoints
+
+log = logging.getLogger(__name__)
+
+STATE_MACHINE_BUG_EXIT_CODE = 70
+SNAPSHOT_MAGIC = b"TSCHSNP1"
+_U32 = struct.Struct(">I")
+
+# Messages that reflect the log, term or vote: the journal is synced before each leaves.
+DURABLE_BEFORE_SEND = frozenset({"append_entries", "next_node_idx", "request_vote", "response_vote"})
+ALLOWED_UTILITY_MESSAGES = frozenset({"status"})
+_FAIL_NAMES = {v: k.lower() for k, v in vars(FAIL_REASON).items() if not k.startswith("_")}
+_ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
+
+
+class RaftSecurityError(ValueError):
+    """The Raft configuration would expose an unauthenticated pickle port."""
+
+
+@dataclass(frozen=True)
+class RaftOptions:
+    append_entries_period_s: float = 0.015
+    auto_tick_period_s: float = 0.005
+    raft_min_timeout_s: float = 1.0
+    raft_max_timeout_s: float = 2.5
+    # An isolated leader steps down this soon (pysyncobj's default of 30 s would keep it
+    # accepting writes it can never commit).
+    leader_fallback_timeout_s: float = 1.0
+    connection_retry_s: float = 1.0
+    connection_timeout_s: float = 3.0
+    # Each compaction forks and writes the whole state: every ~20k entries or 10 minutes.
+    compaction_min_entries: int = 20_000
+    compaction_min_time_s: float = 600.0
+    # Larger than any entry: pysyncobj's chunked sending of one oversized entry is broken.
+    append_entries_batch_bytes: int = 2 << 20
+    entry_bytes_max: int = 1 << 20
+    message_bytes_max: int = 64 << 20
+    snapshot_chunk_bytes: int = 1 << 20
+    commands_queue_max: int = 10_000
+    bind_retries_max: int = 10
+    bind_retry_s: float = 0.5
+    fsync: bool = True
+
+
+@dataclass(frozen=True)
+class MachineKit:
+    """How the replica makes, restores and feeds the state machine (a seam for tests)."""
+
+    new: Callable[[], Any]
+    restore: Callable[[bytes], Any]
+    encode_batch: Callable[[list], bytes]
+    decode_batch: Callable[[bytes], list]
+    barrier: Callable[[str, int], Any]      # (request_id, now_ms) -> command
+
+
+def default_kit(limits=None) -> MachineKit:
+    from tsched.statemachine import StateMachine, codec, commands
+    from tsched.statemachine import Limits
+
+    lim = limits if limits is not None else Limits()
+    return MachineKit(
+        new=lambda: StateMachine(limits=lim),
+        restore=lambda blob: StateMachine.restore(blob, limits=lim),
+        encode_batch=codec.encode_batch,
+        decode_batch=codec.decode_batch,
+        barrier=lambda rid, now_ms: commands.Barrier(request_id=rid, now_ms=now_ms),
+    )
+
+
+def is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_raft_security(addresses: list[str], secret: str | None) -> None:
+    if secret:
+        return
+    exposed = [a for a in addresses if not is_loopback_host(a.rsplit(":", 1)[0])]
+    if exposed:
+        raise RaftSecurityError(
+            f"Raft addresses {', '.join(exposed)} are not loopback: set cluster.secret "
+            "(Raft messages are pickles; anyone who can connect could run code)")
+
+
+class _View(NamedTuple):
+    """What other threads may know of Raft: refreshed on every tick, swapped atomically."""
+
+    role: int = 0
+    term: int = 0
+    leader: str | None = None          # raft address
+    has_quorum: bool = False
+    connected: frozenset = frozenset()   # raft addresses of connected peers
+    commit_index: int = 0
+    last_applied: int = 0
+
+
+# --- transport ---------------------------------------------------------------------------
+
+class _DialNode(TCPNode):
+    """A peer with its Raft identity (`host:port`) that is dialled at another address."""
+
+    def __init__(self, address, dial: str | None = None, **kwargs):
+        super().__init__(address, **kwargs)
+        self._dial = dial
+
+    @property
+    def ip(self):
+        if self._dial is None:
+            return super().ip
+        return globalDnsResolver().resolve(self._dial.rsplit(":", 1)[0])
+
+    @property
+    def port(self):
+        if self._dial is None:
+            return super().port
+        return int(self._dial.rsplit(":", 1)[1])
+
+
+class _BoundedConnection(TcpConnection):
+    """Refuses (disconnects) a message whose declared length exceeds the bound, before
+    buffering it; pysyncobj itself accepts up to 2 GiB per message."""
+
+    _message_bytes_max = 64 << 20
+
+    def _TcpConnection__processParseMessage(self):
+        buf = self._TcpConnection__readBuffer
+        if len(buf) >= 4:
+            declared = struct.unpack("i", buf[:4])[0]
+            if declared < 0 or declared > self._message_bytes_max:
+                log.warning("raft: refused a %d-byte message (limit %d); disconnecting",
+                            declared, self._message_bytes_max)
+                self.disconnect()
+                return None
+        return TcpConnection._TcpConnection__processParseMessage(self)
+
+
+def _bound(conn: TcpConnection, limit: int) -> None:
+    conn.__class__ = _BoundedConnection
+    conn._message_bytes_max = limit
+
+
+class _GuardedTransport(TCPTransport):
+    def __init__(self, syncObj, selfNode, otherNodes, *, journal, failpoints: Failpoints,
+                 message_bytes_max: int):
+        self._journal = journal
+        self._failpoints = failpoints
+        self._message_bytes_max = message_bytes_max
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def addNode(self, node):
+        super().addNode(node)
+        conn = self._connections.get(node)
+        if conn is not None:
+            _bound(conn, self._message_bytes_max)
+
+    def _onNewIncomingConnection(self, conn):
+        _bound(conn, self._message_bytes_max)
+        super()._onNewIncomingConnection(conn)
+
+    def _onIncomingMessageReceived(self, conn, message):
+        if self._syncObj.encryptor and not conn.sendRandKey:
+            return super()._onIncomingMessageReceived(conn, message)   # key exchange
+        if isinstance(message, list):
+            if message[:1] and message[0] in ALLOWED_UTILITY_MESSAGES:
+                return super()._onIncomingMessageReceived(conn, message)
+            return self._refuse(conn, f"utility message {message[:1]!r}")
+        # Only configured peers may identify themselves; no read-only observers.
+        if not isinstance(message, str) or message not in self._nodeAddrToNode:
+            return self._refuse(conn, f"identity {str(message)[:64]!r}")
+        return super()._onIncomingMessageReceived(conn, message)
+
+    def _refuse(self, conn, what: str) -> None:
+        log.warning("raft: refused %s on an incoming connection", what)
+        conn.send("FAIL refused")
+        conn.disconnect()
+        self._unknownConnections.discard(conn)
+
+    def send(self, node, message):
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind in DURABLE_BEFORE_SEND and not self._failpoints.on("skip_sync_before_send"):
+            self._journal.sync()
+        sent = super().send(node, message)
+        if kind == "next_node_idx" and sent and self._failpoints.on("crash_after_ack"):
+            self._maybe_crash_after_ack(message)
+        return sent
+
+    def _maybe_crash_after_ack(self, message) -> None:
+        acked = message["next_node_idx"] - 1
+        if message["success"] and acked > self._journal.startup_last_idx:
+            self._failpoints.crash(f"acked {acked}")
+
+
+# --- the replicated object ---------------------------------------------------------------
+
+class _RaftObject(SyncObj):
+    def __init__(self, replica: "Replica", self_node, peers, conf, transport_class):
+        self._replica = replica
+        # The tick thread starts inside SyncObj.__init__ and may call back at once.
+        replica._obj = self
+        super().__init__(self_node, peers, conf, nodeClass=_DialNode,
+                         transportClass=transport_class)
+
+    @replicated
+    def apply(self, blob):
+        # The only replicated method (pysyncobj numbers them by name): never add another.
+        self._replica._apply_blob(blob)
+
+
+# --- snapshots ---------------------------------------------------------------------------
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_snapshot(path: Path, raft_data: list, state: bytes) -> None:
+    """Atomically: write a temp file, fsync it, rename over `path`, fsync the directory."""
+    header = msgpack.packb({"raft": raft_data, "state_len": len(state),
+                            "state_sha256": hashlib.sha256(state).hexdigest()})
+    tmp = path.with_name(path.name + ".fork.tmp")
+    with open(tmp, "wb") as f:
+        f.write(SNAPSHOT_MAGIC + _U32.pack(len(header)) + header)
+        f.write(state)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def read_snapshot_header(path: Path) -> dict:
+    with open(path, "rb") as f:
+        head = f.read(len(SNAPSHOT_MAGIC) + _U32.size)
+        if head[:len(SNAPSHOT_MAGIC)] != SNAPSHOT_MAGIC:
+            raise ValueError(f"{path} is not a tsched snapshot")
+        (size,) = _U32.unpack(head[len(SNAPSHOT_MAGIC):])
+        return msgpack.unpackb(f.read(size))
+
+
+def read_snapshot(path: Path) -> tuple[list, bytes]:
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:len(SNAPSHOT_MAGIC)] != SNAPSHOT_MAGIC:
+        raise ValueError(f"{path} is not a tsched snapshot")
+    start = len(SNAPSHOT_MAGIC) + _U32.size
+    (size,) = _U32.unpack(data[len(SNAPSHOT_MAGIC):start])
+    header = msgpack.unpackb(data[start:start + size])
+    state = data[start + size:]
+    if len(state) != header["state_len"] or hashlib.sha256(state).hexdigest() != header["state_sha256"]:
+        raise ValueError(f"{path} is truncated or corrupt")
+    return header["raft"], state
+
+
+def _entry(e) -> tuple[bytes, int, int]:
+    return (bytes(e[0]), int(e[1]), int(e[2]))
+
+
+# --- the replica -------------------------------------------------------------------------
+
+class Replica:
+    """One node's replica: owns the state machine, its lock, and the Raft object."""
+
+    def __init__(self, *, self_id: str, self_raft: str, peers: dict[str, str], data_dir: Path,
+                 secret: str | None = None, limits=None, options: RaftOptions = RaftOptions(),
+                 failpoints: Failpoints | None = None, dial_overrides: dict[str, str] | None = None,
+                 machine: MachineKit | None = None, clock_ms: Callable[[], int] | None = None):
+        check_raft_security([self_raft, *peers.values()], secret)
+        self.self_id = self_id
+        self.self_raft = self_raft
+        self.peers = dict(peers)
+        self.data_dir = Path(data_dir)
+        self.secret = secret
+        self.options = options
+        self.failpoints = failpoints or NO_FAILPOINTS
+        self.dial_overrides = dict(dial_overrides or {})
+        self._kit = machine if machine is not None else default_kit(limits)
+        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self._id_by_addr = {addr: nid for nid, addr in self.peers.items()}
+        self._id_by_addr[self_raft] = self_id
+        if len(self._id_by_addr) != len(self.peers) + 1:
+            raise ValueError("every node needs its own Raft address")
+        self._lock = threading.RLock()
+        self._sm = self._kit.new()
+        self._listeners: list[Callable] = []
+        self._tick_tasks: collections.deque = collections.deque()
+        self._view = _View()
+        self._ready_term = -1
+        self._barrier_rid: str | None = None
+        self._snap_pid: int | None = None
+        self._obj: _RaftObject | None = None
+        self._journal: journal_mod.LmdbJournal | None = None
+        self.snapshot_stalls_ms: list[float] = []
+        self.snapshots_written = 0
+
+    @classmethod
+    def from_config(cls, cluster, node_id: str, failpoints: Failpoints | None = None,
+                    options: RaftOptions | None = None, **kwargs) -> "Replica":
+        """From `config.ClusterConfig`: its node, peers, secret and timeouts."""
+        node = cluster.node(node_id)
+        t = dict(getattr(cluster, "timeouts", None) or {})
+        opts = options or RaftOptions()
+        mapping = {"raft_min_s": "raft_min_timeout_s", "raft_max_s": "raft_max_timeout_s",
+                   "leader_fallback_s": "leader_fallback_timeout_s"}
+        overrides = {mapping[k]: float(v) for k, v in t.items() if k in mapping}
+        if overrides:
+            opts = dataclasses.replace(opts, **overrides)
+        return cls(self_id=node_id, self_raft=node.raft, peers=cluster.peers_of(node_id),
+                   data_dir=Path(node.data_dir), secret=cluster.secret, options=opts,
+                   failpoints=failpoints, **kwargs)
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def snapshot_path(self) -> Path:
+        return self.data_dir / "snapshot.bin"
+
+    @property
+    def journal_path(self) -> Path:
+        return self.data_dir / "raft-log"
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        trim = None
+        if self.snapshot_path.exists():
+            trim = int(read_snapshot_header(self.snapshot_path)["raft"][1][1])
+        self._journal = journal_mod.LmdbJournal(self.journal_path, fsync=self.options.fsync,
+                                                trim_before_idx=trim)
+        journal_mod.prepare(str(self.journal_path), self._journal)
+        transport = functools.partial(_GuardedTransport, journal=self._journal,
+                                      failpoints=self.failpoints,
+                                      message_bytes_max=self.options.message_bytes_max)
+        peers = [_DialNode(addr, self.dial_overrides.get(addr)) for addr in self.peers.values()]
+        self_node = _DialNode(self.self_raft)
+        self._obj = _RaftObject(self, self_node, peers, self._conf(), transport)
+        self._obj.addOnTickCallback(self._on_tick)
+        self._obj.waitBinded()
+
+    def _conf(self) -> SyncObjConf:
+        o = self.options
+        return SyncObjConf(
+            password=self.secret,
+            autoTickPeriod=o.auto_tick_period_s,
+            appendEntriesPeriod=o.append_entries_period_s,
+            raftMinTimeout=o.raft_min_timeout_s,
+            raftMaxTimeout=o.raft_max_timeout_s,
+            leaderFallbackTimeout=o.leader_fallback_timeout_s,
+            connectionRetryTime=o.connection_retry_s,
+            connectionTimeout=max(o.connection_timeout_s, o.raft_max_timeout_s),
+            commandsWaitLeader=False,
+            commandsQueueSize=o.commands_queue_max,
+            bindAddress=self.self_raft,
+            bindRetryTime=o.bind_retry_s,
+            maxBindRetries=o.bind_retries_max,
+            journalFile=str(self.journal_path),
+            fullDumpFile=str(self.snapshot_path),
+            serializer=self._serialize,
+            deserializer=self._deserialize,
+            serializeChecker=self._check_serializing,
+            logCompactionMinEntries=o.compaction_min_entries,
+            logCompactionMinTime=o.compaction_min_time_s,
+            logCompactionBatchSize=o.snapshot_chunk_bytes,
+            appendEntriesBatchSizeBytes=o.append_entries_batch_bytes,
+            dynamicMembershipChange=False,
+            onStateChanged=self._on_state_changed,
+        )
+
+    def stop(self) -> None:
+        obj, self._obj = self._obj, None
+        if obj is not None:
+            obj.destroy_synchronous()      # closes the transport and the journal
+        self._reap_snapshot_child(block=True)
+
+    # --- reads ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def read(self):
+        with self._lock:
+            yield self._sm
+
+    @property
+    def applied_seq(self) -> int:
+        return self._sm.seq
+
+    @property
+    def term(self) -> int:
+        return self._view.term
+
+    @property
+    def commit_index(self) -> int:
+        return self._view.commit_index
+
+    def digest(self) -> str:
+        with self._lock:
+            return self._sm.digest()
+
+    def leader_id(self) -> str | None:
+        """The leader this node can reach, or None (cut off, or the leader lost quorum)."""
+        v = self._view
+        if v.leader is None or not v.has_quorum:
+            return None
+        if v.role == 2:
+            return self.self_id
+        if v.leader not in v.connected:
+            return None
+        return self._id_by_addr.get(v.leader)
+
+    def is_ready_leader(self) -> bool:
+        v = self._view
+        return v.role == 2 and v.has_quorum and self._ready_term == v.term
+
+    def status(self) -> dict:
+        v = self._view
+        with self._lock:
+            applied, digest = self._sm.seq, self._sm.digest()
+        return {
+            "id": self.self_id, "raft": self.self_raft, "role": _ROLE_NAMES[v.role],
+            "term": v.term, "leader": self.leader_id(), "commit_index": v.commit_index,
+            "applied_seq": applied, "digest": digest, "ready": self.is_ready_leader(),
+            "peers": {nid: {"raft": addr, "reachable": addr in v.connected}
+                      for nid, addr in sorted(self.peers.items())},
+        }
+
+    # --- writes --------------------------------------------------------------------------
+
+    def add_apply_listener(self, fn: Callable[[int, list, list], None]) -> None:
+        """fn(seq, cmds, results): on the Raft thread, under the lock, after each batch."""
+        self._listeners.append(fn)
+
+    def encode_batch(self, cmds: list) -> bytes:
+        return self._kit.encode_batch(cmds)
+
+    def propose_blob(self, blob: bytes, on_error: Callable[[str], None] | None = None) -> None:
+        """Hand one encoded batch to Raft without waiting. `on_error(reason)` is called (on
+        the Raft thread) when pysyncobj reports a failure: the entry may or may not commit,
+        except for "missing_leader" / "queue_full" / "not_leader" (it never entered a log
+        of this term through this call)."""
+        if len(blob) > self.options.entry_bytes_max:
+            raise ValueError(f"batch of {len(blob)} bytes exceeds {self.options.entry_bytes_max}")
+        obj = self._obj
+        if obj is None:
+            raise RuntimeError("replica is not started")
+
+        def done(_res, err):
+            if err != FAIL_REASON.SUCCESS and on_error is not None:
+                on_error(_FAIL_NAMES.get(err, str(err)))
+
+        obj.apply(blob, callback=done)
+
+    def transfer_leadership(self, to: str | None = None) -> None:
+        """Ask the leader to hand over to `to` (or the most caught-up peer). Best effort."""
+        if to is not None and to not in self.peers:
+            raise ValueError(f"unknown or self node {to!r}")
+        addr = self.peers[to] if to is not None else None
+
+        def run():
+            obj = self._obj
+            if obj is not None:
+                node = _DialNode(addr, self.dial_overrides.get(addr)) if addr else None
+                obj.transferLeadership(node, callback=None)
+
+        self._tick_tasks.append(run)
+
+    def force_snapshot(self) -> None:
+        if self._obj is not None:
+            self._obj.forceLogCompaction()
+
+    # --- the Raft thread -----------------------------------------------------------------
+
+    def _apply_blob(self, blob: bytes) -> None:
+        try:
+            cmds = self._kit.decode_batch(blob)
+        except Exception as exc:  # a junk blob decodes the same everywhere: skip it
+            log.error("raft: skipped an undecodable entry of %d bytes: %r", len(blob), exc)
+            return
+        with self._lock:
+            try:
+                results = self._sm.apply_batch(cmds)
+            except BaseException:
+                log.critical("state machine raised while applying a batch: stopping rather "
+                             "than diverging", exc_info=True)
+                logging.shutdown()
+                os._exit(STATE_MACHINE_BUG_EXIT_CODE)
+            seq = self._sm.seq
+            self._note_barrier(cmds)
+            for fn in self._listeners:
+                try:
+                    fn(seq, cmds, results)
+                except Exception:
+                    log.exception("apply listener failed")
+
+    def _note_barrier(self, cmds) -> None:
+        rid = self._barrier_rid
+        if rid is not None and any(getattr(c, "request_id", None) == rid for c in cmds):
+            self._ready_term = int(rid.rsplit(":", 1)[1])
+
+    def _on_state_changed(self, old, new) -> None:
+        if new == 2:
+            self._propose_barrier(self._obj.raftCurrentTerm)
+
+    def _propose_barrier(self, term: int) -> None:
+        obj = self._obj
+        if obj is None or not obj._isLeader() or obj.raftCurrentTerm != term:
+            return
+        rid = f"barrier:{self.self_id}:{term}"
+        self._barrier_rid = rid
+        blob = self._kit.encode_batch([self._kit.barrier(rid, self._clock_ms())])
+
+        def done(_res, err):
+            if err != FAIL_REASON.SUCCESS:
+                self._propose_barrier(term)
+
+        obj.apply(blob, callback=done)
+
+    def _on_tick(self) -> None:
+        while self._tick_tasks:
+            self._tick_tasks.popleft()()
+        obj = self._obj
+        if obj is None:
+            return
+        peers = obj.otherNodes
+        leader = obj._getLeader()
+        self._view = _View(
+            role=obj._SyncObj__raftState,
+            term=obj.raftCurrentTerm,
+            leader=leader.id if leader is not None else None,
+            has_quorum=obj.hasQuorum,
+            connected=frozenset(n.id for n in peers if obj.isNodeConnected(n)),
+            commit_index=obj.raftCommitIndex,
+            last_applied=obj.raftLastApplied,
+        )
+
+    # --- snapshots (pysyncobj serializer hooks, Raft thread) ------------------------------
+
+    def _serialize(self, _tmp_name: str, data) -> None:
+        """Fork: the child writes the snapshot; the Raft thread pays only for the fork.
+
+        pysyncobj then tries to rename its own temp file, which does not exist; that
+        failure is expected and ignored because `_check_serializing` reports the outcome."""
+        last, prev, cluster = data
+        raft_data = [list(last), list(prev), sorted(n.id for n in cluster)]
+        started = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                write_snapshot(self.snapshot_path, raft_data, self._sm.snapshot())
+                code = 0
+            finally:
+                os._exit(code)
+        self._snap_pid = pid
+        stall_ms = (time.perf_counter() - started) * 1000
+        self.snapshot_stalls_ms.append(stall_ms)
+        log.info("raft: snapshot at index %d forked (Raft thread stalled %.1f ms)", prev[1], stall_ms)
+
+    def _check_serializing(self):
+        if self._snap_pid is None:
+            return SERIALIZER_STATE.NOT_SERIALIZING
+        status = self._reap_snapshot_child(block=False)
+        if status is None:
+            return SERIALIZER_STATE.SERIALIZING
+        if status == 0:
+            self.snapshots_written += 1
+            return SERIALIZER_STATE.SUCCESS
+        log.error("raft: snapshot child failed (wait status %d)", status)
+        return SERIALIZER_STATE.FAILED
+
+    def _reap_snapshot_child(self, block: bool) -> int | None:
+        pid = self._snap_pid
+        if pid is None:
+            return None
+        rpid, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+        if rpid == 0:
+            return None
+        self._snap_pid = None
+        return status
+
+    def _deserialize(self, file_name: str):
+        """Restore the state machine from a snapshot (ours, or one received from the leader:
+        pysyncobj renamed that into place without fsync, so make it durable first)."""
+        path = Path(file_name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _fsync_dir(path.parent)
+            raft_data, state = read_snapshot(path)
+            sm = self._kit.restore(state)
+        except Exception as exc:
+            # pysyncobj would log this and carry on with an empty state: never do that.
+            journal_mod.fatal_storage_error(f"loading snapshot {path}", exc)
+        with self._lock:
+            self._sm = sm
+        last, prev, cluster = raft_data
+        return _entry(last), _entry(prev), set(cluster)
+

@@ -1,0 +1,198 @@
+"""Three real Replicas on loopback ports, in this process: election, replication, restart
+recovery from LMDB (also after compaction), request_id dedup, and the Raft port guards."""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import socket
+import struct
+import zlib
+
+import pytest
+
+from tests.integration.test_raft_support import (FAST, cluster_spec, leader_of, make_replica,
+                                                 mini_kit, propose_sync, submit, wait_until)
+from tsched.node.raft import RaftSecurityError, Replica
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def trio(tmp_path):
+    specs = cluster_spec(tmp_path)
+    replicas = [make_replica(s) for s in specs]
+    for r in replicas:
+        r.start()
+    box = {"specs": specs, "replicas": replicas}
+    yield box
+    for r in box["replicas"]:
+        if r is not None:
+            r.stop()
+
+
+def applied_everywhere(replicas, task_ids):
+    def check():
+        for r in replicas:
+            with r.read() as sm:
+                if not set(task_ids) <= set(sm.tasks):
+                    return False
+        return True
+    return check
+
+
+def digests_equal(replicas):
+    def check():
+        seen = {(r.applied_seq, r.digest()) for r in replicas}
+        return len(seen) == 1
+    return check
+
+
+def test_election_and_a_follower_proposal_applies_everywhere(trio):
+    replicas = trio["replicas"]
+    leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
+    assert all(r.leader_id() == leader.self_id for r in replicas)
+    follower = next(r for r in replicas if r is not leader)
+    assert not follower.is_ready_leader()
+    propose_sync(follower, [submit("a1"), submit("a2")])
+    wait_until(applied_everywhere(replicas, ["a1", "a2"]), 10, "a1, a2 on every replica")
+    wait_until(digests_equal(replicas), 10, "equal digests at equal seq")
+    st = follower.status()
+    assert st["role"] == "follower" and st["leader"] == leader.self_id
+    assert all(p["reachable"] for p in st["peers"].values())
+    assert st["applied_seq"] == follower.applied_seq >= 2   # the barrier and our batch
+
+
+def test_request_id_dedup_of_a_reproposed_batch(trio):
+    replicas = trio["replicas"]
+    leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
+    batch = [submit("d1"), submit("d2")]
+    propose_sync(leader, batch)
+    seq = leader.applied_seq
+    propose_sync(replicas[(replicas.index(leader) + 1) % 3], batch)   # the same request_ids again
+    wait_until(lambda: all(r.applied_seq == seq + 1 for r in replicas), 10, "the repeat applied")
+    for r in replicas:
+        with r.read() as sm:
+            # every request_id applied once: the repeated batch was answered from the table
+            assert sm.applied_commands == len(sm.requests)
+            assert {"d1", "d2"} <= set(sm.requests)
+            assert sorted(sm.tasks) == ["d1", "d2"]
+
+
+def test_restarted_replica_recovers_from_lmdb(trio):
+    replicas, specs = trio["replicas"], trio["specs"]
+    leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
+    victim_i = next(i for i, r in enumerate(replicas) if r is not leader)
+    propose_sync(leader, [submit(f"r{i}") for i in range(20)])
+    wait_until(applied_everywhere(replicas, ["r19"]), 10, "r19 everywhere")
+    replicas[victim_i].stop()
+    replicas[victim_i] = None
+    propose_sync(leader, [submit("while-down")])
+    # Restarted alone first: the log in LMDB alone brings back what it had committed.
+    lone = make_replica(specs[victim_i])
+    lone.start()
+    replicas[victim_i] = lone
+    wait_until(applied_everywhere([lone], [f"r{i}" for i in range(20)] + ["while-down"]), 15,
+               "recovered entries and the one missed while down")
+    live = [r for r in replicas if r is not None]
+    wait_until(digests_equal(live), 10, "equal digests")
+
+
+def test_restart_after_log_compaction(trio):
+    replicas, specs = trio["replicas"], trio["specs"]
+    leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
+    victim_i = next(i for i, r in enumerate(replicas) if r is not leader)
+    victim = replicas[victim_i]
+    for n in range(5):
+        propose_sync(leader, [submit(f"c{n}")])
+    wait_until(applied_everywhere(replicas, ["c4"]), 10, "c4 everywhere")
+    before = victim.snapshots_written
+    victim.force_snapshot()
+    wait_until(lambda: victim.snapshots_written > before, 10, "a snapshot on the victim")
+    assert victim.snapshot_path.exists()
+    wait_until(lambda: len(victim._journal) <= 3, 10, "the journal compacted")
+    propose_sync(leader, [submit("after-snap")])
+    wait_until(applied_everywhere([victim], ["after-snap"]), 10, "after-snap on the victim")
+    victim.stop()
+    replicas[victim_i] = None
+    back = make_replica(specs[victim_i])
+    back.start()
+    replicas[victim_i] = back
+    wait_until(applied_everywhere([back], [f"c{n}" for n in range(5)] + ["after-snap"]), 15,
+               "state from snapshot plus log tail")
+    wait_until(digests_equal([r for r in replicas if r is not None]), 10, "equal digests")
+
+
+def _frame(message) -> bytes:
+    data = zlib.compress(pickle.dumps(message), 3)
+    return struct.pack("i", len(data)) + data
+
+
+def _read_frame(sock) -> object | None:
+    buf = b""
+    while len(buf) < 4:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return None
+        buf += chunk
+    (size,) = struct.unpack("i", buf[:4])
+    while len(buf) < 4 + size:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    return pickle.loads(zlib.decompress(buf[4:4 + size]))
+
+
+def test_admin_messages_are_refused_and_membership_is_unchanged(trio):
+    replicas = trio["replicas"]
+    leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
+    host, port = leader.self_raft.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(_frame(["add", "127.0.0.1:1"]))
+        assert _read_frame(s) == "FAIL refused"
+        assert s.recv(1) == b""               # and the connection is closed
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(_frame(["status"]))
+        status = _read_frame(s)
+        assert isinstance(status, dict) and status["partner_nodes_count"] == 2
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(_frame("readonly"))          # no observers that would receive the log
+        assert _read_frame(s) == "FAIL refused"
+    assert {n.id for n in leader._obj.otherNodes} == set(leader.peers.values())
+    propose_sync(leader, [submit("still-works")])
+
+
+def test_oversized_message_is_refused(trio):
+    replicas = trio["replicas"]
+    leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
+    host, port = leader.self_raft.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(struct.pack("i", leader.options.message_bytes_max + 1) + b"x" * 1024)
+        s.settimeout(5)
+        assert s.recv(1) == b""               # disconnected without buffering the rest
+
+
+def test_non_loopback_raft_address_needs_a_secret(tmp_path):
+    kw = dict(self_id="n1", self_raft="10.1.2.3:7001", peers={"n2": "127.0.0.1:7002"},
+              data_dir=tmp_path)
+    with pytest.raises(RaftSecurityError, match="cluster.secret"):
+        Replica(**kw)
+    with pytest.raises(RaftSecurityError, match="cluster.secret"):
+        Replica(**{**kw, "self_raft": "127.0.0.1:7001", "peers": {"n2": "node2.example:7002"}})
+    Replica(**kw, secret="s3cret", machine=mini_kit())   # constructs; nothing started
+
+
+def test_secret_cluster_elects_a_leader(tmp_path):
+    specs = cluster_spec(tmp_path)
+    opts = dataclasses.replace(FAST)
+    replicas = [Replica(self_id=s["id"], self_raft=s["raft"], peers=s["peers"],
+                        data_dir=tmp_path / s["id"], secret="shared", options=opts,
+                        machine=mini_kit()) for s in specs]
+    try:
+        for r in replicas:
+            r.start()
+        leader = wait_until(lambda: leader_of(replicas), 20, "a ready leader")
+        propose_sync(leader, [submit("enc")])
+    finally:
+        for r in replicas:
+            r.stop()

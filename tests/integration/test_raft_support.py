@@ -1,0 +1,145 @@
+"""Helpers for the Raft tests (no tests here): ports, waiting, clusters, a child process.
+
+Run as a script, it is one Replica in its own process (for crash tests):
+    python test_raft_support.py CONFIG_JSON
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import msgpack
+
+from tsched.node.failpoints import Failpoints
+from tsched.node.raft import MachineKit, RaftOptions, Replica
+from tsched.statemachine import commands, errors
+
+FAST = RaftOptions(raft_min_timeout_s=0.4, raft_max_timeout_s=0.8, leader_fallback_timeout_s=0.4,
+                   connection_retry_s=0.2, connection_timeout_s=1.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(cond, timeout_s: float = 10.0, what: str = "condition", step_s: float = 0.01):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(step_s)
+
+
+# --- a small state machine with the StateMachine interface (seq, request table, digest) ----
+
+class MiniMachine:
+    """Records submitted task ids; answers a repeated request_id from its request table."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.tasks: dict[str, str] = {}
+        self.requests: dict[str, list] = {}
+        self.applied_commands = 0          # commands really applied (not answered twice)
+
+    def apply_batch(self, cmds):
+        out = []
+        for cmd in cmds:
+            if cmd.request_id in self.requests:
+                code, value = self.requests[cmd.request_id]
+                out.append(errors.Result(code, "", value))
+                continue
+            self.applied_commands += 1
+            if isinstance(cmd, commands.SubmitTask):
+                self.tasks[cmd.task_id] = cmd.payload_json
+                res = errors.ok({"task_id": cmd.task_id, "n": len(self.tasks)})
+            else:
+                res = errors.ok(None)
+            self.requests[cmd.request_id] = [res.code, res.value]
+            out.append(res)
+        self.seq += 1
+        return out
+
+    def snapshot(self) -> bytes:
+        return msgpack.packb([self.seq, self.applied_commands, self.tasks, self.requests])
+
+    @classmethod
+    def restore(cls, blob: bytes) -> "MiniMachine":
+        sm = cls()
+        sm.seq, sm.applied_commands, sm.tasks, sm.requests = msgpack.unpackb(blob)
+        return sm
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.snapshot()).hexdigest()
+
+
+def mini_kit() -> MachineKit:
+    from tsched.statemachine import codec
+    return MachineKit(new=MiniMachine, restore=MiniMachine.restore,
+                      encode_batch=codec.encode_batch, decode_batch=codec.decode_batch,
+                      barrier=lambda rid, now: commands.Barrier(request_id=rid, now_ms=now))
+
+
+def submit(rid: str, task_id: str | None = None, payload: str = "null") -> commands.SubmitTask:
+    return commands.SubmitTask(request_id=rid, now_ms=1_000, task_id=task_id or rid,
+                               tenant="t", task_type="x", payload_json=payload)
+
+
+# --- clusters ------------------------------------------------------------------------------
+
+def cluster_spec(root: Path, n: int = 3) -> list[dict]:
+    ids = [f"n{i + 1}" for i in range(n)]
+    addrs = {nid: f"127.0.0.1:{free_port()}" for nid in ids}
+    return [{"id": nid, "raft": addrs[nid], "data_dir": str(root / nid),
+             "peers": {p: a for p, a in addrs.items() if p != nid}} for nid in ids]
+
+
+def make_replica(spec: dict, options: RaftOptions = FAST, failpoints: Failpoints | None = None,
+                 kit: MachineKit | None = None) -> Replica:
+    return Replica(self_id=spec["id"], self_raft=spec["raft"], peers=spec["peers"],
+                   data_dir=Path(spec["data_dir"]), options=options, failpoints=failpoints,
+                   machine=kit or mini_kit())
+
+
+def leader_of(replicas) -> Replica | None:
+    ready = [r for r in replicas if r is not None and r.is_ready_leader()]
+    return ready[0] if len(ready) == 1 else None
+
+
+def propose_sync(replica: Replica, cmds, timeout_s: float = 10.0) -> None:
+    """Hand a batch to Raft and wait until it is applied locally (plain threads, no loop)."""
+    rids = {c.request_id for c in cmds}
+    seen: set[str] = set()
+    replica.add_apply_listener(lambda seq, cs, rs: seen.update(c.request_id for c in cs))
+    replica.propose_blob(replica.encode_batch(cmds))
+    wait_until(lambda: rids <= seen, timeout_s, f"{sorted(rids)[:3]} applied")
+
+
+# --- a replica in its own process -------------------------------------------------------------
+
+def child_main(config_path: str) -> None:
+    import logging
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    cfg = json.loads(Path(config_path).read_text())
+    fp = Failpoints.from_env(os.environ)
+    replica = make_replica(cfg["spec"], options=RaftOptions(**cfg.get("options", {})), failpoints=fp)
+    replica.start()
+    status_path = Path(cfg["status_path"])
+    while True:  # publish status for the parent until killed
+        tmp = status_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(replica.status()))
+        os.replace(tmp, status_path)
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    child_main(sys.argv[1])
