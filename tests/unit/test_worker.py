@@ -1,0 +1,281 @@
+"""Worker runtime against an in-memory fake node: results, failures, early dispatch,
+cancellation through heartbeats, lost leases, graceful stop."""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+import time
+
+import pytest
+
+from tsched.client import NonRetryable, Worker
+
+try:
+    from test_client_support import FakeNode, error
+except ImportError:  # collected as a package
+    from tests.unit.test_client_support import FakeNode, error
+
+DEADLINE_S = 10.0
+
+
+def iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class FakeScheduler:
+    """Just enough of the worker endpoints: claims (long-poll), heartbeats, completions."""
+
+    def __init__(self, node: FakeNode, release: bool = True) -> None:
+        self.node, self.tasks, self.token = node, {}, 0
+        self.reports: list[dict] = []
+        self.released: list[str] = []
+        self.heartbeat_override: dict[str, tuple] = {}   # task_id -> error answer
+        node.route("POST", "/v1/claims", self.claims)
+        node.route("POST", "/v1/heartbeats", self.heartbeats)
+        node.route("POST", "/v1/completions", self.completions)
+        self.release_supported = release
+
+    def add(self, task_id: str, task_type: str = "t", payload=None, run_at: float | None = None):
+        self.tasks[task_id] = {"task_id": task_id, "task_type": task_type, "payload": payload,
+                               "state": "pending", "run_at": iso(run_at or time.time()),
+                               "attempt": 0, "cancel_requested": False}
+        self._route_actions(task_id)
+
+    def _route_actions(self, task_id: str) -> None:
+        def release(req):
+            if self.release_supported:
+                self.released.append(task_id)
+                self.tasks[task_id]["state"] = "pending"
+                return 200, self.tasks[task_id]
+            return error("not_found", "no route", 404)
+
+        def fail(req):
+            self.reports.append({"task_id": task_id, **req.body, "via": "fail"})
+            return 200, self.tasks[task_id]
+        self.node.route("POST", f"/v1/tasks/{task_id}/release", release)
+        self.node.route("POST", f"/v1/tasks/{task_id}/fail", fail)
+
+    async def claims(self, req):
+        until = time.monotonic() + req.body["wait_s"]
+        while True:
+            ready = [t for t in self.tasks.values()
+                     if t["state"] == "pending" and t["task_type"] in req.body["task_types"]]
+            if ready or time.monotonic() >= until:
+                break
+            await asyncio.sleep(0.01)   # the fake's own long-poll loop
+        out = []
+        for t in ready[:req.body["max_tasks"]]:
+            self.token += 1
+            t.update(state="running", fencing_token=self.token, attempt=t["attempt"] + 1,
+                     execution_id="x-" + t["task_id"],
+                     lease_expires_at=iso(time.time() + req.body["lease_s"]))
+            out.append(dict(t))
+        return 200, {"tasks": out, "applied_seq": 1}
+
+    def heartbeats(self, req):
+        results = []
+        for item in req.body["heartbeats"]:
+            t = self.tasks[item["task_id"]]
+            if item["task_id"] in self.heartbeat_override:
+                results.append(self.heartbeat_override[item["task_id"]])
+            elif item["fencing_token"] != t["fencing_token"]:
+                results.append(error("stale_token")[1])
+            else:
+                results.append({"lease_expires_at": iso(time.time() + item["lease_s"]),
+                                "cancel_requested": t["cancel_requested"]})
+        return 200, {"results": results, "applied_seq": 1}
+
+    def completions(self, req):
+        results = []
+        for item in req.body["completions"]:
+            self.reports.append({**item, "via": "batch"})
+            self.tasks[item["task_id"]]["state"] = "done"
+            results.append(dict(self.tasks[item["task_id"]]))
+        return 200, {"results": results, "applied_seq": 2}
+
+    def report(self, task_id: str) -> dict | None:
+        found = [r for r in self.reports if r["task_id"] == task_id]
+        return found[-1] if found else None
+
+
+def wait_for(cond, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def fake():
+    node = FakeNode()
+    yield FakeScheduler(node)
+    node.close()
+
+
+class Running:
+    """A worker on a background thread, stopped and joined at exit."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.thread = threading.Thread(target=worker.run, daemon=True)
+
+    def __enter__(self) -> Worker:
+        self.thread.start()
+        return self.worker
+
+    def __exit__(self, *exc) -> None:
+        self.worker.stop()
+        self.thread.join(DEADLINE_S)
+        assert not self.thread.is_alive(), "worker did not stop"
+
+
+def make(fake, handlers, **kw) -> Worker:
+    kw.setdefault("wait_s", 0.2)
+    kw.setdefault("grace_s", 2.0)
+    return Worker(fake.node.url, handlers, **kw)
+
+
+def test_results_and_context_reach_the_cluster(fake):
+    seen = {}
+
+    def handler(payload, ctx):
+        seen[ctx.task_id] = (ctx.execution_id, ctx.fencing_token, ctx.attempt,
+                             threading.current_thread().name)
+        return {"double": payload * 2}
+    for i in range(6):
+        fake.add(f"k{i}", payload=i)
+    with Running(make(fake, {"t": handler}, concurrency=2)):
+        wait_for(lambda: len(fake.reports) == 6, "six reports")
+    for i in range(6):
+        r = fake.report(f"k{i}")
+        assert r["result"] == {"double": 2 * i}
+        assert r["fencing_token"] == fake.tasks[f"k{i}"]["fencing_token"]
+        assert seen[f"k{i}"][:3] == (f"x-k{i}", r["fencing_token"], 1)
+        assert seen[f"k{i}"][3].startswith("tsched-handler")   # sync handlers run in the pool
+
+
+def test_exceptions_are_retryable_and_nonretryable_is_not(fake):
+    def boom(payload, ctx):
+        raise ValueError("bad input " + "x" * 10_000)
+
+    def stop(payload, ctx):
+        raise NonRetryable("never again")
+
+    def unserialisable(payload, ctx):
+        return {1, 2}
+    fake.add("a", "boom"); fake.add("b", "stop"); fake.add("c", "set")
+    with Running(make(fake, {"boom": boom, "stop": stop, "set": unserialisable})):
+        wait_for(lambda: len(fake.reports) == 3, "three reports")
+    a, b, c = fake.report("a"), fake.report("b"), fake.report("c")
+    assert a["retryable"] is True and a["error"].startswith("ValueError('bad input")
+    assert len(a["error"]) <= 4096 and "result" not in a
+    assert b["retryable"] is False and "never again" in b["error"]
+    assert c["retryable"] is False and "JSON" in c["error"]
+
+
+def test_async_handlers_run_on_the_loop(fake):
+    async def handler(payload, ctx):
+        await asyncio.sleep(0)
+        return threading.current_thread().name
+    fake.add("a")
+    with Running(make(fake, {"t": handler})):
+        wait_for(lambda: fake.report("a"), "a report")
+    assert not fake.report("a")["result"].startswith("tsched-handler")
+
+
+def test_early_dispatched_task_starts_at_run_at_by_the_local_clock(fake):
+    started = {}
+    run_at = time.time() + 0.5
+    fake.add("later", run_at=run_at)
+    with Running(make(fake, {"t": lambda p, ctx: started.setdefault("at", time.time())},
+                      prefetch_ms=1000)):
+        wait_for(lambda: fake.tasks["later"]["state"] != "pending", "the claim")
+        assert "at" not in started   # claimed before its time, not yet started
+        wait_for(lambda: fake.report("later"), "the report")
+    # the fake hands the time out at ms precision; the handler must not start before it
+    assert started["at"] >= run_at - 0.002
+
+
+def test_cancel_request_reaches_the_handler_through_heartbeat(fake):
+    outcome = {}
+
+    def handler(payload, ctx):
+        outcome["seen"] = ctx.cancelled.wait(DEADLINE_S)
+        return "stopped early"
+    fake.add("a")
+    with Running(make(fake, {"t": handler}, lease_s=0.6)):
+        wait_for(lambda: fake.tasks["a"]["state"] == "running", "the claim")
+        fake.tasks["a"]["cancel_requested"] = True
+        wait_for(lambda: fake.report("a"), "the report")
+    assert outcome["seen"] is True
+    assert fake.report("a")["result"] == "stopped early"
+
+
+def test_lost_lease_sets_cancelled_and_drops_the_late_result(fake):
+    done = threading.Event()
+
+    def handler(payload, ctx):
+        ctx.cancelled.wait(DEADLINE_S)
+        done.set()
+        return "late"
+    fake.add("a")
+    fake.heartbeat_override["a"] = error("stale_token")[1]
+    with Running(make(fake, {"t": handler}, lease_s=0.6)) as w:
+        assert done.wait(DEADLINE_S)
+        wait_for(lambda: w.running == 0, "the job to end")
+    assert fake.report("a") is None
+
+
+@pytest.mark.parametrize("release", [True, False])
+def test_stop_releases_what_outlives_the_grace_period(release):
+    node = FakeNode()
+    fake = FakeScheduler(node, release=release)
+    try:
+        seen = threading.Event()
+
+        def handler(payload, ctx):
+            seen.set()
+            ctx.cancelled.wait(DEADLINE_S)
+            return "too late"
+        fake.add("slow")
+        fake.add("waiting", run_at=time.time() + 30)   # early-dispatched, never started
+        w = make(fake, {"t": handler}, grace_s=0.2, prefetch_ms=1000, concurrency=2)
+        r = Running(w)
+        with r:
+            assert seen.wait(DEADLINE_S)
+            wait_for(lambda: fake.tasks["waiting"]["state"] == "running", "both claims")
+        if release:
+            assert sorted(fake.released) == ["slow", "waiting"]
+            assert fake.reports == []
+        else:   # no release call on this node: failed as retryable instead
+            assert sorted(r["task_id"] for r in fake.reports) == ["slow", "waiting"]
+            assert all(r["via"] == "fail" and r["retryable"] for r in fake.reports)
+    finally:
+        node.close()
+
+
+def test_stop_lets_running_handlers_finish_within_grace(fake):
+    gate = threading.Event()
+
+    def handler(payload, ctx):
+        gate.wait(DEADLINE_S)
+        return "finished"
+    fake.add("a")
+    w = make(fake, {"t": handler}, grace_s=DEADLINE_S)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    wait_for(lambda: fake.tasks["a"]["state"] == "running", "the claim")
+    w.stop()
+    gate.set()
+    t.join(DEADLINE_S)
+    assert not t.is_alive()
+    assert fake.report("a")["result"] == "finished" and fake.released == []
+
+
+def test_constructor_checks_its_arguments():
+    for bad in ({"handlers": {}}, {"concurrency": 0}, {"lease_s": 0}, {"prefetch_ms": 2000}):
+        args = {"handlers": {"t": print}, **bad}
+        with pytest.raises(ValueError):
+            Worker("http://127.0.0.1:1", **args)
