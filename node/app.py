@@ -49,6 +49,9 @@ def _mount_optional(app: web.Application) -> None:
         async def openapi_json(request: web.Request) -> web.Response:
             return web.Response(body=spec.document_bytes(), content_type="application/json")
         app.router.add_get("/v1/openapi.json", openapi_json)
+    ops = _optional("api_ops")   # metrics, health, stats, dashboard (and its middleware)
+    if ops is not None:
+        ops.setup(app)
     auth = _optional("auth")
     if auth is not None and hasattr(auth, "middleware"):
         app.middlewares.append(auth.middleware)
