@@ -240,14 +240,22 @@ def _tenant() -> Schema:
                ("tenant", "max_running", "weight", "running", "pending"))
 
 
+def _node_status(own: bool) -> Schema:
+    props = {"id": string(), "http": string(), "raft": string(),
+             "role": nullable(string(description="leader, follower or candidate")),
+             "term": nullable(integer(0)),
+             "commit_index": nullable(integer(0)), "applied_seq": nullable(integer(0)),
+             "digest": nullable(string()), "reachable": {"type": "boolean"}}
+    if own:
+        props.update(leader=nullable(string()), applied_seq=APPLIED_SEQ,
+                     ready={"type": "boolean", "description": "a leader whose barrier applied"})
+    return obj(props, ("id", "role", "reachable"))
+
+
 def _cluster() -> Schema:
-    node = obj({"id": string(), "http": string(), "raft": string(),
-                "role": string(description="leader, follower or candidate"),
-                "commit_index": nullable(integer(0)), "applied_seq": nullable(integer(0)),
-                "digest": nullable(string()), "reachable": {"type": "boolean"}},
-               ("id", "role", "reachable"))
     return obj({"leader": nullable(string()), "term": integer(0),
-                "nodes": {"type": "array", "items": node}}, ("leader", "term", "nodes"))
+                "nodes": {"type": "array", "items": _node_status(own=False)},
+                "applied_seq": APPLIED_SEQ}, ("leader", "term", "nodes"))
 
 
 def _stats() -> Schema:
@@ -287,6 +295,7 @@ def components() -> dict[str, Schema]:
         "Schedule": _schedule(),
         "Tenant": _tenant(),
         "Cluster": _cluster(),
+        "NodeStatus": _node_status(own=True),
         "Stats": _stats(),
     }
 
@@ -449,6 +458,7 @@ def _admin_paths() -> dict[str, Any]:
                       errors=(404, 503, 504), tag="tenants"),
         },
         "/v1/cluster": {"get": op("Cluster status", ref("Cluster"), tag="cluster")},
+        "/v1/cluster/self": {"get": op("This node's status", ref("NodeStatus"), tag="cluster")},
         "/v1/cluster/transfer-leadership": {"post": op(
             "Transfer leadership", None, status=202,
             body=obj({"to": string(64, description="a node id; default: any")}, closed=True),

@@ -1,0 +1,114 @@
+"""The OpenAPI document is true to the app: same routes both ways, well-formed references."""
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from tsched.node import openapi
+from tsched.node.api_common import Node
+from tsched.node.app import make_app
+from tsched.node.errors import STATUS_BY_CODE
+
+METHODS = {"get", "put", "post", "delete", "patch"}
+
+
+def _shape(path: str) -> str:
+    """Parameter names may differ between the router and the document; positions may not."""
+    return re.sub(r"\{[^}]*\}", "{}", path)
+
+
+def served_routes() -> set[tuple[str, str]]:
+    app = make_app(Node(node_id="n1", config=None, replica=object(), clock=None))
+    out = set()
+    for route in app.router.routes():
+        if route.method in ("HEAD", "*") or route.resource is None:
+            continue
+        out.add((route.method.lower(), _shape(route.resource.canonical)))
+    return out
+
+
+def documented_routes() -> set[tuple[str, str]]:
+    doc = openapi.document()
+    return {(m, _shape(p)) for p, ops in doc["paths"].items() for m in ops if m in METHODS}
+
+
+def test_every_served_route_is_documented_and_vice_versa():
+    served, documented = served_routes(), documented_routes()
+    assert ("get", "/v1/tasks/{}") in served      # the factory really mounted the API
+    assert served - documented == set(), "routes missing from openapi.py"
+    assert documented - served == set(), "documented routes the app does not serve"
+
+
+def test_document_is_openapi_3_1_json():
+    doc = orjson.loads(openapi.document_bytes())
+    assert doc["openapi"].startswith("3.1")
+    assert doc["info"]["title"] == "tsched"
+    ids = [op["operationId"] for ops in doc["paths"].values() for op in ops.values()]
+    assert len(ids) == len(set(ids))
+
+
+def _refs(node):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "$ref":
+                yield v
+            else:
+                yield from _refs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _refs(v)
+
+
+def test_every_reference_resolves():
+    doc = openapi.document()
+    schemas = doc["components"]["schemas"]
+    refs = set(_refs(doc))
+    assert refs, "the document uses shared schemas"
+    for ref in refs:
+        assert ref.startswith("#/components/schemas/"), ref
+        assert ref.rsplit("/", 1)[1] in schemas, ref
+
+
+def test_path_parameters_are_declared():
+    for path, ops in openapi.document()["paths"].items():
+        names = set(re.findall(r"\{([^}]*)\}", path))
+        for method, op in ops.items():
+            declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
+            assert declared == names, (method, path)
+
+
+def test_errors_use_the_error_shape_and_known_codes():
+    doc = openapi.document()
+    error = doc["components"]["schemas"]["Error"]
+    assert error["required"] == ["error"]
+    assert set(error["properties"]["error"]["properties"]["code"]["enum"]) == set(STATUS_BY_CODE)
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            for status, answer in op["responses"].items():
+                if int(status) >= 400:
+                    schema = answer["content"]["application/json"]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/Error"}, (method, path)
+
+
+def test_request_schemas_refuse_unknown_fields_and_state_the_node_limits():
+    schemas = openapi.document()["components"]["schemas"]
+    submit = schemas["TaskSubmit"]
+    assert submit["additionalProperties"] is False
+    assert submit["required"] == ["task_type"]
+    assert submit["properties"]["priority"]["minimum"] == 0
+    assert submit["properties"]["priority"]["maximum"] == 10
+    claim = schemas["ClaimRequest"]
+    assert claim["properties"]["prefetch_ms"]["maximum"] == 1000
+    preview = openapi.document()["paths"]["/v1/cron/preview"]["get"]
+    count = next(p for p in preview["parameters"] if p["name"] == "count")
+    assert count["schema"]["maximum"] == 100
+
+
+def test_task_schema_names_every_field_of_the_contract():
+    fields = ("task_id tenant task_type payload priority run_at state attempt max_retries retry "
+              "timeout_s idempotency_key execution_id schedule_id lease_expires_at fencing_token "
+              "worker_id cancel_requested last_error result created_at started_at completed_at "
+              "attempts").split()
+    props = openapi.document()["components"]["schemas"]["Task"]["properties"]
+    assert [f for f in fields if f not in props] == []
