@@ -1,0 +1,216 @@
+"""Bytes in and out of the state machine: command batches and snapshots (msgpack).
+
+This is the only module that uses msgpack. A batch is a msgpack list of
+`[type_tag, {field: value}]` pairs; `RetryPolicy` and `TaskTemplate` values travel as
+field maps too. Decoding checks the structure (known tags, known fields, required fields
+present) and raises `DecodeError` otherwise; field *values* are checked at apply time,
+where a bad one becomes an `invalid_argument` result.
+
+A snapshot is a msgpack map of plain lists in a canonical order (tasks by seq, tenants and
+schedules sorted, requests in table order), so equal states encode to equal bytes: the
+digest is the SHA-256 of this encoding.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import msgpack
+
+from . import commands as c
+from .limits import Limits
+from .model import Attempt, FireRecord, Schedule, Task, TenantView
+
+SNAPSHOT_VERSION = 1
+BATCH_COMMANDS_MAX = Limits().batch_commands_max   # one bound for encode and decode
+
+
+class DecodeError(ValueError):
+    """The bytes are not a batch of known commands."""
+
+
+_TAGS: dict[str, type[c.Command]] = {cls.__name__: cls for cls in c.COMMAND_TYPES}
+_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in c.COMMAND_TYPES}
+_REQUIRED = {
+    cls: frozenset(f.name for f in dataclasses.fields(cls)
+                   if f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING)
+    for cls in c.COMMAND_TYPES
+}
+_RETRY_FIELDS = tuple(f.name for f in dataclasses.fields(c.RetryPolicy))
+_TEMPLATE_FIELDS = tuple(f.name for f in dataclasses.fields(c.TaskTemplate))
+
+
+# --- commands --------------------------------------------------------------------------------
+
+def _plain(value):
+    if isinstance(value, c.RetryPolicy):
+        return {n: getattr(value, n) for n in _RETRY_FIELDS}
+    if isinstance(value, c.TaskTemplate):
+        return {n: _plain(getattr(value, n)) for n in _TEMPLATE_FIELDS}
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def encode_batch(cmds: list[c.Command]) -> bytes:
+    if len(cmds) > BATCH_COMMANDS_MAX:
+        raise ValueError(f"a batch holds at most {BATCH_COMMANDS_MAX} commands")
+    out = []
+    for cmd in cmds:
+        cls = type(cmd)
+        if cls not in _FIELDS:
+            raise TypeError(f"not a command: {cls.__name__}")
+        out.append([cls.__name__, {n: _plain(getattr(cmd, n)) for n in _FIELDS[cls]}])
+    return msgpack.packb(out, use_bin_type=True)
+
+
+def _retry(value) -> c.RetryPolicy:
+    if not isinstance(value, dict) or not set(value) <= set(_RETRY_FIELDS):
+        raise DecodeError("retry must be a map of RetryPolicy fields")
+    return c.RetryPolicy(**value)
+
+
+def _template(value) -> c.TaskTemplate:
+    if not isinstance(value, dict) or not set(value) <= set(_TEMPLATE_FIELDS) \
+            or "task_type" not in value:
+        raise DecodeError("template must be a map of TaskTemplate fields")
+    fields = dict(value)
+    if "retry" in fields:
+        fields["retry"] = _retry(fields["retry"])
+    return c.TaskTemplate(**fields)
+
+
+def _command(item) -> c.Command:
+    if not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], dict):
+        raise DecodeError("a command is [type, {fields}]")
+    tag, fields = item
+    cls = _TAGS.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise DecodeError(f"unknown command type {tag!r}")
+    names = set(fields)
+    if not all(isinstance(n, str) for n in names) or not names <= set(_FIELDS[cls]):
+        raise DecodeError(f"unknown fields in {tag}")
+    if not _REQUIRED[cls] <= names:
+        raise DecodeError(f"missing fields in {tag}: {sorted(_REQUIRED[cls] - names)}")
+    fields = dict(fields)
+    if "retry" in fields:
+        fields["retry"] = _retry(fields["retry"])
+    if "template" in fields:
+        fields["template"] = _template(fields["template"])
+    if isinstance(fields.get("task_types"), list):
+        fields["task_types"] = tuple(fields["task_types"])
+    return cls(**fields)
+
+
+def decode_batch(blob: bytes) -> list[c.Command]:
+    try:
+        items = msgpack.unpackb(blob, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:  # msgpack raises several unrelated types on junk
+        raise DecodeError(f"not msgpack: {exc.__class__.__name__}") from None
+    if not isinstance(items, list):
+        raise DecodeError("a batch is a list")
+    if len(items) > BATCH_COMMANDS_MAX:
+        raise DecodeError(f"a batch holds at most {BATCH_COMMANDS_MAX} commands")
+    return [_command(item) for item in items]
+
+
+# --- records (snapshot parts) --------------------------------------------------------------------
+
+def retry_record(p: c.RetryPolicy) -> list:
+    return [p.backoff, p.base_ms, p.max_ms, p.multiplier_milli, p.jitter_permille]
+
+
+def retry_from(r: list, cache: dict) -> c.RetryPolicy:
+    key = tuple(r)
+    policy = cache.get(key)
+    if policy is None:
+        policy = cache[key] = c.RetryPolicy(backoff=r[0], base_ms=r[1], max_ms=r[2],
+                                            multiplier_milli=r[3], jitter_permille=r[4])
+    return policy
+
+
+def task_record(t: Task) -> list:
+    attempts = [[a.attempt, a.worker_id, a.fencing_token, a.started_at_ms, a.ended_at_ms,
+                 a.outcome, a.error] for a in t.attempts]
+    return [t.seq, t.task_id, t.tenant, t.task_type, t.payload_json, t.priority, t.run_at_ms,
+            t.state, t.attempt, t.max_retries, retry_record(t.retry), t.timeout_ms,
+            t.idempotency_key, t.schedule_id, t.lease_expires_at_ms, t.fencing_token,
+            t.worker_id, t.cancel_requested, t.last_error, t.result_json, t.created_at_ms,
+            t.started_at_ms, t.completed_at_ms, t.failures, attempts]
+
+
+def task_from(r: list, cache: dict, intern=lambda s: s) -> Task:
+    (seq, task_id, tenant, task_type, payload_json, priority, run_at_ms, state, attempt,
+     max_retries, retry, timeout_ms, idempotency_key, schedule_id, lease_expires_at_ms,
+     fencing_token, worker_id, cancel_requested, last_error, result_json, created_at_ms,
+     started_at_ms, completed_at_ms, failures, attempts) = r
+    t = Task(task_id, intern(tenant), intern(task_type), payload_json, priority, run_at_ms,
+             max_retries, retry_from(retry, cache), timeout_ms, idempotency_key, schedule_id,
+             created_at_ms, seq)
+    t.state = state
+    t.attempt = attempt
+    t.lease_expires_at_ms = lease_expires_at_ms
+    t.fencing_token = fencing_token
+    t.worker_id = worker_id
+    t.cancel_requested = cancel_requested
+    t.last_error = last_error
+    t.result_json = result_json
+    t.started_at_ms = started_at_ms
+    t.completed_at_ms = completed_at_ms
+    t.failures = failures
+    if attempts:
+        t._attempts = [Attempt(*a) for a in attempts]
+    return t
+
+
+def template_record(t: c.TaskTemplate) -> list:
+    return [t.task_type, t.payload_json, t.priority, t.timeout_ms, t.max_retries,
+            retry_record(t.retry)]
+
+
+def template_from(r: list, cache: dict) -> c.TaskTemplate:
+    return c.TaskTemplate(task_type=r[0], payload_json=r[1], priority=r[2], timeout_ms=r[3],
+                          max_retries=r[4], retry=retry_from(r[5], cache))
+
+
+def schedule_record(s: Schedule) -> list:
+    return [s.tenant, s.schedule_id, s.cron, s.timezone, template_record(s.template), s.overlap,
+            s.misfire, s.catchup_window_ms, s.paused, s.start_at_ms, s.end_at_ms, s.jitter_ms,
+            s.next_fire_ms, s.created_at_ms, s.updated_at_ms,
+            [[f.fire_ms, f.outcome, f.task_id] for f in s.fires]]
+
+
+def schedule_from(r: list, cache: dict) -> Schedule:
+    (tenant, schedule_id, cron, tz, template, overlap, misfire, catchup, paused, start_at,
+     end_at, jitter, next_fire, created, updated, fires) = r
+    return Schedule(tenant, schedule_id, cron, tz, template_from(template, cache), overlap,
+                    misfire, catchup, paused, start_at, end_at, jitter, next_fire, created,
+                    updated, [FireRecord(*f) for f in fires])
+
+
+def tenant_record(v: TenantView) -> list:
+    return [v.tenant, v.max_running, v.weight, v.service]
+
+
+def tenant_from(r: list) -> TenantView:
+    view = TenantView(r[0], r[1], r[2])
+    view.service = r[3]
+    return view
+
+
+# --- snapshots ----------------------------------------------------------------------------------
+
+def encode_snapshot(state: dict) -> bytes:
+    """`state`: {"v", "seq", "now_ms", "cluster_token", "task_seq", "tasks", "tenants",
+    "schedules", "requests"} with record lists already in canonical order."""
+    return msgpack.packb(state, use_bin_type=True)
+
+
+def decode_snapshot(blob: bytes) -> dict:
+    try:
+        state = msgpack.unpackb(blob, raw=False, strict_map_key=False, use_list=True)
+    except Exception as exc:
+        raise DecodeError(f"not a snapshot: {exc.__class__.__name__}") from None
+    if not isinstance(state, dict) or state.get("v") != SNAPSHOT_VERSION:
+        raise DecodeError("unknown snapshot version")
+    return state

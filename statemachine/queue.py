@@ -1,0 +1,171 @@
+"""The claim queue: which pending task a Claim gets, in O(log n) per claimed task.
+
+Pending tasks sit in one `Bucket` per (tenant, task_type), in two heaps:
+- `ready`: due tasks keyed by (static_key, run_at_ms, seq), the claim order of DESIGN
+  section 5 (static_key folds aging into the priority, so keys never need updating);
+- `delayed`: tasks not yet due, keyed by (run_at_ms, seq); they move to `ready` lazily, the
+  first time a claim looks at their bucket after the clock passed them.
+
+A claim looks at the top of each bucket of its task types (one per tenant with work of that
+type), skips tenants at their running cap without touching their backlog, and compares
+the tops: lowest effective priority, then least service per weight (fair share), then the
+task key. The per-claim cost is proportional to the buckets of the requested types and
+logarithmic in the number of pending tasks.
+
+Entries are deleted lazily: an entry is live iff its task is still pending and its `qver`
+(bumped at every enqueue) matches. Each heap's top is kept live (`_clean`) whenever a task
+leaves pending by another way than being popped, so that peeks (`has_claimable`,
+`next_due_ms`) are exact. None of this is replicated state: it is rebuilt from the tasks.
+"""
+from __future__ import annotations
+
+from heapq import heappop, heappush
+
+from .model import PENDING, Task, TenantView
+from .rules import effective_priority, static_key
+
+
+class Bucket:
+    __slots__ = ("tenant", "task_type", "ready", "delayed")
+
+    def __init__(self, tenant: str, task_type: str) -> None:
+        self.tenant = tenant
+        self.task_type = task_type
+        self.ready: list[tuple] = []     # (static_key, run_at_ms, seq, qver, task)
+        self.delayed: list[tuple] = []   # (run_at_ms, seq, qver, task)
+
+
+def _live(entry: tuple) -> bool:
+    task = entry[-1]
+    return task.state == PENDING and task.qver == entry[-2]
+
+
+class ClaimQueue:
+    def __init__(self, aging_interval_ms: int) -> None:
+        self.aging_ms = aging_interval_ms
+        self.by_type: dict[str, dict[str, Bucket]] = {}
+
+    # --- membership -----------------------------------------------------------------------
+    def push(self, task: Task, now_ms: int) -> None:
+        """Enqueue a task that just became pending."""
+        task.qver += 1
+        buckets = self.by_type.setdefault(task.task_type, {})
+        bucket = buckets.get(task.tenant)
+        if bucket is None:
+            bucket = buckets[task.tenant] = Bucket(task.tenant, task.task_type)
+        if task.run_at_ms <= now_ms:
+            key = static_key(task.priority, task.run_at_ms, self.aging_ms)
+            heappush(bucket.ready, (key, task.run_at_ms, task.seq, task.qver, task))
+        else:
+            heappush(bucket.delayed, (task.run_at_ms, task.seq, task.qver, task))
+
+    def dropped(self, task: Task) -> None:
+        """A task left pending by cancellation or the like: keep its bucket's tops live."""
+        bucket = self.by_type.get(task.task_type, {}).get(task.tenant)
+        if bucket is not None:
+            self._clean(bucket)
+
+    def _clean(self, bucket: Bucket) -> None:
+        while bucket.ready and not _live(bucket.ready[0]):
+            heappop(bucket.ready)
+        while bucket.delayed and not _live(bucket.delayed[0]):
+            heappop(bucket.delayed)
+        if not bucket.ready and not bucket.delayed:
+            buckets = self.by_type[bucket.task_type]
+            del buckets[bucket.tenant]
+            if not buckets:
+                del self.by_type[bucket.task_type]
+
+    def _promote(self, bucket: Bucket, now_ms: int) -> None:
+        delayed = bucket.delayed
+        while delayed and delayed[0][0] <= now_ms:
+            run_at, seq, qver, task = heappop(delayed)
+            if task.state == PENDING and task.qver == qver:
+                key = static_key(task.priority, run_at, self.aging_ms)
+                heappush(bucket.ready, (key, run_at, seq, qver, task))
+        self._clean(bucket)
+
+    def _buckets(self, task_types, tenant: str | None) -> list[Bucket]:
+        found = []
+        for task_type in dict.fromkeys(task_types):   # duplicates once, in the given order
+            buckets = self.by_type.get(task_type)
+            if not buckets:
+                continue
+            if tenant is None:
+                found.extend(buckets.values())
+            elif tenant in buckets:
+                found.append(buckets[tenant])
+        return found
+
+    # --- selection ------------------------------------------------------------------------
+    def select(self, task_types, tenant: str | None, tenants: dict[str, TenantView],
+               now_ms: int, prefetch_ms: int) -> Task | None:
+        """Remove and return the task a claim gets now, or None."""
+        buckets = [b for b in self._buckets(task_types, tenant)
+                   if not tenants[b.tenant].at_cap()]
+        best = None
+        for bucket in buckets:
+            self._promote(bucket, now_ms)
+            if bucket.ready and (best is None or self._better(bucket, best, tenants, now_ms)):
+                best = bucket
+        if best is not None:
+            task = heappop(best.ready)[-1]
+            self._clean(best)
+            return task
+        if prefetch_ms > 0:
+            return self._select_early(buckets, now_ms + prefetch_ms)
+        return None
+
+    def _better(self, a: Bucket, b: Bucket, tenants: dict[str, TenantView], now_ms: int) -> bool:
+        ea, eb = a.ready[0], b.ready[0]
+        pa = effective_priority(ea[0], now_ms, self.aging_ms)
+        pb = effective_priority(eb[0], now_ms, self.aging_ms)
+        if pa != pb:
+            return pa < pb
+        if a.tenant != b.tenant:
+            ta, tb = tenants[a.tenant], tenants[b.tenant]
+            # service per weight, compared in integers: sa/wa < sb/wb
+            lhs, rhs = ta.service * tb.weight, tb.service * ta.weight
+            if lhs != rhs:
+                return lhs < rhs
+        return ea[:3] < eb[:3]
+
+    def _select_early(self, buckets: list[Bucket], horizon_ms: int) -> Task | None:
+        """Early dispatch: the due-soon task with the earliest run_at (then seq)."""
+        best = None
+        for bucket in buckets:
+            if bucket.tenant not in self.by_type.get(bucket.task_type, {}):
+                continue   # emptied and dropped by _promote
+            top = bucket.delayed[0] if bucket.delayed else None
+            if top is not None and top[0] <= horizon_ms and (
+                    best is None or top[:2] < best.delayed[0][:2]):
+                best = bucket
+        if best is None:
+            return None
+        task = heappop(best.delayed)[-1]
+        self._clean(best)
+        return task
+
+    # --- peeks (reads: no mutation) -------------------------------------------------------
+    def has_claimable(self, task_types, tenant: str | None, tenants: dict[str, TenantView],
+                      now_ms: int, prefetch_ms: int) -> bool:
+        horizon = now_ms + max(0, prefetch_ms)
+        for bucket in self._buckets(task_types, tenant):
+            if tenants[bucket.tenant].at_cap():
+                continue
+            if bucket.ready and bucket.ready[0][1] <= horizon:
+                return True
+            if bucket.delayed and bucket.delayed[0][0] <= horizon:
+                return True
+        return False
+
+    def next_due_ms(self, task_types, tenant: str | None) -> int | None:
+        """Earliest run_at among pending tasks of these types (ready ones are all due, so
+        any of them stands for 'now')."""
+        best = None
+        for bucket in self._buckets(task_types, tenant):
+            for at in ((bucket.ready[0][1] if bucket.ready else None),
+                       (bucket.delayed[0][0] if bucket.delayed else None)):
+                if at is not None and (best is None or at < best):
+                    best = at
+        return best

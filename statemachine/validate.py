@@ -1,0 +1,205 @@
+"""Apply-time validation of commands (DESIGN section 3, rule 4: validate everything again).
+
+Commands come out of the Raft log, so any field may hold anything msgpack can carry. Each
+check raises `Rejected` with a result code before the handler has changed anything; the
+machine turns it into a `Result`. Strings must be encodable as UTF-8 (the snapshot codec
+needs that) and integers must be real ints (not bools, not floats).
+"""
+from __future__ import annotations
+
+from . import commands as c
+from .errors import INVALID_ARGUMENT, TOO_LARGE
+from .limits import Limits
+
+BACKOFFS = ("exponential", "linear", "fixed")
+OVERLAPS = ("allow", "skip", "buffer_one")
+MISFIRES = ("run_all", "run_once", "skip")
+MAX_RUNNING_MAX = 1_000_000
+WEIGHT_MAX = 1_000
+FENCING_TOKEN_MAX = 2 ** 63 - 1
+
+
+class Rejected(Exception):
+    """A command is refused; nothing has been changed."""
+
+    def __init__(self, code: str, message: str, **details) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+def _utf8(name: str, value: str) -> None:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise Rejected(INVALID_ARGUMENT, f"{name} is not valid UTF-8 text", field=name) from None
+
+
+def string(name: str, value, chars_max: int, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if type(value) is not str or not 0 < len(value) <= chars_max:
+        raise Rejected(INVALID_ARGUMENT, f"{name} must be a string of 1..{chars_max} characters",
+                       field=name)
+    _utf8(name, value)
+
+
+def integer(name: str, value, lo: int, hi: int, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if type(value) is not int or not lo <= value <= hi:
+        raise Rejected(INVALID_ARGUMENT, f"{name} must be an integer in {lo}..{hi}", field=name)
+
+
+def boolean(name: str, value) -> None:
+    if type(value) is not bool:
+        raise Rejected(INVALID_ARGUMENT, f"{name} must be true or false", field=name)
+
+
+def choice(name: str, value, allowed: tuple[str, ...]) -> None:
+    if type(value) is not str or value not in allowed:
+        raise Rejected(INVALID_ARGUMENT, f"{name} must be one of {', '.join(allowed)}",
+                       field=name)
+
+
+def sized(name: str, value, bytes_max: int) -> None:
+    """Text whose UTF-8 size is limited: too big is `too_large`, not text is invalid."""
+    if type(value) is not str:
+        raise Rejected(INVALID_ARGUMENT, f"{name} must be a string", field=name)
+    if len(value) > bytes_max:
+        raise Rejected(TOO_LARGE, f"{name} exceeds {bytes_max} bytes", field=name,
+                       limit=bytes_max)
+    _utf8(name, value)
+    if len(value.encode()) > bytes_max:
+        raise Rejected(TOO_LARGE, f"{name} exceeds {bytes_max} bytes", field=name,
+                       limit=bytes_max)
+
+
+def envelope(cmd, lim: Limits) -> None:
+    string("request_id", cmd.request_id, lim.id_chars_max)
+    integer("now_ms", cmd.now_ms, 0, lim.now_ms_max)
+
+
+def retry_policy(p, lim: Limits) -> None:
+    if not isinstance(p, c.RetryPolicy):
+        raise Rejected(INVALID_ARGUMENT, "retry must be a retry policy", field="retry")
+    choice("retry.backoff", p.backoff, BACKOFFS)
+    integer("retry.base_ms", p.base_ms, 0, lim.backoff_ms_max)
+    integer("retry.max_ms", p.max_ms, 0, lim.backoff_ms_max)
+    if p.max_ms < p.base_ms:
+        raise Rejected(INVALID_ARGUMENT, "retry.max_ms must be >= retry.base_ms",
+                       field="retry.max_ms")
+    integer("retry.multiplier_milli", p.multiplier_milli, lim.multiplier_milli_min,
+            lim.multiplier_milli_max)
+    integer("retry.jitter_permille", p.jitter_permille, 0, lim.jitter_permille_max)
+
+
+def task_fields(t, lim: Limits) -> None:
+    """The fields a SubmitTask and a TaskTemplate share."""
+    string("task_type", t.task_type, lim.task_type_chars_max)
+    sized("payload", t.payload_json, lim.payload_bytes_max)
+    integer("priority", t.priority, 0, lim.priority_max)
+    integer("timeout_ms", t.timeout_ms, lim.timeout_ms_min, lim.timeout_ms_max)
+    integer("max_retries", t.max_retries, 0, lim.max_retries_max)
+    retry_policy(t.retry, lim)
+
+
+def submit(cmd: c.SubmitTask, lim: Limits, now_ms: int) -> None:
+    string("task_id", cmd.task_id, lim.id_chars_max)
+    string("tenant", cmd.tenant, lim.tenant_chars_max)
+    task_fields(cmd, lim)
+    integer("run_at_ms", cmd.run_at_ms, 0, now_ms + lim.run_at_ahead_ms_max, optional=True)
+    string("idempotency_key", cmd.idempotency_key, lim.idempotency_key_chars_max,
+           optional=True)
+
+
+def scope(cmd, lim: Limits) -> None:
+    string("tenant", cmd.tenant, lim.tenant_chars_max, optional=True)
+
+
+def claim(cmd: c.Claim, lim: Limits) -> None:
+    string("worker_id", cmd.worker_id, lim.id_chars_max)
+    types = cmd.task_types
+    if not isinstance(types, (tuple, list)) or not 0 < len(types) <= lim.claim_task_types_max:
+        raise Rejected(INVALID_ARGUMENT,
+                       f"task_types must list 1..{lim.claim_task_types_max} task types",
+                       field="task_types")
+    for t in types:
+        string("task_types[]", t, lim.task_type_chars_max)
+    integer("max_tasks", cmd.max_tasks, 1, lim.claim_tasks_max)
+    integer("lease_ms", cmd.lease_ms, lim.lease_ms_min, lim.lease_ms_max)
+    integer("prefetch_ms", cmd.prefetch_ms, 0, lim.prefetch_ms_max)
+    scope(cmd, lim)
+
+
+def task_ref(cmd, lim: Limits) -> None:
+    string("task_id", cmd.task_id, lim.id_chars_max)
+    scope(cmd, lim)
+
+
+def fenced(cmd, lim: Limits) -> None:
+    task_ref(cmd, lim)
+    integer("fencing_token", cmd.fencing_token, 0, FENCING_TOKEN_MAX)
+
+
+def heartbeat(cmd: c.Heartbeat, lim: Limits) -> None:
+    fenced(cmd, lim)
+    integer("lease_ms", cmd.lease_ms, lim.lease_ms_min, lim.lease_ms_max)
+
+
+def complete(cmd: c.Complete, lim: Limits) -> None:
+    fenced(cmd, lim)
+    sized("result", cmd.result_json, lim.result_bytes_max)
+
+
+def fail(cmd: c.Fail, lim: Limits) -> None:
+    fenced(cmd, lim)
+    sized("error", cmd.error, lim.error_bytes_max)
+    boolean("retryable", cmd.retryable)
+
+
+def set_tenant(cmd: c.SetTenant, lim: Limits) -> None:
+    string("tenant", cmd.tenant, lim.tenant_chars_max)
+    integer("max_running", cmd.max_running, 0, MAX_RUNNING_MAX, optional=True)
+    integer("weight", cmd.weight, 1, WEIGHT_MAX, optional=True)
+
+
+def schedule_ref(cmd, lim: Limits) -> None:
+    string("tenant", cmd.tenant, lim.tenant_chars_max)
+    string("schedule_id", cmd.schedule_id, lim.id_chars_max)
+
+
+def put_schedule(cmd: c.PutSchedule, lim: Limits) -> None:
+    schedule_ref(cmd, lim)
+    string("cron", cmd.cron, lim.cron_chars_max)
+    string("timezone", cmd.timezone, lim.timezone_chars_max)
+    if not isinstance(cmd.template, c.TaskTemplate):
+        raise Rejected(INVALID_ARGUMENT, "template must be a task template", field="template")
+    task_fields(cmd.template, lim)
+    choice("overlap", cmd.overlap, OVERLAPS)
+    choice("misfire", cmd.misfire, MISFIRES)
+    integer("catchup_window_ms", cmd.catchup_window_ms, 0, lim.catchup_window_ms_max)
+    boolean("paused", cmd.paused)
+    integer("start_at_ms", cmd.start_at_ms, 0, lim.now_ms_max, optional=True)
+    integer("end_at_ms", cmd.end_at_ms, 0, lim.now_ms_max, optional=True)
+    if cmd.start_at_ms is not None and cmd.end_at_ms is not None \
+            and cmd.end_at_ms < cmd.start_at_ms:
+        raise Rejected(INVALID_ARGUMENT, "end_at must not be before start_at", field="end_at_ms")
+    integer("jitter_ms", cmd.jitter_ms, 0, lim.jitter_ms_max)
+    integer("next_fire_ms", cmd.next_fire_ms, 0, lim.now_ms_max, optional=True)
+
+
+def resume(cmd: c.ResumeSchedule, lim: Limits) -> None:
+    schedule_ref(cmd, lim)
+    integer("next_fire_ms", cmd.next_fire_ms, 0, lim.now_ms_max, optional=True)
+
+
+def fire(cmd: c.Fire, lim: Limits) -> None:
+    schedule_ref(cmd, lim)
+    integer("fire_ms", cmd.fire_ms, 0, lim.now_ms_max)
+    integer("next_fire_ms", cmd.next_fire_ms, 0, lim.now_ms_max, optional=True)
+    boolean("manual", cmd.manual)
+    if not cmd.manual and cmd.next_fire_ms is not None and cmd.next_fire_ms <= cmd.fire_ms:
+        raise Rejected(INVALID_ARGUMENT, "next_fire_ms must be after fire_ms",
+                       field="next_fire_ms")
