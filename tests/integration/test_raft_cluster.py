@@ -78,27 +78,46 @@ def test_request_id_dedup_of_a_reproposed_batch(trio):
             assert sorted(sm.tasks) == ["d1", "d2"]
 
 
+def stop_all(trio):
+    for i, r in enumerate(trio["replicas"]):
+        if r is not None:
+            r.stop()
+        trio["replicas"][i] = None
+
+
+def restart(trio, i):
+    r = make_replica(trio["specs"][i])
+    r.start()
+    trio["replicas"][i] = r
+    return r
+
+
 def test_restarted_replica_recovers_from_lmdb(trio):
-    replicas, specs = trio["replicas"], trio["specs"]
+    replicas = trio["replicas"]
     leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
     victim_i = next(i for i, r in enumerate(replicas) if r is not leader)
-    propose_sync(leader, [submit(f"r{i}") for i in range(20)])
-    wait_until(applied_everywhere(replicas, ["r19"]), 10, "r19 everywhere")
-    replicas[victim_i].stop()
-    replicas[victim_i] = None
-    propose_sync(leader, [submit("while-down")])
-    # Restarted alone first: the log in LMDB alone brings back what it had committed.
-    lone = make_replica(specs[victim_i])
-    lone.start()
-    replicas[victim_i] = lone
-    wait_until(applied_everywhere([lone], [f"r{i}" for i in range(20)] + ["while-down"]), 15,
-               "recovered entries and the one missed while down")
-    live = [r for r in replicas if r is not None]
-    wait_until(digests_equal(live), 10, "equal digests")
+    names = [f"r{i}" for i in range(20)]
+    propose_sync(leader, [submit(n) for n in names[:10]])
+    propose_sync(leader, [submit(n) for n in names[10:]])
+    wait_until(applied_everywhere(replicas, names), 10, "r0..r19 everywhere")
+    digest = replicas[victim_i].digest()
+    stop_all(trio)
+    # Alone, with no peer to learn from: the LMDB log (and its commit index) is all it has.
+    lone = restart(trio, victim_i)
+    wait_until(applied_everywhere([lone], names), 10, "r0..r19 recovered from LMDB")
+    assert lone.digest() == digest and lone.leader_id() is None
+    for i in range(3):
+        if i != victim_i:
+            restart(trio, i)
+    replicas = trio["replicas"]
+    leader = wait_until(lambda: leader_of(replicas), 15, "a leader after the full restart")
+    propose_sync(leader, [submit("after")])
+    wait_until(applied_everywhere(replicas, names + ["after"]), 10, "after everywhere")
+    wait_until(digests_equal(replicas), 10, "equal digests")
 
 
 def test_restart_after_log_compaction(trio):
-    replicas, specs = trio["replicas"], trio["specs"]
+    replicas = trio["replicas"]
     leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
     victim_i = next(i for i, r in enumerate(replicas) if r is not leader)
     victim = replicas[victim_i]
@@ -108,18 +127,43 @@ def test_restart_after_log_compaction(trio):
     before = victim.snapshots_written
     victim.force_snapshot()
     wait_until(lambda: victim.snapshots_written > before, 10, "a snapshot on the victim")
-    assert victim.snapshot_path.exists()
     wait_until(lambda: len(victim._journal) <= 3, 10, "the journal compacted")
     propose_sync(leader, [submit("after-snap")])
-    wait_until(applied_everywhere([victim], ["after-snap"]), 10, "after-snap on the victim")
-    victim.stop()
+    names = [f"c{n}" for n in range(5)] + ["after-snap"]
+    wait_until(applied_everywhere([victim], names), 10, "after-snap on the victim")
+    digest = victim.digest()
+    stop_all(trio)
+    lone = restart(trio, victim_i)
+    wait_until(applied_everywhere([lone], names), 10, "snapshot plus log tail from disk")
+    assert lone.digest() == digest
+    # The snapshot alone (without the log tail) would lack after-snap: the tail was used.
+    for i in range(3):
+        if i != victim_i:
+            restart(trio, i)
+    replicas = trio["replicas"]
+    leader = wait_until(lambda: leader_of(replicas), 15, "a leader after the full restart")
+    propose_sync(leader, [submit("later")])
+    wait_until(applied_everywhere(replicas, names + ["later"]), 10, "later everywhere")
+    wait_until(digests_equal(replicas), 10, "equal digests")
+
+
+def test_a_lagging_replica_catches_up_by_snapshot(trio):
+    replicas = trio["replicas"]
+    leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
+    victim_i = next(i for i, r in enumerate(replicas) if r is not leader)
+    replicas[victim_i].stop()
     replicas[victim_i] = None
-    back = make_replica(specs[victim_i])
-    back.start()
-    replicas[victim_i] = back
-    wait_until(applied_everywhere([back], [f"c{n}" for n in range(5)] + ["after-snap"]), 15,
-               "state from snapshot plus log tail")
-    wait_until(digests_equal([r for r in replicas if r is not None]), 10, "equal digests")
+    for n in range(4):
+        propose_sync(leader, [submit(f"m{n}")])
+    before = leader.snapshots_written
+    leader.force_snapshot()
+    wait_until(lambda: leader.snapshots_written > before, 10, "a snapshot on the leader")
+    wait_until(lambda: len(leader._journal) <= 3, 10, "the leader's journal compacted")
+    back = restart(trio, victim_i)
+    wait_until(applied_everywhere([back], [f"m{n}" for n in range(4)]), 15,
+               "the missed entries, installed from the leader's snapshot")
+    assert back.snapshot_path.exists()
+    wait_until(digests_equal(trio["replicas"]), 10, "equal digests")
 
 
 def _frame(message) -> bytes:
