@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 import time
@@ -36,6 +37,7 @@ def cli(config_path: str, node_id: str, log_format: str) -> None:
         me = cfg.node(node_id)
         _check_http_exposure(cfg, me)
         clock = Clock.from_env()
+        raft_dial_from_env()  # refuse a malformed value before anything starts
     except (config_mod.ConfigError, ValueError) as e:
         click.echo(f"tsnode: {e}", err=True)
         sys.exit(2)
@@ -64,7 +66,25 @@ def build_replica(cfg, node_id: str):
     from .failpoints import Failpoints
     from .raft import Replica
     return Replica.from_config(cfg, node_id, failpoints=Failpoints.from_env(),
-                               limits=_limits(cfg))
+                               limits=_limits(cfg), dial_overrides=raft_dial_from_env())
+
+
+RAFT_DIAL_ENV = "TSCHED_RAFT_DIAL"
+
+
+def raft_dial_from_env(environ=os.environ) -> dict[str, str]:
+    """`TSCHED_RAFT_DIAL="127.0.0.1:8801=127.0.0.1:9901,..."`: Raft address -> address
+    actually dialled. Fault-injection tests put a proxy on each link this way; the peer
+    keeps its identity (DESIGN.md section 6)."""
+    out = {}
+    for item in filter(None, (i.strip() for i in environ.get(RAFT_DIAL_ENV, "").split(","))):
+        addr, sep, dial = item.partition("=")
+        if not sep:
+            raise config_mod.ConfigError(f"{RAFT_DIAL_ENV}: {item!r} is not raft_addr=dial_addr")
+        config_mod.split_address(addr, RAFT_DIAL_ENV)
+        config_mod.split_address(dial, RAFT_DIAL_ENV)
+        out[addr] = dial
+    return out
 
 
 def _limits(cfg):
