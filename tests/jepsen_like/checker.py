@@ -122,7 +122,7 @@ def fault_windows(ops: list[Op]) -> list[tuple[int, int, str]]:
             start = open_faults.pop(0)
             end_wall = op.invoke_wall if op.done_mono is None else \
                 op.invoke_wall + (op.done_mono - op.invoke_mono)
-            skew_ms = abs(int(start.args.get("offset_ms", 0)))
+            skew_ms = abs(int((start.result or {}).get("offset_ms", 0)))
             windows.append((int(start.invoke_wall * 1000), int(end_wall * 1000) + skew_ms, start.f))
     for op in open_faults:
         windows.append((int(op.invoke_wall * 1000), 2 ** 62, op.f))

@@ -1,0 +1,34 @@
+"""`python -m tests.jepsen_like --duration S --seed N --out DIR [--nodes 3|5]`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .nemesis import FAULTS
+from .runner import run
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.jepsen_like",
+                                description="Fault-injection run against real tsnode processes")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of faults + load")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", required=True, help="folder for logs, history, summary")
+    p.add_argument("--nodes", type=int, choices=(3, 5), default=3)
+    p.add_argument("--failpoint", action="append", default=[],
+                   help="node failpoint to turn on (repeatable)")
+    p.add_argument("--faults", default=",".join(FAULTS),
+                   help=f"comma-separated subset of: {','.join(FAULTS)}")
+    a = p.parse_args(argv)
+    faults = tuple(f for f in a.faults.split(",") if f)
+    unknown = sorted(set(faults) - set(FAULTS))
+    if unknown:
+        p.error(f"unknown faults {unknown}")
+    summary = run(a.out, a.duration, a.seed, a.nodes, tuple(a.failpoint), faults)
+    print(json.dumps(summary))
+    return 0 if summary["valid"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""The nemesis: one fault at a time, chosen and timed from the seed, each healed after a
+while; stopping heals everything so the run ends with a healed quiet period.
+
+Every fault is recorded in the history as a `nemesis` operation (its invoke marks the
+start) followed by a `heal` operation (its ok marks the end), which is how the checker
+knows when faults were active.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+
+import aiohttp
+
+from .cluster import Cluster
+from .history import OK, History
+from .workload import LEASE_S
+
+FAULTS = ("partition", "isolate_leader", "bridge", "one_way", "kill", "pause", "clock",
+          "delay", "client_reset")
+QUIET_S = (2.0, 4.0)          # between faults
+HOLD_S = (3.0, 8.0)           # how long a fault lasts
+PAUSE_PAST_LEASE_S = (1.5, 3.0)
+CLOCK_JUMPS_MS = (-20_000, -5_000, 5_000, 20_000, 40_000)
+DELAY_MS = (20, 150)
+STATUS_TIMEOUT_S = 1.0
+
+
+class Nemesis:
+    def __init__(self, cluster: Cluster, history: History, rng: random.Random,
+                 session: aiohttp.ClientSession, faults: tuple[str, ...] = FAULTS) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.rng = rng
+        self.session = session
+        self.faults = faults
+        self.counts: Counter = Counter()
+        self._stop = asyncio.Event()
+
+    # --- what the cluster looks like --------------------------------------------------------
+
+    async def leader(self) -> str | None:
+        """The node that says it leads (highest term wins), asked directly, not proxied."""
+        best = None
+        for nid in self.cluster.ids:
+            node = self.cluster.nodes[nid]
+            if not node.alive or node.paused:
+                continue
+            try:
+                async with self.session.get(self.cluster.direct_urls[nid] + "/v1/cluster/self",
+                                            timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_S)) as r:
+                    st = await r.json(content_type=None)
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+                continue
+            if st.get("role") == "leader" and (best is None or st.get("term", 0) > best[0]):
+                best = (st.get("term", 0), nid)
+        return best[1] if best else None
+
+    async def leader_or_any(self) -> str:
+        return await self.leader() or self.rng.choice(self.cluster.ids)
+
+    # --- the loop --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            if await self._wait(self.rng.uniform(*QUIET_S)):
+                return
+            name = self.rng.choice(self.faults)
+            heal = await self._inject(name)
+            hold = self._hold_s(name)
+            await self._wait(hold)
+            await self._heal(name, heal)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _wait(self, seconds: float) -> bool:
+        """Sleep, but wake at once when stopped; True when stopped."""
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def _hold_s(self, name: str) -> float:
+        if name == "pause":
+            return LEASE_S + self.rng.uniform(*PAUSE_PAST_LEASE_S)
+        return self.rng.uniform(*HOLD_S)
+
+    async def _inject(self, name: str):
+        op = self.history.invoke("nemesis", name, None)
+        args, heal = await getattr(self, f"_fault_{name}")()
+        self.counts[name] += 1
+        # the checker widens a clock fault's window by its offset, read from this result
+        self.history.complete(op, OK, "nemesis", name, result=args)
+        return heal
+
+    async def _heal(self, name: str, heal) -> None:
+        op = self.history.invoke("nemesis", "heal", None, fault=name)
+        await heal()
+        self.history.complete(op, OK, "nemesis", "heal", result={"fault": name})
+
+    async def heal_everything(self) -> None:
+        """The end of the run: every link passes, every node runs with a true clock."""
+        self.cluster.hub.heal_all()
+        for nid, node in self.cluster.nodes.items():
+            self.cluster.set_clock_offset(nid, 0)
+            if node.paused:
+                self.cluster.resume(nid)
+            if not node.alive:
+                self.cluster.start(nid)
+
+    # --- faults: each returns (what it did, how to heal it) ---------------------------------
+
+    def _split(self) -> tuple[list[str], list[str]]:
+        ids = self.cluster.ids[:]
+        self.rng.shuffle(ids)
+        k = self.rng.randint(1, len(ids) // 2)
+        return ids[:k], ids[k:]
+
+    def _cut(self, a, b) -> list[str]:
+        links = self.cluster.links_between(a, b)
+        self.cluster.hub.set_many(links, "drop")
+        return links
+
+    def _restore(self, links):
+        async def heal():
+            self.cluster.hub.set_many(links, "pass")
+        return heal
+
+    async def _fault_partition(self):
+        minority, majority = self._split()
+        return {"groups": [minority, majority]}, self._restore(self._cut(minority, majority))
+
+    async def _fault_isolate_leader(self):
+        leader = await self.leader_or_any()
+        rest = [n for n in self.cluster.ids if n != leader]
+        return {"isolated": leader}, self._restore(self._cut([leader], rest))
+
+    async def _fault_bridge(self):
+        ids = self.cluster.ids[:]
+        self.rng.shuffle(ids)
+        bridge, rest = ids[0], ids[1:]
+        half = len(rest) // 2
+        a, b = rest[:half], rest[half:]
+        return {"bridge": bridge, "sides": [a, b]}, self._restore(self._cut(a, b))
+
+    async def _fault_one_way(self):
+        """Messages flow only src -> dst: the leader that cannot hear, or a random pair."""
+        if self.rng.random() < 0.5:
+            src = await self.leader_or_any()
+            pairs = [(src, n) for n in self.cluster.ids if n != src]
+        else:
+            src, dst = self.rng.sample(self.cluster.ids, 2)
+            pairs = [(src, dst)]
+        links = []
+        for s, d in pairs:
+            link = self.cluster.raft_link(s, d)
+            forward = "up" if self.cluster.dialer(s, d) == s else "down"
+            self.cluster.hub.set(link, "one_way", forward=forward)
+            links.append(link)
+        return {"flows": [f"{s}->{d}" for s, d in pairs]}, self._restore(links)
+
+    async def _fault_kill(self):
+        nid = await self.leader_or_any() if self.rng.random() < 0.5 else \
+            self.rng.choice(self.cluster.ids)
+        self.cluster.kill(nid)
+
+        async def heal():
+            self.cluster.start(nid)
+        return {"node": nid}, heal
+
+    async def _fault_pause(self):
+        nid = await self.leader_or_any()
+        self.cluster.pause(nid)
+
+        async def heal():
+            self.cluster.resume(nid)
+        return {"node": nid}, heal
+
+    async def _fault_clock(self):
+        nid = await self.leader_or_any()
+        offset = self.rng.choice(CLOCK_JUMPS_MS)
+        self.cluster.set_clock_offset(nid, offset)
+
+        async def heal():
+            self.cluster.set_clock_offset(nid, 0)
+        return {"node": nid, "offset_ms": offset}, heal
+
+    async def _fault_delay(self):
+        links = [n for n in self.cluster.hub.links if n.startswith("raft:")]
+        delay = self.rng.randint(*DELAY_MS)
+        self.cluster.hub.set_many(links, "delay", delay_ms=delay)
+        return {"delay_ms": delay}, self._restore(links)
+
+    async def _fault_client_reset(self):
+        nid = self.rng.choice(self.cluster.ids)
+        link = self.cluster.http_link(nid)
+        self.cluster.hub.set(link, "reset")
+        return {"node": nid}, self._restore([link])

@@ -1,0 +1,146 @@
+"""One harness run: start the cluster, run workload + nemesis, heal, drain, collect the
+final state, check, and write DIR/summary.json."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+
+import aiohttp
+
+from . import checker
+from .cluster import Cluster
+from .history import History, read
+from .nemesis import FAULTS, Nemesis
+from .workload import Api, Workload
+
+LEADER_WAIT_S = 30.0
+DRAIN_WAIT_S = 60.0
+CONVERGE_WAIT_S = 30.0
+POLL_S = 0.2
+LIST_PAGE = 1000
+HTTP_TIMEOUT_S = 5.0
+
+
+async def _get(session, url: str):
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)) as r:
+            return r.status, await r.json(content_type=None)
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+        return None, None
+
+
+async def _poll(cond, timeout_s: float) -> bool:
+    """Wait until the async `cond()` holds or the deadline passes."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if await cond():
+            return True
+        await asyncio.sleep(POLL_S)
+    return False
+
+
+async def wait_for_leader(cluster: Cluster, session) -> bool:
+    async def ready():
+        for url in cluster.direct_urls.values():
+            status, body = await _get(session, url + "/readyz")
+            if status == 200:
+                return True
+        return False
+    return await _poll(ready, LEADER_WAIT_S)
+
+
+async def drain(cluster: Cluster, session) -> bool:
+    """True once no task is pending or running (workers finish what the run left)."""
+    async def empty():
+        url = cluster.direct_urls[cluster.ids[0]]
+        for state in ("pending", "running"):
+            status, body = await _get(session, f"{url}/v1/tasks?state={state}&limit=1")
+            if status != 200 or body.get("tasks"):
+                return False
+        return True
+    return await _poll(empty, DRAIN_WAIT_S)
+
+
+async def converge(cluster: Cluster, session, samples: list) -> bool:
+    """Sample every node's (applied_seq, digest) until all report the same seq."""
+    async def same_seq():
+        seqs = set()
+        for nid, url in cluster.direct_urls.items():
+            status, st = await _get(session, url + "/v1/cluster/self")
+            if status != 200:
+                return False
+            samples.append({"node": nid, "applied_seq": st["applied_seq"],
+                            "digest": st["digest"]})
+            seqs.add(st["applied_seq"])
+        return len(seqs) == 1
+    return await _poll(same_seq, CONVERGE_WAIT_S)
+
+
+async def final_tasks(cluster: Cluster, session) -> dict:
+    url = cluster.direct_urls[cluster.ids[0]]
+    tasks, cursor = {}, None
+    while True:
+        q = f"?limit={LIST_PAGE}" + (f"&cursor={cursor}" if cursor else "")
+        status, body = await _get(session, f"{url}/v1/tasks{q}")
+        if status != 200:
+            raise RuntimeError(f"listing tasks failed: {status} {body}")
+        for t in body["tasks"]:
+            tasks[t["task_id"]] = t
+        cursor = body.get("next_cursor")
+        if not cursor:
+            return tasks
+
+
+async def _run(out_dir: str, duration_s: float, seed: int, n_nodes: int,
+               failpoints: tuple[str, ...], faults: tuple[str, ...]) -> dict:
+    rng = random.Random(seed)
+    cluster = Cluster(out_dir, n_nodes, failpoints)
+    history = History(os.path.join(out_dir, "history.jsonl"))
+    final = {"tasks": {}, "digests": [], "converged": False}
+    try:
+        cluster.start_all()
+        connector = aiohttp.TCPConnector(limit=64)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            if not await wait_for_leader(cluster, session):
+                raise RuntimeError(f"no ready leader within {LEADER_WAIT_S}s; see {out_dir}/n*.log")
+            api = Api(cluster.client_urls, history, session)
+            workload = Workload(api, random.Random(rng.random()), cluster.ids)
+            await workload.setup()
+            nemesis = Nemesis(cluster, history, random.Random(rng.random()), session, faults)
+            workload.start()
+            nemesis_task = asyncio.ensure_future(nemesis.run())
+            await asyncio.sleep(duration_s)
+            nemesis.stop()
+            await nemesis_task
+            await nemesis.heal_everything()
+            history.event("nemesis", "healed", "note")
+            await workload.stop_schedule()
+            workload.stop_producing()
+            final["drained"] = await drain(cluster, session)
+            await workload.stop()
+            final["converged"] = await converge(cluster, session, final["digests"])
+            final["tasks"] = await final_tasks(cluster, session)
+            final["exited"] = cluster.exited_unexpectedly()
+            final["sink_rejected"] = workload.sink.rejected
+    finally:
+        history.close()
+        cluster.close()
+        with open(os.path.join(out_dir, "final.json"), "w", encoding="utf-8") as f:
+            json.dump(final, f)
+    return final
+
+
+def run(out_dir: str, duration_s: float, seed: int, n_nodes: int = 3,
+        failpoints: tuple[str, ...] = (), faults: tuple[str, ...] = FAULTS) -> dict:
+    """Run, check and summarise; returns the summary (also in DIR/summary.json)."""
+    os.makedirs(out_dir, exist_ok=True)
+    final = asyncio.run(_run(out_dir, duration_s, seed, n_nodes, failpoints, faults))
+    report = checker.check(read(os.path.join(out_dir, "history.jsonl")), final)
+    summary = checker.write_summary(out_dir, seed, duration_s, report)
+    if not report["valid"]:
+        print(f"INVALID run: seed={seed} history={out_dir}/history.jsonl "
+              f"violations={out_dir}/violations.json")
+    return summary

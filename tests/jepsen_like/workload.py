@@ -1,0 +1,282 @@
+"""The workload: producers, workers (honest, crashing, zombie), cancels, tenant caps, a
+fencing sink and a per-second schedule, every client call recorded in the history.
+
+Outcomes: a 2xx answer is `ok`; a 4xx answer is `fail` (the node refused, nothing
+happened); a 5xx answer, a timeout or a connection error is `info` (it may have happened).
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from .history import FAIL, INFO, OK, History
+
+LEASE_S = 3                    # short, so expiries and zombies happen within a short run
+CLAIM_WAIT_S = 1.0
+REQUEST_TIMEOUT_S = 6.0
+TENANT_CAPS = {"t1": 2, "t2": 3, "t3": 0}   # 0: unlimited
+JOB_TYPE, CRON_TYPE = "job", "cron_tick"
+SCHEDULE_ID, SCHEDULE_TENANT = "every-second", "t3"
+SUBMIT_RETRIES = 3
+FATES = (("ok", 78), ("fail", 6), ("crash", 6), ("zombie", 10))
+
+
+@dataclass
+class Shared:
+    """What the workload's processes learn from each other."""
+    acked: list = field(default_factory=list)           # task ids of acknowledged submits
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    producing: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class FencingSink:
+    """A downstream ledger: takes a task's effect only with a token higher than any seen."""
+
+    def __init__(self) -> None:
+        self.highest: dict[str, int] = {}
+        self.rejected = 0
+
+    def write(self, task_id: str, token: int) -> bool:
+        if token <= self.highest.get(task_id, -1):
+            self.rejected += 1
+            return False
+        self.highest[task_id] = token
+        return True
+
+
+class Api:
+    """HTTP calls to the nodes (through their proxies), each recorded as one operation."""
+
+    def __init__(self, urls: dict[str, str], history: History, session: aiohttp.ClientSession):
+        self.urls = urls
+        self.history = history
+        self.session = session
+
+    async def call(self, process: str, f: str, node: str, method: str, path: str,
+                   body=None, timeout_s: float = REQUEST_TIMEOUT_S, extract=None, **args):
+        op = self.history.invoke(process, f, node, **args)
+        kind, result, error, data = INFO, None, None, None
+        try:
+            async with self.session.request(method, self.urls[node] + path, json=body,
+                                            timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+                data = await r.json(content_type=None)
+                status = r.status
+            if 200 <= status < 300:
+                kind, result = OK, (extract(data) if extract else data)
+            else:
+                kind = FAIL if 400 <= status < 500 else INFO
+                error = {"status": status, "code": (data or {}).get("error", {}).get("code")}
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as e:
+            error = {"exception": type(e).__name__}
+        self.history.complete(op, kind, process, f, node, result=result, error=error)
+        return kind, data
+
+
+def _task_view(t: dict) -> dict:
+    keys = ("task_id", "tenant", "fencing_token", "lease_expires_at", "started_at", "attempt",
+            "run_at", "state")
+    return {k: t.get(k) for k in keys}
+
+
+def _claim_view(data: dict) -> dict:
+    return {"tasks": [_task_view(t) for t in data.get("tasks", [])]}
+
+
+class Workload:
+    def __init__(self, api: Api, rng: random.Random, nodes: list[str], *, producers: int = 2,
+                 workers: int = 4, submit_interval_s: float = 0.1) -> None:
+        self.api = api
+        self.rng = rng
+        self.nodes = nodes
+        self.n_producers = producers
+        self.n_workers = workers
+        self.submit_interval_s = submit_interval_s
+        self.shared = Shared()
+        self.sink = FencingSink()
+        self.schedule_enabled = False
+        self._tasks: list[asyncio.Task] = []
+
+    def node(self) -> str:
+        return self.rng.choice(self.nodes)
+
+    # --- setup and teardown --------------------------------------------------------------
+
+    async def setup(self, deadline_s: float = 30.0) -> None:
+        """Tenant caps (and the schedule when the node serves it) before any fault."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline_s
+        for tenant, cap in TENANT_CAPS.items():
+            while True:
+                kind, _ = await self.api.call("setup", "set_tenant", self.node(), "PUT",
+                                              f"/v1/tenants/{tenant}",
+                                              {"max_running": cap, "weight": 1},
+                                              tenant=tenant, max_running=cap)
+                if kind == OK:
+                    break
+                if loop.time() > end:
+                    raise RuntimeError(f"could not set tenant {tenant}")
+                await asyncio.sleep(0.2)
+        await self._put_schedule(end)
+
+    async def _put_schedule(self, end: float) -> None:
+        body = {"cron": "* * * * * *", "timezone": "UTC", "tenant": SCHEDULE_TENANT,
+                "task_type": CRON_TYPE, "misfire": "run_all", "overlap": "allow"}
+        loop = asyncio.get_running_loop()
+        while loop.time() < end:
+            kind, data = await self.api.call(
+                "setup", "put_schedule", self.node(), "PUT", f"/v1/schedules/{SCHEDULE_ID}",
+                body, tenant=SCHEDULE_TENANT, schedule_id=SCHEDULE_ID, every_ms=1000,
+                extract=lambda d: {"next_fire_at": d.get("next_fire_at")})
+            if kind == OK:
+                self.schedule_enabled = True
+                return
+            if kind == FAIL and (data or {}).get("error", {}).get("code") in (
+                    "not_found", "method_not_allowed"):
+                return      # this build has no schedules API yet: run without fires
+            await asyncio.sleep(0.2)
+
+    async def stop_schedule(self) -> None:
+        for _ in range(50):
+            if not self.schedule_enabled:
+                return
+            kind, _ = await self.api.call("setup", "stop_schedule", self.node(), "POST",
+                                          f"/v1/schedules/{SCHEDULE_ID}/pause", {},
+                                          tenant=SCHEDULE_TENANT, schedule_id=SCHEDULE_ID)
+            if kind == OK:
+                return
+            await asyncio.sleep(0.2)
+
+    def start(self) -> None:
+        self.shared.producing.set()
+        spawn = asyncio.ensure_future
+        self._tasks += [spawn(self._producer(i)) for i in range(self.n_producers)]
+        self._tasks += [spawn(self._worker(f"w{i}", JOB_TYPE)) for i in range(self.n_workers)]
+        self._tasks += [spawn(self._worker("cron", CRON_TYPE, honest=True)),
+                        spawn(self._canceller())]
+
+    def stop_producing(self) -> None:
+        self.shared.producing.clear()
+
+    async def stop(self) -> None:
+        self.shared.stopping.set()
+        self.shared.producing.clear()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # --- producers ------------------------------------------------------------------------
+
+    async def _producer(self, i: int) -> None:
+        n = 0
+        while self.shared.producing.is_set():
+            n += 1
+            key = f"p{i}-{n}"
+            body = {"task_type": JOB_TYPE, "tenant": self.rng.choice(list(TENANT_CAPS)),
+                    "payload": {"n": n}, "idempotency_key": key, "max_retries": 5,
+                    "retry": {"backoff": "fixed", "base_s": 0.5}}
+            if self.rng.random() < 0.2:
+                body["delay_s"] = self.rng.choice([1, 2, 3])
+            for _ in range(SUBMIT_RETRIES):
+                kind, data = await self.api.call(
+                    f"p{i}", "submit", self.node(), "POST", "/v1/tasks", body,
+                    extract=lambda d: {"task_id": d.get("task_id"), "duplicate": d.get("duplicate")},
+                    idempotency_key=key, tenant=body["tenant"])
+                if kind == OK:
+                    self.shared.acked.append(data["task_id"])
+                if kind != INFO:
+                    break
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(self.submit_interval_s)
+
+    async def _canceller(self) -> None:
+        while not self.shared.stopping.is_set():
+            await asyncio.sleep(0.5)
+            if not self.shared.producing.is_set() or not self.shared.acked:
+                continue
+            task_id = self.rng.choice(self.shared.acked[-50:])
+            await self.api.call("c0", "cancel", self.node(), "POST",
+                                f"/v1/tasks/{task_id}/cancel", None,
+                                extract=lambda d: {"state": d.get("state")}, task_id=task_id)
+
+    # --- workers ----------------------------------------------------------------------------
+
+    async def _worker(self, name: str, task_type: str, honest: bool = False) -> None:
+        incarnation = 0
+        while not self.shared.stopping.is_set():
+            worker_id = f"{name}.{incarnation}"
+            kind, data = await self.api.call(
+                worker_id, "claim", self.node(), "POST", "/v1/claims",
+                {"worker_id": worker_id, "task_types": [task_type], "max_tasks": 1,
+                 "wait_s": CLAIM_WAIT_S, "lease_s": LEASE_S},
+                timeout_s=REQUEST_TIMEOUT_S + CLAIM_WAIT_S, extract=_claim_view,
+                task_types=[task_type])
+            if kind != OK:
+                await asyncio.sleep(0.1)
+                continue
+            for t in data.get("tasks", []):
+                fate = "ok" if honest else self._fate()
+                await self._run(worker_id, t, fate)
+                if fate == "crash":
+                    incarnation += 1      # a crashed worker comes back with a new id
+                    break
+
+    def _fate(self) -> str:
+        names, weights = zip(*FATES)
+        return self.rng.choices(names, weights)[0]
+
+    async def _run(self, worker_id: str, task: dict, fate: str) -> None:
+        task_id, token = task["task_id"], task["fencing_token"]
+        if fate == "crash":
+            await asyncio.sleep(self.rng.uniform(0, 0.3))
+            return
+        if fate == "zombie":
+            # paused past its lease (a GC pause, a stopped VM), then carries on as if nothing
+            await asyncio.sleep(LEASE_S + self.rng.uniform(0.5, 1.5))
+        else:
+            cancelled = await self._work(worker_id, task_id, token)
+            if cancelled:
+                await self._finish(worker_id, task_id, token, "fail",
+                                   {"error": "cancelled", "retryable": False})
+                return
+        if fate == "fail":
+            await self._finish(worker_id, task_id, token, "fail",
+                               {"error": "boom", "retryable": True})
+            return
+        op = self.api.history.invoke(worker_id, "sink_write", None, task_id=task_id,
+                                     fencing_token=token)
+        accepted = self.sink.write(task_id, token)
+        self.api.history.complete(op, OK, worker_id, "sink_write", result={"accepted": accepted})
+        await self._finish(worker_id, task_id, token, "complete", {"result": {"by": worker_id}})
+
+    async def _work(self, worker_id: str, task_id: str, token: int) -> bool:
+        """Work a little, heartbeating; True when the task was cancelled meanwhile."""
+        remaining = self.rng.uniform(0.05, 1.5)
+        while remaining > 0:
+            step = min(remaining, LEASE_S / 3)
+            await asyncio.sleep(step)
+            remaining -= step
+            if remaining <= 0:
+                break
+            kind, data = await self.api.call(
+                worker_id, "heartbeat", self.node(), "POST", f"/v1/tasks/{task_id}/heartbeat",
+                {"fencing_token": token, "lease_s": LEASE_S},
+                extract=lambda d: {"lease_expires_at": d.get("lease_expires_at"),
+                                   "cancel_requested": d.get("cancel_requested")},
+                task_id=task_id, fencing_token=token)
+            if kind == OK and data.get("cancel_requested"):
+                return True
+            if kind == FAIL:
+                return False
+        return False
+
+    async def _finish(self, worker_id: str, task_id: str, token: int, f: str, body: dict):
+        for _ in range(SUBMIT_RETRIES):
+            kind, _ = await self.api.call(
+                worker_id, f, self.node(), "POST", f"/v1/tasks/{task_id}/{f}",
+                {"fencing_token": token, **body},
+                extract=lambda d: {"state": d.get("state")}, task_id=task_id,
+                fencing_token=token)
+            if kind != INFO:
+                return
+            await asyncio.sleep(0.2)
