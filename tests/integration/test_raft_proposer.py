@@ -1,0 +1,93 @@
+"""The Proposer on three real Replicas: packing, answers keyed by request_id, re-proposal
+after a failure, and the no_leader / timeout outcomes."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.integration.test_raft_support import (cluster_spec, leader_of, make_replica, submit,
+                                                 wait_until)
+from tsched.node.proposer import ProposalError, Proposer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def trio(tmp_path):
+    replicas = [make_replica(s) for s in cluster_spec(tmp_path)]
+    for r in replicas:
+        r.start()
+    yield replicas
+    for r in replicas:
+        r.stop()
+
+
+async def wait_leader(replicas):
+    return await asyncio.to_thread(wait_until, lambda: leader_of(replicas), 15, "a ready leader")
+
+
+async def test_concurrent_proposals_share_one_entry_and_each_gets_its_answer(trio):
+    leader = await wait_leader(trio)
+    follower = next(r for r in trio if r is not leader)
+    proposer = Proposer(follower, asyncio.get_running_loop(),
+                        render=lambda cmd, res: (cmd.request_id, res.value["task_id"]))
+    outs = await asyncio.gather(*(proposer.propose([submit(f"p{i}")], 10) for i in range(20)))
+    for i, (results, seq) in enumerate(outs):
+        assert results == [(f"p{i}", f"p{i}")]
+        assert seq <= follower.applied_seq
+    assert proposer.entries_proposed == 1          # twenty callers, one Raft entry
+    assert len({seq for _, seq in outs}) == 1
+
+
+async def test_a_repeated_request_id_is_answered_with_the_first_result(trio):
+    leader = await wait_leader(trio)
+    proposer = Proposer(leader, asyncio.get_running_loop())
+    (first,), seq1 = await proposer.propose([submit("same", task_id="t1")], 10)
+    # Same request_id, different body: the request table answers with the recorded result.
+    (second,), seq2 = await proposer.propose([submit("same", task_id="t2")], 10)
+    assert first.value == second.value == {"task_id": "t1", "n": 1}
+    assert seq2 == seq1 + 1
+    with leader.read() as sm:
+        assert list(sm.tasks) == ["t1"]
+
+
+async def test_reproposes_after_a_failure_until_applied(trio):
+    leader = await wait_leader(trio)
+    follower = next(r for r in trio if r is not leader)
+    proposer = Proposer(follower, asyncio.get_running_loop(), retry_backoff_s=0.01)
+    real = follower.propose_blob
+    calls = []
+
+    def flaky(blob, on_error=None):
+        calls.append(blob)
+        if len(calls) == 1:                   # the first attempt is "lost" with LEADER_CHANGED
+            on_error("leader_changed")
+            return
+        real(blob, on_error)
+
+    follower.propose_blob = flaky
+    (res,), _ = await proposer.propose([submit("retry-me")], 10)
+    assert res.ok and len(calls) == 2 and calls[0] == calls[1]
+
+
+async def test_no_leader_and_timeout(tmp_path):
+    spec = cluster_spec(tmp_path)[0]
+    lone = make_replica(spec)                 # its peers never start: no leader ever
+    lone.start()
+    try:
+        proposer = Proposer(lone, asyncio.get_running_loop())
+        with pytest.raises(ProposalError) as e:
+            await proposer.propose([submit("x")], 0.3)
+        assert e.value.code == "no_leader"
+    finally:
+        lone.stop()
+
+
+async def test_timeout_when_a_leader_exists_but_nothing_commits(trio):
+    leader = await wait_leader(trio)
+    proposer = Proposer(leader, asyncio.get_running_loop(), repropose_after_s=0.1)
+    leader.propose_blob = lambda blob, on_error=None: None      # swallowed: ambiguous
+    with pytest.raises(ProposalError) as e:
+        await proposer.propose([submit("lost")], 0.4)
+    assert e.value.code == "timeout"
