@@ -1,0 +1,166 @@
+"""Worker endpoints: claims (long poll), heartbeats, completions; every bad input's 4xx."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from test_api_harness import Api, api, assert_error, replica  # noqa: F401  (fixtures)
+
+
+@pytest.fixture
+def tt() -> str:
+    return "w-" + uuid.uuid4().hex[:8]
+
+
+async def test_claim_heartbeat_complete_and_complete_again(api: Api, tt):
+    t = await api.submit(task_type=tt, payload={"n": 1})
+    (c,) = await api.claim([tt], lease_s=10)
+    assert c["task_id"] == t["task_id"] and c["state"] == "running" and c["attempt"] == 1
+    assert c["payload"] == {"n": 1} and c["execution_id"] and c["lease_expires_at"]
+    tok = c["fencing_token"]
+    status, hb = await api.call("POST", f"/v1/tasks/{t['task_id']}/heartbeat",
+                                {"fencing_token": tok, "lease_s": 20})
+    assert status == 200 and hb["cancel_requested"] is False and hb["lease_expires_at"]
+    assert hb["lease_expires_at"] > c["lease_expires_at"]
+    status, body = await api.call("POST", f"/v1/tasks/{t['task_id']}/complete",
+                                  {"fencing_token": tok - 1, "result": {}})
+    assert_error(status, body, 409, "stale_token")
+    status, done = await api.call("POST", f"/v1/tasks/{t['task_id']}/complete",
+                                  {"fencing_token": tok, "result": {"ok": True}})
+    assert status == 200 and done["state"] == "completed" and done["result"] == {"ok": True}
+    assert done["attempts"][0]["outcome"] == "completed"
+    assert done["attempts"][0]["fencing_token"] == tok
+    status, again = await api.call("POST", f"/v1/tasks/{t['task_id']}/complete",
+                                   {"fencing_token": tok, "result": {"ok": True}})
+    assert status == 200 and again["state"] == "completed"
+
+
+async def test_empty_long_poll_waits_its_time(api: Api, tt):
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    tasks = await api.claim([tt], wait_s=0.3)
+    assert tasks == [] and loop.time() - start >= 0.3
+
+
+async def test_long_poll_is_woken_by_a_submit(api: Api, tt):
+    waiting = asyncio.ensure_future(api.claim([tt], wait_s=20))
+    await asyncio.sleep(0)  # let the claim reach the server before the submit
+    t = await api.submit(task_type=tt)
+    tasks = await asyncio.wait_for(waiting, 10)
+    assert [x["task_id"] for x in tasks] == [t["task_id"]]
+
+
+async def test_cancel_of_a_running_task_is_seen_on_heartbeat(api: Api, tt):
+    t = await api.submit(task_type=tt)
+    (c,) = await api.claim([tt])
+    status, got = await api.call("POST", f"/v1/tasks/{t['task_id']}/cancel")
+    assert status == 200 and got["cancel_requested"] is True and got["state"] == "running"
+    status, hb = await api.call("POST", f"/v1/tasks/{t['task_id']}/heartbeat",
+                                {"fencing_token": c["fencing_token"]})
+    assert status == 200 and hb["cancel_requested"] is True
+
+
+async def test_retryable_failure_goes_back_to_pending(api: Api, tt):
+    t = await api.submit(task_type=tt, max_retries=2, retry={"backoff": "fixed", "base_s": 30})
+    (c,) = await api.claim([tt])
+    status, failed = await api.call("POST", f"/v1/tasks/{t['task_id']}/fail",
+                                    {"fencing_token": c["fencing_token"], "error": "flaky"})
+    assert status == 200 and failed["state"] == "pending" and failed["last_error"] == "flaky"
+    assert failed["run_at"] > c["run_at"]
+    assert failed["attempts"][0]["outcome"] == "failed"
+
+
+async def test_batch_completions_and_heartbeats_answer_in_order(api: Api, tt):
+    ids = [(await api.submit(task_type=tt))["task_id"] for _ in range(2)]
+    claimed = await api.claim([tt], max_tasks=2)
+    tok = {c["task_id"]: c["fencing_token"] for c in claimed}
+    assert sorted(tok) == sorted(ids)
+    status, hbs = await api.call("POST", "/v1/heartbeats", {"heartbeats": [
+        {"task_id": ids[0], "fencing_token": tok[ids[0]], "lease_s": 5},
+        {"task_id": ids[1], "fencing_token": tok[ids[1]] + 1000}]})
+    assert status == 200
+    assert hbs["results"][0]["task_id"] == ids[0] and "lease_expires_at" in hbs["results"][0]
+    assert hbs["results"][1]["error"]["code"] == "stale_token"
+    status, out = await api.call("POST", "/v1/completions", {"completions": [
+        {"task_id": ids[0], "fencing_token": tok[ids[0]], "result": 1},
+        {"task_id": ids[1], "fencing_token": tok[ids[1]], "error": "no", "retryable": False},
+        {"task_id": "nope", "fencing_token": 1, "result": None}]})
+    assert status == 200
+    r = out["results"]
+    assert r[0]["state"] == "completed" and r[0]["result"] == 1
+    assert r[1]["state"] == "dead_letter"
+    assert r[2]["error"]["code"] == "not_found"
+
+
+BAD_CLAIMS = [
+    {"task_types": ["t"]},
+    {"worker_id": "", "task_types": ["t"]},
+    {"worker_id": "w"},
+    {"worker_id": "w", "task_types": []},
+    {"worker_id": "w", "task_types": "t"},
+    {"worker_id": "w", "task_types": [""]},
+    {"worker_id": "w", "task_types": ["t"] * 33},
+    {"worker_id": "w", "task_types": ["t"], "max_tasks": 0},
+    {"worker_id": "w", "task_types": ["t"], "max_tasks": 101},
+    {"worker_id": "w", "task_types": ["t"], "wait_s": 61},
+    {"worker_id": "w", "task_types": ["t"], "wait_s": -1},
+    {"worker_id": "w", "task_types": ["t"], "lease_s": 0},
+    {"worker_id": "w", "task_types": ["t"], "lease_s": 3601},
+    {"worker_id": "w", "task_types": ["t"], "prefetch_ms": 1001},
+    {"worker_id": "w", "task_types": ["t"], "prefetch_ms": 1.5},
+    {"worker_id": "w", "task_types": ["t"], "tenant": "x"},
+]
+
+
+@pytest.mark.parametrize("body", BAD_CLAIMS)
+async def test_bad_claims_are_refused(api: Api, body):
+    status, got = await api.call("POST", "/v1/claims", body)
+    assert_error(status, got, 400, "invalid_argument")
+
+
+@pytest.mark.parametrize("verb, body, status, code", [
+    ("heartbeat", {}, 400, "invalid_argument"),
+    ("heartbeat", {"fencing_token": "1"}, 400, "invalid_argument"),
+    ("heartbeat", {"fencing_token": 1, "lease_s": 0}, 400, "invalid_argument"),
+    ("heartbeat", {"fencing_token": 1, "extra": 1}, 400, "invalid_argument"),
+    ("complete", {"result": {}}, 400, "invalid_argument"),
+    ("complete", {"fencing_token": 1, "result": "x" * 300_000}, 413, "too_large"),
+    ("complete", {"fencing_token": 1, "error": "e"}, 400, "invalid_argument"),
+    ("fail", {"fencing_token": 1, "retryable": "yes"}, 400, "invalid_argument"),
+    ("fail", {"fencing_token": 1, "error": "e" * 5000}, 400, "invalid_argument"),
+    ("fail", {"fencing_token": 1, "result": {}}, 400, "invalid_argument"),
+])
+async def test_bad_worker_calls_are_refused(api: Api, tt, verb, body, status, code):
+    t = await api.submit(task_type=tt)
+    got_status, got = await api.call("POST", f"/v1/tasks/{t['task_id']}/{verb}", body)
+    assert_error(got_status, got, status, code)
+
+
+async def test_worker_calls_on_unknown_or_unclaimed_tasks(api: Api, tt):
+    for verb in ("heartbeat", "complete", "fail"):
+        status, body = await api.call("POST", f"/v1/tasks/nope-{tt}/{verb}", {"fencing_token": 1})
+        assert_error(status, body, 404, "not_found")
+    t = await api.submit(task_type=tt)
+    status, body = await api.call("POST", f"/v1/tasks/{t['task_id']}/complete",
+                                  {"fencing_token": 1})
+    assert status == 409 and body["error"]["code"] in ("stale_token", "invalid_state")
+
+
+@pytest.mark.parametrize("path, body, status, code", [
+    ("/v1/completions", {}, 400, "invalid_argument"),
+    ("/v1/completions", {"completions": []}, 400, "invalid_argument"),
+    ("/v1/completions", {"completions": [{"task_id": "a"}]}, 400, "invalid_argument"),
+    ("/v1/completions", {"completions": [{"task_id": "a", "fencing_token": 1,
+                                          "result": 1, "error": "x"}]}, 400, "invalid_argument"),
+    ("/v1/completions", {"completions": [{"task_id": "a", "fencing_token": 1}] * 1001},
+     413, "too_large"),
+    ("/v1/heartbeats", {"heartbeats": "all"}, 400, "invalid_argument"),
+    ("/v1/heartbeats", {"heartbeats": [{"fencing_token": 1}]}, 400, "invalid_argument"),
+    ("/v1/heartbeats", {"heartbeats": [{"task_id": "a", "fencing_token": 1, "x": 1}]},
+     400, "invalid_argument"),
+])
+async def test_bad_batches_are_refused(api: Api, path, body, status, code):
+    got_status, got = await api.call("POST", path, body)
+    assert_error(got_status, got, status, code)
