@@ -32,6 +32,7 @@ log = logging.getLogger("tsched.worker")
 
 BATCH_ITEMS_MAX = 100        # completions per request
 CLAIM_WAIT_S_MAX = 20.0      # long-poll length
+CLAIM_TASKS_MAX = 100        # the API's bound on one claim
 ERROR_PAUSE_S = 1.0          # after a refused claim (bad token, limits), before trying again
 UNSERVABLE_CODES = frozenset({"too_large", "invalid_argument"})   # a result the cluster refuses
 
@@ -130,8 +131,8 @@ class Worker:
                 continue
             try:
                 tasks = await self._client.claim(
-                    self.worker_id, types, max_tasks=free, wait_s=self.wait_s,
-                    lease_s=self.lease_s, prefetch_ms=self.prefetch_ms)
+                    self.worker_id, types, max_tasks=min(free, CLAIM_TASKS_MAX),
+                    wait_s=self.wait_s, lease_s=self.lease_s, prefetch_ms=self.prefetch_ms)
             except Unavailable as exc:
                 log.warning("claim: %s", exc)
                 continue   # the client already backed off for its whole deadline

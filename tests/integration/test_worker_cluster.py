@@ -1,0 +1,142 @@
+"""The Worker against a real 3-node cluster: throughput of results, retries and dead
+letters, a worker killed mid-task, cancellation reaching a running handler."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from tsched.client import Client, NonRetryable, Worker
+
+pytestmark = pytest.mark.slow
+DEADLINE_S = 60.0
+FAST_RETRY = {"backoff": "fixed", "base_s": 0.1, "max_s": 0.1, "jitter": 0}
+
+
+def wait_for(cond, what: str, timeout_s: float = DEADLINE_S):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@contextmanager
+def running(worker: Worker):
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(DEADLINE_S)
+        assert not thread.is_alive(), "worker did not stop"
+
+
+def state_of(client: Client, task_id: str) -> str:
+    return client.get(task_id)["state"]
+
+
+@pytest.fixture
+def client(cluster):
+    with Client(cluster.urls, timeout_s=30) as c:
+        yield c
+
+
+def test_fifty_tasks_completed_by_four_threads_with_results(cluster, client):
+    threads_seen = set()
+
+    def square(payload, ctx):
+        threads_seen.add(threading.current_thread().name)
+        time.sleep(0.02)   # long enough that the four threads overlap
+        return {"square": payload["n"] ** 2, "attempt": ctx.attempt}
+    ids = [client.submit("square", {"n": n})["task_id"] for n in range(50)]
+    with running(Worker(cluster.urls, {"square": square}, concurrency=4, wait_s=1)):
+        wait_for(lambda: all(state_of(client, i) == "completed" for i in ids), "50 completions")
+    for n, task_id in enumerate(ids):
+        task = client.get(task_id)
+        assert task["result"] == {"square": n * n, "attempt": 1}
+        assert [a["outcome"] for a in task["attempts"]] == ["completed"]
+    assert 1 < len(threads_seen) <= 4
+
+
+def test_exception_is_retried_then_dead_lettered(cluster, client):
+    calls = []
+
+    def flaky(payload, ctx):
+        calls.append(ctx.attempt)
+        raise ValueError(f"broken on attempt {ctx.attempt}")
+    task_id = client.submit("flaky", max_retries=2, retry=FAST_RETRY)["task_id"]
+    with running(Worker(cluster.urls, {"flaky": flaky}, wait_s=1)):
+        wait_for(lambda: state_of(client, task_id) == "dead_letter", "dead letter")
+    task = client.get(task_id)
+    assert calls == [1, 2, 3]
+    assert [a["outcome"] for a in task["attempts"]] == ["failed"] * 3
+    assert "ValueError('broken on attempt 3')" in task["last_error"]
+    assert task_id in [t["task_id"] for t in client.dlq_list()]
+
+
+def test_nonretryable_dead_letters_at_once(cluster, client):
+    def refuse(payload, ctx):
+        raise NonRetryable("bad payload")
+    task_id = client.submit("refuse", max_retries=5, retry=FAST_RETRY)["task_id"]
+    with running(Worker(cluster.urls, {"refuse": refuse}, wait_s=1)):
+        wait_for(lambda: state_of(client, task_id) == "dead_letter", "dead letter")
+    task = client.get(task_id)
+    assert len(task["attempts"]) == 1 and "bad payload" in task["last_error"]
+
+
+def test_cancel_reaches_a_running_handler(cluster, client):
+    started, saw = threading.Event(), {}
+
+    def long_job(payload, ctx):
+        started.set()
+        saw["cancelled"] = ctx.cancelled.wait(DEADLINE_S)
+        raise RuntimeError("stopped on request")
+    task_id = client.submit("long_job")["task_id"]
+    with running(Worker(cluster.urls, {"long_job": long_job}, lease_s=1.5, wait_s=1)):
+        assert started.wait(DEADLINE_S)
+        client.cancel(task_id)
+        wait_for(lambda: state_of(client, task_id) == "cancelled", "cancelled")
+    assert saw["cancelled"] is True
+
+
+KILLABLE_WORKER = """
+import sys, time, pathlib
+from tsched.client import Worker
+def hold(payload, ctx):
+    pathlib.Path(sys.argv[2]).write_text(str(ctx.fencing_token))
+    time.sleep(120)
+Worker(sys.argv[1], {"hold": hold}, lease_s=2, wait_s=1).run()
+"""
+
+
+def test_killed_worker_task_is_rerun_by_another_after_its_lease(cluster, client, tmp_path):
+    marker = tmp_path / "started"
+    task_id = client.submit("hold", retry=FAST_RETRY)["task_id"]
+    proc = subprocess.Popen([sys.executable, "-c", KILLABLE_WORKER, ",".join(cluster.urls),
+                             str(marker)], start_new_session=True)
+    try:
+        wait_for(marker.exists, "the first worker to start the task")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    first_token = int(marker.read_text())
+    second = Worker(cluster.urls, {"hold": lambda p, ctx: {"token": ctx.fencing_token}}, wait_s=1)
+    with running(second):
+        wait_for(lambda: state_of(client, task_id) == "completed", "the re-run")
+    task = client.get(task_id)
+    assert [a["outcome"] for a in task["attempts"]] == ["lease_expired", "completed"]
+    assert task["result"]["token"] > first_token
