@@ -1,0 +1,70 @@
+"""The Client against real clusters: read-your-writes through followers, idempotent
+submits, and a leader killed in the middle of a stream of submits."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tsched.client import ApiError, Client
+
+pytestmark = pytest.mark.slow
+STREAM = 150
+
+
+def all_tasks(client: Client, task_type: str) -> list[dict]:
+    return list(client.list(task_type=task_type))
+
+
+def test_reads_see_own_writes_on_any_node(cluster):
+    leader = cluster.wait_leader()
+    follower = cluster.followers(leader)[0]
+    with Client(cluster.url(leader)) as writer:
+        task = writer.submit("ryw", {"x": 1})
+        seq = writer.applied_seq
+    # another client pointed at a follower, told the writer's applied_seq
+    with Client(cluster.url(follower)) as reader:
+        reader._seq.note({"applied_seq": seq})
+        assert reader.get(task["task_id"])["payload"] == {"x": 1}
+        assert reader.applied_seq >= seq
+
+
+def test_body_idempotency_key_returns_the_first_task(cluster):
+    with Client(cluster.urls) as c:
+        first = c.submit("idem", {"n": 1}, idempotency_key="order-17")
+        again = c.submit("idem", {"n": 2}, idempotency_key="order-17")
+        assert again["task_id"] == first["task_id"] and again["duplicate"] is True
+        assert first["duplicate"] is False
+        with pytest.raises(ApiError) as info:
+            c.submit("idem", {"n": 1}, bogus_field=1)
+        assert info.value.code == "invalid_argument" and info.value.status == 400
+
+
+def test_leader_killed_mid_stream_loses_and_duplicates_nothing(fresh_cluster):
+    c = fresh_cluster
+    leader = c.wait_leader()
+    acked: list[str] = []
+    halfway = threading.Event()
+
+    def produce():
+        with Client(c.urls, timeout_s=30) as client:
+            for i in range(STREAM):
+                acked.append(client.submit("stream", {"i": i})["task_id"])
+                if i == STREAM // 3:
+                    halfway.set()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    assert halfway.wait(60)
+    c.kill(leader)
+    at_kill = len(acked)
+    producer.join(120)
+    assert at_kill < STREAM, "the stream ended before the leader died: nothing was tested"
+    assert not producer.is_alive()
+    assert len(acked) == STREAM and len(set(acked)) == STREAM   # every submit answered
+    new_leader = c.wait_leader(exclude=[leader])
+    with Client(c.url(new_leader)) as reader:
+        tasks = all_tasks(reader, "stream")
+    payloads = sorted(t["payload"]["i"] for t in tasks)
+    assert payloads == list(range(STREAM)), "a submit was lost or applied twice"
+    assert {t["task_id"] for t in tasks} == set(acked)
