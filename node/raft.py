@@ -20,6 +20,7 @@ import hashlib
 import ipaddress
 import logging
 import os
+import signal
 import struct
 import threading
 import time
@@ -259,17 +260,26 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_snapshot(path: Path, raft_data: list, state: bytes) -> None:
-    """Atomically: write a temp file, fsync it, rename over `path`, fsync the directory."""
+def write_snapshot(path: Path, raft_data: list, state: bytes) -> Path:
+    """Write and fsync `path`'s temp file; `publish_snapshot` renames it into place."""
     header = msgpack.packb({"raft": raft_data, "state_len": len(state),
                             "state_sha256": hashlib.sha256(state).hexdigest()})
-    tmp = path.with_name(path.name + ".fork.tmp")
+    tmp = snapshot_tmp_path(path)
     with open(tmp, "wb") as f:
         f.write(SNAPSHOT_MAGIC + _U32.pack(len(header)) + header)
         f.write(state)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    return tmp
+
+
+def snapshot_tmp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".fork.tmp")
+
+
+def publish_snapshot(path: Path) -> None:
+    """Atomic replace, then fsync the directory so that the rename itself is durable."""
+    os.replace(snapshot_tmp_path(path), path)
     _fsync_dir(path.parent)
 
 
@@ -332,6 +342,7 @@ class Replica:
         self._ready_term = -1
         self._barrier_rid: str | None = None
         self._snap_pid: int | None = None
+        self._snap_abandoned = False
         self._obj: _RaftObject | None = None
         self._journal: journal_mod.LmdbJournal | None = None
         self.snapshot_stalls_ms: list[float] = []
@@ -413,7 +424,7 @@ class Replica:
         obj, self._obj = self._obj, None
         if obj is not None:
             obj.destroy_synchronous()      # closes the transport and the journal
-        self._reap_snapshot_child(block=True)
+        self._abandon_snapshot_child()     # an unpublished snapshot is simply not taken
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -577,7 +588,9 @@ class Replica:
     # --- snapshots (pysyncobj serializer hooks, Raft thread) ------------------------------
 
     def _serialize(self, _tmp_name: str, data) -> None:
-        """Fork: the child writes the snapshot; the Raft thread pays only for the fork.
+        """Fork: the child writes and fsyncs the snapshot; the Raft thread pays only for the
+        fork, and later renames the finished file into place (`_check_serializing`), so a
+        snapshot installed from the leader meanwhile is never overwritten by an older one.
 
         pysyncobj then tries to rename its own temp file, which does not exist; that
         failure is expected and ignored because `_check_serializing` reports the outcome."""
@@ -598,16 +611,36 @@ class Replica:
         log.info("raft: snapshot at index %d forked (Raft thread stalled %.1f ms)", prev[1], stall_ms)
 
     def _check_serializing(self):
+        if self._snap_abandoned:
+            self._snap_abandoned = False
+            return SERIALIZER_STATE.FAILED      # lets pysyncobj start the next one
         if self._snap_pid is None:
             return SERIALIZER_STATE.NOT_SERIALIZING
         status = self._reap_snapshot_child(block=False)
         if status is None:
             return SERIALIZER_STATE.SERIALIZING
-        if status == 0:
-            self.snapshots_written += 1
-            return SERIALIZER_STATE.SUCCESS
-        log.error("raft: snapshot child failed (wait status %d)", status)
-        return SERIALIZER_STATE.FAILED
+        if status != 0:
+            log.error("raft: snapshot child failed (wait status %d)", status)
+            return SERIALIZER_STATE.FAILED
+        try:
+            publish_snapshot(self.snapshot_path)
+        except OSError as exc:
+            log.error("raft: could not publish the snapshot: %r", exc)
+            return SERIALIZER_STATE.FAILED
+        self.snapshots_written += 1
+        return SERIALIZER_STATE.SUCCESS
+
+    def _abandon_snapshot_child(self) -> None:
+        if self._snap_pid is None:
+            return
+        try:
+            os.kill(self._snap_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._reap_snapshot_child(block=True)
+        self._snap_abandoned = True
+        with contextlib.suppress(FileNotFoundError):
+            snapshot_tmp_path(self.snapshot_path).unlink()
 
     def _reap_snapshot_child(self, block: bool) -> int | None:
         pid = self._snap_pid
@@ -623,6 +656,7 @@ class Replica:
         """Restore the state machine from a snapshot (ours, or one received from the leader:
         pysyncobj renamed that into place without fsync, so make it durable first)."""
         path = Path(file_name)
+        self._abandon_snapshot_child()   # it holds an older state than this file
         try:
             fd = os.open(path, os.O_RDONLY)
             try:
