@@ -1,0 +1,95 @@
+"""tsctl against a real 3-node cluster: every verb's success path (exit 0), in tables and
+in JSON, and an API error (exit 1)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tsched.client import Client
+from tsched.client.cli import cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def tsctl(cluster):
+    url = ",".join(cluster.urls)
+
+    def run(*args: str, as_json: bool = False):
+        argv = ["--url", url, *(["--json"] if as_json else []), *args]
+        result = CliRunner().invoke(cli, argv, catch_exceptions=False)
+        assert result.exit_code == 0, f"tsctl {' '.join(args)}: {result.output}"
+        return json.loads(result.stdout) if as_json else result.stdout
+    return run
+
+
+def test_task_verbs(tsctl, cluster):
+    text = tsctl("submit", "cli_job", "--payload", '{"n": 1}', "--tenant", "acme",
+                 "--priority", "2", "--delay", "3600")
+    task_id, state = text.split()[:2]
+    assert state == "pending"
+    shown = tsctl("get", task_id, as_json=True)
+    assert (shown["payload"], shown["tenant"], shown["priority"]) == ({"n": 1}, "acme", 2)
+    assert "cli_job" in tsctl("get", task_id)
+    listed = tsctl("list", "--tenant", "acme", "--type", "cli_job", as_json=True)
+    assert [t["task_id"] for t in listed] == [task_id]
+    table = tsctl("list", "--tenant", "acme", "--state", "pending")
+    assert table.splitlines()[0].split()[:4] == ["TASK_ID", "TYPE", "TENANT", "STATE"]
+    assert task_id in table
+    assert tsctl("cancel", task_id, as_json=True)["state"] == "cancelled"
+
+
+def test_dead_letter_verbs(tsctl, cluster):
+    with Client(cluster.urls) as c:
+        task_id = c.submit("cli_dlq", max_retries=0)["task_id"]
+        claimed = c.claim("cli-test", ["cli_dlq"], wait_s=5)
+        assert [t["task_id"] for t in claimed] == [task_id]
+        c.fail(task_id, claimed[0]["fencing_token"], "broken", retryable=False)
+    assert task_id in tsctl("dlq", "list")
+    assert tsctl("dlq", "replay", task_id, as_json=True)["state"] == "pending"
+    with Client(cluster.urls) as c:
+        token = c.claim("cli-test", ["cli_dlq"], wait_s=5)[0]["fencing_token"]
+        c.fail(task_id, token, "broken again", retryable=False)
+    assert [t["task_id"] for t in tsctl("dlq", "list", as_json=True)
+            if t["task_id"] == task_id] == [task_id]
+    tsctl("dlq", "discard", task_id)
+    assert task_id not in tsctl("dlq", "list")
+
+
+def test_schedule_verbs(tsctl):
+    put = tsctl("schedules", "put", "nightly", "--cron", "0 3 * * *", "--tz", "Europe/Paris",
+                "--task-type", "report", "--payload", '{"k": 1}', as_json=True)
+    assert put["schedule_id"] == "nightly" and put["next_fire_at"]
+    assert "nightly" in tsctl("schedules", "list")
+    assert tsctl("schedules", "get", "nightly", as_json=True)["timezone"] == "Europe/Paris"
+    assert tsctl("schedules", "pause", "nightly", as_json=True)["paused"] is True
+    assert tsctl("schedules", "resume", "nightly", as_json=True)["paused"] is False
+    tsctl("schedules", "trigger", "nightly")
+    tsctl("schedules", "delete", "nightly")
+    fires = tsctl("schedules", "preview", "0 3 * * *", "--tz", "Europe/Paris", "--count", "3",
+                  as_json=True)["fires"]
+    assert len(fires) == 3 and all("T03:00:00+0" in f for f in fires)
+    assert len(tsctl("schedules", "preview", "*/5 * * * *").split()) == 5
+
+
+def test_tenant_and_cluster_verbs(tsctl, cluster):
+    view = tsctl("tenants", "set", "acme2", "--max-running", "3", "--weight", "2", as_json=True)
+    assert (view["max_running"], view["weight"]) == (3, 2)
+    assert "acme2" in tsctl("tenants", "list")
+    status = tsctl("cluster", "status", as_json=True)
+    assert status["leader"] in cluster.ids and len(status["nodes"]) == 3
+    assert "leader:" in tsctl("cluster", "status")
+    before = cluster.wait_leader()
+    target = cluster.followers(before)[0]
+    assert "transfer requested" in tsctl("cluster", "transfer", "--to", target)
+    cluster.wait_leader()
+
+
+def test_api_error_exit_1_against_the_cluster(cluster):
+    result = CliRunner().invoke(cli, ["--url", cluster.urls[0], "get", "no-such-task"])
+    assert result.exit_code == 1 and "not_found" in result.output
+    result = CliRunner().invoke(cli, ["--url", cluster.urls[0], "schedules", "preview",
+                                      "0 0 30 2 *"])
+    assert result.exit_code == 1 and "invalid_argument" in result.output

@@ -1,0 +1,114 @@
+"""`tsctl dev`: a leader within 15 s, every node stopped on SIGINT, exit 0, and nothing
+left for git to see (data and logs go under the ignored .tsched/)."""
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .cluster import free_port
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+TSCTL = shutil.which("tsctl") or str(Path(sys.executable).with_name("tsctl"))
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+
+
+def write_repo(root: Path) -> list[str]:
+    """A git repository holding a 3-node cluster.toml on free ports and the project's
+    .gitignore; returns the nodes' HTTP addresses."""
+    shutil.copy(REPO / ".gitignore", root / ".gitignore")
+    https = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    lines = ["[cluster]", 'name = "devtest"']
+    for i, http in enumerate(https, 1):
+        lines += ["", "[[node]]", f'id = "n{i}"', f'raft = "127.0.0.1:{free_port()}"',
+                  f'http = "{http}"', f'data_dir = ".tsched/data/n{i}"']
+    (root / "cluster.toml").write_text("\n".join(lines) + "\n")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(GIT + ["add", "."], cwd=root, check=True)
+    subprocess.run(GIT + ["commit", "-q", "-m", "cluster"], cwd=root, check=True)
+    return https
+
+
+def lines_of(proc: subprocess.Popen) -> "queue.Queue[str]":
+    q: "queue.Queue[str]" = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            q.put(line)
+        q.put("")   # EOF
+    threading.Thread(target=pump, daemon=True).start()
+    return q
+
+
+def wait_line(q: "queue.Queue[str]", needle: str, timeout_s: float) -> list[str]:
+    seen, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            line = q.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        seen.append(line)
+        if needle in line or line == "":
+            return seen
+    raise AssertionError(f"no {needle!r} line: {seen}")
+
+
+def answers(http: str) -> bool:
+    try:
+        httpx.get(f"http://{http}/healthz", timeout=1.0)
+        return True
+    except httpx.HTTPError:
+        return False
+
+
+def processes_using(path: Path) -> list[int]:
+    """Pids whose command line names `path` (the nodes started by dev)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(path).encode() in (entry / "cmdline").read_bytes():
+                    out.append(int(entry.name))
+            except OSError:
+                pass
+    return out
+
+
+def test_dev_runs_the_cluster_until_sigint(tmp_path):
+    https = write_repo(tmp_path)
+    proc = subprocess.Popen([TSCTL, "dev"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out = lines_of(proc)
+        seen = wait_line(out, "leader", timeout_s=30)   # dev itself gives up after 15 s
+        assert "leader n" in seen[-1], seen
+        banner = wait_line(out, "Ctrl-C", timeout_s=5)
+        assert any(https[0] in line for line in banner)
+        leaders = {httpx.get(f"http://{h}/v1/cluster", timeout=5).json()["leader"]
+                   for h in https}
+        assert len(leaders) == 1 and leaders != {None}
+        assert len(processes_using(tmp_path / "cluster.toml")) == 3
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+        rest = wait_line(out, "stopped every node", timeout_s=5)
+        assert rest
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert processes_using(tmp_path / "cluster.toml") == []
+    assert not any(answers(h) for h in https)
+    assert (tmp_path / ".tsched" / "data" / "n1").is_dir()   # data went where the file says
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=tmp_path, check=True,
+                            capture_output=True, text=True).stdout
+    assert status == ""
