@@ -61,7 +61,8 @@ async def _producer(api: Api, base: str, run: Run, indexes: range) -> None:
             chunk = indexes[start:start + cfg.batch]
             tasks = [{"task_type": run.task_type, "payload": {"i": i}} for i in chunk]
             try:
-                run.acked += len(await api.submit(base, tasks))
+                created = await api.submit(base, tasks)
+                run.acked += len(created)  # not `+= await ...`: that reads acked before awaiting
             except (HttpError, OSError, asyncio.TimeoutError) as e:
                 run.submit_errors += 1
                 print(f"  !! submit batch failed: {e}", file=sys.stderr)

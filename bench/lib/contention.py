@@ -24,19 +24,20 @@ def _machine_busy_s() -> float | None:
 
 
 def _proc_stat(pid: int) -> tuple[int, float] | None:
-    """(parent pid, CPU seconds) of one process, from /proc/PID/stat."""
+    """(parent pid, CPU seconds of it and its reaped children) of one process."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             raw = f.read()
     except OSError:
         return None
     rest = raw.rsplit(")", 1)[1].split()
-    return int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICKS_S
+    return int(rest[1]), sum(int(x) for x in rest[11:15]) / _TICKS_S
 
 
-def tree_cpu_s(root: int | None = None) -> float:
-    """CPU seconds used so far by `root` (default: this process) and its live descendants."""
-    root = root or os.getpid()
+def tree_cpu_s() -> float:
+    """CPU seconds used so far by this process and all its descendants, live or reaped
+    (a reaped child's time, and its own reaped children's, is in the parent's totals)."""
+    root = os.getpid()
     stats: dict[int, tuple[int, float]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -46,7 +47,9 @@ def tree_cpu_s(root: int | None = None) -> float:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, [root]
+    t = os.times()
+    total = t.user + t.system + t.children_user + t.children_system
+    todo = list(children.get(root, ()))
     while todo:
         pid = todo.pop()
         if pid in stats:
@@ -58,8 +61,8 @@ def tree_cpu_s(root: int | None = None) -> float:
 class Meter:
     """Measures machine CPU use and this benchmark's own share between start() and stop().
 
-    Processes of ours that exit before stop() (a killed node) are counted as "others",
-    so the figure is an upper bound on contention."""
+    Descendants that exit count once reaped; one whose parent never reaps it (a killed
+    node's own children) counts as "others", so the figure is an upper bound."""
 
     def __init__(self) -> None:
         self.t0 = self.busy0 = self.ours0 = 0.0
