@@ -156,13 +156,15 @@ def setup(app: web.Application) -> None:
 
 async def _bind_metrics(app: web.Application):
     node, m = app[NODE], app[metrics_mod.METRICS]
-    m.bind(node)
     live = True
 
     def listener(seq, cmds, results) -> None:   # Raft thread, under the replica lock
         if live:
-            m.on_apply(seq, cmds, results)
+            on_apply(seq, cmds, results)
 
-    node.replica.add_apply_listener(listener)
+    # Seeding and registering under one lock hold: no batch falls between the two.
+    with node.replica.read():
+        on_apply = m.attach(node)
+        node.replica.add_apply_listener(listener)
     yield
     live = False

@@ -16,6 +16,7 @@ dashboards should take `max` across nodes (or the leader's series), never `sum`.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import threading
 import time
 from dataclasses import dataclass, field
@@ -50,83 +51,173 @@ class QueueView:
 
     by_state: dict[str, int] = field(default_factory=dict)
     by_priority: dict[int, int] = field(default_factory=dict)       # pending tasks
-    by_tenant: dict[str, dict[str, int]] = field(default_factory=dict)
-    oldest_claimable_age_s: float | None = None                     # None: nothing claimable
+    by_tenant: dict[str, dict[str, int]] = field(default_factory=dict)   # pending, running
+    oldest_claimable_age_s: float | None = None                     # None: nothing is due
 
 
-def queue_view(stats: dict, now_ms: int) -> QueueView:
-    """Normalise the state machine's counts; missing parts read as empty."""
-    by_state = {s: int((stats.get("by_state") or {}).get(s, 0)) for s in STATES}
-    by_priority = {int(p): int(n) for p, n in (stats.get("pending_by_priority")
-                                               or stats.get("by_priority") or {}).items()}
-    by_tenant = {str(t): {s: int(n) for s, n in counts.items()}
-                 for t, counts in (stats.get("by_tenant") or {}).items()}
-    oldest = stats.get("oldest_pending_run_at_ms")
-    age = None
-    if oldest is not None and oldest <= now_ms:
-        age = (now_ms - oldest) / 1000
+def queue_view(sm, now_ms: int) -> QueueView:
+    """Counts from `sm.stats()` plus the lag; the caller holds the replica lock."""
+    stats = sm.stats()
+    by_state = {s: int(stats["tasks_by_state"].get(s, 0)) for s in STATES}
+    by_priority = {int(p): int(n) for p, n in stats["pending_by_priority"].items()}
+    by_tenant = {t: {"pending": int(v["pending"]), "running": int(v["running"])}
+                 for t, v in sorted(stats["tenants"].items())}
+    oldest = _oldest_due_ms(sm) if by_state["pending"] else None
+    age = (now_ms - oldest) / 1000 if oldest is not None and oldest <= now_ms else None
     return QueueView(by_state, by_priority, by_tenant, age)
 
 
+def _oldest_due_ms(sm) -> int | None:
+    """Earliest run_at at the head of any (tenant, task type) queue: the age of the task
+    waiting longest for a worker of its type. O(queues), no scan of the pending tasks.
+    The claim queue's task types are the keys of its per-type index (read-only access)."""
+    types = tuple(getattr(getattr(sm, "_queue", None), "by_type", None) or ())
+    return sm.next_due_ms(types, None) if types else None
+
+
+class AttemptTracker:
+    """The running attempts this node saw start, to count how they end.
+
+    A Tick's result is empty, so lease expirations are found here: attempts are kept by
+    (task_id, fencing_token) with their live Task, in a heap by lease deadline. When the
+    state clock passes a deadline, the task tells what happened: still running under the
+    same token means a heartbeat extended the lease (re-queued); an attempt that ended
+    "lease_expired" or "timed_out" is an expiration. Completions and failures remove their
+    attempt, so a repeated report (same token) is not counted twice. Memory is bounded by
+    the running tasks; the work per tick by the deadlines that passed.
+    """
+
+    # An attempt still shown running this long after its deadline belongs to a state that
+    # a snapshot install replaced: forget it uncounted.
+    ORPHAN_GRACE_MS = 60_000
+
+    def __init__(self) -> None:
+        self._live: dict[tuple[str, int], Any] = {}
+        self._heap: list[tuple[int, int, str]] = []
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def started(self, task) -> bool:
+        """A claimed task; False when this attempt is known already (a repeated answer)."""
+        key = (task.task_id, task.fencing_token)
+        if key in self._live:
+            return False
+        self._live[key] = task
+        heapq.heappush(self._heap, (task.lease_expires_at_ms or 0, task.fencing_token,
+                                    task.task_id))
+        return True
+
+    def ended(self, task_id: str, token: int) -> bool:
+        """A completion or failure; False when its attempt was not running (a repeat)."""
+        return self._live.pop((task_id, token), None) is not None
+
+    def expired(self, clock_ms: int) -> list:
+        """Tasks whose attempt a tick ended by lease expiry or timeout, up to `clock_ms`."""
+        out, later = [], []
+        heap = self._heap
+        while heap and heap[0][0] <= clock_ms:
+            deadline, token, task_id = heapq.heappop(heap)
+            task = self._live.get((task_id, token))
+            if task is None:
+                continue                      # ended by a completion, failure or release
+            if task.state == "running" and task.fencing_token == token:
+                lease = task.lease_expires_at_ms or 0
+                if lease > clock_ms:
+                    later.append((lease, token, task_id))      # extended by a heartbeat
+                elif clock_ms - lease <= self.ORPHAN_GRACE_MS:
+                    later.append((deadline, token, task_id))   # its tick is yet to come
+                else:
+                    del self._live[(task_id, token)]
+                continue
+            del self._live[(task_id, token)]
+            if _attempt_outcome(task, token) in ("lease_expired", "timed_out"):
+                out.append(task)
+        for entry in later:
+            heapq.heappush(heap, entry)
+        return out
+
+
+def _attempt_outcome(task, token: int) -> str | None:
+    for attempt in reversed(task.attempts):
+        if attempt.fencing_token == token:
+            return attempt.outcome
+    return None
+
+
 class NodeMetrics:
-    """The metrics of one node. `bind(node)` connects the scrape-time sources."""
+    """The metrics of one node. `attach(node)` connects the sources."""
 
     def __init__(self, clock_ms: Callable[[], int] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._node: Any = None
-        self._lock = threading.Lock()          # guards the leader-change tracking
+        self._lock = threading.Lock()      # scrape-time bookkeeping vs. the Raft thread
+        self._state_clock_ms = 0           # running max of applied commands' now_ms
         self._leader_term = -1
         self._snapshots_seen = 0
-        r = self.registry
-        self.claimed = Counter("tsched_claimed_tasks_total", "Tasks handed to workers by claims",
-                               registry=r)
-        self.completed = Counter("tsched_completed_tasks_total", "Tasks completed", registry=r)
-        self.failed = Counter("tsched_failed_attempts_total",
-                              "Attempts reported failed by workers", registry=r)
-        self.retried = Counter("tsched_retried_tasks_total",
-                               "Failed or expired attempts that went back to pending", registry=r)
-        self.expired = Counter("tsched_lease_expirations_total",
-                               "Leases that ran out (or tasks that timed out) while running",
-                               registry=r)
-        self.dead = Counter("tsched_dead_lettered_tasks_total", "Tasks moved to dead_letter",
-                            registry=r)
-        self.submitted = Counter("tsched_submitted_tasks_total",
-                                 "Tasks created (submits and schedule fires)", registry=r)
-        self.cancelled = Counter("tsched_cancelled_tasks_total", "Tasks that became cancelled",
-                                 registry=r)
-        self.replayed = Counter("tsched_replayed_tasks_total", "Dead letters replayed", registry=r)
-        self.leader_changes = Counter("tsched_raft_leader_changes_total",
-                                      "New leaders seen taking office (their first barrier "
-                                      "applied here)", registry=r)
-        self.lateness = Histogram("tsched_scheduling_lateness_seconds",
+        self.attempts = AttemptTracker()   # Raft thread only
+        self._define(self.registry)
+        self.registry.register(_ScrapeCollector(self))
+
+    def _define(self, r: CollectorRegistry) -> None:
+        def counter(name: str, doc: str, labels=()) -> Counter:
+            return Counter(name, doc, list(labels), registry=r)
+
+        def histogram(name: str, doc: str, buckets, labels=()) -> Histogram:
+            return Histogram(name, doc, list(labels), buckets=buckets, registry=r)
+
+        self.submitted = counter("tsched_submitted_tasks_total",
+                                 "Tasks created (submits and schedule fires)")
+        self.claimed = counter("tsched_claimed_tasks_total", "Attempts started by claims")
+        self.completed = counter("tsched_completed_tasks_total", "Tasks completed")
+        self.failed = counter("tsched_failed_attempts_total", "Attempts reported failed")
+        self.expired = counter("tsched_lease_expirations_total",
+                               "Attempts ended by an expired lease or the task's timeout")
+        self.retried = counter("tsched_retried_tasks_total",
+                               "Failed or expired attempts whose task went back to pending")
+        self.dead = counter("tsched_dead_lettered_tasks_total", "Tasks moved to dead_letter")
+        self.cancelled = counter("tsched_cancelled_tasks_total", "Tasks that became cancelled")
+        self.replayed = counter("tsched_replayed_tasks_total", "Dead letters replayed")
+        self.leader_changes = counter("tsched_raft_leader_changes_total",
+                                      "Leaders seen taking office (their barrier applied here)")
+        self.lateness = histogram("tsched_scheduling_lateness_seconds",
                                   "Claim time minus run_at, per claimed task (0 when handed "
-                                  "out early by prefetch)", buckets=LATENESS_BUCKETS_S,
-                                  registry=r)
-        self.apply_latency = Histogram("tsched_apply_latency_seconds",
-                                       "From a batch's proposal (the proposer's clock in the "
-                                       "command) to its application on this node",
-                                       buckets=APPLY_BUCKETS_S, registry=r)
-        self.apply_commands = Histogram("tsched_apply_batch_commands",
+                                  "out early by prefetch)", LATENESS_BUCKETS_S)
+        self.apply_latency = histogram("tsched_apply_latency_seconds",
+                                       "From a batch's proposal (the proposer's clock in its "
+                                       "commands) to its application on this node",
+                                       APPLY_BUCKETS_S)
+        self.apply_commands = histogram("tsched_apply_batch_commands",
                                         "Commands per applied Raft entry",
-                                        buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
-                                        registry=r)
-        self.request = Histogram("tsched_http_request_duration_seconds",
+                                        (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
+        self.request = histogram("tsched_http_request_duration_seconds",
                                  "HTTP request duration by route (claims include their "
-                                 "long-poll wait)", ["method", "route"],
-                                 buckets=REQUEST_BUCKETS_S, registry=r)
-        self.responses = Counter("tsched_http_responses_total", "HTTP responses by status",
-                                 ["method", "route", "status"], registry=r)
-        self.snapshot_stall = Histogram("tsched_raft_snapshot_stall_seconds",
+                                 "long-poll wait)", REQUEST_BUCKETS_S, ("method", "route"))
+        self.responses = counter("tsched_http_responses_total", "HTTP responses by status",
+                                 ("method", "route", "status"))
+        self.snapshot_stall = histogram("tsched_raft_snapshot_stall_seconds",
                                         "How long each snapshot stopped the Raft thread",
-                                        buckets=SNAPSHOT_BUCKETS_S, registry=r)
-        r.register(_ScrapeCollector(self))
+                                        SNAPSHOT_BUCKETS_S)
 
     # --- wiring --------------------------------------------------------------------------
 
-    def bind(self, node: Any) -> None:
-        """Scrape-time sources: `node.replica` (required), `node.claims` (optional)."""
+    def attach(self, node: Any) -> Callable[[int, list, list], None]:
+        """Bind the scrape-time sources and return the apply listener to register.
+
+        Call it, and register the listener, under the replica lock: the attempts already
+        running are seeded from the state, so that their ends are counted too."""
         self._node = node
+        with node.replica.read() as sm:
+            self._state_clock_ms = sm.now_ms
+            cursor = None
+            while True:
+                page, cursor = sm.list_tasks(state="running", cursor=cursor, limit=1000)
+                for task in page:
+                    self.attempts.started(task)
+                if cursor is None:
+                    break
+        return self.on_apply
 
     def render(self) -> bytes:
         self._collect_snapshots()
@@ -135,72 +226,71 @@ class NodeMetrics:
     # --- the apply listener (Raft thread, under the replica lock) ------------------------
 
     def on_apply(self, seq: int, cmds: list, results: list) -> None:
-        now_ms = self._clock_ms()
-        if cmds:
-            self.apply_commands.observe(len(cmds))
-            first = min(cmd.now_ms for cmd in cmds)
-            self.apply_latency.observe(max(0, now_ms - first) / 1000)
+        if not cmds:
+            return
+        self.apply_commands.observe(len(cmds))
+        first = min(cmd.now_ms for cmd in cmds)
+        self.apply_latency.observe(max(0, self._clock_ms() - first) / 1000)
         for cmd, res in zip(cmds, results):
+            # The state clock is the running max of commands' now_ms (DESIGN section 3).
+            if cmd.now_ms > self._state_clock_ms:
+                self._state_clock_ms = cmd.now_ms
             handler = _EVENTS.get(type(cmd))
-            if handler is not None:
-                handler(self, cmd, res)
+            if handler is not None and res.ok:
+                handler(self, cmd, res.value)
 
-    def _on_claim(self, cmd, res) -> None:
-        if not res.ok or not res.value:
-            return
-        tasks = res.value.get("tasks") or ()
-        if not tasks:
-            return
-        self.claimed.inc(len(tasks))
-        for t in tasks:
-            started = t.started_at_ms if t.started_at_ms is not None else cmd.now_ms
-            self.lateness.observe(max(0, started - t.run_at_ms) / 1000)
+    def _now(self, stamp_ms: int | None) -> bool:
+        """Did the transition stamped `stamp_ms` happen at this command? (A repeated
+        request is answered with the task as it is, stamped earlier.)"""
+        return stamp_ms is not None and stamp_ms >= self._state_clock_ms
 
-    def _on_submit(self, cmd, res) -> None:
-        if res.ok and res.value and not res.value.get("duplicate"):
+    def _on_submit(self, cmd, value) -> None:
+        task = value["task"]
+        if not value.get("duplicate") and self._now(task.created_at_ms):
             self.submitted.inc()
 
-    def _on_fire(self, cmd, res) -> None:
-        if res.ok and res.value and res.value.get("task") is not None:
+    def _on_fire(self, cmd, value) -> None:
+        task = value.get("task")
+        if task is not None and self._now(task.created_at_ms):
             self.submitted.inc()
 
-    def _on_complete(self, cmd, res) -> None:
-        # A repeated completion is answered from the request table: count the first only,
-        # i.e. the one whose command ended the task (completed_at is this command's clock).
-        task = _task(res)
-        if task is not None and task.state == "completed":
+    def _on_claim(self, cmd, value) -> None:
+        for task in value["tasks"]:
+            if self.attempts.started(task):
+                self.claimed.inc()
+                started = task.started_at_ms if task.started_at_ms is not None else cmd.now_ms
+                self.lateness.observe(max(0, started - task.run_at_ms) / 1000)
+
+    def _on_complete(self, cmd, value) -> None:
+        if self.attempts.ended(cmd.task_id, cmd.fencing_token):
             self.completed.inc()
 
-    def _on_fail(self, cmd, res) -> None:
-        task = _task(res)
-        if task is None:
-            return
-        self.failed.inc()
-        self._count_outcome(task.state)
+    def _on_fail(self, cmd, value) -> None:
+        if self.attempts.ended(cmd.task_id, cmd.fencing_token):
+            self.failed.inc()
+            self._count_outcome(value["task"].state)
 
-    def _on_cancel(self, cmd, res) -> None:
-        task = _task(res)
-        if task is not None and task.state == "cancelled":
+    def _on_release(self, cmd, value) -> None:
+        self.attempts.ended(cmd.task_id, cmd.fencing_token)
+
+    def _on_cancel(self, cmd, value) -> None:
+        task = value["task"]
+        if task.state == "cancelled" and self._now(task.completed_at_ms):
             self.cancelled.inc()
 
-    def _on_replay(self, cmd, res) -> None:
-        if _task(res) is not None:
-            self.replayed.inc()
+    def _on_replay(self, cmd, value) -> None:
+        self.replayed.inc()
 
-    def _on_tick(self, cmd, res) -> None:
-        """A tick that expired leases reports the tasks it touched (see _tick_events)."""
-        for state in _tick_events(res):
+    def _on_tick(self, cmd, value) -> None:
+        for task in self.attempts.expired(self._state_clock_ms):
             self.expired.inc()
-            self._count_outcome(state)
+            self._count_outcome(task.state)
 
-    def _on_barrier(self, cmd, res) -> None:
+    def _on_barrier(self, cmd, value) -> None:
         term = _barrier_term(cmd.request_id)
-        if term is None:
-            return
-        with self._lock:
-            if term > self._leader_term:
-                self._leader_term = term
-                self.leader_changes.inc()
+        if term is not None and term > self._leader_term:
+            self._leader_term = term
+            self.leader_changes.inc()
 
     def _count_outcome(self, state: str) -> None:
         if state == "pending":
@@ -228,9 +318,7 @@ class NodeMetrics:
         if replica is None:
             return None
         with replica.read() as sm:
-            stats = sm.stats()
-            now_ms = max(sm.now_ms, self._clock_ms())
-            return queue_view(stats, now_ms)
+            return queue_view(sm, max(sm.now_ms, self._clock_ms()))
 
     def waiting_claims(self) -> int | None:
         claims = getattr(self._node, "claims", None)
@@ -238,29 +326,17 @@ class NodeMetrics:
 
 
 _EVENTS: dict[type, Callable] = {
-    c.Claim: NodeMetrics._on_claim,
     c.SubmitTask: NodeMetrics._on_submit,
     c.Fire: NodeMetrics._on_fire,
+    c.Claim: NodeMetrics._on_claim,
     c.Complete: NodeMetrics._on_complete,
     c.Fail: NodeMetrics._on_fail,
+    c.Release: NodeMetrics._on_release,
     c.Cancel: NodeMetrics._on_cancel,
     c.Replay: NodeMetrics._on_replay,
     c.Tick: NodeMetrics._on_tick,
     c.Barrier: NodeMetrics._on_barrier,
 }
-
-
-def _task(res):
-    if not res.ok or not res.value:
-        return None
-    return res.value.get("task")
-
-
-def _tick_events(res) -> Iterable[str]:
-    """States of the tasks whose lease a tick expired (value `{"expired": [Task, ...]}`)."""
-    if not res.ok or not isinstance(res.value, dict):
-        return ()
-    return [t.state for t in res.value.get("expired") or ()]
 
 
 def _barrier_term(request_id: str) -> int | None:
@@ -327,11 +403,11 @@ def _queue_families(view: QueueView) -> Iterable:
     for p in PRIORITIES:
         prio.add_metric([str(p)], view.by_priority.get(p, 0))
     yield prio
-    tenants = GaugeMetricFamily("tsched_tenant_tasks", "Retained tasks by tenant and state",
+    tenants = GaugeMetricFamily("tsched_tenant_tasks", "Pending and running tasks by tenant",
                                 labels=["tenant", "state"])
     for tenant in sorted(view.by_tenant):
         counts = view.by_tenant[tenant]
-        for state in STATES:
+        for state in ("pending", "running"):
             tenants.add_metric([tenant, state], counts.get(state, 0))
     yield tenants
     yield GaugeMetricFamily("tsched_oldest_claimable_task_age_seconds",

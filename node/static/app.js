@@ -144,11 +144,9 @@
         h("td", null, name),
         h("td", { class: "num" }, counts.pending ?? t.pending ?? 0),
         h("td", { class: "num" }, counts.running ?? t.running ?? 0),
-        h("td", { class: "num" }, counts.dead_letter || 0),
-        h("td", { class: "num" }, counts.completed || 0),
-        h("td", { class: "num" }, t.max_running ? t.max_running : "∞"),
+        h("td", { class: "num" }, t.max_running ? t.max_running : "none"),
         h("td", { class: "num" }, t.weight ?? 1));
-    }), 7, "no tenants yet");
+    }), 5, "no tenants yet");
   }
 
   // --- tasks -----------------------------------------------------------------------------------

@@ -1,0 +1,326 @@
+"""Metrics from applied commands (real state machine) and the operations routes."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+
+import orjson
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from tsched.node import api_ops
+from tsched.node.api_common import NODE, Node
+from tsched.node.app import error_middleware
+from tsched.node.metrics import AttemptTracker, NodeMetrics
+from tsched.statemachine import StateMachine
+from tsched.statemachine import commands as c
+
+T0 = 1_800_000_000_000     # an arbitrary epoch ms
+
+
+class FakeReplica:
+    """The Replica's read side over a real StateMachine; `apply` plays the Raft thread."""
+
+    def __init__(self) -> None:
+        self.sm = StateMachine()
+        self._lock = threading.RLock()
+        self._listeners = []
+        self.self_id = "n1"
+        self.leader = "n1"
+        self.ready = True
+        self.term = 3
+        self.commit_index = 0
+        self._view = type("View", (), {"last_applied": 0})()
+        self.snapshot_stalls_ms = [12.0]
+        self.snapshots_written = 1
+        self._rids = itertools.count()
+
+    @contextlib.contextmanager
+    def read(self):
+        with self._lock:
+            yield self.sm
+
+    @property
+    def applied_seq(self) -> int:
+        return self.sm.seq
+
+    def leader_id(self):
+        return self.leader
+
+    def is_ready_leader(self) -> bool:
+        return self.ready and self.leader == self.self_id
+
+    def add_apply_listener(self, fn) -> None:
+        self._listeners.append(fn)
+
+    def apply(self, *cmds):
+        with self._lock:
+            results = self.sm.apply_batch(list(cmds))
+            self.commit_index += 1
+            self._view.last_applied += 1
+            for fn in self._listeners:
+                fn(self.sm.seq, list(cmds), results)
+        return results
+
+    def rid(self) -> str:
+        return f"r{next(self._rids)}"
+
+
+def submit(r: FakeReplica, task_id: str, now_ms: int, run_at_ms: int | None = None,
+           tenant: str = "acme", priority: int = 5, max_retries: int = 3):
+    return r.apply(c.SubmitTask(request_id=r.rid(), now_ms=now_ms, task_id=task_id,
+                                tenant=tenant, task_type="t", priority=priority,
+                                run_at_ms=run_at_ms, max_retries=max_retries))[0]
+
+
+def claim(r: FakeReplica, now_ms: int, n: int = 10, lease_ms: int = 30_000, rid=None):
+    res = r.apply(c.Claim(request_id=rid or r.rid(), now_ms=now_ms, worker_id="w",
+                          task_types=("t",), max_tasks=n, lease_ms=lease_ms))[0]
+    assert res.ok, res
+    return list(res.value["tasks"])
+
+
+def scrape(m: NodeMetrics) -> dict:
+    """name -> {labels tuple: value} of every sample."""
+    out: dict = {}
+    for family in text_string_to_metric_families(m.render().decode()):
+        for s in family.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    return samples[name][tuple(sorted(labels.items()))]
+
+
+@pytest.fixture
+def replica():
+    return FakeReplica()
+
+
+@pytest.fixture
+def metrics(replica):
+    m = NodeMetrics(clock_ms=lambda: T0 + 10_000)
+    replica.add_apply_listener(m.attach(Node(node_id="n1", config=None, replica=replica,
+                                             clock=None)))
+    return m
+
+
+# --- events from applied commands ---------------------------------------------------------
+
+def test_lateness_histogram_counts_each_claimed_task(replica, metrics):
+    for i in range(3):
+        submit(replica, f"a{i}", T0, run_at_ms=T0)
+    submit(replica, "later", T0, run_at_ms=T0 + 60_000)     # not due: not claimed
+    claimed = claim(replica, T0 + 250)
+    assert len(claimed) == 3
+    s = scrape(metrics)
+    assert value(s, "tsched_scheduling_lateness_seconds_count") == 3
+    assert value(s, "tsched_scheduling_lateness_seconds_sum") == pytest.approx(0.75)
+    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="0.1") == 0
+    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="0.25") == 3
+    assert value(s, "tsched_claimed_tasks_total") == 3
+
+
+def test_a_repeated_claim_answer_is_not_counted_twice(replica, metrics):
+    submit(replica, "a", T0, run_at_ms=T0)
+    claim(replica, T0 + 100, rid="same")
+    claim(replica, T0 + 200, rid="same")        # answered from the request table
+    s = scrape(metrics)
+    assert value(s, "tsched_claimed_tasks_total") == 1
+    assert value(s, "tsched_scheduling_lateness_seconds_count") == 1
+
+
+def test_completions_failures_retries_and_dead_letters(replica, metrics):
+    for i in range(3):
+        submit(replica, f"a{i}", T0, run_at_ms=T0, max_retries=1)
+    t = {task.task_id: task.fencing_token for task in claim(replica, T0 + 10)}
+    complete = c.Complete(request_id="done-a0", now_ms=T0 + 20, task_id="a0",
+                          fencing_token=t["a0"])
+    assert replica.apply(complete)[0].ok
+    again = c.Complete(request_id="done-a0-again", now_ms=T0 + 21, task_id="a0",
+                       fencing_token=t["a0"])
+    assert replica.apply(again)[0].ok           # idempotent: answered, not counted
+    replica.apply(c.Fail(request_id=replica.rid(), now_ms=T0 + 30, task_id="a1",
+                         fencing_token=t["a1"], error="boom", retryable=True))
+    replica.apply(c.Fail(request_id=replica.rid(), now_ms=T0 + 40, task_id="a2",
+                         fencing_token=t["a2"], error="bad input", retryable=False))
+    s = scrape(metrics)
+    assert value(s, "tsched_completed_tasks_total") == 1
+    assert value(s, "tsched_failed_attempts_total") == 2
+    assert value(s, "tsched_retried_tasks_total") == 1
+    assert value(s, "tsched_dead_lettered_tasks_total") == 1
+    assert value(s, "tsched_submitted_tasks_total") == 3
+
+
+def test_lease_expiry_is_counted_once_by_the_tick_that_ends_it(replica, metrics):
+    submit(replica, "a", T0, run_at_ms=T0, max_retries=0)
+    submit(replica, "b", T0, run_at_ms=T0)
+    tokens = {t.task_id: t.fencing_token for t in claim(replica, T0, lease_ms=1_000)}
+    # b's heartbeat extends its lease past the tick; a's lease runs out.
+    hb = c.Heartbeat(request_id=replica.rid(), now_ms=T0 + 900, task_id="b",
+                     fencing_token=tokens["b"], lease_ms=5_000)
+    assert replica.apply(hb)[0].ok
+    replica.apply(c.Tick(request_id=replica.rid(), now_ms=T0 + 1_500))
+    s = scrape(metrics)
+    assert value(s, "tsched_lease_expirations_total") == 1
+    assert value(s, "tsched_dead_lettered_tasks_total") == 1     # a had no retry left
+    replica.apply(c.Tick(request_id=replica.rid(), now_ms=T0 + 7_000))
+    s = scrape(metrics)
+    assert value(s, "tsched_lease_expirations_total") == 2
+    assert value(s, "tsched_retried_tasks_total") == 1           # b goes back to pending
+    assert len(metrics.attempts) == 0
+
+
+def test_attempts_running_before_attach_are_tracked(replica):
+    submit(replica, "a", T0, run_at_ms=T0)
+    (task,) = claim(replica, T0)
+    m = NodeMetrics(clock_ms=lambda: T0)
+    replica.add_apply_listener(m.attach(Node("n1", None, replica, None)))
+    replica.apply(c.Complete(request_id="x", now_ms=T0 + 5, task_id="a",
+                             fencing_token=task.fencing_token))
+    assert value(scrape(m), "tsched_completed_tasks_total") == 1
+
+
+def test_attempt_tracker_forgets_attempts_of_a_replaced_state():
+    class Orphan:   # still "running" long after its deadline: a snapshot replaced the state
+        task_id, fencing_token, state, lease_expires_at_ms, attempts = "o", 7, "running", 10, []
+    tracker = AttemptTracker()
+    assert tracker.started(Orphan)
+    assert not tracker.started(Orphan)
+    assert tracker.expired(20) == [] and len(tracker) == 1
+    assert tracker.expired(10 + AttemptTracker.ORPHAN_GRACE_MS + 1) == []
+    assert len(tracker) == 0
+
+
+def test_leader_changes_count_new_terms_barriers(replica, metrics):
+    for rid in ("barrier:n1:3", "barrier:n1:3", "barrier:n2:5", "read-fence"):
+        replica.apply(c.Barrier(request_id=rid, now_ms=T0))
+    assert value(scrape(metrics), "tsched_raft_leader_changes_total") == 2
+
+
+# --- scrape-time families ---------------------------------------------------------------------
+
+FAMILIES = [
+    "tsched_tasks", "tsched_pending_tasks_by_priority", "tsched_tenant_tasks",
+    "tsched_oldest_claimable_task_age_seconds", "tsched_raft_term", "tsched_raft_commit_index",
+    "tsched_applied_seq", "tsched_raft_has_leader", "tsched_raft_is_leader",
+    "tsched_raft_leader_changes_total", "tsched_raft_snapshots_total",
+    "tsched_raft_snapshot_stall_seconds_count", "tsched_waiting_claims",
+    "tsched_claimed_tasks_total", "tsched_completed_tasks_total",
+    "tsched_failed_attempts_total", "tsched_retried_tasks_total",
+    "tsched_lease_expirations_total", "tsched_dead_lettered_tasks_total",
+    "tsched_scheduling_lateness_seconds_count", "tsched_apply_latency_seconds_count",
+]
+
+
+def test_scrape_has_every_family_with_queue_and_raft_values(replica, metrics):
+    node = metrics._node
+    node.claims = type("Hub", (), {"waiting": 4})()
+    submit(replica, "old", T0, run_at_ms=T0 - 5_000, tenant="acme", priority=2)
+    submit(replica, "new", T0, run_at_ms=T0, tenant="globex", priority=7)
+    submit(replica, "future", T0, run_at_ms=T0 + 3_600_000, tenant="globex", priority=7)
+    s = scrape(metrics)
+    missing = [f for f in FAMILIES if f not in s]
+    assert missing == []
+    assert value(s, "tsched_tasks", state="pending") == 3
+    assert value(s, "tsched_tasks", state="running") == 0
+    assert value(s, "tsched_pending_tasks_by_priority", priority="2") == 1
+    assert value(s, "tsched_pending_tasks_by_priority", priority="7") == 2
+    assert value(s, "tsched_tenant_tasks", tenant="acme", state="pending") == 1
+    assert value(s, "tsched_tenant_tasks", tenant="globex", state="pending") == 2
+    # the clock is T0 + 10 s: "old" (due at T0 - 5 s) has waited 15 s
+    assert value(s, "tsched_oldest_claimable_task_age_seconds") == pytest.approx(15.0)
+    assert value(s, "tsched_raft_term") == 3
+    assert value(s, "tsched_applied_seq") == 3
+    assert value(s, "tsched_raft_is_leader") == 1
+    assert value(s, "tsched_waiting_claims") == 4
+    assert value(s, "tsched_raft_snapshot_stall_seconds_count") == 1
+    assert value(s, "tsched_apply_latency_seconds_count") == 3
+
+
+def test_every_app_has_its_own_registry(replica):
+    a, b = NodeMetrics(), NodeMetrics()
+    a.claimed.inc()
+    assert a.registry is not b.registry
+    assert b.claimed._value.get() == 0
+
+
+# --- the routes -------------------------------------------------------------------------------
+
+@pytest.fixture
+async def client(aiohttp_client, replica):
+    app = web.Application(middlewares=[error_middleware])   # the node's error shape
+    app[NODE] = Node(node_id="n1", config=None, replica=replica, clock=None)
+    api_ops.setup(app)
+    return await aiohttp_client(app)
+
+
+async def test_metrics_route_serves_the_exposition_format(client, replica):
+    submit(replica, "a", T0, run_at_ms=T0)
+    assert (await client.get("/healthz")).status == 200
+    r = await client.get("/metrics")
+    assert r.status == 200
+    assert r.headers["Content-Type"].startswith("text/plain")
+    text = await r.text()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["tsched_tasks"].type == "gauge"
+    assert families["tsched_submitted_tasks"].type == "counter"
+    assert 'route="/healthz"' in text and 'status="200"' in text
+
+
+async def test_readyz_needs_a_leader_and_a_caught_up_replica(client, replica):
+    r = await client.get("/readyz")
+    assert r.status == 200 and (await r.json())["status"] == "ready"
+    replica.leader = None
+    r = await client.get("/readyz")
+    body = await r.json()
+    assert r.status == 503 and body["status"] == "not_ready" and "leader" in body["reason"]
+    replica.leader = "n2"
+    replica.commit_index = replica._view.last_applied + api_ops.READY_LAG_ENTRIES_MAX + 1
+    r = await client.get("/readyz")
+    assert r.status == 503 and "catching up" in (await r.json())["reason"]
+    replica.commit_index = replica._view.last_applied
+    assert (await client.get("/readyz")).status == 200
+    replica.leader, replica.ready = "n1", False       # elected, barrier not applied yet
+    assert (await client.get("/readyz")).status == 503
+
+
+async def test_stats_route(client, replica):
+    submit(replica, "a", T0, run_at_ms=T0, tenant="acme", priority=1)
+    submit(replica, "b", T0, run_at_ms=T0, tenant="globex")
+    r = await client.get("/v1/stats", params={"min_seq": "2"})
+    body = orjson.loads(await r.read())
+    assert r.status == 200
+    assert body["by_state"]["pending"] == 2
+    assert body["by_priority"]["1"] == 1
+    assert body["by_tenant"] == {"acme": {"pending": 1, "running": 0},
+                                 "globex": {"pending": 1, "running": 0}}
+    assert body["applied_seq"] == 2
+    r = await client.get("/v1/stats", params={"tenant": "acme"})
+    assert (await r.json())["by_tenant"] == {"acme": {"pending": 1, "running": 0}}
+    r = await client.get("/v1/stats", params={"bogus": "1"})
+    assert r.status == 400
+
+
+async def test_dashboard_and_assets(client):
+    r = await client.get("/")
+    html = await r.text()
+    assert r.status == 200 and r.content_type == "text/html"
+    assert '<script src="/static/app.js"' in html and "/static/app.css" in html
+    assert "script-src 'self'" in r.headers["Content-Security-Policy"]
+    r = await client.get("/static/app.js")
+    assert r.status == 200 and r.content_type == "text/javascript"
+    assert "refresh" in await r.text()
+    assert (await client.get("/static/app.css")).content_type == "text/css"
+    for bad in ("/static/index.html", "/static/..%2Fmetrics.py", "/static/nope.js"):
+        r = await client.get(bad)
+        assert r.status == 404, bad
+
+
+async def test_openapi_route(client):
+    r = await client.get("/v1/openapi.json")
+    assert r.status == 200
+    assert (await r.json())["openapi"].startswith("3.1")
