@@ -20,7 +20,8 @@ def self_status(node) -> dict:
     return {"id": node.node_id, "http": me.http, "raft": me.raft, "role": st["role"],
             "term": st["term"], "leader": st["leader"], "commit_index": st["commit_index"],
             "applied_seq": st["applied_seq"], "digest": st["digest"], "reachable": True,
-            "ready": st.get("ready", False)}
+            "ready": st.get("ready", False),
+            "waiting_claims": node.claims.waiting if node.claims is not None else 0}
 
 
 @routes.get("/v1/cluster/self")
