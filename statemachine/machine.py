@@ -725,7 +725,8 @@ class StateMachine:
                                          max(now_ms, self.now_ms), prefetch_ms)
 
     def next_due_ms(self, task_types, tenant=None) -> int | None:
-        return self._queue.next_due_ms(task_types, tenant)
+        """Earliest run_at of a pending task of those types; a due one reads as now_ms."""
+        return self._queue.next_due_ms(task_types, tenant, self.now_ms)
 
     def next_timer_ms(self) -> int | None:
         """Earliest instant a Tick changes something: a lease expiry or task timeout, or a

@@ -159,13 +159,14 @@ class ClaimQueue:
                 return True
         return False
 
-    def next_due_ms(self, task_types, tenant: str | None) -> int | None:
-        """Earliest run_at among pending tasks of these types (ready ones are all due, so
-        any of them stands for 'now')."""
+    def next_due_ms(self, task_types, tenant: str | None, now_ms: int) -> int | None:
+        """Earliest run_at among pending tasks of these types, clamped up to `now_ms`: a
+        due task reads as now (ready heaps are ordered by priority, not run_at)."""
         best = None
         for bucket in self._buckets(task_types, tenant):
-            for at in ((bucket.ready[0][1] if bucket.ready else None),
-                       (bucket.delayed[0][0] if bucket.delayed else None)):
-                if at is not None and (best is None or at < best):
-                    best = at
-        return best
+            if bucket.ready:
+                return now_ms
+            at = bucket.delayed[0][0]
+            if best is None or at < best:
+                best = at
+        return None if best is None else max(best, now_ms)
