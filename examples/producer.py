@@ -8,7 +8,8 @@ import time
 
 from tsched.client import Client
 
-URLS = os.environ.get("TSCTL_URL", "http://127.0.0.1:8701,http://127.0.0.1:8702,http://127.0.0.1:8703")
+URLS = os.environ.get(
+    "TSCTL_URL", "http://127.0.0.1:8701,http://127.0.0.1:8702,http://127.0.0.1:8703")
 TERMINAL = ("completed", "cancelled", "dead_letter")
 
 

@@ -11,7 +11,8 @@ import time
 
 from tsched.client import NonRetryable, Worker
 
-URLS = os.environ.get("TSCTL_URL", "http://127.0.0.1:8701,http://127.0.0.1:8702,http://127.0.0.1:8703")
+URLS = os.environ.get(
+    "TSCTL_URL", "http://127.0.0.1:8701,http://127.0.0.1:8702,http://127.0.0.1:8703")
 
 
 def send_email(payload, ctx):
@@ -27,4 +28,5 @@ def send_email(payload, ctx):
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)   # one line per request is too much
     Worker(URLS, handlers={"send_email": send_email}, concurrency=4).run()
