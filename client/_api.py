@@ -55,7 +55,8 @@ class ApiCalls:
         items = [_task_fields(t["task_type"], t.get("payload"),
                               {k: v for k, v in t.items() if k not in ("task_type", "payload")})
                  for t in tasks]
-        return self._run(Call("POST", "/v1/tasks", body={"tasks": items}, write=True), _key("tasks"))
+        return self._run(Call("POST", "/v1/tasks", body={"tasks": items}, write=True),
+                         _key("tasks"))
 
     def get(self, task_id: str, consistency: str | None = None):
         return self._run(Call("GET", f"/v1/tasks/{_seg(task_id)}",
@@ -135,7 +136,8 @@ class ApiCalls:
         return self._run(Call("PUT", f"/v1/schedules/{_seg(schedule_id)}", body=body, write=True))
 
     def get_schedule(self, schedule_id: str, tenant: str | None = None):
-        return self._run(Call("GET", f"/v1/schedules/{_seg(schedule_id)}", params={"tenant": tenant}))
+        return self._run(Call("GET", f"/v1/schedules/{_seg(schedule_id)}",
+                              params={"tenant": tenant}))
 
     def delete_schedule(self, schedule_id: str, tenant: str | None = None):
         return self._run(Call("DELETE", f"/v1/schedules/{_seg(schedule_id)}",
@@ -163,7 +165,8 @@ class ApiCalls:
 
     # --- tenants -------------------------------------------------------------------
     def set_tenant(self, tenant: str, max_running: int | None = None, weight: int | None = None):
-        body = {k: v for k, v in (("max_running", max_running), ("weight", weight)) if v is not None}
+        pairs = (("max_running", max_running), ("weight", weight))
+        body = {k: v for k, v in pairs if v is not None}
         return self._run(Call("PUT", f"/v1/tenants/{_seg(tenant)}", body=body, write=True))
 
     def get_tenant(self, tenant: str):

@@ -86,8 +86,8 @@ class Rotation:
         n = len(self.urls)
         i = 0
         while True:
-            rounds = i // n
-            delay = 0.0 if (i == 0 or i % n) else min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (rounds - 1))
+            new_round = i > 0 and i % n == 0
+            delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (i // n - 1)) if new_round else 0.0
             yield self.urls[(self.current + i) % n], delay
             i += 1
 

@@ -52,7 +52,8 @@ class Job:
         self.started = False
         self.lost = False          # the lease is gone: the result must not be reported
         self.reported = False
-        self.lease_deadline = time.monotonic() + self._lease_left_s(task.get("lease_expires_at"), lease_s)
+        self.lease_deadline = 0.0
+        self.extend(task.get("lease_expires_at"), lease_s)
 
     @staticmethod
     def _lease_left_s(expires_at: Any, fallback_s: float) -> float:

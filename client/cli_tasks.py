@@ -27,14 +27,16 @@ STATES = ["pending", "running", "completed", "cancelled", "dead_letter"]
 @click.option("--delay", type=click.FloatRange(0, 10 * 365 * 86400), help="Seconds from now.")
 @click.option("--max-retries", type=click.IntRange(0, 1000), help="Retries after the first run.")
 @click.option("--idempotency-key", help="Repeat submits with this key return the same task.")
-@click.option("--file", "file", type=click.File("r"), help="Bulk submit: JSON lines, one task each.")
+@click.option("--file", "file", type=click.File("r"),
+              help="Bulk submit: JSON lines, one task object each.")
 @pass_state
 def submit(st: State, task_type, payload, tenant, priority, run_at, delay, max_retries,
            idempotency_key, file):
     """Submit a task (or many with --file)."""
     if file is not None:
         if task_type or payload is not None or run_at is not None or delay is not None:
-            raise click.UsageError("--file takes the tasks from the file: no TASK_TYPE or task options")
+            raise click.UsageError("--file takes the tasks from the file: "
+                                   "no TASK_TYPE, --payload, --run-at or --delay")
         return _submit_file(st, file, tenant, priority)
     if not task_type:
         raise click.UsageError("TASK_TYPE is required (or --file)")

@@ -51,7 +51,8 @@ class _Base(ApiCalls):
         return body
 
     @staticmethod
-    def _page_params(filters: dict[str, Any], cursor: str | None, left: int | None) -> dict[str, Any]:
+    def _page_params(filters: dict[str, Any], cursor: str | None,
+                     left: int | None) -> dict[str, Any]:
         size = PAGE_SIZE if left is None else max(1, min(PAGE_SIZE_MAX, left))
         return {**filters, "cursor": cursor, "limit": size}
 
@@ -170,7 +171,8 @@ class AsyncClient(_Base):
         async for item in self._paged("/v1/tasks", "tasks", limit, filters):
             yield item
 
-    async def dlq_list(self, tenant: str | None = None, limit: int | None = None) -> AsyncIterator[dict]:
+    async def dlq_list(self, tenant: str | None = None,
+                       limit: int | None = None) -> AsyncIterator[dict]:
         async for item in self.list(limit=limit, state="dead_letter", tenant=tenant):
             yield item
 

@@ -86,7 +86,8 @@ class DevCluster:
                 stdin=subprocess.DEVNULL, start_new_session=True)
             log.close()   # the child holds its own descriptor
 
-    def wait_leader(self, stop: threading.Event, timeout_s: float = LEADER_WAIT_S) -> str:
+    def wait_leader(self, stop: threading.Event, timeout_s: float = LEADER_WAIT_S) -> str | None:
+        """The leader's id; None when asked to stop while waiting."""
         deadline = time.monotonic() + timeout_s
         with httpx.Client(timeout=1.0) as http:
             while time.monotonic() < deadline and not stop.is_set():
@@ -98,6 +99,8 @@ class DevCluster:
                 if len(dead) == len(self.procs):
                     raise DevError(f"every node exited; see {self.log_dir}")
                 stop.wait(POLL_S)
+        if stop.is_set():
+            return None
         raise DevError(f"no leader within {timeout_s:.0f} s; see {self.log_dir}")
 
     @staticmethod
@@ -128,11 +131,14 @@ def run_dev(config: str | None, echo) -> int:
     path = find_config(config)
     nodes = load_nodes(path)
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     cluster = DevCluster(path, nodes)
     try:
         cluster.start()
         leader = cluster.wait_leader(stop)
+        if leader is None:
+            return 0
         echo(f"tsched dev cluster from {path}: leader {leader}")
         for node in nodes:
             echo(f"  {node.id}: API {node.url}/v1   dashboard {node.url}/")

@@ -253,7 +253,8 @@ class Worker:
         while True:
             try:
                 answers = await self._client.completions(items, key=key)
-                return [error_code_of(a) for a in answers] + ["no_answer"] * (len(items) - len(answers))
+                codes = [error_code_of(a) for a in answers]
+                return codes + ["no_answer"] * (len(items) - len(codes))
             except Unavailable as exc:
                 if time.monotonic() > give_up_at:
                     log.error("completions lost after the lease: %s", exc)

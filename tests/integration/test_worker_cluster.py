@@ -140,3 +140,47 @@ def test_killed_worker_task_is_rerun_by_another_after_its_lease(cluster, client,
     task = client.get(task_id)
     assert [a["outcome"] for a in task["attempts"]] == ["lease_expired", "completed"]
     assert task["result"]["token"] > first_token
+
+
+STOPPABLE_WORKER = """
+import sys, time, pathlib
+from tsched.client import Worker
+def job(payload, ctx):
+    pathlib.Path(sys.argv[2]).write_text("started")
+    deadline = time.monotonic() + payload["work_s"]
+    while time.monotonic() < deadline and not ctx.cancelled.is_set():
+        time.sleep(0.01)
+    return "finished" if not ctx.cancelled.is_set() else "gave up"
+Worker(sys.argv[1], {"job": job}, grace_s=float(sys.argv[3]), wait_s=1).run()
+"""
+
+
+def run_until_sigterm(cluster, marker, grace_s: float) -> int:
+    proc = subprocess.Popen([sys.executable, "-c", STOPPABLE_WORKER, ",".join(cluster.urls),
+                             str(marker), str(grace_s)], start_new_session=True)
+    try:
+        wait_for(marker.exists, "the handler to start")
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def test_sigterm_lets_a_running_task_finish_within_grace(cluster, client, tmp_path):
+    task_id = client.submit("job", {"work_s": 1.0})["task_id"]
+    assert run_until_sigterm(cluster, tmp_path / "m", grace_s=30) == 0
+    task = client.get(task_id)
+    assert task["state"] == "completed" and task["result"] == "finished"
+
+
+def test_sigterm_gives_back_what_outlives_grace(cluster, client, tmp_path):
+    task_id = client.submit("job", {"work_s": 120}, retry=FAST_RETRY)["task_id"]
+    assert run_until_sigterm(cluster, tmp_path / "m", grace_s=0.3) == 0
+    task = client.get(task_id)
+    assert task["state"] == "pending"
+    assert task["attempts"][-1]["outcome"] in ("released", "failed")
+    with running(Worker(cluster.urls, {"job": lambda p, ctx: "second run"}, wait_s=1)):
+        wait_for(lambda: state_of(client, task_id) == "completed", "the second run")
+    assert client.get(task_id)["result"] == "second run"

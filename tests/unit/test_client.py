@@ -109,7 +109,8 @@ def test_reads_send_the_highest_applied_seq_seen(nodes):
         c.submit("x")
         c.get("t1")
         c.get("t1")   # a lower answer does not lower it
-        assert [s.query.get("min_seq") for s in a.requests("GET", "/v1/tasks/t1")] == [None, "41", "41"]
+        sent = [s.query.get("min_seq") for s in a.requests("GET", "/v1/tasks/t1")]
+        assert sent == [None, "41", "41"]
         assert "min_seq" not in a.requests("POST", "/v1/tasks")[0].query
         c.cluster_status()   # not a replica read: no min_seq
         assert "min_seq" not in a.requests("GET", "/v1/cluster")[0].query
@@ -146,7 +147,8 @@ def test_token_and_times(nodes):
     a, _ = nodes
     a.json("POST", "/v1/tasks", 201, task())
     with Client(a.url, token="s3cret") as c:
-        c.submit("x", run_at=dt.datetime(2026, 12, 1, 16, 0, tzinfo=dt.timezone(dt.timedelta(hours=1))))
+        plus_one = dt.timezone(dt.timedelta(hours=1))
+        c.submit("x", run_at=dt.datetime(2026, 12, 1, 16, 0, tzinfo=plus_one))
         with pytest.raises(ValueError):
             c.submit("x", run_at=dt.datetime(2026, 12, 1))
     sent = a.requests("POST", "/v1/tasks")[0]
@@ -174,8 +176,8 @@ def test_batch_calls_return_their_lists(nodes):
     a.json("POST", "/v1/claims", 200, {"tasks": [task("1", fencing_token=5)], "applied_seq": 4})
     a.json("GET", "/v1/cron/preview", 200, {"fires": ["2026-12-01T03:00:00+01:00"]})
     with Client(a.url) as c:
-        assert [t["task_id"] for t in c.submit_many([{"task_type": "a"}, {"task_type": "b",
-                                                                          "payload": 1}])] == ["1", "2"]
+        done = c.submit_many([{"task_type": "a"}, {"task_type": "b", "payload": 1}])
+        assert [t["task_id"] for t in done] == ["1", "2"]
         assert a.requests("POST", "/v1/tasks")[0].body == {
             "tasks": [{"task_type": "a"}, {"task_type": "b", "payload": 1}]}
         assert c.claim("w1", ["a"], max_tasks=2, wait_s=0)[0]["fencing_token"] == 5
