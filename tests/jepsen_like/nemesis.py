@@ -17,8 +17,8 @@ from .cluster import Cluster
 from .history import OK, History
 from .workload import LEASE_S
 
-FAULTS = ("partition", "isolate_leader", "bridge", "one_way", "kill", "pause", "clock",
-          "delay", "client_reset")
+FAULTS = ("partition", "isolate_leader", "bridge", "one_way", "kill", "kill_all", "pause",
+          "clock", "delay", "client_reset")
 QUIET_S = (2.0, 4.0)          # between faults
 HOLD_S = (3.0, 8.0)           # how long a fault lasts
 PAUSE_PAST_LEASE_S = (1.5, 3.0)
@@ -84,6 +84,8 @@ class Nemesis:
             return False
 
     def _hold_s(self, name: str) -> float:
+        if name == "kill_all":
+            return self.rng.uniform(0.5, 2.0)
         if name == "pause":
             return LEASE_S + self.rng.uniform(*PAUSE_PAST_LEASE_S)
         return self.rng.uniform(*HOLD_S)
@@ -170,6 +172,16 @@ class Nemesis:
         async def heal():
             self.cluster.start(nid)
         return {"node": nid}, heal
+
+    async def _fault_kill_all(self):
+        """Every node at once (a power cut): only what reached the disk survives."""
+        for nid in self.cluster.ids:
+            self.cluster.kill(nid)
+
+        async def heal():
+            for nid in self.cluster.ids:
+                self.cluster.start(nid)
+        return {"nodes": list(self.cluster.ids)}, heal
 
     async def _fault_pause(self):
         nid = await self.leader_or_any()

@@ -21,7 +21,8 @@ TENANT_CAPS = {"t1": 2, "t2": 3, "t3": 0}   # 0: unlimited
 JOB_TYPE, CRON_TYPE = "job", "cron_tick"
 SCHEDULE_ID, SCHEDULE_TENANT = "every-second", "t3"
 SUBMIT_RETRIES = 3
-FATES = (("ok", 78), ("fail", 6), ("crash", 6), ("zombie", 10))
+FATES = (("ok", 80), ("fail", 6), ("crash", 6), ("zombie", 8))
+HEARTBEAT_EVERY_S = 0.4
 
 
 @dataclass
@@ -87,7 +88,7 @@ def _claim_view(data: dict) -> dict:
 
 class Workload:
     def __init__(self, api: Api, rng: random.Random, nodes: list[str], *, producers: int = 2,
-                 workers: int = 4, submit_interval_s: float = 0.1) -> None:
+                 workers: int = 6, submit_interval_s: float = 0.4) -> None:
         self.api = api
         self.rng = rng
         self.nodes = nodes
@@ -251,9 +252,9 @@ class Workload:
 
     async def _work(self, worker_id: str, task_id: str, token: int) -> bool:
         """Work a little, heartbeating; True when the task was cancelled meanwhile."""
-        remaining = self.rng.uniform(0.05, 1.5)
+        remaining = self.rng.uniform(0.05, 1.0)
         while remaining > 0:
-            step = min(remaining, LEASE_S / 3)
+            step = min(remaining, HEARTBEAT_EVERY_S)
             await asyncio.sleep(step)
             remaining -= step
             if remaining <= 0:

@@ -1,0 +1,28 @@
+"""A short seeded fault run against real tsnode processes; it must be valid.
+
+Find it with `-k short_run` or `-m slow`. Longer runs: `python -m tests.jepsen_like`.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from .runner import run
+
+SHORT_RUN_S = 25.0
+SEED = 7
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_short_fault_run_is_valid(tmp_path):
+    out = str(tmp_path / "run")
+    summary = run(out, SHORT_RUN_S, SEED)
+    with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
+        assert json.load(f) == summary
+    assert summary["ops"] > 100, summary                 # the workload really ran
+    assert sum(summary["nemesis"].values()) >= 3, summary  # and so did the faults
+    assert summary["valid"], (f"seed {SEED}: {summary}; history {out}/history.jsonl, "
+                              f"violations {out}/violations.json")
