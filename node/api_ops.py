@@ -13,6 +13,7 @@ from aiohttp import web
 from . import metrics as metrics_mod
 from . import openapi, validate
 from .api_common import NODE, before_read, respond
+from .api_tasks import tenant_scope
 from .errors import ApiError
 
 # A follower this many Raft entries behind what it knows to be committed is still catching
@@ -88,7 +89,7 @@ async def stats(request: web.Request) -> web.StreamResponse:
     if relayed is not None:
         return relayed
     tenant = validate.tenant(request.query["tenant"]) if "tenant" in request.query else None
-    scoped = _scoped_tenant(request)
+    scoped = tenant_scope(request)
     if scoped is not None:
         if tenant not in (None, scoped):
             raise ApiError("forbidden", "this token is scoped to another tenant")
@@ -108,12 +109,6 @@ async def stats(request: web.Request) -> web.StreamResponse:
         # Priority counts and the lag are cluster-wide: not for a single tenant's eyes.
         body["by_priority"], body["oldest_claimable_age_s"] = {}, None
     return respond(body, node.replica.applied_seq)
-
-
-def _scoped_tenant(request: web.Request) -> str | None:
-    """The tenant of a tenant-scoped token, as the auth middleware records it."""
-    principal = request.get("principal") or request.get("auth")
-    return getattr(principal, "tenant", None) if principal is not None else None
 
 
 # --- OpenAPI and the dashboard ---------------------------------------------------------------

@@ -1,0 +1,285 @@
+"""The dashboard in real headless Chromium against a real 3-node cluster.
+
+The browser is driven over the Chrome DevTools Protocol with aiohttp's websocket client (a
+project dependency), so no driver package is needed: only a `chromium` binary (Debian:
+`apt-get install chromium`). Without one the test is skipped, saying so.
+
+Set TSCHED_SCREENSHOT_DIR to keep the screenshots the test takes (1280x800).
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from .cluster import Cluster
+
+CHROMIUM = next(filter(None, (shutil.which(n) for n in (
+    "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"))), None)
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--window-size=1280,800", "--remote-debugging-port=0",
+         "--remote-debugging-address=127.0.0.1"]
+WIDTH, HEIGHT = 1280, 800
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH "
+                                 "(Debian: apt-get install chromium)")]
+
+
+async def until(what: str, check, timeout_s: float = 15.0, every_s: float = 0.05):
+    """Poll an async condition until it returns a truthy value, or fail after a deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(every_s)
+
+
+class Page:
+    """One browser tab over CDP: evaluate, click, screenshot, and the errors it logged."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, session_id: str) -> None:
+        self.ws, self.session_id = ws, session_id
+        self.errors: list[str] = []
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future] = {}
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def open(cls, ws) -> "Page":
+        page = cls(ws, "")
+        target = await page.send("Target.createTarget", {"url": "about:blank"}, browser=True)
+        attached = await page.send("Target.attachToTarget",
+                                   {"targetId": target["targetId"], "flatten": True}, browser=True)
+        page.session_id = attached["sessionId"]
+        for domain in ("Page", "Runtime", "Log"):
+            await page.send(f"{domain}.enable")
+        await page.send("Emulation.setDeviceMetricsOverride",
+                        {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1,
+                         "mobile": False})
+        return page
+
+    async def send(self, method: str, params: dict | None = None, browser: bool = False):
+        msg_id = next(self._ids)
+        msg = {"id": msg_id, "method": method, "params": params or {}}
+        if not browser:
+            msg["sessionId"] = self.session_id
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting[msg_id] = fut
+        await self.ws.send_str(json.dumps(msg))
+        return await asyncio.wait_for(fut, 30)
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                break
+            data = json.loads(msg.data)
+            if "id" in data:
+                fut = self._waiting.pop(data["id"], None)
+                if fut is not None and not fut.done():
+                    if "error" in data:
+                        fut.set_exception(AssertionError(f"CDP error: {data['error']}"))
+                    else:
+                        fut.set_result(data.get("result", {}))
+            else:
+                self._event(data.get("method"), data.get("params", {}))
+
+    def _event(self, method: str, params: dict) -> None:
+        if method == "Runtime.exceptionThrown":
+            d = params["exceptionDetails"]
+            self.errors.append(f"exception: {d.get('exception', {}).get('description') or d['text']}")
+        elif method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
+            self.errors.append("console.error: " + " ".join(
+                str(a.get("value", a.get("description"))) for a in params["args"]))
+        elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
+            e = params["entry"]
+            self.errors.append(f"log: {e['text']} {e.get('url', '')}")
+
+    async def eval(self, expression: str):
+        r = await self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                                 "awaitPromise": True})
+        if "exceptionDetails" in r:
+            raise AssertionError(f"{expression!r} raised: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    async def navigate(self, url: str) -> None:
+        await self.send("Page.navigate", {"url": url})
+
+    async def click(self, selector: str) -> None:
+        """A real mouse click at the element's centre (it must be visible and on top)."""
+        box = await self.eval(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+            f" if (!e) return null; e.scrollIntoView({{block: 'center'}});"
+            f" const r = e.getBoundingClientRect();"
+            f" return {{x: r.x + r.width / 2, y: r.y + r.height / 2}}; }})()")
+        assert box is not None, f"no element {selector}"
+        for kind in ("mousePressed", "mouseReleased"):
+            await self.send("Input.dispatchMouseEvent", {"type": kind, "x": box["x"],
+                                                         "y": box["y"], "button": "left",
+                                                         "clickCount": 1})
+
+    async def screenshot(self, path: Path) -> Path:
+        shot = await self.send("Page.captureScreenshot", {"format": "png"})
+        path.write_bytes(base64.b64decode(shot["data"]))
+        return path
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
+
+
+class Chromium:
+    def __init__(self, tmp: Path) -> None:
+        self.profile = tmp / "chromium-profile"
+        self.profile.mkdir()
+        self.log = open(tmp / "chromium.log", "wb")
+        self.proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={self.profile}",
+                                      "about:blank"], stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    async def websocket_url(self) -> str:
+        port_file = self.profile / "DevToolsActivePort"
+
+        async def ready():
+            assert self.proc.poll() is None, "chromium exited; see chromium.log"
+            text = port_file.read_text() if port_file.exists() else ""
+            lines = text.split("\n")
+            return len(lines) >= 2 and lines[1] and f"ws://127.0.0.1:{lines[0]}{lines[1]}"
+        return await until("chromium's DevTools port", ready, timeout_s=30)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self.log.close()
+
+
+def seed(c: Cluster, leader: str) -> str:
+    """Tasks of two tenants and one dead letter; returns the dead letter's id."""
+    for tenant, task_type, n in (("acme", "send_email", 3), ("globex", "render_report", 2)):
+        for i in range(n):
+            s, b = c.call(leader, "POST", "/v1/tasks", {"task_type": task_type, "tenant": tenant,
+                                                        "priority": i * 3, "payload": {"i": i}})
+            assert s == 201, b
+    s, b = c.call(leader, "POST", "/v1/tasks", {"task_type": "flaky", "tenant": "globex",
+                                                "max_retries": 0})
+    assert s == 201, b
+    dead_id = b["task_id"]
+    s, b = c.call(leader, "POST", "/v1/claims", {"worker_id": "w1", "task_types": ["flaky"],
+                                                 "wait_s": 5})
+    assert s == 200 and b["tasks"][0]["task_id"] == dead_id, b
+    token = b["tasks"][0]["fencing_token"]
+    s, b = c.call(leader, "POST", f"/v1/tasks/{dead_id}/fail",
+                  {"fencing_token": token, "error": "upstream said no", "retryable": False})
+    assert s == 200 and b["state"] == "dead_letter", b
+    # A schedule makes the schedules tab worth a look (optional: only where it is served).
+    c.call(leader, "PUT", "/v1/schedules/nightly-report",
+           {"tenant": "globex", "cron": "0 3 * * *", "timezone": "Europe/Paris",
+            "task": {"task_type": "render_report"}})
+    return dead_id
+
+
+async def test_dashboard_shows_the_cluster_and_replays_a_dead_letter(tmp_path):
+    shots = Path(os.environ.get("TSCHED_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "cluster").mkdir()
+    with Cluster(tmp_path / "cluster") as c:
+        c.start()
+        leader = c.wait_leader()
+        dead_id = seed(c, leader)
+        follower = c.followers(leader)[0]
+        browser = Chromium(tmp_path)
+        try:
+            async with aiohttp.ClientSession() as http:
+                ws = await http.ws_connect(await browser.websocket_url(), max_msg_size=0)
+                page = await Page.open(ws)
+                try:
+                    await _drive(page, c, follower, leader, dead_id, shots)
+                finally:
+                    await page.close()
+                    await ws.close()
+        finally:
+            browser.close()
+
+
+async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
+                 shots: Path) -> None:
+    started = time.monotonic()
+    await page.navigate(c.url(node) + "/")
+
+    async def rendered():
+        return await page.eval("Number(document.body && document.body.dataset.refreshes || 0)")
+    await until("the first refresh", rendered)
+    loaded_s = time.monotonic() - started
+    first_render_ms = await page.eval("Number(document.body.dataset.firstRenderMs)")
+    load_event_ms = await page.eval(
+        "performance.getEntriesByType('navigation')[0].loadEventEnd")
+    print(f"\ndashboard: first render with data {first_render_ms} ms after navigation start; "
+          f"load event {load_event_ms:.0f} ms; test saw it after {loaded_s * 1000:.0f} ms")
+
+    assert await page.eval("document.getElementById('leader').textContent") == leader
+    nodes = await page.eval("[...document.querySelectorAll('#nodes tbody tr')]"
+                            ".map(r => r.dataset.node)")
+    assert sorted(nodes) == sorted(c.ids)
+    tenants = await page.eval("[...document.querySelectorAll('#tenants tbody tr')]"
+                              ".map(r => [r.dataset.tenant, r.cells[1].textContent])")
+    assert dict(tenants)["acme"] == "3" and dict(tenants)["globex"] == "2", tenants
+    assert await page.eval("document.querySelector('[data-state=dead_letter] .n').textContent") == "1"
+    await page.screenshot(shots / "dashboard-overview.png")
+
+    # Task search and detail with attempts.
+    await page.click("#task-list tbody tr[data-task-id='%s']" % dead_id)
+
+    async def detail():
+        return await page.eval("document.querySelectorAll('#attempts tbody tr').length === 1 &&"
+                               " document.querySelector('#task-detail').textContent")
+    text = await until("the task detail with its attempt", detail)
+    assert "upstream said no" in text and "w1" in text
+
+    # Dead letters: replay from the page.
+    await page.click("[data-tab=dlq]")
+    row = f"#dlq tbody tr[data-task-id='{dead_id}']"
+
+    async def listed():
+        return await page.eval(f"!!document.querySelector(\"{row} [data-action=replay]\")")
+    await until("the dead letter's row", listed)
+    await page.screenshot(shots / "dashboard-dead-letters.png")
+    await page.click(f"{row} [data-action=replay]")
+
+    async def replayed():
+        s, b = await asyncio.to_thread(c.call, node, "GET", f"/v1/tasks/{dead_id}")
+        return s == 200 and b["state"] == "pending" and b
+    await until("the replayed task to be pending", replayed)
+
+    async def gone_from_page():
+        return await page.eval(f"!document.querySelector(\"{row}\")")
+    await until("the row to leave the dead-letter list", gone_from_page)
+
+    status, _ = await asyncio.to_thread(c.call, node, "GET", "/v1/schedules")
+    if status != 404:   # served once the schedules API is mounted
+        await page.click("[data-tab=schedules]")
+
+        async def schedules_shown():
+            return await page.eval(
+                "document.querySelector('#schedules tbody tr[data-schedule-id]') !== null")
+        await until("the schedule's row", schedules_shown)
+        await page.screenshot(shots / "dashboard-schedules.png")
+    assert page.errors == [], page.errors
