@@ -148,6 +148,8 @@ async def relay_to_leader(request: web.Request, node: Node) -> web.Response:
 class SeqWatcher:
     """Futures resolved when the local replica has applied a given sequence number."""
 
+    PRUNE_AT = 10_000   # entries; timed-out waits for far-off seqs are dropped past this
+
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, asyncio.Future]] = []
         self._ids = itertools.count()
@@ -168,5 +170,8 @@ class SeqWatcher:
         try:
             await asyncio.wait_for(fut, timeout_s)
         except asyncio.TimeoutError:
+            if len(self._heap) > self.PRUNE_AT:
+                self._heap = [e for e in self._heap if not e[2].done()]
+                heapq.heapify(self._heap)
             raise ApiError("timeout", f"this node has not applied seq {seq} yet",
                            {"min_seq": seq, "applied_seq": replica.applied_seq}) from None

@@ -152,3 +152,22 @@ def test_kill_all_nodes_then_restart_keeps_every_acknowledged_task(fresh_cluster
     leader = c.wait_leader()
     assert_all_present(c, leader, acked)
     wait_equal_digests(c)
+
+
+def test_transfer_leadership_and_a_clean_stop(fresh_cluster: Cluster):
+    c = fresh_cluster
+    old = c.wait_leader()
+    target = c.followers(old)[0]
+    other = c.followers(old)[1]
+    status, body = c.call(other, "POST", "/v1/cluster/transfer-leadership", {"to": target})
+    assert status == 202, body
+    deadline = time.monotonic() + 15
+    while c.wait_leader() != target:
+        assert time.monotonic() < deadline, "leadership did not move"
+    assert c.stop(old) == 0                     # SIGTERM: close the app, stop Raft, exit 0
+    assert "event=stopped" in c.log(old)
+    status, body = c.call(other, "POST", "/v1/tasks", {"task_type": "after-stop"})
+    assert status == 201, body
+    c.start_node(old)
+    c.wait_leader()
+    wait_equal_digests(c)

@@ -164,3 +164,41 @@ async def test_worker_calls_on_unknown_or_unclaimed_tasks(api: Api, tt):
 async def test_bad_batches_are_refused(api: Api, path, body, status, code):
     got_status, got = await api.call("POST", path, body)
     assert_error(got_status, got, status, code)
+
+
+async def test_a_vanished_long_poll_does_not_hold_work(api: Api, tt):
+    server = api.client.server
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    body = ('{"worker_id": "gone", "task_types": ["%s"], "wait_s": 30}' % tt).encode()
+    writer.write(b"POST /v1/claims HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while api.node.claims.waiting < 1:
+        assert loop.time() < deadline, "the claim never started waiting"
+        await asyncio.sleep(0.005)
+    writer.close()
+    await writer.wait_closed()
+    t = await api.submit(task_type=tt)
+    (got,) = await api.claim([tt], wait_s=5)
+    assert got["task_id"] == t["task_id"] and got["worker_id"] == "w1"
+
+
+async def test_a_claim_committed_for_a_gone_waiter_is_released(api: Api, tt):
+    params = {"worker_id": "gone", "task_types": (tt,), "max_tasks": 1, "wait_s": 30,
+              "lease_ms": 30_000, "prefetch_ms": 0}
+    waiting = asyncio.ensure_future(api.node.claims.wait(params, None, lambda: True))
+    t = await api.submit(task_type=tt)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while True:
+        status, got = await api.call("GET", f"/v1/tasks/{t['task_id']}")
+        if got["attempts"] and got["attempts"][-1]["outcome"] == "released":
+            break
+        assert loop.time() < deadline, got["attempts"]
+        await asyncio.sleep(0.01)
+    assert got["state"] == "pending" and got["attempts"][-1]["worker_id"] == "gone"
+    (again,) = await api.claim([tt])
+    assert again["task_id"] == t["task_id"] and again["worker_id"] == "w1"
+    waiting.cancel()

@@ -107,3 +107,44 @@ def test_clock_offset_from_environment():
     assert abs((Clock().now_ms() - 5000) - skewed.now_ms()) < 1000
     with pytest.raises(ValueError, match="TSCHED_CLOCK_OFFSET_MS"):
         Clock.from_env({"TSCHED_CLOCK_OFFSET_MS": "soon"})
+
+
+def test_tsnode_refuses_public_http_without_auth(tmp_path):
+    from click.testing import CliRunner
+
+    from tsched.node.main import cli
+    path = write(tmp_path, GOOD.replace('http = "127.0.0.1:9101"', 'http = "0.0.0.0:9101"'))
+    result = CliRunner().invoke(cli, ["--config", path, "--id", "a"])
+    assert result.exit_code == 2
+    assert "non-loopback" in result.output and "[auth]" in result.output
+
+
+def test_tsnode_refuses_unknown_node_and_bad_file(tmp_path):
+    from click.testing import CliRunner
+
+    from tsched.node.main import cli
+    result = CliRunner().invoke(cli, ["--config", write(tmp_path, GOOD), "--id", "zz"])
+    assert result.exit_code == 2 and "not in the cluster" in result.output
+    result = CliRunner().invoke(cli, ["--config", str(tmp_path / "none.toml"), "--id", "a"])
+    assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_log_lines_carry_node_and_term_in_both_formats(capsys):
+    import json
+    import logging
+
+    from tsched.node.main import setup_logging
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        ctx = setup_logging("n7", "json")
+        ctx.term_of = lambda: 4
+        logging.getLogger("tsched.node").info("event=test_line x=%d", 1)
+        line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+        assert line["node"] == "n7" and line["term"] == 4 and line["msg"] == "event=test_line x=1"
+        setup_logging("n8", "text").term_of = lambda: 2
+        logging.getLogger("tsched.node").info("event=other")
+        text = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "node=n8 term=2 event=other" in text and text[:4].isdigit()
+    finally:
+        root.handlers[:], _ = saved[0], root.setLevel(saved[1])
