@@ -104,10 +104,11 @@ async def stats(request: web.Request) -> web.StreamResponse:
         "by_tenant": by_tenant,
         "oldest_claimable_age_s": view.oldest_claimable_age_s,
         "waiting_claims": m.waiting_claims(),
+        "schedules": view.schedules,
     }
     if tenant is not None:
-        # Priority counts and the lag are cluster-wide: not for a single tenant's eyes.
-        body["by_priority"], body["oldest_claimable_age_s"] = {}, None
+        # Priority counts, the lag and schedules are cluster-wide: not for one tenant's eyes.
+        body["by_priority"], body["oldest_claimable_age_s"], body["schedules"] = {}, None, None
     return respond(body, node.replica.applied_seq)
 
 

@@ -53,6 +53,7 @@ class QueueView:
     by_priority: dict[int, int] = field(default_factory=dict)       # pending tasks
     by_tenant: dict[str, dict[str, int]] = field(default_factory=dict)   # pending, running
     oldest_claimable_age_s: float | None = None                     # None: nothing is due
+    schedules: int = 0
 
 
 def queue_view(sm, now_ms: int) -> QueueView:
@@ -62,17 +63,34 @@ def queue_view(sm, now_ms: int) -> QueueView:
     by_priority = {int(p): int(n) for p, n in stats["pending_by_priority"].items()}
     by_tenant = {t: {"pending": int(v["pending"]), "running": int(v["running"])}
                  for t, v in sorted(stats["tenants"].items())}
-    oldest = _oldest_due_ms(sm) if by_state["pending"] else None
+    oldest = _oldest_due_ms(sm, now_ms) if by_state["pending"] else None
     age = (now_ms - oldest) / 1000 if oldest is not None and oldest <= now_ms else None
-    return QueueView(by_state, by_priority, by_tenant, age)
+    return QueueView(by_state, by_priority, by_tenant, age, int(stats.get("schedules", 0)))
 
 
-def _oldest_due_ms(sm) -> int | None:
-    """Earliest run_at at the head of any (tenant, task type) queue: the age of the task
-    waiting longest for a worker of its type. O(queues), no scan of the pending tasks.
-    The claim queue's task types are the keys of its per-type index (read-only access)."""
-    types = tuple(getattr(getattr(sm, "_queue", None), "by_type", None) or ())
-    return sm.next_due_ms(types, None) if types else None
+def _oldest_due_ms(sm, now_ms: int) -> int | None:
+    """The earliest run_at among the due tasks at the head of each (tenant, task type)
+    queue: how long the next task of some queue has been waiting for a worker.
+
+    Exact within a priority (FIFO); a lower-priority task may wait longer than the heads
+    until aging lifts it. O(queues), never a scan of the pending tasks. The state machine
+    has no public read for this (`next_due_ms` clamps due tasks to now), so it peeks at
+    the claim queue's heap tops, read-only; if their layout changes the gauge goes empty
+    rather than failing the scrape.
+    """
+    try:
+        best = None
+        for buckets in sm._queue.by_type.values():
+            for bucket in buckets.values():
+                heads = [bucket.ready[0][1]] if bucket.ready else []
+                if bucket.delayed and bucket.delayed[0][0] <= now_ms:
+                    heads.append(bucket.delayed[0][0])   # due, not yet promoted
+                for at in heads:
+                    if best is None or at < best:
+                        best = at
+        return best
+    except (AttributeError, IndexError, TypeError):
+        return None
 
 
 class AttemptTracker:
@@ -410,8 +428,10 @@ def _queue_families(view: QueueView) -> Iterable:
         for state in ("pending", "running"):
             tenants.add_metric([tenant, state], counts.get(state, 0))
     yield tenants
+    yield GaugeMetricFamily("tsched_schedules", "Schedules defined", value=view.schedules)
     yield GaugeMetricFamily("tsched_oldest_claimable_task_age_seconds",
-                            "How long the oldest due pending task has waited (0: none is due)",
+                            "How long the longest-waiting due task at the head of a "
+                            "(tenant, task type) queue has waited (0: none is due)",
                             value=view.oldest_claimable_age_s or 0.0)
 
 

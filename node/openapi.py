@@ -267,6 +267,7 @@ def _stats() -> Schema:
                       "description": "tenant -> state -> count"},
         "oldest_claimable_age_s": nullable({"type": "number"}),
         "waiting_claims": nullable(integer(0)),
+        "schedules": nullable(integer(0)),
         "applied_seq": APPLIED_SEQ,
     }, ("by_state", "by_priority", "by_tenant"))
 

@@ -156,6 +156,24 @@
     }), 5, "no tenants yet");
   }
 
+  function renderFacts(cluster, stats) {
+    const nodes = cluster.nodes || [];
+    const up = nodes.filter((n) => n.reachable !== false).length;
+    const digests = new Set(nodes.filter((n) => n.digest).map((n) => `${n.applied_seq}/${n.digest}`));
+    const seqs = new Set(nodes.filter((n) => n.digest).map((n) => n.applied_seq));
+    // Digests are comparable only between nodes at the same applied seq.
+    const agree = seqs.size > 1 ? "catching up" : digests.size <= 1 ? "yes" : "NO";
+    const fact = (label, value, bad) => h("div", null, h("dt", null, label),
+      h("dd", { class: bad ? "bad" : null }, value));
+    $("facts").replaceChildren(
+      fact("nodes reachable", `${up} of ${nodes.length}`, up * 2 <= nodes.length),
+      fact("replicas agree", agree, agree === "NO"),
+      fact("oldest due task waiting", duration(stats.oldest_claimable_age_s)),
+      fact("waiting claims here", stats.waiting_claims ?? "—"),
+      fact("schedules", stats.schedules ?? "—"),
+      fact("dead letters", (stats.by_state || {}).dead_letter || 0, (stats.by_state || {}).dead_letter > 0));
+  }
+
   // --- tasks -----------------------------------------------------------------------------------
 
   async function loadTasks() {
@@ -197,6 +215,7 @@
       return;
     }
     const row = (k, v) => [h("dt", null, k), h("dd", null, v ?? "—")];
+    const wide = (k, v) => [h("dt", { class: "wide" }, k), h("dd", null, v ?? "—")];
     const json = (v) => h("pre", null, JSON.stringify(v, null, 1));
     const attempts = (t.attempts || []).map((a) => h("tr", null,
       h("td", { class: "num" }, a.attempt), h("td", null, a.worker_id), h("td", { class: "num" }, a.fencing_token),
@@ -205,12 +224,15 @@
     $("task-detail").replaceChildren(
       h("h3", null, "Task ", h("code", null, t.task_id)),
       h("dl", null,
-        row("state", badge(t.state)), row("tenant", t.tenant), row("type", t.task_type),
-        row("priority", t.priority), row("run at", t.run_at), row("attempt", `${t.attempt} of ${t.max_retries + 1}`),
-        row("schedule", t.schedule_id), row("worker", t.worker_id), row("fencing token", t.fencing_token),
-        row("lease until", t.lease_expires_at), row("execution id", t.execution_id),
-        row("cancel requested", t.cancel_requested ? "yes" : "no"),
-        row("last error", t.last_error), row("payload", json(t.payload)), row("result", json(t.result))),
+        row("state", badge(t.state)), row("tenant", t.tenant),
+        row("type", t.task_type), row("priority", t.priority),
+        row("attempt", `${t.attempt} of ${t.max_retries + 1}`), row("run at", when(t.run_at)),
+        row("worker", t.worker_id), row("token", t.fencing_token),
+        row("lease until", t.lease_expires_at ? when(t.lease_expires_at) : null),
+        row("cancelling", t.cancel_requested ? "yes" : "no"),
+        row("schedule", t.schedule_id), row("created", when(t.created_at)),
+        wide("execution id", h("code", null, t.execution_id || "—")),
+        wide("last error", t.last_error), wide("payload", json(t.payload)), wide("result", json(t.result))),
       h("h3", null, "Attempts"),
       h("table", { class: "grid", id: "attempts" },
         h("thead", null, h("tr", null, h("th", { class: "num" }, "#"), h("th", null, "worker"),
@@ -286,6 +308,7 @@
         api("GET", "/v1/tenants", { fresh: true })]);
       renderCluster(cluster);
       renderQueues(stats, tenants);
+      renderFacts(cluster, stats);
       await TAB_LOADERS[view.tab]();
       view.refreshes += 1;
       if (view.refreshes === 1) {

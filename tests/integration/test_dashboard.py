@@ -253,6 +253,7 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
                                " document.querySelector('#task-detail').textContent")
     text = await until("the task detail with its attempt", detail)
     assert "upstream said no" in text and "w1" in text
+    await page.screenshot(shots / "dashboard-task-detail.png")
 
     # Dead letters: replay from the page.
     await page.click("[data-tab=dlq]")

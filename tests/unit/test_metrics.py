@@ -219,7 +219,7 @@ FAMILIES = [
 def test_scrape_has_every_family_with_queue_and_raft_values(replica, metrics):
     node = metrics._node
     node.claims = type("Hub", (), {"waiting": 4})()
-    submit(replica, "old", T0, run_at_ms=T0 - 5_000, tenant="acme", priority=2)
+    submit(replica, "old", T0 - 5_000, run_at_ms=T0 - 5_000, tenant="acme", priority=2)
     submit(replica, "new", T0, run_at_ms=T0, tenant="globex", priority=7)
     submit(replica, "future", T0, run_at_ms=T0 + 3_600_000, tenant="globex", priority=7)
     s = scrape(metrics)
