@@ -49,6 +49,7 @@ class Waiter:
     future: asyncio.Future
     busy: bool = False      # a Claim for it is being committed
     expired: bool = False   # its wait ended while busy: answer whatever the Claim brings
+    blocked: bool = False   # its last Claim came back empty: wait for new work first
     id: int = 0
 
 
@@ -77,7 +78,12 @@ class ClaimHub:
             await asyncio.gather(self._task, return_exceptions=True)
         self.abandon()
 
-    def wake(self) -> None:
+    def wake(self, new_work: bool = True) -> None:
+        """Look for ready waiters. `new_work`: something may have become claimable (an
+        applied submit, release, tick; a task falling due), so blocked waiters may try again."""
+        if new_work:
+            for w in self._waiters.values():
+                w.blocked = False
         self._wake.set()
 
     def abandon(self) -> None:
@@ -106,7 +112,7 @@ class ClaimHub:
         loop = asyncio.get_running_loop()
         w = Waiter(params, tenant, is_gone, loop.create_future(), id=next(self._ids))
         self._waiters[w.id] = w
-        self.wake()
+        await self._dispatch([w])   # claimable now: a Claim is on its way even if wait_s is 0
         if self.node.timer is not None:  # its task types may fall due later: re-arm
             self.node.timer.state_changed()
         try:
@@ -132,9 +138,9 @@ class ClaimHub:
             except Exception:
                 log.exception("event=claim_dispatch_failed")
 
-    def _ready(self) -> list[Waiter]:
+    def _ready(self, candidates) -> list[Waiter]:
         now = self.node.clock.now_ms()
-        idle = [w for w in self._waiters.values() if not w.busy and not w.future.done()]
+        idle = [w for w in candidates if not w.busy and not w.blocked and not w.future.done()]
         if not idle:
             return []
         with self.node.replica.read() as sm:
@@ -142,14 +148,15 @@ class ClaimHub:
                     if sm.has_claimable(w.params["task_types"], w.tenant,
                                         w.params["prefetch_ms"], now)]
 
-    async def _dispatch(self) -> None:
+    async def _dispatch(self, candidates: list[Waiter] | None = None) -> None:
+        """Propose Claims for the ready waiters; never awaits, so it runs atomically."""
         if not self._waiters:
             return
         if not self.node.replica.is_ready_leader():
             if self.node.replica.leader_id() != self.node.node_id:
                 self.abandon()
             return
-        ready = self._ready()
+        ready = self._ready(self._waiters.values() if candidates is None else candidates)
         if not ready:
             return
         now = self.node.clock.now_ms()
@@ -178,10 +185,12 @@ class ClaimHub:
             elif got or (w.expired and not w.future.done()):
                 w.future.set_result((got, seq))
                 self._waiters.pop(w.id, None)
+            elif not isinstance(answer, ApiError):
+                w.blocked = True   # has_claimable said yes, the Claim found nothing
         if releases:
             await release(self.node, releases)
         # Claims may have left work behind (max_tasks reached, other waiters).
-        self.wake()
+        self.wake(new_work=False)
 
 
 def _new_id() -> str:
