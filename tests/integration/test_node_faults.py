@@ -132,6 +132,9 @@ def test_kill_leader_under_load_loses_nothing_and_recovers(fresh_cluster: Cluste
         print(f"leader {old} killed: first acknowledged write {recovery_s:.2f} s later "
               f"(new leader {new})")
         assert recovery_s < 5
+        status, view = c.call(new, "GET", "/v1/cluster")
+        assert status == 200 and view["leader"] == new
+        assert {n["id"]: n["reachable"] for n in view["nodes"]}[old] is False
         c.start_node(old)
         load.wait_acks(len(load.acked) + 20)
     assert_all_present(c, new, list(load.acked))
