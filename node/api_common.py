@@ -34,6 +34,12 @@ class Node:
     timer: Any = None           # timer.LeaderTimer
     seqs: "SeqWatcher" = field(default_factory=lambda: SeqWatcher())
     propose_timeout_s: float = PROPOSE_TIMEOUT_S
+    stop_event: asyncio.Event = field(default_factory=asyncio.Event)   # set on SIGTERM
+
+    @property
+    def stopping(self) -> bool:
+        """SIGTERM arrived: long polls end at once, so workers go to other nodes."""
+        return self.stop_event.is_set()
 
     def leader_url(self) -> str | None:
         leader = self.replica.leader_id()
@@ -140,8 +146,10 @@ async def relay_to_leader(request: web.Request, node: Node) -> web.Response:
     if url is None or node.replica.leader_id() == node.node_id:
         raise ApiError("no_leader", "no leader is known at the moment")
     body = await request.read()
+    auth = request.headers.get("Authorization")
     status, data = await node.forwarder.send(url, request.method, request.path_qs,
-                                             body or None, timeout_s=MIN_SEQ_WAIT_S + 5)
+                                             body or None, timeout_s=MIN_SEQ_WAIT_S + 5,
+                                             headers={"Authorization": auth} if auth else None)
     return web.Response(body=data, status=status, content_type="application/json")
 
 

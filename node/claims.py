@@ -225,6 +225,8 @@ async def claim(node, request, params: dict, tenant: str | None, body: bytes
     is_gone = lambda: request.transport is None or request.transport.is_closing()  # noqa: E731
     leader_seen = False
     while True:
+        if node.stopping:
+            raise ApiError("unavailable", "this node is stopping", {"node": node.node_id})
         remaining = max(0.0, deadline - loop.time())
         replica = node.replica
         leader = replica.leader_id()
@@ -243,7 +245,8 @@ async def claim(node, request, params: dict, tenant: str | None, body: bytes
                            {"leader": leader})
         elif leader is not None and leader != node.node_id:
             leader_seen = True
-            answer = await _forward(node, leader, params, remaining, body, request)
+            answer = await _unless_stopping(
+                node, _forward(node, leader, params, remaining, body, request))
             if answer is not None:
                 return answer
         if loop.time() >= deadline:
@@ -251,6 +254,21 @@ async def claim(node, request, params: dict, tenant: str | None, body: bytes
                 return [], replica.applied_seq
             raise ApiError("no_leader", "no leader was reachable during the wait")
         await asyncio.sleep(min(LEADER_WAIT_S, max(0.0, deadline - loop.time())))
+
+
+async def _unless_stopping(node, coro):
+    """Await coro, but give up (cancelling it) as soon as the node starts stopping."""
+    work = asyncio.ensure_future(coro)
+    stop = asyncio.ensure_future(node.stop_event.wait())
+    try:
+        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if not work.done():
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+        raise ApiError("unavailable", "this node is stopping", {"node": node.node_id})
+    return work.result()
 
 
 async def _forward(node, leader: str, params: dict, remaining: float, body: bytes, request):

@@ -24,6 +24,7 @@ from .clock import Clock
 log = logging.getLogger("tsched.node")
 
 ROLE_CHECK_S = 0.5   # how often leadership is looked at for the event log
+SHUTDOWN_S = 3.0     # in-flight requests get this long to finish on SIGTERM
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -106,7 +107,8 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None) -> int:
     node = Node(node_id=node_id, config=cfg, replica=replica, clock=clock)
     if "propose_s" in cfg.timeouts:
         node.propose_timeout_s = cfg.timeouts["propose_s"]
-    runner = web.AppRunner(make_app(node), access_log=None, handle_signals=False)
+    runner = web.AppRunner(make_app(node), access_log=None, handle_signals=False,
+                           shutdown_timeout=SHUTDOWN_S)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -119,6 +121,9 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None) -> int:
         await stop.wait()
         log.info("event=stopping")
         watcher.cancel()
+        node.stop_event.set()
+        if node.claims is not None:
+            node.claims.abandon()   # long polls end now rather than at their wait_s
     finally:
         await runner.cleanup()
         replica.stop()

@@ -174,3 +174,28 @@ def test_transfer_leadership_and_a_clean_stop(fresh_cluster: Cluster):
     c.start_node(old)
     c.wait_leader()
     wait_equal_digests(c)
+
+
+def test_sigterm_ends_long_polls_at_once(fresh_cluster: Cluster):
+    c = fresh_cluster
+    leader = c.wait_leader()
+    follower = c.followers(leader)[0]
+    polls = {}
+    for node in (leader, follower):
+        polls[node] = threading.Thread(target=lambda n=node: polls.__setitem__(
+            n + ":answer", c.call(n, "POST", "/v1/claims", {
+                "worker_id": "w", "task_types": ["never"], "wait_s": 50}, timeout_s=60)),
+            daemon=True)
+        polls[node].start()
+    deadline = time.monotonic() + 10
+    while (c.self_status(leader) or {}).get("waiting_claims", 0) < 2:
+        assert time.monotonic() < deadline, "the polls never reached the leader"
+        time.sleep(0.01)
+    start = time.monotonic()
+    assert c.stop(follower) == 0
+    assert c.stop(leader) == 0
+    for node in (leader, follower):
+        polls[node].join(10)
+        status, body = polls[node + ":answer"]
+        assert status == 503 and body["error"]["code"] == "unavailable", (node, body)
+    assert time.monotonic() - start < 10     # not the polls' 50 s
