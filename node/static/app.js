@@ -4,6 +4,7 @@
 "use strict";
 (() => {
   const REFRESH_MS = 2000;
+  const CLUSTER_REFRESH_MS = 10000;
   const LIST_LIMIT = 50;
   const STATES = ["pending", "running", "completed", "cancelled", "dead_letter"];
   const TOKEN_KEY = "tsched.token";
@@ -17,6 +18,8 @@
     search: {},
     timer: null,
     refreshes: 0,
+    cluster: null,        // the last /v1/cluster answer, and when it came
+    clusterAt: 0,
   };
 
   // --- DOM and formatting helpers ------------------------------------------------------------
@@ -109,8 +112,6 @@
     $("term").textContent = c.term ?? "—";
     const nodes = c.nodes || [];
     const top = Math.max(0, ...nodes.map((n) => n.applied_seq || 0));
-    const me = nodes.find((n) => n.id === c.self) || nodes.find((n) => n.id === c.leader);
-    $("applied-seq").textContent = me && me.applied_seq != null ? me.applied_seq : top;
     fill($("nodes").tBodies[0], nodes.map((n) => h("tr", { dataset: { node: n.id } },
       h("td", null, h("b", null, n.id)),
       h("td", { class: n.reachable === false ? "unreachable" : `role-${n.role}` },
@@ -126,6 +127,7 @@
 
   function renderQueues(stats, tenants) {
     const byState = stats.by_state || {};
+    $("applied-seq").textContent = stats.applied_seq ?? "—";   // this node's
     $("lag").textContent = duration(stats.oldest_claimable_age_s);
     $("dlq-count").textContent = byState.dead_letter || 0;
     $("states").replaceChildren(...STATES.map((s) => h("div", { class: "state", dataset: { state: s } },
@@ -303,10 +305,17 @@
   async function refresh() {
     clearTimeout(view.timer);
     try {
+      // Cluster status asks every node for its state digest, which costs time proportional
+      // to the state: it is polled less often than the queues.
+      const wantCluster = !view.cluster || Date.now() - view.clusterAt >= CLUSTER_REFRESH_MS;
       const [cluster, stats, tenants] = await Promise.all([
-        api("GET", "/v1/cluster"), api("GET", "/v1/stats", { fresh: true }),
-        api("GET", "/v1/tenants", { fresh: true })]);
-      renderCluster(cluster);
+        wantCluster ? api("GET", "/v1/cluster") : view.cluster,
+        api("GET", "/v1/stats", { fresh: true }), api("GET", "/v1/tenants", { fresh: true })]);
+      if (wantCluster) {
+        view.cluster = cluster;
+        view.clusterAt = Date.now();
+        renderCluster(cluster);
+      }
       renderQueues(stats, tenants);
       renderFacts(cluster, stats);
       await TAB_LOADERS[view.tab]();
