@@ -1,4 +1,6 @@
-"""Cluster endpoints: status of every node, leadership transfer, health (DESIGN.md 7, 12)."""
+"""Cluster endpoints: status of every node, leadership transfer (DESIGN.md section 7).
+
+Health and readiness live with the operations routes (api_ops.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -76,19 +78,3 @@ async def transfer(request: web.Request) -> web.Response:
         node.replica.transfer_leadership(to)
     return respond({"accepted": True, "from": node.node_id, "to": to},
                    node.replica.applied_seq, status=202)
-
-
-@routes.get("/healthz")
-async def healthz(request: web.Request) -> web.Response:
-    node = node_of(request)
-    return respond({"status": "ok", "node": node.node_id}, node.replica.applied_seq)
-
-
-@routes.get("/readyz")
-async def readyz(request: web.Request) -> web.Response:
-    node = node_of(request)
-    leader = node.replica.leader_id()
-    if leader is None:
-        raise ApiError("unavailable", "no leader is known", {"node": node.node_id})
-    return respond({"status": "ready", "node": node.node_id, "leader": leader},
-                   node.replica.applied_seq)
