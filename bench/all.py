@@ -1,0 +1,102 @@
+"""Run every benchmark with its defaults, one after another, and print the README table.
+
+Each benchmark writes its figures to `--out` (default bench/results/, not committed) as
+JSON; the table lists, per DESIGN.md target, the measured median and the target.
+
+    python -m bench.all                        # about 10 minutes on 2 cores
+    python -m bench.all --only lifecycle,latency
+    python -m bench.all --table-only           # reprint the table from the last results
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHES = {
+    "lifecycle": ["bench.lifecycle"],
+    "lifecycle5": ["bench.lifecycle", "--nodes", "5"],
+    "latency": ["bench.latency"],
+    "lateness": ["bench.lateness"],
+    "failover": ["bench.failover"],
+    "scale": ["bench.scale"],
+    "celery": ["bench.peers.celery_redis"],
+}
+# (label, result file, figure key, field, target text)
+ROWS = [
+    ("lifecycles/s, 3 nodes", "lifecycle", "lifecycles_per_s_3_nodes", "median", ">= 10,000"),
+    ("lifecycles/s, 5 nodes", "lifecycle5", "lifecycles_per_s_5_nodes", "median", "-"),
+    ("submit ack p50", "latency", "submit_ack_p50_ms", "median", "<= 15 ms"),
+    ("submit ack p99", "latency", "submit_ack_p99_ms", "median", "<= 40 ms"),
+    ("lateness p99, Worker prefetch", "lateness", "lateness_ms_prefetch", "p99", "<= 5 ms"),
+    ("lateness p99, no prefetch", "lateness", "lateness_ms_no_prefetch", "p99", "<= 50 ms"),
+    ("leader kill -> first write", "failover", "failover_first_write_s", "median", "<= 3 s"),
+    ("leader kill -> first claim", "failover", "failover_first_claim_s", "median", "-"),
+    ("bytes per pending task (largest level)", "scale", "bytes_per_pending_task_at_*", "median",
+     "<= ~1,070 B (1M in 1 GiB)"),
+    ("claim p50 ratio largest/smallest level", "scale", "claim_p50_ratio_*", "median", "about 1"),
+    ("restart to first read", "scale", "restart_to_first_read_s_at_*", "median", "<= 15 s at 1M"),
+    ("Celery lifecycles/s (same run)", "celery", "celery_lifecycles_per_s", "median", "-"),
+    ("tsched/Celery lifecycles", "celery", "ratio_lifecycles_tsched_over_celery", "median", "-"),
+    ("Celery ETA lateness p99", "celery", "celery_lateness_ms", "p99", "-"),
+    ("tsched/Celery lateness p99", "celery", "ratio_lateness_p99_tsched_over_celery", "median", "<= 1"),
+]
+
+
+def _find(figures: dict, key: str) -> tuple[str, dict] | None:
+    if key.endswith("*"):
+        hits = sorted((k for k in figures if k.startswith(key[:-1])),
+                      key=lambda k: int(k.rsplit("_", 1)[1]) if k.rsplit("_", 1)[1].isdigit() else 0)
+        return (hits[-1], figures[hits[-1]]) if hits else None
+    return (key, figures[key]) if key in figures else None
+
+
+def table(out: Path) -> str:
+    lines = ["| figure | measured | target | run (UTC) | others' CPU (cores of 2) |",
+             "|---|---|---|---|---|"]
+    for label, name, key, field, target in ROWS:
+        path = out / f"{name}.json"
+        if not path.exists():
+            lines.append(f"| {label} | not run | {target} | | |")
+            continue
+        doc = json.loads(path.read_text())
+        found = _find(doc["figures"], key)
+        if not found:
+            lines.append(f"| {label} | missing | {target} | {doc['started']} | |")
+            continue
+        fkey, fig = found
+        value = fig.get(field)
+        shown = f"{value:,.2f} {fig['unit']}" if isinstance(value, (int, float)) else "n/a"
+        if fkey != key:
+            label = f"{label} ({fkey.rsplit('_', 1)[1]})"
+        lines.append(f"| {label} | {shown} | {target} | {doc['started']} | "
+                     f"{doc['usage']['others_cores']:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default=",".join(BENCHES))
+    p.add_argument("--out", default=str(REPO / "bench" / "results"))
+    p.add_argument("--table-only", action="store_true")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    failed = []
+    if not args.table_only:
+        for name in [n for n in args.only.split(",") if n]:
+            cmd = [sys.executable, "-m", *BENCHES[name], "--json", str(out / f"{name}.json")]
+            print(f"\n### {' '.join(cmd[1:])}", flush=True)
+            if subprocess.run(cmd, cwd=str(REPO)).returncode != 0:
+                failed.append(name)
+    print("\n" + table(out))
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
