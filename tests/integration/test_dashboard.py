@@ -32,9 +32,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--remote-debugging-address=127.0.0.1"]
 WIDTH, HEIGHT = 1280, 800
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH "
-                                 "(Debian: apt-get install chromium)")]
+pytestmark = pytest.mark.slow
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH "
+                                    "(Debian: apt-get install chromium)")
 
 
 async def until(what: str, check, timeout_s: float = 15.0, every_s: float = 0.05):
@@ -197,6 +197,7 @@ def seed(c: Cluster, leader: str) -> str:
     return dead_id
 
 
+@needs_chromium
 async def test_dashboard_shows_the_cluster_and_replays_a_dead_letter(tmp_path):
     shots = Path(os.environ.get("TSCHED_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
@@ -284,3 +285,63 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
         await until("the schedule's row", schedules_shown)
         await page.screenshot(shots / "dashboard-schedules.png")
     assert page.errors == [], page.errors
+
+
+# --- the other operations endpoints on the same kind of cluster (no browser needed) ----------
+
+def _samples(c: Cluster, node: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+    r = c.client.get(c.url(node) + "/metrics")
+    assert r.status_code == 200, r.text
+    out = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_metrics_and_readiness_on_a_real_cluster(tmp_path):
+    (tmp_path / "cluster").mkdir()
+    with Cluster(tmp_path / "cluster") as c:
+        c.start()
+        leader = c.wait_leader()
+        follower = c.followers(leader)[0]
+        for i in range(2):
+            s, b = c.call(follower, "POST", "/v1/tasks", {"task_type": "m", "tenant": "acme"})
+            assert s == 201, b
+        s, b = c.call(follower, "POST", "/v1/claims", {"worker_id": "w", "task_types": ["m"],
+                                                       "max_tasks": 2, "wait_s": 5, "lease_s": 1})
+        assert s == 200 and len(b["tasks"]) == 2, b
+        done = b["tasks"][0]
+        s, _ = c.call(follower, "POST", f"/v1/tasks/{done['task_id']}/complete",
+                      {"fencing_token": done["fencing_token"]})
+        assert s == 200
+        # The other lease runs out; the leader's timer ticks and every replica counts it.
+        deadline = time.monotonic() + 15
+        while True:
+            m = _samples(c, follower)
+            if m.get(("tsched_lease_expirations_total", ())) == 1:
+                break
+            assert time.monotonic() < deadline, {k: v for k, v in m.items() if "total" in k[0]}
+            time.sleep(0.1)
+        assert m[("tsched_claimed_tasks_total", ())] == 2
+        assert m[("tsched_completed_tasks_total", ())] == 1
+        assert m[("tsched_retried_tasks_total", ())] == 1
+        assert m[("tsched_scheduling_lateness_seconds_count", ())] == 2
+        assert m[("tsched_tenant_tasks", (("state", "pending"), ("tenant", "acme")))] == 1
+        assert m[("tsched_raft_is_leader", ())] == 0
+        assert _samples(c, leader)[("tsched_raft_is_leader", ())] == 1
+        for n in c.ids:
+            s, b = c.call(n, "GET", "/readyz")
+            assert s == 200 and b["leader"] == leader, (n, b)
+
+        # Without a majority the survivor is alive but not ready.
+        for n in c.followers(leader):
+            c.kill(n)
+        deadline = time.monotonic() + 15
+        while c.call(leader, "GET", "/readyz")[0] != 503:
+            assert time.monotonic() < deadline, "the leader stayed ready without a quorum"
+            time.sleep(0.1)
+        s, b = c.call(leader, "GET", "/readyz")
+        assert b["status"] == "not_ready" and "leader" in b["reason"], b
+        assert c.call(leader, "GET", "/healthz")[0] == 200
