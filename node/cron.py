@@ -15,8 +15,10 @@ schedule id so that many schedules written `H * * * *` spread over the hour.
 """
 from __future__ import annotations
 
+import copy
 import datetime as dt
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -40,6 +42,7 @@ MACROS = {
     "@annually": "0 0 1 1 *",
 }
 
+_EQUAL_RANGE = re.compile(r"^(\d+)-(\d+)(?:/\d+)?$")
 _EPOCH = dt.datetime(1970, 1, 1)
 _UTC = dt.timezone.utc
 # Look this far ahead for a fall-back transition whose repeated hour could precede a match.
@@ -61,6 +64,8 @@ class CronSpec:
     timezone: str
     zone: ZoneInfo
     hash_id: str
+    # Parsed once; each search runs on a shallow copy (croniter's parse is the costly part).
+    proto: croniter | None = field(default=None, compare=False, repr=False)
 
 
 def parse(expr: str, timezone: str = "UTC", hash_id: str = "") -> CronSpec:
@@ -79,17 +84,32 @@ def parse(expr: str, timezone: str = "UTC", hash_id: str = "") -> CronSpec:
     if len(parts) not in (5, 6):
         raise CronError(f"cron expression needs 5 fields (or 6 with seconds first), got {len(parts)}")
     has_seconds = len(parts) == 6
+    fields = " ".join(_single_value_ranges(part) for part in parts)
     hour = parts[2 if has_seconds else 1]
-    spec = CronSpec(expr=text, fields=fields, has_seconds=has_seconds,
-                    fixed_hour=("*" not in hour and "/" not in hour),
-                    timezone=timezone, zone=zone, hash_id=hash_id)
+    day_of_month, day_of_week = parts[-3], parts[-1]
+    # Vixie cron: the day fields are OR-ed only when neither starts with `*` (croniter alone
+    # treats `*/1` as a restriction and ORs it).
+    day_or = not (day_of_month.startswith("*") or day_of_week.startswith("*"))
     try:
-        _iterator(spec, _EPOCH)
+        proto = croniter(fields, _EPOCH, hash_id=hash_id.encode(), day_or=day_or,
+                         second_at_beginning=has_seconds)
     except (CroniterError, ValueError, KeyError, IndexError, TypeError) as exc:
         raise CronError(f"invalid cron expression {text!r}: {exc}") from None
+    spec = CronSpec(expr=text, fields=fields, has_seconds=has_seconds,
+                    fixed_hour=("*" not in hour and "/" not in hour),
+                    timezone=timezone, zone=zone, hash_id=hash_id, proto=proto)
     if next_fire_ms(spec, _REFERENCE_MS) is None:
         raise CronError(f"cron expression {text!r} never fires")
     return spec
+
+
+def _single_value_ranges(part: str) -> str:
+    """`a-a` (and `a-a/n`) -> `a`: croniter reads a range with equal ends as the whole range."""
+    out = []
+    for item in part.split(","):
+        m = _EQUAL_RANGE.match(item)
+        out.append(m.group(1) if m and int(m.group(1)) == int(m.group(2)) else item)
+    return ",".join(out)
 
 
 def load_zone(name: str) -> ZoneInfo:
@@ -188,8 +208,9 @@ def _upcoming_fold_wall_start(zone: ZoneInfo, after_s: int) -> dt.datetime | Non
 
 
 def _iterator(spec: CronSpec, start: dt.datetime) -> croniter:
-    return croniter(spec.fields, start, hash_id=spec.hash_id.encode(),
-                    second_at_beginning=spec.has_seconds)
+    it = copy.copy(spec.proto)
+    it.set_current(start, force=True)
+    return it
 
 
 def _wall(zone: ZoneInfo, epoch_s: int) -> dt.datetime:

@@ -201,3 +201,17 @@ def test_cron_error_is_a_value_error():
 def test_format_local_keeps_milliseconds_and_offset():
     zone = cron.load_zone("Europe/Berlin")
     assert cron.format_local(ms("2026-07-01T10:00:00.250Z"), zone) == "2026-07-01T12:00:00.250+02:00"
+
+
+def test_a_range_with_equal_ends_is_one_value():
+    # croniter alone reads `0-0` in the day-of-week field as every day.
+    assert local("0 0 * * 0-0", "UTC", "2026-01-01T00:00:00Z", 2) == [
+        "2026-01-04T00:00:00Z", "2026-01-11T00:00:00Z"]
+
+
+def test_day_fields_are_or_ed_only_when_neither_starts_with_a_star():
+    # Vixie cron semantics: `*/1` counts as unrestricted, so day 1 AND any weekday.
+    assert local("0 0 1 * */1", "UTC", "2026-01-02T00:00:00Z", 1) == ["2026-02-01T00:00:00Z"]
+    # Both restricted: the 13th OR any Friday.
+    assert local("0 0 13 * 5", "UTC", "2026-02-01T00:00:00Z", 3) == [
+        "2026-02-06T00:00:00Z", "2026-02-13T00:00:00Z", "2026-02-20T00:00:00Z"]
