@@ -38,17 +38,12 @@ def make_app(node: Node) -> web.Application:
 
 
 def _mount_optional(app: web.Application) -> None:
-    """Parts built separately: schedules, metrics, OpenAPI, dashboard, auth. Each module,
-    when present, exposes `routes` (and auth a `middleware`)."""
-    for name in ("api_schedules", "metrics", "openapi", "dashboard"):
+    """Parts built separately, mounted when present: schedules (`routes`); operations
+    (`api_ops.setup`: metrics, health, stats, OpenAPI, dashboard); auth (`middleware`)."""
+    for name in ("api_schedules",):
         module = _optional(name)
         if module is not None and hasattr(module, "routes"):
             app.router.add_routes(module.routes)
-    spec = _optional("openapi")
-    if spec is not None and not hasattr(spec, "routes") and hasattr(spec, "document_bytes"):
-        async def openapi_json(request: web.Request) -> web.Response:
-            return web.Response(body=spec.document_bytes(), content_type="application/json")
-        app.router.add_get("/v1/openapi.json", openapi_json)
     ops = _optional("api_ops")   # metrics, health, stats, dashboard (and its middleware)
     if ops is not None:
         ops.setup(app)

@@ -264,3 +264,21 @@ def test_all_nodes_converge_to_one_digest(cluster: Cluster):
             break
         assert time.monotonic() < deadline, status
         time.sleep(0.05)
+
+
+def test_early_dispatch_hands_out_within_the_prefetch_horizon(cluster: Cluster):
+    leader, f1, f2 = roles(cluster)
+    tt = unique("prefetch")
+    poll = Poll(cluster.url(f1), {"worker_id": "w", "task_types": [tt], "wait_s": 20,
+                                  "prefetch_ms": 500, "lease_s": 5})
+    poll.start()
+    wait_for_waiting_claim(cluster, leader)
+    t = ok(cluster.call(f2, "POST", "/v1/tasks", {"task_type": tt, "delay_s": 2}), 201)
+    poll.join(30)
+    (c,) = poll.answer["tasks"]
+    run_at_ms = ms(t["run_at"])
+    answered_wall_ms = time.time() * 1000 - (time.monotonic() - poll.answered_at) * 1000
+    print(f"prefetched claim answered {run_at_ms - answered_wall_ms:.0f} ms before run_at")
+    assert c["run_at"] == t["run_at"]
+    assert answered_wall_ms >= run_at_ms - 500          # never before the horizon
+    assert ms(c["lease_expires_at"]) >= run_at_ms + 5000  # the lease counts from run_at
