@@ -19,7 +19,7 @@ import orjson
 
 from tsched.statemachine import commands as c
 
-from .errors import ApiError
+from .errors import STATUS_BY_CODE, ApiError
 
 log = logging.getLogger("tsched.node.claims")
 
@@ -282,18 +282,21 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
             headers=_auth_headers(request))
     except ApiError:
         return None
-    data = orjson.loads(raw) if raw else {}
+    try:
+        data = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        return None   # not an answer of ours: treat the leader as unreachable
     if status == 200:
         tasks = data.get("tasks", [])
         if tasks and (request.transport is None or request.transport.is_closing()):
             await release(node, [(t["task_id"], t["fencing_token"]) for t in tasks])
             return [], node.replica.applied_seq
         return tasks, max(int(data.get("applied_seq") or 0), node.replica.applied_seq)
-    err = data.get("error") or {}
-    if status == 503:
+    err = data.get("error") if isinstance(data, dict) else None
+    if status >= 500 or not isinstance(err, dict) or err.get("code") not in STATUS_BY_CODE:
         return None
-    raise ApiError(err.get("code", "unavailable"), err.get("message", "the leader refused"),
-                   err.get("details") or {})
+    raise ApiError(err["code"], str(err.get("message") or "the leader refused"),
+                   err.get("details") if isinstance(err.get("details"), dict) else {})
 
 
 def _auth_headers(request) -> dict[str, str]:
