@@ -6,7 +6,7 @@ import aiohttp
 from .errors import ApiError
 
 FORWARDED_HEADER = "X-Tsched-Forwarded"
-CONNECTIONS_MAX = 256
+CONNECTIONS_MAX = 4096   # each forwarded long poll holds one connection for its wait
 
 
 class Forwarder:
