@@ -86,15 +86,18 @@ async def json_body(request: web.Request) -> Any:
 
 def respond(body: dict, seq: int, status: int = 200) -> web.Response:
     body["applied_seq"] = seq
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
+                        headers={"X-Applied-Seq": str(seq)})
 
 
 def error_response(err: ApiError, seq: int | None) -> web.Response:
     body = err.body()
+    headers = {}
     if seq is not None:
         body["applied_seq"] = seq
+        headers["X-Applied-Seq"] = str(seq)
     return web.Response(body=orjson.dumps(body), status=err.status,
-                        content_type="application/json")
+                        content_type="application/json", headers=headers)
 
 
 # --- writes --------------------------------------------------------------------------------

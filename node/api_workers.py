@@ -67,6 +67,21 @@ routes.post("/v1/tasks/{task_id}/complete")(_single_completion(False))
 routes.post("/v1/tasks/{task_id}/fail")(_single_completion(True))
 
 
+@routes.post("/v1/tasks/{task_id}/release")
+async def release(request: web.Request) -> web.Response:
+    """Give a claimed task back unrun, without using up a retry (a stopping worker)."""
+    node = node_of(request)
+    validate.query(request.query, ())
+    f = validate.Fields(await json_body(request) or {})
+    token = validate.fencing_token(f.get("fencing_token"))
+    f.done()
+    cmd = c.Release(request_id=request_id(request), now_ms=node.clock.now_ms(),
+                    task_id=validate.task_id(request.match_info["task_id"]),
+                    fencing_token=token, tenant=tenant_scope(request))
+    task, seq = await propose_one(node, cmd)
+    return respond(task, seq)
+
+
 @routes.post("/v1/completions")
 async def completions(request: web.Request) -> web.Response:
     node = node_of(request)

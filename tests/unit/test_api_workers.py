@@ -202,3 +202,29 @@ async def test_a_claim_committed_for_a_gone_waiter_is_released(api: Api, tt):
     (again,) = await api.claim([tt])
     assert again["task_id"] == t["task_id"] and again["worker_id"] == "w1"
     waiting.cancel()
+
+
+async def test_release_gives_a_task_back_without_using_a_retry(api: Api, tt):
+    t = await api.submit(task_type=tt, max_retries=0)
+    (c,) = await api.claim([tt])
+    status, body = await api.call("POST", f"/v1/tasks/{t['task_id']}/release",
+                                  {"fencing_token": c["fencing_token"] + 1})
+    assert_error(status, body, 409, "stale_token")
+    status, body = await api.call("POST", f"/v1/tasks/{t['task_id']}/release", {})
+    assert_error(status, body, 400, "invalid_argument")
+    status, back = await api.call("POST", f"/v1/tasks/{t['task_id']}/release",
+                                  {"fencing_token": c["fencing_token"]})
+    assert status == 200 and back["state"] == "pending"
+    assert back["attempts"][-1]["outcome"] == "released"
+    (again,) = await api.claim([tt])         # max_retries 0, yet claimable again
+    assert again["task_id"] == t["task_id"]
+    assert again["fencing_token"] > c["fencing_token"]
+
+
+async def test_answers_carry_applied_seq_in_body_and_header(api: Api, tt):
+    resp = await api.client.post("/v1/tasks", json={"task_type": tt})
+    body = await resp.json()
+    assert int(resp.headers["X-Applied-Seq"]) == body["applied_seq"] >= 1
+    resp = await api.client.get("/v1/tasks/nope")
+    body = await resp.json()
+    assert resp.status == 404 and int(resp.headers["X-Applied-Seq"]) == body["applied_seq"]
