@@ -243,9 +243,24 @@ def test_scrape_has_every_family_with_queue_and_raft_values(replica, metrics):
 
 def test_every_app_has_its_own_registry(replica):
     a, b = NodeMetrics(), NodeMetrics()
-    a.claimed.inc()
+    a.events.claimed += 1
+    a.lateness.observe(0.3)
     assert a.registry is not b.registry
-    assert b.claimed._value.get() == 0
+    assert value(scrape(a), "tsched_claimed_tasks_total") == 1
+    assert value(scrape(b), "tsched_claimed_tasks_total") == 0
+    assert value(scrape(b), "tsched_scheduling_lateness_seconds_count") == 0
+
+
+def test_bucket_histogram_uses_le_bounds():
+    m = NodeMetrics()
+    for v in (0.0, 0.001, 0.0011, 2000.0):
+        m.lateness.observe(v)
+    s = scrape(m)
+    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="0.001") == 2
+    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="0.0025") == 3
+    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="1800.0") == 3
+    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="+Inf") == 4
+    assert value(s, "tsched_scheduling_lateness_seconds_sum") == pytest.approx(2000.0021)
 
 
 # --- the routes -------------------------------------------------------------------------------
