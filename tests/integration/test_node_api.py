@@ -282,3 +282,27 @@ def test_early_dispatch_hands_out_within_the_prefetch_horizon(cluster: Cluster):
     assert c["run_at"] == t["run_at"]
     assert answered_wall_ms >= run_at_ms - 500          # never before the horizon
     assert ms(c["lease_expires_at"]) >= run_at_ms + 5000  # the lease counts from run_at
+
+
+def test_the_leaders_timer_fires_a_schedule_on_time(cluster: Cluster):
+    """The timer sleeps until the schedule's next fire and proposes it (no polling)."""
+    leader, f1, f2 = roles(cluster)
+    sid, tt = unique("every-second"), unique("cron")
+    status, body = cluster.call(f1, "PUT", f"/v1/schedules/{sid}", {
+        "cron": "* * * * * *", "timezone": "UTC", "task": {"task_type": tt}})
+    if status == 404 and body["error"]["message"] == "Not Found":
+        pytest.skip("schedule endpoints are not mounted")
+    assert status == 200, body
+    tasks = []
+    deadline = time.monotonic() + 10
+    while len(tasks) < 2:
+        assert time.monotonic() < deadline, tasks
+        tasks = ok(cluster.call(f2, "GET", f"/v1/tasks?schedule_id={sid}"))["tasks"]
+        time.sleep(0.05)
+    fires = sorted(ms(t["run_at"]) for t in tasks)
+    assert all(f % 1000 == 0 for f in fires)                 # on the second
+    created = {ms(t["run_at"]): ms(t["created_at"]) for t in tasks}
+    lateness = [created[f] - f for f in fires]
+    print(f"schedule fire lateness (created_at - fire time): {lateness} ms")
+    assert all(0 <= late <= 1000 for late in lateness), lateness
+    ok(cluster.call(f1, "DELETE", f"/v1/schedules/{sid}"))
