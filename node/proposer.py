@@ -25,13 +25,23 @@ class ProposalError(Exception):
 
 
 class _Call:
-    """One `propose()` call: its failure signal, shared by the batches it rode in."""
+    """One `propose()` call: its failure signal (a future per attempt), shared by the
+    batches it rode in."""
 
     __slots__ = ("failed", "reason")
 
-    def __init__(self) -> None:
-        self.failed = asyncio.Event()
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.failed: asyncio.Future = loop.create_future()
         self.reason: str | None = None
+
+    def rearm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.failed.done():
+            self.failed = loop.create_future()
+
+    def fail(self, reason: str) -> None:
+        self.reason = reason
+        if not self.failed.done():
+            self.failed.set_result(reason)
 
 
 class Proposer:
@@ -72,7 +82,7 @@ class Proposer:
         return [fut.result()[0] for fut in futures], seq
 
     async def _drive(self, cmds, futures, deadline: float) -> int:
-        call = _Call()
+        call = _Call(self._loop)
         leader_seen = False
         while True:
             pending = [c for c, f in zip(cmds, futures) if not f.done()]
@@ -86,30 +96,25 @@ class Proposer:
                 await self._wait(futures, call, min(remaining, self._leader_poll_s))
                 continue
             leader_seen = True
-            call.failed.clear()
+            call.rearm(self._loop)
             self._enqueue(pending, call)
             await self._wait(futures, call, min(remaining, self._repropose_after_s))
-            if call.failed.is_set():
+            if call.failed.done():
                 await self._wait(futures, None, min(self._retry_backoff_s,
                                                     max(0.0, deadline - self._loop.time())))
 
     async def _wait(self, futures, call: _Call | None, timeout_s: float) -> None:
         """Until every future is done, the call failed, or the timeout (whichever first).
-        (asyncio.wait never cancels what it waits on, unlike gather.)"""
+        (asyncio.wait never cancels what it waits on, unlike gather or wait_for.)"""
         end = self._loop.time() + timeout_s
-        failed = asyncio.ensure_future(call.failed.wait()) if call is not None else None
-        try:
-            while True:
-                waits = {f for f in futures if not f.done()}
-                remaining = end - self._loop.time()
-                if not waits or remaining <= 0 or (failed is not None and failed.done()):
-                    return
-                if failed is not None:
-                    waits.add(failed)
-                await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if failed is not None:
-                failed.cancel()
+        while True:
+            waits = [f for f in futures if not f.done()]
+            remaining = end - self._loop.time()
+            if not waits or remaining <= 0 or (call is not None and call.failed.done()):
+                return
+            if call is not None:
+                waits.append(call.failed)
+            await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
 
     def _wait_for(self, request_id: str) -> asyncio.Future:
         fut = self._loop.create_future()
@@ -155,8 +160,7 @@ class Proposer:
 
     def _on_failure(self, calls, reason: str) -> None:
         for call in calls:
-            call.reason = reason
-            call.failed.set()
+            call.fail(reason)
 
     # --- the Raft thread -----------------------------------------------------------------
 
