@@ -451,6 +451,11 @@ class Replica:
     def commit_index(self) -> int:
         return self._view.commit_index
 
+    @property
+    def raft_applied_index(self) -> int:
+        """The Raft log index last applied (sampled each tick), to compare with commit_index."""
+        return self._view.last_applied
+
     def digest(self) -> str:
         with self._lock:
             return self._sm.digest()
