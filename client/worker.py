@@ -33,15 +33,32 @@ log = logging.getLogger("tsched.worker")
 BATCH_ITEMS_MAX = 100        # completions per request
 CLAIM_WAIT_S_MAX = 20.0      # long-poll length
 CLAIM_TASKS_MAX = 100        # the API's bound on one claim
+THREAD_WAKE_EARLY_S = 0.005  # sync handlers: the last few ms before run_at are slept in the thread
+CLAIM_AHEAD_FACTOR = 3       # default claim_ahead per thread of concurrency
+CLAIMS_IN_FLIGHT_MAX = 2     # open claims per worker: enough to hide one round trip
 ERROR_PAUSE_S = 1.0          # after a refused claim (bad token, limits), before trying again
 UNSERVABLE_CODES = frozenset({"too_large", "invalid_argument"})   # a result the cluster refuses
+
+
+def _in_thread(handler: Callable, payload: Any, job: Job) -> Any:
+    """Runs on a pool thread: a task given back while it queued is not started. The loop
+    hands the task over up to THREAD_WAKE_EARLY_S before run_at; a thread's sleep is finer
+    than the event loop's timer (which wakes up to a millisecond or more late)."""
+    job.started = True
+    if job.lost:
+        raise RuntimeError("given back before it started")
+    left_s = job.delay_s()
+    if left_s > 0:
+        time.sleep(left_s)
+    return handler(payload, job.ctx)
 
 
 class Worker:
     def __init__(self, urls: Any, handlers: dict[str, Callable], concurrency: int = 4,
                  lease_s: float = 30, prefetch_ms: int = 250, token: str | None = None,
                  worker_id: str | None = None, grace_s: float = 30.0,
-                 wait_s: float = CLAIM_WAIT_S_MAX, timeout_s: float = 30.0) -> None:
+                 wait_s: float = CLAIM_WAIT_S_MAX, timeout_s: float = 30.0,
+                 claim_ahead: int | None = None) -> None:
         if not handlers:
             raise ValueError("handlers: at least one task type is needed")
         if concurrency < 1:
@@ -52,6 +69,12 @@ class Worker:
         self.handlers = dict(handlers)
         self.concurrency, self.lease_s, self.prefetch_ms = concurrency, lease_s, prefetch_ms
         self.grace_s, self.wait_s = grace_s, min(wait_s, CLAIM_WAIT_S_MAX)
+        # Tasks held beyond those running, so a claim round trip never leaves a thread idle
+        # (like Celery's prefetch multiplier of 4: at most 4 x concurrency held in all).
+        self.claim_ahead = CLAIM_AHEAD_FACTOR * concurrency if claim_ahead is None else claim_ahead
+        if self.claim_ahead < 0:
+            raise ValueError("claim_ahead must be >= 0")
+        self._held = 0   # claimed tasks whose handler has not returned yet
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = threading.Event()
@@ -76,6 +99,7 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         self._slot_free = asyncio.Event()
+        self._async_slots = asyncio.Semaphore(self.concurrency)
         self._outbox: list[tuple[dict, asyncio.Future]] = []
         self._outbox_ready = asyncio.Event()
         self._install_signals()
@@ -122,26 +146,44 @@ class Worker:
 
     # --- claiming --------------------------------------------------------------------
     async def _claim_loop(self) -> None:
-        types = sorted(self.handlers)
-        while not self._stopping.is_set():
-            free = self.concurrency - len(self._jobs)
-            if free <= 0:
-                self._slot_free.clear()
-                await self._slot_free.wait()
-                continue
-            try:
-                tasks = await self._client.claim(
-                    self.worker_id, types, max_tasks=min(free, CLAIM_TASKS_MAX),
-                    wait_s=self.wait_s, lease_s=self.lease_s, prefetch_ms=self.prefetch_ms)
-            except Unavailable as exc:
-                log.warning("claim: %s", exc)
-                continue   # the client already backed off for its whole deadline
-            except ApiError as exc:
-                log.error("claim refused: %s", exc)
-                await self._pause(ERROR_PAUSE_S)
-                continue
-            for task in tasks or []:
-                self._start(task)
+        """Keeps up to CLAIMS_IN_FLIGHT_MAX claims open for the free slots, so a claim round
+        trip overlaps the handlers' work instead of following it."""
+        inflight: set[asyncio.Task] = set()
+        self._reserved = 0   # slots promised to claims in flight
+        try:
+            while not self._stopping.is_set():
+                free = self.concurrency + self.claim_ahead - self._held - self._reserved
+                if free <= 0 or len(inflight) >= CLAIMS_IN_FLIGHT_MAX:
+                    self._slot_free.clear()
+                    await self._slot_free.wait()
+                    continue
+                want = min(free, CLAIM_TASKS_MAX)
+                self._reserved += want
+                claim = asyncio.create_task(self._claim_once(want))
+                inflight.add(claim)
+                claim.add_done_callback(inflight.discard)
+        finally:
+            for claim in inflight:
+                claim.cancel()
+            await asyncio.gather(*inflight, return_exceptions=True)
+
+    async def _claim_once(self, want: int) -> None:
+        try:
+            tasks = await self._client.claim(
+                self.worker_id, sorted(self.handlers), max_tasks=want, wait_s=self.wait_s,
+                lease_s=self.lease_s, prefetch_ms=self.prefetch_ms)
+        except Unavailable as exc:
+            log.warning("claim: %s", exc)   # the client already backed off for its deadline
+            tasks = []
+        except ApiError as exc:
+            log.error("claim refused: %s", exc)
+            await self._pause(ERROR_PAUSE_S)
+            tasks = []
+        finally:
+            self._reserved -= want
+            self._slot_free.set()
+        for task in tasks or []:
+            self._start(task)
 
     async def _pause(self, seconds: float) -> None:
         """Wait `seconds` unless the worker is asked to stop first."""
@@ -152,22 +194,32 @@ class Worker:
 
     def _start(self, task: dict) -> None:
         job = Job(task, self.lease_s)
+        self._held += 1
         runner = asyncio.create_task(self._run_job(job))
         self._jobs[job.ctx.task_id] = (job, runner)
 
     # --- running ---------------------------------------------------------------------
     async def _run_job(self, job: Job) -> None:
         try:
-            delay = job.delay_s()
-            if delay > 0:
-                await asyncio.sleep(delay)   # early dispatch: start at run_at by our clock
-            job.started = True
-            outcome = await self._call_handler(job)
+            try:
+                await self._until_run_at(job)
+                outcome = await self._call_handler(job)
+            finally:
+                self._held -= 1   # the slot frees as the handler returns, before the report
+                self._slot_free.set()
             if not job.lost:
                 await self._report(job, outcome)
         finally:
             self._jobs.pop(job.ctx.task_id, None)
-            self._slot_free.set()
+
+    async def _until_run_at(self, job: Job) -> None:
+        """Early dispatch: the handler starts at run_at by the local clock. Sync handlers
+        are handed to their thread a little early and sleep the rest there."""
+        handler = self.handlers.get(job.ctx.task_type)
+        early_s = 0.0 if inspect.iscoroutinefunction(handler) else THREAD_WAKE_EARLY_S
+        delay_s = job.delay_s() - early_s
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
 
     async def _call_handler(self, job: Job) -> dict:
         handler = self.handlers.get(job.ctx.task_type)
@@ -176,9 +228,12 @@ class Worker:
         payload = job.task.get("payload")
         try:
             if inspect.iscoroutinefunction(handler):
-                result = await handler(payload, job.ctx)
+                async with self._async_slots:
+                    job.started = True
+                    result = await handler(payload, job.ctx)
             else:
-                result = await self._loop.run_in_executor(self._pool, handler, payload, job.ctx)
+                result = await self._loop.run_in_executor(self._pool, _in_thread, handler,
+                                                          payload, job)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:   # noqa: BLE001 - every handler failure is reported

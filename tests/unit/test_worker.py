@@ -257,16 +257,17 @@ def test_stop_releases_what_outlives_the_grace_period(release):
 
 
 def test_stop_lets_running_handlers_finish_within_grace(fake):
-    gate = threading.Event()
+    gate, began = threading.Event(), threading.Event()
 
     def handler(payload, ctx):
+        began.set()
         gate.wait(DEADLINE_S)
         return "finished"
     fake.add("a")
     w = make(fake, {"t": handler}, grace_s=DEADLINE_S)
     t = threading.Thread(target=w.run, daemon=True)
     t.start()
-    wait_for(lambda: fake.tasks["a"]["state"] == "running", "the claim")
+    assert began.wait(DEADLINE_S)   # started: stopping now must let it finish
     w.stop()
     gate.set()
     t.join(DEADLINE_S)
