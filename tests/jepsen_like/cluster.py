@@ -30,12 +30,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGES = ("statemachine", "node", "client")
+
+
+def snapshot_code(out_dir: str) -> str:
+    """Copy the node's source into DIR/code/tsched and return the folder for PYTHONPATH.
+
+    Nodes restarted mid-run must run the code the run started with: a source edit landing
+    between a node's first start and its restart would otherwise replay the same log
+    through other rules and look like lost or rewritten history."""
+    root = os.path.join(out_dir, "code")
+    pkg = os.path.join(root, "tsched")
+    os.makedirs(pkg, exist_ok=True)
+    with open(os.path.join(pkg, "__init__.py"), "w", encoding="utf-8") as f:
+        f.write('"""A frozen copy of tsched for one harness run."""\n')
+    for name in PACKAGES:
+        shutil.copytree(os.path.join(REPO_ROOT, name), os.path.join(pkg, name),
+                        ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    return root
+
+
 def tsnode_command() -> list[str]:
-    exe = os.path.join(os.path.dirname(sys.executable), "tsnode")
-    if os.path.exists(exe):
-        return [exe]
-    found = shutil.which("tsnode")
-    return [found] if found else [sys.executable, "-m", "tsched.node.main"]
+    return [sys.executable, "-m", "tsched.node.main"]
 
 
 @dataclass
@@ -66,6 +83,7 @@ class Cluster:
         self.direct_urls: dict[str, str] = {}     # node id -> http://host:port (checker)
         self.failpoints = tuple(failpoints)
         self.config_path = os.path.join(self.out_dir, "cluster.toml")
+        self.code_path = snapshot_code(self.out_dir)
         self._layout()
 
     # --- layout -------------------------------------------------------------------------
@@ -89,7 +107,9 @@ class Cluster:
             self.client_urls[nid] = f"http://{listen}"
             self.direct_urls[nid] = f"http://{node.http}"
             self.set_clock_offset(nid, 0)
-            node.env = {"TSCHED_RAFT_DIAL": ",".join(dial[nid]),
+            node.env = {"PYTHONPATH": os.pathsep.join(
+                            filter(None, [self.code_path, os.environ.get("PYTHONPATH")])),
+                        "TSCHED_RAFT_DIAL": ",".join(dial[nid]),
                         "TSCHED_CLOCK_OFFSET_FILE": node.clock_file,
                         "TSCHED_FAILPOINTS": ",".join(self.failpoints)}
         self._write_config()

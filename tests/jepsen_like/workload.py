@@ -87,8 +87,8 @@ def _claim_view(data: dict) -> dict:
 
 
 class Workload:
-    def __init__(self, api: Api, rng: random.Random, nodes: list[str], *, producers: int = 2,
-                 workers: int = 6, submit_interval_s: float = 0.4) -> None:
+    def __init__(self, api: Api, rng: random.Random, nodes: list[str], *, producers: int = 4,
+                 workers: int = 6, submit_interval_s: float = 0.8) -> None:
         self.api = api
         self.rng = rng
         self.nodes = nodes
