@@ -1,7 +1,10 @@
 """The worker runtime: claim, run handlers, heartbeat, report.
 
 One asyncio loop does all the talking (long-poll claims, batched heartbeats, batched
-completions); sync handlers run in a thread pool, async handlers on the loop.
+completions); sync handlers run in a thread pool, async handlers on the loop. The worker
+holds up to `concurrency + claim_ahead` tasks (default 4 x concurrency, like Celery's
+prefetch) so that a claim's round trip overlaps running handlers; give short tasks a
+larger `claim_ahead`, long ones a smaller one so that other workers can take them.
 
 Stopping (`stop()`, SIGTERM or SIGINT): the worker stops claiming, gives back at once the
 tasks whose handlers have not started yet (early-dispatched ones waiting for `run_at`),
@@ -25,15 +28,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ._jobs import LEASE_LOST_CODES, Job, error_code_of, outcome_of
+from ._outbox import Outbox
 from .client import AsyncClient
 from .errors import ApiError, Unavailable
 
 log = logging.getLogger("tsched.worker")
 
-BATCH_ITEMS_MAX = 100        # completions per request
 CLAIM_WAIT_S_MAX = 20.0      # long-poll length
 CLAIM_TASKS_MAX = 100        # the API's bound on one claim
-THREAD_WAKE_EARLY_S = 0.005  # sync handlers: the last few ms before run_at are slept in the thread
+THREAD_WAKE_EARLY_S = 0.005  # sync handlers sleep the last few ms before run_at in the thread
 CLAIM_AHEAD_FACTOR = 3       # default claim_ahead per thread of concurrency
 CLAIMS_IN_FLIGHT_MAX = 2     # open claims per worker: enough to hide one round trip
 ERROR_PAUSE_S = 1.0          # after a refused claim (bad token, limits), before trying again
@@ -51,6 +54,10 @@ def _in_thread(handler: Callable, payload: Any, job: Job) -> Any:
     if left_s > 0:
         time.sleep(left_s)
     return handler(payload, job.ctx)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 class Worker:
@@ -71,11 +78,12 @@ class Worker:
         self.grace_s, self.wait_s = grace_s, min(wait_s, CLAIM_WAIT_S_MAX)
         # Tasks held beyond those running, so a claim round trip never leaves a thread idle
         # (like Celery's prefetch multiplier of 4: at most 4 x concurrency held in all).
-        self.claim_ahead = CLAIM_AHEAD_FACTOR * concurrency if claim_ahead is None else claim_ahead
+        self.claim_ahead = CLAIM_AHEAD_FACTOR * concurrency if claim_ahead is None \
+            else claim_ahead
         if self.claim_ahead < 0:
             raise ValueError("claim_ahead must be >= 0")
         self._held = 0   # claimed tasks whose handler has not returned yet
-        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.worker_id = worker_id or default_worker_id()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = threading.Event()
         self._jobs: dict[str, tuple[Job, asyncio.Task]] = {}
@@ -100,15 +108,14 @@ class Worker:
         self._stopping = asyncio.Event()
         self._slot_free = asyncio.Event()
         self._async_slots = asyncio.Semaphore(self.concurrency)
-        self._outbox: list[tuple[dict, asyncio.Future]] = []
-        self._outbox_ready = asyncio.Event()
         self._install_signals()
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tsched-handler")
         self._client = AsyncClient(self.urls, token=self.token, timeout_s=self.timeout_s)
+        self._outbox = Outbox(self._client, give_up_s=self.lease_s)
         if self._stop_requested.is_set():
             self._stopping.set()
         helpers = [asyncio.create_task(self._heartbeat_loop()),
-                   asyncio.create_task(self._flush_loop())]
+                   asyncio.create_task(self._outbox.run())]
         claimer = asyncio.create_task(self._claim_loop())
         try:
             await self._stopping.wait()
@@ -277,10 +284,7 @@ class Worker:
     # --- reporting -------------------------------------------------------------------
     async def _report(self, job: Job, outcome: dict) -> None:
         item = {"task_id": job.ctx.task_id, "fencing_token": job.ctx.fencing_token, **outcome}
-        fut = self._loop.create_future()
-        self._outbox.append((item, fut))
-        self._outbox_ready.set()
-        code = await fut
+        code = await self._outbox.send(item)
         job.reported = True
         if code in UNSERVABLE_CODES and "result" in outcome:
             await self._report(job, {"error": f"result refused by the cluster: {code}",
@@ -288,60 +292,27 @@ class Worker:
         elif code is not None and code not in LEASE_LOST_CODES:
             log.warning("task %s: report refused: %s", job.ctx.task_id, code)
 
-    async def _flush_loop(self) -> None:
-        while True:
-            await self._outbox_ready.wait()
-            self._outbox_ready.clear()
-            while self._outbox:
-                batch = self._outbox[:BATCH_ITEMS_MAX]
-                del self._outbox[:BATCH_ITEMS_MAX]
-                codes = await self._send_batch([item for item, _ in batch])
-                for (_, fut), code in zip(batch, codes):
-                    if not fut.done():
-                        fut.set_result(code)
-
-    async def _send_batch(self, items: list[dict]) -> list[str | None]:
-        """Error code (None: accepted) per item. Repeats an unanswered batch with the same
-        idempotency key until the leases it reports on have surely expired."""
-        key = uuid.uuid4().hex
-        give_up_at = time.monotonic() + self.lease_s
-        while True:
-            try:
-                answers = await self._client.completions(items, key=key)
-                codes = [error_code_of(a) for a in answers]
-                return codes + ["no_answer"] * (len(items) - len(codes))
-            except Unavailable as exc:
-                if time.monotonic() > give_up_at:
-                    log.error("completions lost after the lease: %s", exc)
-                    return ["unavailable"] * len(items)
-            except ApiError as exc:
-                if len(items) == 1:
-                    return [exc.code]
-                # one bad item (too large...) refuses the batch: report them one by one
-                return [code for one in items for code in await self._send_batch([one])]
-
     # --- stopping --------------------------------------------------------------------
     async def _drain(self) -> None:
         """Give back unstarted tasks, let running ones finish within grace, release the rest."""
-        for job, runner in list(self._jobs.values()):
-            if not job.started:
-                runner.cancel()
-                await self._give_back(job)
+        unstarted = [(job, runner) for job, runner in self._jobs.values() if not job.started]
+        for job, runner in unstarted:
+            job.lose()
+            runner.cancel()
+        await asyncio.gather(*(self._give_back(job) for job, _ in unstarted))
         runners = [runner for _, runner in self._jobs.values()]
         if runners:
             await asyncio.wait(runners, timeout=self.grace_s)
-        for job, runner in list(self._jobs.values()):
-            if job.reported:
-                continue
+        overdue = [(job, runner) for job, runner in self._jobs.values() if not job.reported]
+        for job, runner in overdue:
             job.lose()
             runner.cancel()
-            await self._give_back(job)
+        await asyncio.gather(*(self._give_back(job) for job, _ in overdue))
         leftovers = [runner for _, runner in self._jobs.values()]
         if leftovers:
             await asyncio.wait(leftovers, timeout=1.0)
 
     async def _give_back(self, job: Job) -> None:
-        job.lose()
         token = job.ctx.fencing_token
         try:
             await self._client.release(job.ctx.task_id, token)
