@@ -24,6 +24,10 @@ from .errors import STATUS_BY_CODE, ApiError
 log = logging.getLogger("tsched.node.claims")
 
 WAITERS_MAX = 10_000
+# Waiters of one kind (task types, tenant, prefetch) dispatched per round: starts at one and
+# doubles while every Claim comes back full, so one submit does not wake a whole herd of
+# idle workers into empty Claims, while a backlog still gets drained by many at once.
+FANOUT_MAX = 256
 LEADER_WAIT_S = 0.1        # pause before asking again who leads, while there is no leader
 FORWARD_MARGIN_S = 5.0     # a forwarded wait's HTTP timeout beyond its wait_s
 
@@ -66,6 +70,7 @@ class ClaimHub:
         self._ids = itertools.count(1)
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._fanout: dict[tuple, int] = {}
         self.stats = _Stats()
 
     # -- lifecycle --
@@ -99,8 +104,7 @@ class ClaimHub:
 
     def due_groups(self) -> list[tuple[tuple[str, ...], str | None, int]]:
         """(task_types, tenant, prefetch_ms) of the idle waiters, for the timer."""
-        groups = {(w.params["task_types"], w.tenant, w.params["prefetch_ms"])
-                  for w in self._waiters.values() if not w.busy}
+        groups = {_kind(w) for w in self._waiters.values() if not w.busy}
         return sorted(groups, key=lambda g: (g[0], g[1] or "", g[2]))
 
     # -- a waiting request --
@@ -112,10 +116,10 @@ class ClaimHub:
         loop = asyncio.get_running_loop()
         w = Waiter(params, tenant, is_gone, loop.create_future(), id=next(self._ids))
         self._waiters[w.id] = w
-        await self._dispatch([w])   # claimable now: a Claim is on its way even if wait_s is 0
-        if self.node.timer is not None:  # its task types may fall due later: re-arm
-            self.node.timer.state_changed()
         try:
+            await self._dispatch([w])  # claimable now: a Claim is on its way even if wait_s is 0
+            if self.node.timer is not None:  # its task types may fall due later: re-arm
+                self.node.timer.state_changed()
             return await asyncio.wait_for(asyncio.shield(w.future), params["wait_s"])
         except asyncio.TimeoutError:
             if w.busy:  # its Claim is committing: the answer follows shortly
@@ -139,14 +143,26 @@ class ClaimHub:
                 log.exception("event=claim_dispatch_failed")
 
     def _ready(self, candidates) -> list[Waiter]:
-        now = self.node.clock.now_ms()
-        idle = [w for w in candidates if not w.busy and not w.blocked and not w.future.done()]
-        if not idle:
+        """Idle waiters with claimable work, at most the kind's fan-out of each kind."""
+        kinds: dict[tuple, list[Waiter]] = {}
+        for w in candidates:
+            if not w.busy and not w.blocked and not w.future.done():
+                kinds.setdefault(_kind(w), []).append(w)
+        if not kinds:
             return []
+        in_flight: dict[tuple, int] = {}    # Claims of a kind not yet answered count too
+        for w in self._waiters.values():
+            if w.busy:
+                in_flight[_kind(w)] = in_flight.get(_kind(w), 0) + 1
+        now = self.node.clock.now_ms()
+        ready = []
         with self.node.replica.read() as sm:
-            return [w for w in idle
-                    if sm.has_claimable(w.params["task_types"], w.tenant,
-                                        w.params["prefetch_ms"], now)]
+            for kind, waiters in kinds.items():
+                types, tenant, prefetch_ms = kind
+                room = self._fanout.get(kind, 1) - in_flight.get(kind, 0)
+                if room > 0 and sm.has_claimable(types, tenant, prefetch_ms, now):
+                    ready += waiters[:room]
+        return ready
 
     async def _dispatch(self, candidates: list[Waiter] | None = None) -> None:
         """Propose Claims for the ready waiters; never awaits, so it runs atomically."""
@@ -187,10 +203,30 @@ class ClaimHub:
                 self._waiters.pop(w.id, None)
             elif not isinstance(answer, ApiError):
                 w.blocked = True   # has_claimable said yes, the Claim found nothing
+        self._adapt_fanout(ready, answers)
         if releases:
             await release(self.node, releases)
         # Claims may have left work behind (max_tasks reached, other waiters).
         self.wake(new_work=False)
+
+
+    def _adapt_fanout(self, ready: list[Waiter], answers: list) -> None:
+        tally: dict[tuple, list[int]] = {}     # kind -> [dispatched, full, got any]
+        for w, answer in zip(ready, answers):
+            got = len(answer) if isinstance(answer, list) else 0
+            t = tally.setdefault(_kind(w), [0, 0, 0])
+            t[0] += 1
+            t[1] += got >= w.params["max_tasks"]
+            t[2] += got > 0
+        for kind, (sent, full, some) in tally.items():
+            self._fanout[kind] = min(FANOUT_MAX, 2 * sent) if full == sent else max(1, some)
+        if len(self._fanout) > WAITERS_MAX:   # forget kinds nobody waits for
+            live = {_kind(w) for w in self._waiters.values()}
+            self._fanout = {k: v for k, v in self._fanout.items() if k in live}
+
+
+def _kind(w: Waiter) -> tuple:
+    return (w.params["task_types"], w.tenant, w.params["prefetch_ms"])
 
 
 def _new_id() -> str:

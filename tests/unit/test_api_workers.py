@@ -228,3 +228,27 @@ async def test_answers_carry_applied_seq_in_body_and_header(api: Api, tt):
     resp = await api.client.get("/v1/tasks/nope")
     body = await resp.json()
     assert resp.status == 404 and int(resp.headers["X-Applied-Seq"]) == body["applied_seq"]
+
+
+async def test_one_submit_wakes_one_of_many_idle_waiters(api: Api, tt):
+    hub = api.node.claims
+    params = {"worker_id": "herd", "task_types": (tt,), "max_tasks": 1, "wait_s": 5,
+              "lease_ms": 30_000, "prefetch_ms": 0}
+    waits = [asyncio.ensure_future(hub.wait(params, None, lambda: False)) for _ in range(5)]
+    await asyncio.sleep(0)        # all five register (nothing is claimable yet)
+    proposed = hub.stats.proposed
+    await api.submit(task_type=tt)
+    done, pending = await asyncio.wait(waits, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+    assert len(done) == 1 and len(done.pop().result()[0]) == 1
+    assert hub.stats.proposed - proposed == 1     # not one Claim per idle waiter
+    for w in pending:
+        w.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def test_a_backlog_is_drained_by_every_waiter(api: Api, tt):
+    status, _ = await api.call("POST", "/v1/tasks", {"tasks": [{"task_type": tt}] * 20})
+    assert status == 201
+    claims = await asyncio.gather(*(api.claim([tt], max_tasks=4, wait_s=5) for _ in range(5)))
+    ids = [t["task_id"] for got in claims for t in got]
+    assert len(ids) == len(set(ids)) == 20 and all(len(got) == 4 for got in claims)
