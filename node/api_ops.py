@@ -38,6 +38,7 @@ def _asset(name: str) -> bytes:
 
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
+    """The process is up and serving HTTP; says nothing of Raft (see /readyz)."""
     node = request.app[NODE]
     return _json({"status": "ok", "node": node.node_id})
 
@@ -45,12 +46,13 @@ async def healthz(request: web.Request) -> web.Response:
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
     node = request.app[NODE]
-    reason = not_ready_reason(node.replica)
-    body = {"status": "ready" if reason is None else "not_ready", "node": node.node_id,
-            "leader": node.replica.leader_id(), "applied_seq": node.replica.applied_seq}
+    replica = node.replica
+    reason = not_ready_reason(replica)
     if reason is not None:
-        body["reason"] = reason
-    return _json(body, status=200 if reason is None else 503)
+        code = "no_leader" if replica.leader_id() is None else "unavailable"
+        raise ApiError(code, reason, {"node": node.node_id, "leader": replica.leader_id()})
+    return respond({"status": "ready", "node": node.node_id, "leader": replica.leader_id()},
+                   replica.applied_seq)
 
 
 def not_ready_reason(replica) -> str | None:

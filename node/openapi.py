@@ -159,7 +159,7 @@ def _error() -> Schema:
         "code": {"type": "string", "enum": sorted(STATUS_BY_CODE)},
         "message": string(),
         "details": {"type": "object"},
-    }, ("code", "message"))}, ("error",))
+    }, ("code", "message")), "applied_seq": APPLIED_SEQ}, ("error",))
 
 
 def _claim() -> Schema:
@@ -248,7 +248,8 @@ def _node_status(own: bool) -> Schema:
              "digest": nullable(string()), "reachable": {"type": "boolean"}}
     if own:
         props.update(leader=nullable(string()), applied_seq=APPLIED_SEQ,
-                     ready={"type": "boolean", "description": "a leader whose barrier applied"})
+                     ready={"type": "boolean", "description": "a leader whose barrier applied"},
+                     waiting_claims=integer(0, description="long polls waiting here"))
     return obj(props, ("id", "role", "reachable"))
 
 
@@ -284,7 +285,8 @@ def components() -> dict[str, Schema]:
                         ("tasks",)),
         "ClaimRequest": _claim(),
         "HeartbeatRequest": _heartbeat_item(batch=False),
-        "HeartbeatAnswer": obj({"lease_expires_at": TIME, "cancel_requested": {"type": "boolean"},
+        "HeartbeatAnswer": obj({"task_id": string(), "lease_expires_at": TIME,
+                                "cancel_requested": {"type": "boolean"},
                                 "applied_seq": APPLIED_SEQ},
                                ("lease_expires_at", "cancel_requested")),
         "CompleteRequest": obj({"fencing_token": integer(0), "result": ANY_JSON},
@@ -298,6 +300,9 @@ def components() -> dict[str, Schema]:
         "Cluster": _cluster(),
         "NodeStatus": _node_status(own=True),
         "Stats": _stats(),
+        "Readiness": obj({"status": {"const": "ready"}, "node": string(),
+                          "leader": string(), "applied_seq": APPLIED_SEQ},
+                         ("status", "node", "leader")),
     }
 
 
@@ -397,13 +402,13 @@ def _task_paths() -> dict[str, Any]:
                                 "applied_seq": APPLIED_SEQ}, ("tasks",)),
             body=ref("ClaimRequest"), errors=WRITE_ERRORS, tag="workers")},
         "/v1/completions": {"post": op(
-            "Complete or fail tasks", obj({"results": results}, ("results",)),
+            "Complete or fail tasks", obj({"results": results, "applied_seq": APPLIED_SEQ}, ("results",)),
             body=obj({"completions": {"type": "array", "items": _completion_item(),
                                       "minItems": 1, "maxItems": v.BATCH_MAX}},
                      ("completions",), closed=True),
             errors=(413, 503, 504), tag="workers")},
         "/v1/heartbeats": {"post": op(
-            "Heartbeat tasks", obj({"results": results}, ("results",)),
+            "Heartbeat tasks", obj({"results": results, "applied_seq": APPLIED_SEQ}, ("results",)),
             body=obj({"heartbeats": {"type": "array", "items": _heartbeat_item(batch=True),
                                      "minItems": 1, "maxItems": v.BATCH_MAX}},
                      ("heartbeats",), closed=True),
@@ -467,12 +472,13 @@ def _admin_paths() -> dict[str, Any]:
         "/v1/stats": {"get": op(
             "Queue statistics", ref("Stats"), params=[query("tenant", TENANT)], tag="cluster")},
         "/v1/openapi.json": {"get": op("This document", {"type": "object"}, tag="operations")},
-        "/healthz": {"get": op("Liveness", obj({"status": text}), tag="operations")},
-        "/readyz": {"get": {**op("Readiness", obj({"status": text, "reason": text}),
-                                 tag="operations"),
+        "/healthz": {"get": op("Liveness", obj({"status": {"const": "ok"}, "node": text},
+                                                ("status", "node")), tag="operations")},
+        "/readyz": {"get": {**op("Readiness", ref("Readiness"), tag="operations", errors=(503,)),
                             "description": "200 when the node sees a leader with a quorum and "
-                                           "has applied what it knows to be committed; 503 "
-                                           "otherwise (body says why)."}},
+                                           "has applied what it knows to be committed; else "
+                                           "503 no_leader or unavailable (the message says "
+                                           "why)."}},
         "/metrics": {"get": op("Prometheus metrics", text, tag="operations",
                                content_type="text/plain")},
         "/": {"get": op("Dashboard", text, tag="operations", content_type="text/html")},

@@ -287,20 +287,25 @@ async def test_metrics_route_serves_the_exposition_format(client, replica):
 
 
 async def test_readyz_needs_a_leader_and_a_caught_up_replica(client, replica):
-    r = await client.get("/readyz")
-    assert r.status == 200 and (await r.json())["status"] == "ready"
+    async def ready() -> tuple[int, dict]:
+        r = await client.get("/readyz")
+        return r.status, await r.json()
+
+    status, body = await ready()
+    assert status == 200 and body["status"] == "ready" and body["leader"] == "n1"
     replica.leader = None
-    r = await client.get("/readyz")
-    body = await r.json()
-    assert r.status == 503 and body["status"] == "not_ready" and "leader" in body["reason"]
+    status, body = await ready()
+    assert status == 503 and body["error"]["code"] == "no_leader"
     replica.leader = "n2"
     replica.commit_index = replica._view.last_applied + api_ops.READY_LAG_ENTRIES_MAX + 1
-    r = await client.get("/readyz")
-    assert r.status == 503 and "catching up" in (await r.json())["reason"]
+    status, body = await ready()
+    assert status == 503 and body["error"]["code"] == "unavailable"
+    assert "catching up" in body["error"]["message"]
     replica.commit_index = replica._view.last_applied
-    assert (await client.get("/readyz")).status == 200
+    assert (await ready())[0] == 200
     replica.leader, replica.ready = "n1", False       # elected, barrier not applied yet
-    assert (await client.get("/readyz")).status == 503
+    assert (await ready())[0] == 503
+    assert (await client.get("/healthz")).status == 200
 
 
 async def test_stats_route(client, replica):
