@@ -93,3 +93,26 @@ def test_api_error_exit_1_against_the_cluster(cluster):
     result = CliRunner().invoke(cli, ["--url", cluster.urls[0], "schedules", "preview",
                                       "0 0 30 2 *"])
     assert result.exit_code == 1 and "invalid_argument" in result.output
+
+
+def test_bulk_submit_and_wait_for_a_worker(tsctl, cluster, tmp_path):
+    import threading
+
+    from tsched.client import Worker
+    lines = tmp_path / "tasks.jsonl"
+    lines.write_text("".join(json.dumps({"task_type": "cli_bulk", "payload": {"n": n}}) + "\n"
+                             for n in range(120)))
+    done = tsctl("submit", "--file", str(lines), "--tenant", "bulk", as_json=True)
+    assert len(done) == 120 and len({t["task_id"] for t in done}) == 120
+    listed = tsctl("list", "--tenant", "bulk", "--limit", "500", as_json=True)
+    assert sorted(t["payload"]["n"] for t in listed) == list(range(120))
+    worker = Worker(cluster.urls, {"cli_wait": lambda p, ctx: {"echo": p}}, wait_s=1)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        task_id = tsctl("submit", "cli_wait", "--payload", "7").split()[0]
+        waited = tsctl("get", task_id, "--wait", "--wait-timeout", "60", as_json=True)
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert waited["state"] == "completed" and waited["result"] == {"echo": 7}
