@@ -62,6 +62,18 @@ def test_election_and_a_follower_proposal_applies_everywhere(trio):
     assert st["applied_seq"] == follower.applied_seq >= 2   # the barrier and our batch
 
 
+def test_transfer_leadership_to_a_named_follower(trio):
+    replicas = trio["replicas"]
+    leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
+    target = next(r for r in replicas if r is not leader)
+    with pytest.raises(ValueError):
+        leader.transfer_leadership("nope")
+    leader.transfer_leadership(target.self_id)
+    wait_until(lambda: leader_of(replicas) is target, 10, "the named follower to lead")
+    assert target.status()["ready"] and target.term > 0
+    propose_sync(target, [submit("after-transfer")])
+
+
 def test_request_id_dedup_of_a_reproposed_batch(trio):
     replicas = trio["replicas"]
     leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
