@@ -1,0 +1,160 @@
+"""Schedules on real tsnode processes: failover catch-up, pause, overlap skip, lateness."""
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+import threading
+import time
+import uuid
+
+import httpx
+
+from .cluster import Cluster
+
+
+def ms(text: str) -> int:
+    return int(dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def ok(reply):
+    status, body = reply
+    assert 200 <= status < 300, body
+    return body
+
+
+def roles(c: Cluster) -> tuple[str, list[str]]:
+    leader = c.wait_leader()
+    return leader, [i for i in c.ids if i != leader and c.alive(i)]
+
+
+def put_every_second(c: Cluster, node: str, sid: str, task_type: str, **fields) -> dict:
+    return ok(c.call(node, "PUT", f"/v1/schedules/{sid}", {
+        "cron": "* * * * * *", "task": {"task_type": task_type}, **fields}))
+
+
+def occurrences(c: Cluster, node: str, sid: str, min_seq: int = 0) -> list[dict]:
+    out = ok(c.call(node, "GET", f"/v1/tasks?schedule_id={sid}&limit=1000&min_seq={min_seq}"))
+    return out["tasks"]
+
+
+def wait_for(cond, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_fires_survive_a_leader_kill_with_none_missing_or_duplicated(fresh_cluster: Cluster):
+    c = fresh_cluster
+    leader, followers = roles(c)
+    sid, tt = unique("failover"), unique("cron")
+    put_every_second(c, followers[0], sid, tt, catchup_window_s=60)
+    wait_for(lambda: len(occurrences(c, followers[0], sid)) >= 3, 10, "three fires")
+    c.kill(leader)                                      # SIGKILL: no goodbye
+    new_leader = c.wait_leader(exclude=[leader])
+    reader = next(i for i in c.ids if i != leader)
+    before = len(occurrences(c, reader, sid))
+    wait_for(lambda: len(occurrences(c, reader, sid)) >= before + 3, 15, "fires after failover")
+    paused = ok(c.call(new_leader, "POST", f"/v1/schedules/{sid}/pause"))
+    tasks = occurrences(c, reader, sid, paused["applied_seq"])
+    run_ats = sorted(ms(t["run_at"]) for t in tasks)
+    assert len(set(run_ats)) == len(run_ats), "a fire ran twice"
+    assert len({t["task_id"] for t in tasks}) == len(tasks)
+    gaps = [b - a for a, b in zip(run_ats, run_ats[1:]) if b - a != 1000]
+    assert not gaps, f"fires missing across the failover: {run_ats}"
+    assert all(f["outcome"] == "ran" for f in paused["fires"]), paused["fires"]
+    print(f"failover: {len(run_ats)} consecutive fires, leader {leader} -> {new_leader}")
+
+
+def test_a_paused_schedule_does_not_fire(cluster: Cluster):
+    c = cluster
+    _, followers = roles(c)
+    node = followers[0]
+    paused_sid, running_sid, tt = unique("paused"), unique("control"), unique("cron")
+    put_every_second(c, node, paused_sid, tt, paused=True)
+    put_every_second(c, node, running_sid, tt)
+    wait_for(lambda: len(occurrences(c, node, running_sid)) >= 3, 10, "control fires")
+    assert occurrences(c, node, paused_sid) == []
+    # Pause a running one: nothing fires after the pause is applied.
+    ok(c.call(node, "POST", f"/v1/schedules/{paused_sid}/resume"))
+    wait_for(lambda: len(occurrences(c, node, paused_sid)) >= 1, 10, "resumed fires")
+    p = ok(c.call(node, "POST", f"/v1/schedules/{paused_sid}/pause"))
+    count = len(occurrences(c, node, paused_sid, p["applied_seq"]))
+    seen = len(occurrences(c, node, running_sid))
+    wait_for(lambda: len(occurrences(c, node, running_sid)) >= seen + 2, 10, "control fires")
+    assert len(occurrences(c, node, paused_sid)) == count
+    for sid in (paused_sid, running_sid):
+        ok(c.call(node, "DELETE", f"/v1/schedules/{sid}"))
+
+
+def test_overlap_skip_skips_while_the_previous_occurrence_is_live(cluster: Cluster):
+    c = cluster
+    leader, followers = roles(c)
+    node = followers[0]
+    sid, tt = unique("overlap"), unique("cron")
+    put_every_second(c, node, sid, tt, overlap="skip")
+
+    def fire_outcomes() -> list[str]:
+        return [f["outcome"] for f in ok(c.call(node, "GET", f"/v1/schedules/{sid}"))["fires"]]
+
+    wait_for(lambda: fire_outcomes().count("skipped") >= 2, 10, "skipped fires")
+    assert fire_outcomes()[0] == "ran" and len(occurrences(c, node, sid)) == 1
+    claimed = ok(c.call(node, "POST", "/v1/claims", {
+        "worker_id": "w1", "task_types": [tt], "max_tasks": 1, "wait_s": 0}))["tasks"]
+    assert len(claimed) == 1
+    skipped = fire_outcomes().count("skipped")
+    wait_for(lambda: fire_outcomes().count("skipped") >= skipped + 2, 10, "skips while running")
+    assert len(occurrences(c, node, sid)) == 1
+    t = claimed[0]
+    ok(c.call(node, "POST", f"/v1/tasks/{t['task_id']}/complete",
+              {"fencing_token": t["fencing_token"], "result": None}))
+    wait_for(lambda: len(occurrences(c, node, sid)) == 2, 10, "a fire after completion")
+    ok(c.call(node, "DELETE", f"/v1/schedules/{sid}"))
+
+
+def test_a_waiting_worker_claims_each_fire_within_100_ms(cluster: Cluster):
+    c = cluster
+    leader, followers = roles(c)
+    sid, tt = unique("lateness"), unique("cron")
+    wanted = 15
+    lateness: list[int] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def worker() -> None:
+        with httpx.Client(timeout=10) as http:
+            while not stop.is_set() and len(lateness) < wanted:
+                r = http.post(c.url(followers[0]) + "/v1/claims", json={
+                    "worker_id": "lat", "task_types": [tt], "max_tasks": 1, "wait_s": 2})
+                got_ms = time.time() * 1000
+                if r.status_code != 200:
+                    errors.append(r.text)
+                    return
+                for t in r.json()["tasks"]:
+                    lateness.append(round(got_ms - ms(t["run_at"])))
+                    http.post(c.url(followers[0]) + f"/v1/tasks/{t['task_id']}/complete",
+                              json={"fencing_token": t["fencing_token"], "result": None})
+
+    th = threading.Thread(target=worker, daemon=True)
+    th.start()
+    try:
+        put_every_second(c, followers[1], sid, tt)
+        th.join(wanted + 15)
+    finally:
+        stop.set()
+        th.join(5)
+        ok(c.call(leader, "DELETE", f"/v1/schedules/{sid}"))
+    assert not errors, errors
+    assert len(lateness) >= wanted, lateness
+    ordered = sorted(lateness)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    print(f"fire -> claimed lateness over {len(ordered)} fires: p50={statistics.median(ordered)} "
+          f"p99={p99} max={ordered[-1]} ms; all: {lateness}")
+    assert all(0 <= late <= 100 for late in lateness), lateness
