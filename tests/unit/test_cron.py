@@ -215,3 +215,9 @@ def test_day_fields_are_or_ed_only_when_neither_starts_with_a_star():
     # Both restricted: the 13th OR any Friday.
     assert local("0 0 13 * 5", "UTC", "2026-02-01T00:00:00Z", 3) == [
         "2026-02-06T00:00:00Z", "2026-02-13T00:00:00Z", "2026-02-20T00:00:00Z"]
+
+
+def test_new_york_fall_back_step_hour_fires_in_both_occurrences():
+    assert local("0 */1 * * *", "America/New_York", "2026-11-01T04:30:00Z", 4) == [
+        "2026-11-01T01:00:00-04:00", "2026-11-01T01:00:00-05:00",
+        "2026-11-01T02:00:00-05:00", "2026-11-01T03:00:00-05:00"]
