@@ -249,7 +249,7 @@ class SchedulerModel(RuleBasedStateMachine):
 
     # --- rules ------------------------------------------------------------------------------
     @rule(reuse=st.integers(0, 9), tenant=st.sampled_from(TENANTS), task_type=st.sampled_from(TYPES),
-          priority=st.integers(0, 10), delay=st.sampled_from([-1_300_000, -700_000, 0, 0, 300,
+          priority=st.sampled_from([0, 5, 5, 5, 10]), delay=st.sampled_from([-1_300_000, -700_000, 0, 0, 300,
                                                                5_000]),
           max_retries=st.integers(0, 2), timeout=st.sampled_from([5_000, 60_000]),
           key=st.none() | st.sampled_from(["k1", "k2"]))
@@ -263,6 +263,14 @@ class SchedulerModel(RuleBasedStateMachine):
         expected = self.ref.submit(task_id, tenant, task_type, priority, run_at, max_retries,
                                    timeout, key)
         self.apply(cmd, expected, lambda v, tid: self._same(v["task"].task_id, tid))
+
+    @rule(priority=st.sampled_from([0, 5]), task_type=st.sampled_from(TYPES),
+          tenants=st.permutations(TENANTS))
+    def submit_burst(self, priority, task_type, tenants):
+        """One due task per tenant at one priority: claims must then share fairly."""
+        for tenant in tenants:
+            self.submit(reuse=1, tenant=tenant, task_type=task_type, priority=priority,
+                        delay=0, max_retries=1, timeout=60_000, key=None)
 
     @rule(types=st.sets(st.sampled_from(TYPES), min_size=1).map(sorted),
           max_tasks=st.integers(1, 3), lease_ms=st.sampled_from([1_000, 4_000, 30_000]),
