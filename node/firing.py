@@ -76,23 +76,27 @@ def next_in_window(spec: cron.CronSpec, after_ms: int, start_at_ms: int | None,
 
 
 def due_fire_commands(sm, now_ms: int, max_fires: int = FIRES_PER_CALL_MAX,
-                      cache: SpecCache | None = None) -> list[c.Fire]:
-    """Fire commands for every schedule due at `now_ms`, at most `max_fires` in all.
+                      cache: SpecCache | None = None, lead_ms: int = 0) -> list[c.Fire]:
+    """Fire commands for every schedule due by `now_ms + lead_ms`, at most `max_fires`.
 
     Call under the replica lock. A cut-off chain is continued by the next call (the state
-    then shows the schedule still due)."""
+    then shows the schedule still due). `lead_ms` > 0 proposes fires that early: their
+    tasks exist (with `run_at` = the fire time) before the fire time, so a waiting worker
+    gets one at its `run_at` after one Raft round (the claim) instead of two."""
     out: list[c.Fire] = []
-    for tenant, schedule_id, fire_ms in sm.due_fires(now_ms):
+    horizon_ms = now_ms + max(0, lead_ms)
+    for tenant, schedule_id, fire_ms in sm.due_fires(horizon_ms):
         if len(out) >= max_fires:
             break
         sched = sm.get_schedule(tenant, schedule_id)
         if sched is None or sched.paused or sched.next_fire_ms != fire_ms:
             continue
-        out.extend(_schedule_fires(sched, now_ms, max_fires - len(out), cache))
+        out.extend(_schedule_fires(sched, now_ms, horizon_ms, max_fires - len(out), cache))
     return out
 
 
-def _schedule_fires(sched, now_ms: int, budget: int, cache: SpecCache | None) -> list[c.Fire]:
+def _schedule_fires(sched, now_ms: int, horizon_ms: int, budget: int,
+                    cache: SpecCache | None) -> list[c.Fire]:
     try:
         spec = spec_for(sched, cache)
     except cron.CronError as e:
@@ -103,7 +107,7 @@ def _schedule_fires(sched, now_ms: int, budget: int, cache: SpecCache | None) ->
         return [_fire(sched, sched.next_fire_ms, None, now_ms)]
     out: list[c.Fire] = []
     fire_ms: int | None = sched.next_fire_ms
-    while fire_ms is not None and fire_ms <= now_ms and len(out) < budget:
+    while fire_ms is not None and fire_ms <= horizon_ms and len(out) < budget:
         nxt = _next_to_propose(spec, sched, fire_ms, now_ms)
         out.append(_fire(sched, fire_ms, nxt, now_ms))
         fire_ms = nxt

@@ -161,3 +161,19 @@ def test_two_leaders_deciding_the_same_state_make_the_same_fires():
     a = [(x.fire_ms, x.next_fire_ms) for x in firing.due_fire_commands(one, T0 + 5 * SEC)]
     b = [(x.fire_ms, x.next_fire_ms) for x in firing.due_fire_commands(two, T0 + 5 * SEC)]
     assert a == b and len(a) == 5
+
+
+def test_a_long_catch_up_is_cut_at_the_default_bound():
+    sm = make(window_ms=600 * SEC)
+    cmds = firing.due_fire_commands(sm, T0 + 500 * SEC)
+    assert len(cmds) == firing.FIRES_PER_CALL_MAX
+    assert [x.fire_ms for x in cmds] == [T0 + k * SEC for k in range(1, len(cmds) + 1)]
+
+
+def test_lead_proposes_a_fire_early_with_its_task_due_at_the_fire_time():
+    sm = make()
+    assert firing.due_fire_commands(sm, T0 + 600, lead_ms=300) == []
+    cmds = run(sm, T0 + 700, lead_ms=300)
+    assert [(x.fire_ms, x.next_fire_ms, x.now_ms) for x in cmds] == \
+        [(T0 + SEC, T0 + 2 * SEC, T0 + 700)]
+    assert fires(sm) == [(T0 + SEC, "ran")] and task_run_ats(sm) == [T0 + SEC]
