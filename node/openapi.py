@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from . import api_schedules as schedules_api
 from . import validate as v
 from .errors import STATUS_BY_CODE
 
@@ -201,19 +202,25 @@ def _schedule_put() -> Schema:
         "max_retries": integer(0, v.MAX_RETRIES_MAX),
         "retry": ref("RetryPolicy"),
     }, ("task_type",), closed=True)
+    # A schedule as GET shows it may be PUT back: its read-only fields are accepted, ignored.
+    echoed = {k: {"readOnly": True, "description": "accepted and ignored"}
+              for k in schedules_api._ECHOED}
     return obj({
+        "schedule_id": {**NAME, "description": "must equal the path's, when given"},
         "tenant": {**TENANT, "default": "default"},
         "cron": string(200, 1, "5 fields, or 6 with seconds first; @daily etc.; L W # H"),
         "timezone": {**string(64, 1), "default": "UTC", "description": "IANA zone"},
         "task": template,
-        "overlap": {"type": "string", "enum": ["allow", "skip", "buffer_one"], "default": "allow"},
-        "misfire": {"type": "string", "enum": ["run_all", "run_once", "skip"],
+        "overlap": {"type": "string", "enum": list(schedules_api.OVERLAPS),
+                    "default": "allow"},
+        "misfire": {"type": "string", "enum": list(schedules_api.MISFIRES),
                     "default": "run_all"},
-        "catchup_window_s": {"type": "number", "minimum": 0, "default": 60},
+        "catchup_window_s": {**number(0, schedules_api.CATCHUP_WINDOW_S_MAX), "default": 60},
         "paused": {"type": "boolean", "default": False},
         "start_at": TIME_IN,
         "end_at": TIME_IN,
-        "jitter_s": {"type": "number", "minimum": 0, "default": 0},
+        "jitter_s": {**number(0, schedules_api.JITTER_S_MAX), "default": 0},
+        **{k: val for k, val in echoed.items() if k != "schedule_id"},
     }, ("cron", "task"), closed=True)
 
 
@@ -229,6 +236,9 @@ def _schedule() -> Schema:
         "next_fire_at": nullable(TIME),
         "fires": {"type": "array", "items": fire, "description": "recent fires, newest last"},
         "created_at": TIME, "updated_at": TIME,
+        "fired_task": {**nullable(ref("Task")),
+                       "description": "trigger only: the occurrence it created (null when "
+                                      "the overlap policy skipped it)"},
         "applied_seq": APPLIED_SEQ,
     }, ("schedule_id", "tenant", "cron", "timezone", "next_fire_at", "fires"))
 
@@ -397,6 +407,12 @@ def _task_paths() -> dict[str, Any]:
         "/v1/tasks/{task_id}/fail": {"post": op(
             "Fail a task", task, body=ref("FailRequest"), params=[TASK_ID],
             errors=WRITE_ERRORS, tag="workers")},
+        "/v1/tasks/{task_id}/release": {"post": op(
+            "Release a task", task, body=obj({"fencing_token": integer(0)}, ("fencing_token",),
+                                             closed=True,
+                                             description="give a claimed task back unrun, "
+                                                         "without using up a retry"),
+            params=[TASK_ID], errors=WRITE_ERRORS, tag="workers")},
         "/v1/claims": {"post": op(
             "Claim tasks", obj({"tasks": {"type": "array", "items": task},
                                 "applied_seq": APPLIED_SEQ}, ("tasks",)),
@@ -440,10 +456,16 @@ def _schedule_paths() -> dict[str, Any]:
         "/v1/schedules/{schedule_id}/trigger": {"post": op(
             "Trigger a schedule now", sched, **action)},
         "/v1/cron/preview": {"get": op(
-            "Preview cron fires", obj({"fires": {"type": "array", "items": string(
-                description="RFC 3339 in the given zone, with its offset")}}, ("fires",)),
-            params=[query("cron", string(200, 1)), query("timezone", string(64, 1)),
-                    query("from", TIME_IN), query("count", {**integer(1, 100), "default": 10})],
+            "Preview cron fires", obj({
+                "cron": string(), "timezone": string(), "applied_seq": APPLIED_SEQ,
+                "fires": {"type": "array", "items": string(
+                    description="RFC 3339 in the given zone, with its offset")}}, ("fires",)),
+            params=[{**query("cron", string(200, 1)), "required": True},
+                    query("timezone", {**string(64, 1), "default": "UTC"}),
+                    query("from", TIME_IN, "default: now"),
+                    query("count", {**integer(1, schedules_api.PREVIEW_COUNT_MAX),
+                                    "default": 10}),
+                    query("schedule_id", NAME, "seeds the H fields as that schedule's")],
             tag="schedules")},
     }
 
