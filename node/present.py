@@ -16,11 +16,23 @@ from .errors import from_result
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
+_SECONDS_CACHED_MAX = 4096
+_second_prefix: dict[int, str] = {}   # epoch second -> "YYYY-MM-DDTHH:MM:SS" (a pure cache)
+
+
 def rfc3339(ms: int | None) -> str | None:
+    """Epoch ms -> "2026-12-01T15:00:00.000Z". Rendering is on the hot path of every
+    answer, and instants cluster around now: the per-second prefix is cached."""
     if ms is None:
         return None
-    t = _EPOCH + _dt.timedelta(milliseconds=ms)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+    sec, milli = divmod(ms, 1000)
+    prefix = _second_prefix.get(sec)
+    if prefix is None:
+        if len(_second_prefix) >= _SECONDS_CACHED_MAX:
+            _second_prefix.clear()
+        t = _EPOCH + _dt.timedelta(seconds=sec)
+        prefix = _second_prefix[sec] = t.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{prefix}.{milli:03d}Z"
 
 
 def seconds(ms: int | None) -> int | float | None:
