@@ -285,16 +285,45 @@
 
   // --- schedules ---------------------------------------------------------------------------------
 
+  const PREVIEW_FIRES = 3;
+  const previews = new Map();   // schedule key -> next fires in its zone (or an error text)
+
+  async function nextFires(s) {
+    // Asked once per (schedule, next fire): the answer changes only when the schedule fires.
+    const key = `${s.tenant}/${s.schedule_id}/${s.cron}/${s.timezone}/${s.next_fire_at}`;
+    if (!previews.has(key)) {
+      const params = { cron: s.cron, timezone: s.timezone, count: PREVIEW_FIRES,
+        schedule_id: s.schedule_id, from: s.next_fire_at ? Date.parse(s.next_fire_at) / 1000 - 0.001 : "" };
+      try {
+        previews.set(key, (await api("GET", "/v1/cron/preview", { params })).fires);
+      } catch (e) {
+        previews.set(key, []);
+      }
+      if (previews.size > 500) previews.delete(previews.keys().next().value);
+    }
+    return previews.get(key);
+  }
+
+  function localTime(rfc3339) {
+    // "2026-12-01T03:00:00+01:00" -> "12-01 03:00 +01:00" (the schedule's own wall clock)
+    const m = /^\d{4}-(\d\d-\d\d)T(\d\d:\d\d)(?::\d\d(?:\.\d+)?)?(Z|[+-]\d\d:\d\d)$/.exec(rfc3339);
+    return m ? `${m[1]} ${m[2]} ${m[3] === "Z" ? "UTC" : m[3]}` : rfc3339;
+  }
+
   async function loadSchedules() {
     const page = await api("GET", "/v1/schedules", { fresh: true, params: { limit: 100 } });
     $("schedules-note").textContent = page.next_cursor ? "first 100 shown" : "";
-    fill($("schedules").tBodies[0], page.schedules.map((s) => h("tr", { dataset: { scheduleId: s.schedule_id } },
+    const fires = await Promise.all(page.schedules.map((s) => s.paused || !s.next_fire_at ? [] : nextFires(s)));
+    fill($("schedules").tBodies[0], page.schedules.map((s, i) => h("tr", { dataset: { scheduleId: s.schedule_id } },
       h("td", null, h("b", null, s.schedule_id), s.paused ? h("span", { class: "pill" }, "paused") : null),
       h("td", null, s.tenant), h("td", null, h("code", null, s.cron)), h("td", null, s.timezone),
       h("td", null, (s.task || {}).task_type || ""),
-      h("td", null, s.next_fire_at ? h("span", { title: s.next_fire_at }, `${ago(s.next_fire_at)} (${s.next_fire_at})`) : "never"),
-      h("td", null, h("div", { class: "fires" }, (s.fires || []).map((f) => h("span", {
-        class: `fire ${f.outcome}`, title: `${f.fire_at} ${f.outcome}${f.task_id ? " " + f.task_id : ""}` })))))),
+      h("td", { class: "next-fires" }, s.next_fire_at ? [
+        h("span", { title: s.next_fire_at }, ago(s.next_fire_at)),
+        h("span", { class: "muted" }, fires[i].map(localTime).join(" · "))] : "never"),
+      h("td", null, (s.fires || []).length ? h("div", { class: "fires" }, s.fires.map((f) => h("span", {
+        class: `fire ${f.outcome}`, title: `${f.fire_at} ${f.outcome}${f.task_id ? " " + f.task_id : ""}` })))
+        : h("span", { class: "muted" }, "none yet")))),
     7, "no schedules");
   }
 
@@ -318,6 +347,7 @@
       }
       renderQueues(stats, tenants);
       renderFacts(cluster, stats);
+      $("cluster-age").textContent = `as of ${new Date(view.clusterAt).toLocaleTimeString()}`;
       await TAB_LOADERS[view.tab]();
       view.refreshes += 1;
       if (view.refreshes === 1) {
