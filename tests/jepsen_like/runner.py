@@ -125,6 +125,9 @@ async def _run(out_dir: str, duration_s: float, seed: int, n_nodes: int,
             final["tasks"] = await final_tasks(cluster, session)
             final["exited"] = cluster.exited_unexpectedly()
             final["sink_rejected"] = workload.sink.rejected
+            final["proxy_bytes"] = {name: {"forwarded": link.bytes_forwarded,
+                                           "dropped": link.bytes_dropped}
+                                    for name, link in cluster.hub.links.items()}
     finally:
         history.close()
         cluster.close()

@@ -24,5 +24,10 @@ def test_short_fault_run_is_valid(tmp_path):
         assert json.load(f) == summary
     assert summary["ops"] > 100, summary                 # the workload really ran
     assert sum(summary["nemesis"].values()) >= 3, summary  # and so did the faults
+    with open(os.path.join(out, "final.json"), encoding="utf-8") as f:
+        proxy_bytes = json.load(f)["proxy_bytes"]
+    # every Raft pair and every client path really went through its proxy
+    assert len(proxy_bytes) == 3 + 3, proxy_bytes
+    assert all(v["forwarded"] > 0 for v in proxy_bytes.values()), proxy_bytes
     assert summary["valid"], (f"seed {SEED}: {summary}; history {out}/history.jsonl, "
                               f"violations {out}/violations.json")
