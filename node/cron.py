@@ -44,6 +44,7 @@ MACROS = {
 
 _EQUAL_RANGE = re.compile(r"^(\d+)-(\d+)(?:/\d+)?$")
 _EPOCH = dt.datetime(1970, 1, 1)
+_OFFSET_PROBE_S_MAX = 253_402_214_400  # 9999-12-31T00:00:00Z: local times still representable
 _UTC = dt.timezone.utc
 # Look this far ahead for a fall-back transition whose repeated hour could precede a match.
 _FOLD_LOOKAHEAD_S = 6 * 3600
@@ -145,6 +146,13 @@ def fires(spec: CronSpec, from_ms: int, count: int) -> list[int]:
 
 def _next_s(spec: CronSpec, after_s: int) -> int | None:
     """The first fire instant (epoch s) strictly after `after_s`."""
+    try:
+        return _search(spec, after_s)
+    except (OverflowError, ValueError):  # walked past year 9999: no representable fire
+        return None
+
+
+def _search(spec: CronSpec, after_s: int) -> int | None:
     zone = spec.zone
     start = _wall(zone, after_s)
     fold_start = _upcoming_fold_wall_start(zone, after_s)
@@ -152,7 +160,8 @@ def _next_s(spec: CronSpec, after_s: int) -> int | None:
         # Matches in the repeated hour ahead have wall times before ours.
         start = fold_start - dt.timedelta(seconds=1)
     max_off_s = max(_offset_s(zone, after_s), _offset_s(zone, after_s + _FOLD_LOOKAHEAD_S))
-    limit = start + dt.timedelta(days=366 * HORIZON_YEARS)
+    horizon = dt.timedelta(days=366 * HORIZON_YEARS)
+    limit = start + horizon if start < dt.datetime.max - horizon else dt.datetime.max
     try:
         it = _iterator(spec, start)
         best: int | None = None
@@ -218,6 +227,7 @@ def _wall(zone: ZoneInfo, epoch_s: int) -> dt.datetime:
 
 
 def _offset_s(zone: ZoneInfo, epoch_s: int) -> int:
+    epoch_s = min(epoch_s, _OFFSET_PROBE_S_MAX)  # look-ahead probes near year 9999
     return int(dt.datetime.fromtimestamp(epoch_s, zone).utcoffset().total_seconds())
 
 

@@ -192,3 +192,12 @@ async def test_preview_refusals_are_400(api: Api, query):
 async def test_preview_count_limit_is_served(api: Api):
     status, out = await api.call("GET", "/v1/cron/preview?cron=*+*+*+*+*+*&count=100")
     assert status == 200 and len(out["fires"]) == 100
+
+
+async def test_times_at_the_edge_of_the_range_are_not_errors(api: Api, sid):
+    status, out = await api.call("GET", "/v1/cron/preview?cron=*+*+*+*+*&from=253402300799")
+    assert status == 200 and out["fires"] == []
+    s = await put(api, sid, start_at="9999-12-31T23:59:59Z")
+    assert s["next_fire_at"] is None
+    s = await put(api, sid, end_at="2001-01-01T00:00:00Z")     # over: never fires again
+    assert s["next_fire_at"] is None

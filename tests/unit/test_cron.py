@@ -221,3 +221,11 @@ def test_new_york_fall_back_step_hour_fires_in_both_occurrences():
     assert local("0 */1 * * *", "America/New_York", "2026-11-01T04:30:00Z", 4) == [
         "2026-11-01T01:00:00-04:00", "2026-11-01T01:00:00-05:00",
         "2026-11-01T02:00:00-05:00", "2026-11-01T03:00:00-05:00"]
+
+
+def test_no_fire_past_year_9999_is_none_not_an_error():
+    spec = cron.parse("* * * * *")
+    last_minute_ms = ms("9999-12-31T23:59:00Z")
+    assert cron.fires(spec, last_minute_ms - 60_000, 3) == [last_minute_ms]
+    assert cron.next_fire_ms(spec, last_minute_ms) is None
+    assert cron.next_fire_ms(cron.parse("0 0 29 2 *"), ms("9997-01-01T00:00:00Z")) is None
