@@ -113,3 +113,20 @@ def test_fires_match_an_independent_oracle(expr, zone, anchor, shift_s):
     assert all(f > start_s * 1000 and f % 1000 == 0 for f in got_ms)
     got = [f // 1000 for f in got_ms if f // 1000 <= end_s]
     assert got == expected(Oracle(expr), spec.zone, start_s, end_s)
+
+
+cron_like = st.lists(
+    st.text(alphabet="0123456789*/-,LW#H?JANFEBMONSUN@ ", min_size=1, max_size=8),
+    min_size=1, max_size=7).map(" ".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(expr=st.one_of(cron_like, st.text(max_size=40)))
+def test_any_input_parses_or_raises_cron_error(expr):
+    """Bad input must become a 400, never a crash: only CronError may escape."""
+    try:
+        spec = cron.parse(expr, "UTC", "id")
+    except cron.CronError:
+        return
+    got = cron.fires(spec, 1_800_000_000_000, 2)
+    assert all(a < b for a, b in zip(got, got[1:]))
