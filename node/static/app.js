@@ -337,18 +337,20 @@
       // Cluster status asks every node for its state digest, which costs time proportional
       // to the state: it is polled less often than the queues.
       const wantCluster = !view.cluster || Date.now() - view.clusterAt >= CLUSTER_REFRESH_MS;
-      const [cluster, stats, tenants] = await Promise.all([
-        wantCluster ? api("GET", "/v1/cluster") : view.cluster,
-        api("GET", "/v1/stats", { fresh: true }), api("GET", "/v1/tenants", { fresh: true })]);
-      if (wantCluster) {
-        view.cluster = cluster;
-        view.clusterAt = Date.now();
-        renderCluster(cluster);
-      }
-      renderQueues(stats, tenants);
+      // Every part is fetched at once and drawn as soon as its answers are in.
+      const [cluster, stats] = await Promise.all([
+        wantCluster ? api("GET", "/v1/cluster").then((c) => {
+          view.cluster = c;
+          view.clusterAt = Date.now();
+          renderCluster(c);
+          return c;
+        }) : view.cluster,
+        Promise.all([api("GET", "/v1/stats", { fresh: true }), api("GET", "/v1/tenants", { fresh: true })])
+          .then(([st, tenants]) => { renderQueues(st, tenants); return st; }),
+        TAB_LOADERS[view.tab](),
+      ]);
       renderFacts(cluster, stats);
       $("cluster-age").textContent = `as of ${new Date(view.clusterAt).toLocaleTimeString()}`;
-      await TAB_LOADERS[view.tab]();
       view.refreshes += 1;
       if (view.refreshes === 1) {
         // Time from navigation start to the first complete render with data (load time).
