@@ -127,20 +127,11 @@ async def one_kill(api: Api, cluster: LocalCluster, bg: Background, k: int) -> d
             "write_s": t_write - t_kill, "claim_s": t_claim - t_kill}
 
 
-def wait_caught_up(cluster: LocalCluster, node_id: str, timeout_s: float = 120.0) -> None:
-    """Until the restarted node follows the leader and has applied what the leader had
-    applied when we started waiting."""
-    deadline = time.monotonic() + timeout_s
+def wait_caught_up(cluster: LocalCluster, node_id: str) -> None:
+    """Until the restarted node is ready and has applied what the leader had applied."""
     lead = cluster.wait_leader()
-    target = (cluster.status(lead) or {}).get("nodes", [])
-    target_seq = next((n.get("applied_seq", 0) for n in target if n.get("id") == lead), 0)
-    while time.monotonic() < deadline:
-        st = cluster.status(node_id)
-        mine = next((n for n in (st or {}).get("nodes", []) if n.get("id") == node_id), None)
-        if st and st.get("leader") and mine and (mine.get("applied_seq") or 0) >= target_seq:
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"{node_id} did not catch up within {timeout_s} s; logs in {cluster.root}")
+    target = (cluster.readiness(lead) or {}).get("applied_seq") or 0
+    cluster.wait_applied(node_id, target)
 
 
 async def measure(cluster: LocalCluster, kills: int, report: Report, batch: int,

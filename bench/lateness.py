@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -80,8 +81,10 @@ class WorkerProcess:
         self.argv = [sys.executable, "-m", "bench.lib.timed_worker", "--urls", ",".join(urls),
                      "--task-type", task_type, "--prefetch-ms", str(prefetch_ms),
                      "--workers", str(cfg.workers), "--concurrency", str(cfg.concurrency)]
+        fd, self.out = tempfile.mkstemp(prefix="tsched-lateness-", suffix=".json")
+        os.close(fd)
+        self.argv += ["--out", self.out]
         self.count = 0
-        self.samples: list[float] | None = None
 
     async def start(self) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -99,8 +102,6 @@ class WorkerProcess:
                 self.ready.set()
             elif line.startswith("count "):
                 self.count = int(line.split()[1])
-            elif line.startswith("samples "):
-                self.samples = json.loads(line[len("samples "):])
 
     async def wait_count(self, n: int, deadline: float) -> None:
         while self.count < n and time.time() < deadline and self.proc.returncode is None:
@@ -115,7 +116,14 @@ class WorkerProcess:
             self.proc.kill()
             await self.proc.wait()
         await asyncio.gather(self.reader, return_exceptions=True)
-        return self.samples or []
+        try:
+            with open(self.out) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            print(f"  !! worker process left no samples (exit {self.proc.returncode})", file=sys.stderr)
+            return []
+        finally:
+            os.unlink(self.out)
 
 
 async def run_mode(urls: list[str], cfg: Config, mode: str) -> dict:

@@ -23,7 +23,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib import stats  # noqa: E402
-from bench.lib.api import Api, HttpError, install_fast_loop  # noqa: E402
+from bench.lib.api import Api, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
 from bench.failover import FAILURES  # noqa: E402
@@ -61,22 +61,23 @@ async def fill(api: Api, urls: list[str], task_type: str, count: int, batch: int
     return last[-1]
 
 
-async def applied(api: Api, cluster: LocalCluster) -> dict[str, int]:
-    st = await api.cluster(cluster.url(cluster.ids[0]), timeout_s=5)
-    return {n["id"]: int(n.get("applied_seq") or 0) for n in st.get("nodes", [])}
-
-
-async def wait_all_applied(api: Api, cluster: LocalCluster, timeout_s: float = 120) -> int:
+async def wait_all_applied(cluster: LocalCluster) -> int:
     """Until every node has applied the leader's current sequence; returns it."""
-    lead = cluster.leader() or cluster.wait_leader()
-    target = (await applied(api, cluster)).get(lead, 0)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        seqs = await applied(api, cluster)
-        if seqs and min(seqs.values()) >= target:
-            return target
-        await asyncio.sleep(0.2)  # polling replication progress, bounded
-    raise RuntimeError("followers did not catch up")
+    lead = await asyncio.to_thread(cluster.wait_leader)
+    target = (await asyncio.to_thread(cluster.readiness, lead) or {}).get("applied_seq") or 0
+    for i in cluster.ids:
+        await asyncio.to_thread(cluster.wait_applied, i, target)
+    return target
+
+
+async def status_call_ms(api: Api, base: str, n: int = 3) -> list[float]:
+    """GET /v1/cluster, which hashes each replica's whole state (for its digest)."""
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await api.call("GET", base + "/v1/cluster", timeout_s=120)
+        out.append((time.perf_counter() - t) * 1000)
+    return out
 
 
 async def claim_times_ms(api: Api, base: str, task_type: str, max_tasks: int, n: int) -> list[float]:
@@ -91,7 +92,7 @@ async def claim_times_ms(api: Api, base: str, task_type: str, max_tasks: int, n:
 
 
 async def restart_s(api: Api, cluster: LocalCluster, node_id: str, task_id: str) -> float:
-    seq = (await applied(api, cluster))[node_id]
+    seq = (await asyncio.to_thread(cluster.readiness, node_id) or {}).get("applied_seq") or 0
     await asyncio.to_thread(cluster.kill, node_id)
     t0 = time.perf_counter()
     cluster.start_node(node_id)
@@ -110,7 +111,7 @@ async def measure(cluster: LocalCluster, levels: list[int], args: argparse.Names
                   report: Report) -> None:
     task_type = f"fill-{uuid.uuid4().hex[:6]}"
     async with Api() as api:
-        await wait_all_applied(api, cluster)
+        await wait_all_applied(cluster)
         base_rss = {i: cluster.rss_bytes(i) for i in cluster.ids}
         report.note("empty RSS: " + ", ".join(f"{i}={b / MIB:.0f} MiB" for i, b in base_rss.items()))
         pending, last_id = 0, ""
@@ -122,7 +123,7 @@ async def measure(cluster: LocalCluster, levels: list[int], args: argparse.Names
             report.note(f"filled {pending:,} -> {level:,} pending in {fill_s:.1f} s "
                         f"({(level - pending) / fill_s:,.0f} submits/s)")
             pending = level
-            await wait_all_applied(api, cluster)
+            await wait_all_applied(cluster)
             per_task = {i: (cluster.rss_bytes(i) - base_rss[i]) / level for i in cluster.ids}
             report.note(f"{level:,} pending: RSS " + ", ".join(
                 f"{i}={cluster.rss_bytes(i) / MIB:.0f} MiB ({per_task[i]:,.0f} B/task)" for i in cluster.ids))
@@ -134,6 +135,8 @@ async def measure(cluster: LocalCluster, levels: list[int], args: argparse.Names
             claims[level] = one
             report.distribution(f"claim_ms_max1_at_{level}", one, "ms", TARGET_CLAIM)
             report.distribution(f"claim_ms_max100_at_{level}", hundred, "ms")
+            report.distribution(f"cluster_status_ms_at_{level}",
+                                await status_call_ms(api, cluster.url(lead)), "ms")
         if len(claims) > 1:
             lo, hi = min(claims), max(claims)
             report.figure(f"claim_p50_ratio_{hi}_over_{lo}",

@@ -83,19 +83,25 @@ class LocalCluster:
         p = self.procs.get(node_id)
         return p is not None and p.poll() is None
 
-    def status(self, node_id: str, timeout_s: float = 2.0) -> dict | None:
+    def readiness(self, node_id: str, timeout_s: float = 2.0) -> dict | None:
+        """{"ready", "leader", "applied_seq"} from the node's /readyz, or None if it does not
+        answer. /readyz is cheap; /v1/cluster hashes every replica's whole state."""
         try:
-            code, body = http_json("GET", self.url(node_id) + "/v1/cluster", timeout_s=timeout_s)
+            code, body = http_json("GET", self.url(node_id) + "/readyz", timeout_s=timeout_s)
         except OSError:
             return None
-        return body if code == 200 and isinstance(body, dict) else None
+        if not isinstance(body, dict):
+            return None
+        details = (body.get("error") or {}).get("details") or {}
+        return {"ready": code == 200, "leader": body.get("leader", details.get("leader")),
+                "applied_seq": body.get("applied_seq")}
 
     def leader(self, among: list[str] | None = None) -> str | None:
-        """The leader that a majority of the live nodes asked agree on, or None."""
+        """The leader that a majority of the cluster's nodes, asked now, agree on, or None."""
         votes: dict[str, int] = {}
         for i in among or self.ids:
             if self.alive(i):
-                st = self.status(i)
+                st = self.readiness(i)
                 if st and st.get("leader") in self.ids:
                     votes[st["leader"]] = votes.get(st["leader"], 0) + 1
         for lead, n in votes.items():
@@ -112,6 +118,17 @@ class LocalCluster:
                 return lead
             time.sleep(0.1)
         raise RuntimeError(f"no leader within {timeout_s} s; logs in {self.root}")
+
+    def wait_applied(self, node_id: str, seq: int, timeout_s: float = 120.0) -> None:
+        """Until `node_id` is ready (follows a leader, caught up) and has applied `seq`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._check_running()
+            st = self.readiness(node_id)
+            if st and st["ready"] and (st.get("applied_seq") or 0) >= seq:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"{node_id} did not apply {seq} within {timeout_s} s; logs in {self.root}")
 
     def wait_writable(self, timeout_s: float = 60.0) -> None:
         """Until a submit through every node succeeds (leader elected and its barrier applied)."""
@@ -171,5 +188,8 @@ class LocalCluster:
     def __enter__(self) -> "LocalCluster":
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None and not self.keep:
+            self.keep = True  # a failed run keeps its logs for diagnosis
+            print(f"cluster data and logs kept in {self.root}", file=sys.stderr)
         self.stop()

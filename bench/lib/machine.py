@@ -1,6 +1,7 @@
 """A description of the machine a figure was measured on (printed with every figure)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import sys
@@ -62,10 +63,6 @@ def describe(data_dir: str | None = None) -> dict[str, str]:
     }
     if data_dir:
         info["data_fs"] = _filesystem(data_dir)
-    try:
-        import uvloop  # noqa: F401  (the node uses it when present)
-        info["uvloop"] = "available"
-    except ImportError:
-        info["uvloop"] = "absent"
+    info["uvloop"] = "available" if importlib.util.find_spec("uvloop") else "absent"
     info["executable"] = sys.executable
     return info

@@ -6,7 +6,8 @@ started: wall clock now - the task's intended run_at (carried in the payload as
 event loop, as in a real deployment (and as Celery's worker runs apart from its producer).
 
 Protocol on stdout, one line each: `ready`, then `count N` as samples arrive (at most every
-100 ms), and after SIGTERM `samples [..]` (JSON) once the Workers have stopped.
+100 ms), and after SIGTERM, once the Workers have stopped, the samples go to `--out` as a
+JSON list and `done` is printed.
 """
 from __future__ import annotations
 
@@ -51,13 +52,16 @@ async def _main(args: argparse.Namespace) -> None:
     for w in workers:
         w.stop()
     await asyncio.gather(*runs, return_exceptions=True)
-    print("samples " + json.dumps([round(s, 3) for s in samples]), flush=True)
+    with open(args.out, "w") as f:
+        json.dump([round(s, 3) for s in samples], f)
+    print("done", flush=True)
 
 
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--urls", required=True, help="comma-separated node URLs")
     p.add_argument("--task-type", required=True)
+    p.add_argument("--out", required=True, help="file for the samples (JSON list of ms)")
     p.add_argument("--prefetch-ms", type=int, default=250)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--concurrency", type=int, default=100)

@@ -35,7 +35,6 @@ except ImportError:
     raise SystemExit("Celery and redis-py are needed: pip install -r bench/requirements.txt")
 
 from bench import lateness, lifecycle  # noqa: E402
-from bench.lib import stats  # noqa: E402
 from bench.lib.api import install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
