@@ -225,7 +225,8 @@ def _schedule_put() -> Schema:
 
 
 def _schedule() -> Schema:
-    fire = obj({"fire_at": TIME, "outcome": {"type": "string", "enum": ["ran", "skipped", "missed"]},
+    outcomes = ["ran", "skipped", "missed"]
+    fire = obj({"fire_at": TIME, "outcome": {"type": "string", "enum": outcomes},
                 "task_id": nullable(string())})
     return obj({
         "schedule_id": string(), "tenant": string(), "cron": string(), "timezone": string(),
@@ -380,6 +381,7 @@ def _task_paths() -> dict[str, Any]:
     submitted = {"oneOf": [task, obj({"tasks": {"type": "array", "items": task},
                                       "applied_seq": APPLIED_SEQ}, ("tasks",))]}
     results = {"type": "array", "items": {"oneOf": [task, ref("HeartbeatAnswer"), ref("Error")]}}
+    answers = obj({"results": results, "applied_seq": APPLIED_SEQ}, ("results",))
     return {
         "/v1/tasks": {
             "post": op("Submit tasks", submitted, status=201, body=submit, errors=WRITE_ERRORS),
@@ -418,13 +420,13 @@ def _task_paths() -> dict[str, Any]:
                                 "applied_seq": APPLIED_SEQ}, ("tasks",)),
             body=ref("ClaimRequest"), errors=WRITE_ERRORS, tag="workers")},
         "/v1/completions": {"post": op(
-            "Complete or fail tasks", obj({"results": results, "applied_seq": APPLIED_SEQ}, ("results",)),
+            "Complete or fail tasks", answers,
             body=obj({"completions": {"type": "array", "items": _completion_item(),
                                       "minItems": 1, "maxItems": v.BATCH_MAX}},
                      ("completions",), closed=True),
             errors=(413, 503, 504), tag="workers")},
         "/v1/heartbeats": {"post": op(
-            "Heartbeat tasks", obj({"results": results, "applied_seq": APPLIED_SEQ}, ("results",)),
+            "Heartbeat tasks", answers,
             body=obj({"heartbeats": {"type": "array", "items": _heartbeat_item(batch=True),
                                      "minItems": 1, "maxItems": v.BATCH_MAX}},
                      ("heartbeats",), closed=True),

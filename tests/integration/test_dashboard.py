@@ -101,7 +101,8 @@ class Page:
     def _event(self, method: str, params: dict) -> None:
         if method == "Runtime.exceptionThrown":
             d = params["exceptionDetails"]
-            self.errors.append(f"exception: {d.get('exception', {}).get('description') or d['text']}")
+            text = d.get("exception", {}).get("description") or d["text"]
+            self.errors.append(f"exception: {text}")
         elif method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
             self.errors.append("console.error: " + " ".join(
                 str(a.get("value", a.get("description"))) for a in params["args"]))
@@ -249,7 +250,8 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
     tenants = await page.eval("[...document.querySelectorAll('#tenants tbody tr')]"
                               ".map(r => [r.dataset.tenant, r.cells[1].textContent])")
     assert dict(tenants)["acme"] == "3" and dict(tenants)["globex"] == "2", tenants
-    assert await page.eval("document.querySelector('[data-state=dead_letter] .n').textContent") == "2"
+    dead = await page.eval("document.querySelector('[data-state=dead_letter] .n').textContent")
+    assert dead == "2"
     await page.screenshot(shots / "dashboard-overview.png")
 
     # Task search by id (typed), then its detail with attempts.
