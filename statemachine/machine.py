@@ -337,15 +337,10 @@ class StateMachine:
 
     def _claim(self, cmd: c.Claim) -> tuple:
         V.claim(cmd, self.limits)
-        granted = []
-        for _ in range(cmd.max_tasks):
-            task = self._queue.select(cmd.task_types, cmd.tenant, self.tenants, self.now_ms,
-                                      cmd.prefetch_ms)
-            if task is None:
-                break
-            self._grant(task, cmd)
-            granted.append(task.task_id)
-        return (OK, "", None, "tasks", granted)
+        tasks = self._queue.select(cmd.task_types, cmd.tenant, self.tenants, self.now_ms,
+                                   cmd.prefetch_ms, cmd.max_tasks,
+                                   lambda task: self._grant(task, cmd))
+        return (OK, "", None, "tasks", [t.task_id for t in tasks])
 
     def _grant(self, task: Task, cmd: c.Claim) -> None:
         assert task.state == PENDING and task.run_at_ms <= self.now_ms + cmd.prefetch_ms

@@ -99,47 +99,78 @@ class ClaimQueue:
 
     # --- selection ------------------------------------------------------------------------
     def select(self, task_types, tenant: str | None, tenants: dict[str, TenantView],
-               now_ms: int, prefetch_ms: int) -> Task | None:
-        """Remove and return the task a claim gets now, or None."""
-        buckets = [b for b in self._buckets(task_types, tenant)
-                   if not tenants[b.tenant].at_cap()]
-        best = None
-        for bucket in buckets:
-            self._promote(bucket, now_ms)
-            if bucket.ready and (best is None or self._better(bucket, best, tenants, now_ms)):
-                best = bucket
-        if best is not None:
-            task = heappop(best.ready)[-1]
-            self._clean(best)
-            return task
-        if prefetch_ms > 0:
-            return self._select_early(buckets, now_ms + prefetch_ms)
-        return None
+               now_ms: int, prefetch_ms: int, max_tasks: int, grant) -> list[Task]:
+        """Remove up to `max_tasks` tasks in claim order, calling `grant(task)` on each
+        before choosing the next (a grant changes the tenant's service and running count).
 
-    def _better(self, a: Bucket, b: Bucket, tenants: dict[str, TenantView], now_ms: int) -> bool:
-        ea, eb = a.ready[0], b.ready[0]
-        pa = effective_priority(ea[0], now_ms, self.aging_ms)
-        pb = effective_priority(eb[0], now_ms, self.aging_ms)
-        if pa != pb:
-            return pa < pb
-        if a.tenant != b.tenant:
-            ta, tb = tenants[a.tenant], tenants[b.tenant]
-            # service per weight, compared in integers: sa/wa < sb/wb
-            lhs, rhs = ta.service * tb.weight, tb.service * ta.weight
-            if lhs != rhs:
-                return lhs < rhs
-        return ea[:3] < eb[:3]
+        Each tenant's best top is computed once per claim, then only the tenant that was
+        just served is recomputed: O(buckets) per claim plus O(tenants) per task granted.
+        """
+        by_tenant: dict[str, list[Bucket]] = {}
+        for bucket in self._buckets(task_types, tenant):
+            if bucket.delayed and bucket.delayed[0][0] <= now_ms:
+                self._promote(bucket, now_ms)
+            by_tenant.setdefault(bucket.tenant, []).append(bucket)
+        best: dict[str, tuple] = {}
+        for name, buckets in by_tenant.items():
+            self._offer(best, name, buckets, tenants, now_ms)
+        out: list[Task] = []
+        while len(out) < max_tasks and best:
+            pick = None
+            for cand in best.values():
+                if pick is None or self._before(cand, pick, tenants):
+                    pick = cand
+            bucket = pick[2]
+            task = heappop(bucket.ready)[-1]
+            self._clean(bucket)
+            grant(task)
+            out.append(task)
+            self._offer(best, bucket.tenant, by_tenant[bucket.tenant], tenants, now_ms)
+        while len(out) < max_tasks and prefetch_ms > 0:
+            task = self._select_early(by_tenant, tenants, now_ms + prefetch_ms)
+            if task is None:
+                break
+            grant(task)
+            out.append(task)
+        return out
 
-    def _select_early(self, buckets: list[Bucket], horizon_ms: int) -> Task | None:
-        """Early dispatch: the due-soon task with the earliest run_at (then seq)."""
-        best = None
+    def _offer(self, best: dict, name: str, buckets: list[Bucket],
+               tenants: dict[str, TenantView], now_ms: int) -> None:
+        """Set `best[name]` to the tenant's best ready top (eff, key, bucket), or drop it."""
+        best.pop(name, None)
+        if tenants[name].at_cap():
+            return
+        top = None
         for bucket in buckets:
-            if bucket.tenant not in self.by_type.get(bucket.task_type, {}):
-                continue   # emptied and dropped by _promote
-            top = bucket.delayed[0] if bucket.delayed else None
-            if top is not None and top[0] <= horizon_ms and (
-                    best is None or top[:2] < best.delayed[0][:2]):
-                best = bucket
+            if bucket.ready and (top is None or bucket.ready[0][:3] < top[1]):
+                top = (0, bucket.ready[0][:3], bucket)
+        if top is not None:
+            best[name] = (effective_priority(top[1][0], now_ms, self.aging_ms),) + top[1:]
+
+    @staticmethod
+    def _before(a: tuple, b: tuple, tenants: dict[str, TenantView]) -> bool:
+        """Claim order between two tenants' candidates (eff, key, bucket)."""
+        if a[0] != b[0]:
+            return a[0] < b[0]
+        ta, tb = tenants[a[2].tenant], tenants[b[2].tenant]
+        # fair share: least service per weight, compared in integers (sa/wa < sb/wb)
+        lhs, rhs = ta.service * tb.weight, tb.service * ta.weight
+        if lhs != rhs:
+            return lhs < rhs
+        return a[1] < b[1]
+
+    def _select_early(self, by_tenant: dict[str, list[Bucket]],
+                      tenants: dict[str, TenantView], horizon_ms: int) -> Task | None:
+        """Early dispatch: the due-soon task with the earliest (run_at, seq)."""
+        best = None
+        for name, buckets in by_tenant.items():
+            if tenants[name].at_cap():
+                continue
+            for bucket in buckets:
+                top = bucket.delayed[0] if bucket.delayed else None
+                if top is not None and top[0] <= horizon_ms and (
+                        best is None or top[:2] < best.delayed[0][:2]):
+                    best = bucket
         if best is None:
             return None
         task = heappop(best.delayed)[-1]

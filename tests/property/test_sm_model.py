@@ -392,6 +392,6 @@ class SchedulerModel(RuleBasedStateMachine):
 
 
 SchedulerModel.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=50, deadline=None,
+    max_examples=150, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 test_scheduler_model = SchedulerModel.TestCase
