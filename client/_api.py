@@ -102,11 +102,12 @@ class ApiCalls:
                               body={"fencing_token": fencing_token, "error": error,
                                     "retryable": retryable}, write=True))
 
-    def completions(self, items: list[dict[str, Any]], key: str | None = None):
+    def completions(self, items: list[dict[str, Any]], key: str | None = None,
+                    deadline_s: float | None = None):
         """Batch complete/fail -> results (task or error object) in order. Pass the same `key`
         when repeating a batch whose outcome is unknown."""
         return self._run(Call("POST", "/v1/completions", body={"completions": items}, write=True,
-                              key=key), _key("results"))
+                              key=key, deadline_s=deadline_s), _key("results"))
 
     def release(self, task_id: str, fencing_token: int):
         """Give a claimed task back without using up a retry (a stopping worker)."""

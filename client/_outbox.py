@@ -14,12 +14,16 @@ from .errors import ApiError, Unavailable
 log = logging.getLogger("tsched.worker")
 
 BATCH_ITEMS_MAX = 100        # completions per request
+ATTEMPT_S_MIN = 1.0          # the shortest deadline of one try of a batch
 
 
 class Outbox:
     def __init__(self, client: AsyncClient, give_up_s: float) -> None:
         self._client = client
         self._give_up_s = give_up_s   # an unanswered batch is repeated this long (one lease)
+        # one try is short, so a node that hangs (a leader lost mid-commit) does not hold
+        # up every later completion behind it
+        self._attempt_s = max(ATTEMPT_S_MIN, give_up_s / 3)
         self._queue: list[tuple[dict, asyncio.Future]] = []
         self._ready = asyncio.Event()
 
@@ -49,7 +53,8 @@ class Outbox:
         give_up_at = time.monotonic() + self._give_up_s
         while True:
             try:
-                answers = await self._client.completions(items, key=key)
+                answers = await self._client.completions(items, key=key,
+                                                         deadline_s=self._attempt_s)
                 codes = [error_code_of(a) for a in answers]
                 return codes + ["no_answer"] * (len(items) - len(codes))
             except Unavailable as exc:   # raised only after the client's own deadline

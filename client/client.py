@@ -13,6 +13,7 @@ from ._core import (TRANSPORT_ERRORS, Call, Rotation, SeqTracker, build_request,
                     describe_failure, error_from, is_retryable_status, parse_urls, unavailable)
 
 CONNECT_TIMEOUT_S = 2.0    # a dead or unreachable node must not eat the whole deadline
+ATTEMPT_READ_S = 10.0      # longer than a node's own commit wait, shorter than the deadline
 PAGE_SIZE = 100
 PAGE_SIZE_MAX = 1000       # the API's bound on `limit`
 
@@ -38,7 +39,12 @@ class _Base(ApiCalls):
         return time.monotonic() + total_s + (call.read_timeout_s or 0)
 
     def _timeout(self, call: Call, remaining_s: float) -> httpx.Timeout:
-        read = max(remaining_s, 0.001) if call.read_timeout_s is None else call.read_timeout_s
+        # One try waits at most ATTEMPT_READ_S (a long-poll: its wait plus slack): a node that
+        # hangs is left for the next one, and a repeated write is safe (same key).
+        if call.read_timeout_s is None:
+            read = min(max(remaining_s, 0.001), ATTEMPT_READ_S)
+        else:
+            read = call.read_timeout_s
         return httpx.Timeout(read, connect=min(CONNECT_TIMEOUT_S, max(remaining_s, 0.001)))
 
     def _answer(self, url: str, resp: httpx.Response) -> Any:

@@ -184,3 +184,25 @@ def test_sigterm_gives_back_what_outlives_grace(cluster, client, tmp_path):
     with running(Worker(cluster.urls, {"job": lambda p, ctx: "second run"}, wait_s=1)):
         wait_for(lambda: state_of(client, task_id) == "completed", "the second run")
     assert client.get(task_id)["result"] == "second run"
+
+
+def test_worker_rides_out_a_leader_kill(fresh_cluster):
+    c = fresh_cluster
+    leader = c.wait_leader()
+    finished = []
+    with Client(c.urls, timeout_s=30) as client:
+        ids = [t["task_id"] for t in client.submit_many(
+            [{"task_type": "steady", "payload": n} for n in range(80)])]
+
+        def steady(payload, ctx):
+            time.sleep(0.02)
+            finished.append(payload)
+            return payload
+        with running(Worker(c.urls, {"steady": steady}, lease_s=3, wait_s=1)):
+            wait_for(lambda: len(finished) >= 20, "some progress")
+            c.kill(leader)
+            wait_for(lambda: all(t["state"] == "completed" for t in client.list(task_type="steady"))
+                     and len(finished) >= 80, "every task completed after the failover",
+                     timeout_s=120)
+        results = sorted(client.get(i)["result"] for i in ids)
+    assert results == list(range(80))
