@@ -7,7 +7,9 @@ Three sources, each as cheap as it can be:
   properties, so nothing is maintained for them between scrapes;
 - event counters (claims, completions, failures, retries, lease expirations, dead letters)
   and the lateness histogram come from applied commands' results through the Replica's
-  apply listener: a type check per command, and work only for the commands that count;
+  apply listener: a type check per command, and work only for the commands that count
+  (an `AttemptTracker` follows running attempts, so that each is counted once and lease
+  expirations, which a Tick's result does not list, are found);
 - request durations come from an aiohttp middleware.
 
 Every replica applies the same commands, so every node reports the same event counts;
@@ -481,6 +483,8 @@ def _queue_families(view: QueueView) -> Iterable:
 # --- HTTP ------------------------------------------------------------------------------------
 
 METRICS = web.AppKey("metrics", NodeMetrics)
+# Label values come from this list (and route templates): a client cannot mint new series.
+HTTP_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"))
 
 
 def route_of(request: web.Request) -> str:
@@ -512,8 +516,9 @@ async def middleware(request: web.Request, handler) -> web.StreamResponse:
         raise
     finally:
         route = route_of(request)
-        metrics.request.labels(request.method, route).observe(time.perf_counter() - started)
-        metrics.responses.labels(request.method, route, str(status)).inc()
+        method = request.method if request.method in HTTP_METHODS else "other"
+        metrics.request.labels(method, route).observe(time.perf_counter() - started)
+        metrics.responses.labels(method, route, str(status)).inc()
 
 
 async def handle_metrics(request: web.Request) -> web.Response:

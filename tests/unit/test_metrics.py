@@ -284,6 +284,12 @@ async def test_metrics_route_serves_the_exposition_format(client, replica):
     assert families["tsched_tasks"].type == "gauge"
     assert families["tsched_submitted_tasks"].type == "counter"
     assert 'route="/healthz"' in text and 'status="200"' in text
+    for i, method in enumerate(("PROPFIND", "MKCOL", "TRACE")):   # no new series minted
+        assert (await client.request(method, f"/nowhere/{i}")).status == 404
+    text = await (await client.get("/metrics")).text()
+    assert 'tsched_http_responses_total{method="other",route="unmatched",status="404"} 3.0' \
+        in text
+    assert "PROPFIND" not in text and "/nowhere" not in text
 
 
 async def test_readyz_needs_a_leader_and_a_caught_up_replica(client, replica):
