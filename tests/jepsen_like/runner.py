@@ -120,6 +120,7 @@ async def _run(out_dir: str, duration_s: float, seed: int, n_nodes: int,
             await workload.stop_schedule()
             workload.stop_producing()
             final["drained"] = await drain(cluster, session)
+            await workload.read_schedule()      # the last fire records
             await workload.stop()
             final["converged"] = await converge(cluster, session, final["digests"])
             final["tasks"] = await final_tasks(cluster, session)

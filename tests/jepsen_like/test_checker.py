@@ -272,3 +272,52 @@ def test_unavailability_windows():
     assert report["valid"]
     windows = report["unavailability"]["list"]
     assert any(w["duration_s"] == pytest.approx(4.0, abs=0.05) for w in windows), windows
+
+
+def test_schedule_without_a_firing_timer_is_not_checked():
+    h, final = schedule_run([])
+    report = check(h.entries, final)
+    assert report["checks"]["missed_fires"] == 10
+    h._line(id=999, type="note", process="setup", f="schedule_unsupported", tenant="t2",
+            schedule_id="s")
+    report = check(h.entries, final)
+    assert report["valid"] and report["fires_checked"] == 0
+
+
+def test_retried_fire_is_placed_by_its_fire_record():
+    fires = [s * 1000 for s in range(1, 11)]
+    h, final = schedule_run(fires)
+    # the 4 s occurrence failed once: its run_at moved to the end of its backoff
+    moved = final["tasks"]["f3"]
+    moved["run_at"] = ts(5_500)
+    moved["attempts"] = [attempt(500, 4100, 4200, "failed"), attempt(501, 5600, 5700, "completed")]
+    h.op("read_schedule", tenant="t2", schedule_id="s",
+         result={"fires": [{"fire_at": ts(4000), "outcome": "ran", "task_id": "f3"}]})
+    report = check(h.entries, final)
+    assert report["valid"], report["violations"]
+
+
+def test_fire_records_show_missed_and_duplicate_occurrences():
+    fires = [s * 1000 for s in range(1, 11) if s != 6]
+    h, final = schedule_run(fires)
+    h.op("read_schedule", tenant="t2", schedule_id="s", result={"fires": [
+        {"fire_at": ts(6000), "outcome": "missed", "task_id": None},
+        {"fire_at": ts(8000), "outcome": "ran", "task_id": "f6"},
+        {"fire_at": ts(8000), "outcome": "ran", "task_id": "other"},
+    ]})
+    report = check(h.entries, final)
+    assert flagged(report) == {"missed_fires": 1, "duplicate_fires": 1}
+    assert report["violations"]["missed_fires"][0]["why"] == "missed"
+
+
+def test_retried_fire_without_a_record_covers_one_gap_only():
+    fires = [s * 1000 for s in range(1, 11)]
+    h, final = schedule_run(fires)
+    for name in ("f2", "f3"):
+        final["tasks"][name]["attempts"] = [attempt(600, 3100, 3200, "lease_expired"),
+                                            attempt(601, 9000, 9100, "completed")]
+        final["tasks"][name]["run_at"] = ts(8_000)
+        final["tasks"][name]["created_at"] = ts(3_050)
+    # both fires (3 s and 4 s) are uncovered; each stand-in was created after 3 s only
+    report = check(h.entries, final)
+    assert report["checks"]["missed_fires"] == 1, report["violations"]

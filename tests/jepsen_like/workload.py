@@ -21,6 +21,8 @@ TENANT_CAPS = {"t1": 2, "t2": 3, "t3": 0}   # 0: unlimited
 JOB_TYPE, CRON_TYPE = "job", "cron_tick"
 SCHEDULE_ID, SCHEDULE_TENANT = "every-second", "t3"
 SUBMIT_RETRIES = 3
+FIRST_FIRE_WAIT_S = 5.0
+SCHEDULE_READ_EVERY_S = 2.0      # a schedule keeps its last 20 fire records: 20 s at 1/s
 FATES = (("ok", 80), ("fail", 6), ("crash", 6), ("zombie", 8))
 HEARTBEAT_EVERY_S = 0.4
 
@@ -98,6 +100,7 @@ class Workload:
         self.shared = Shared()
         self.sink = FencingSink()
         self.schedule_enabled = False
+        self._schedule_stopped = False
         self._tasks: list[asyncio.Task] = []
 
     def node(self) -> str:
@@ -124,7 +127,8 @@ class Workload:
 
     async def _put_schedule(self, end: float) -> None:
         body = {"cron": "* * * * * *", "timezone": "UTC", "tenant": SCHEDULE_TENANT,
-                "task_type": CRON_TYPE, "misfire": "run_all", "overlap": "allow"}
+                "task": {"task_type": CRON_TYPE, "max_retries": 5},
+                "misfire": "run_all", "overlap": "allow"}
         loop = asyncio.get_running_loop()
         while loop.time() < end:
             kind, data = await self.api.call(
@@ -133,20 +137,60 @@ class Workload:
                 extract=lambda d: {"next_fire_at": d.get("next_fire_at")})
             if kind == OK:
                 self.schedule_enabled = True
-                return
+                break
             if kind == FAIL and (data or {}).get("error", {}).get("code") in (
                     "not_found", "method_not_allowed"):
-                return      # this build has no schedules API yet: run without fires
+                return      # this build has no schedules API: run without fires
             await asyncio.sleep(0.2)
+        if self.schedule_enabled and not await self._fires_seen(FIRST_FIRE_WAIT_S):
+            # the API takes schedules but nothing fires them yet: say so, check no fires
+            await self.stop_schedule()
+            self.api.history.event("setup", "schedule_unsupported", "note",
+                                   tenant=SCHEDULE_TENANT, schedule_id=SCHEDULE_ID)
+            self.schedule_enabled = self._schedule_stopped = False
+
+    async def _fires_seen(self, timeout_s: float) -> bool:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while loop.time() < end:
+            url = self.api.urls[self.node()]
+            try:
+                async with self.api.session.get(
+                        f"{url}/v1/schedules/{SCHEDULE_ID}?tenant={SCHEDULE_TENANT}",
+                        timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as r:
+                    data = await r.json(content_type=None)
+                if r.status == 200 and data.get("fires"):
+                    return True
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+                pass
+            await asyncio.sleep(0.2)
+        return False
+
+    async def read_schedule(self) -> None:
+        """Record the schedule's recent fire records (fire time -> task); a retried
+        occurrence's run_at moves, so these are what tie a task to its fire time."""
+        if self.schedule_enabled or self._schedule_stopped:
+            await self.api.call(
+                "s0", "read_schedule", self.node(), "GET",
+                f"/v1/schedules/{SCHEDULE_ID}?tenant={SCHEDULE_TENANT}", None,
+                extract=lambda d: {"fires": d.get("fires", [])},
+                tenant=SCHEDULE_TENANT, schedule_id=SCHEDULE_ID)
+
+    async def _schedule_reader(self) -> None:
+        while not self.shared.stopping.is_set():
+            await asyncio.sleep(SCHEDULE_READ_EVERY_S)
+            await self.read_schedule()
 
     async def stop_schedule(self) -> None:
         for _ in range(50):
             if not self.schedule_enabled:
                 return
-            kind, _ = await self.api.call("setup", "stop_schedule", self.node(), "POST",
-                                          f"/v1/schedules/{SCHEDULE_ID}/pause", {},
-                                          tenant=SCHEDULE_TENANT, schedule_id=SCHEDULE_ID)
+            kind, _ = await self.api.call(
+                "setup", "stop_schedule", self.node(), "POST",
+                f"/v1/schedules/{SCHEDULE_ID}/pause?tenant={SCHEDULE_TENANT}", None,
+                tenant=SCHEDULE_TENANT, schedule_id=SCHEDULE_ID)
             if kind == OK:
+                self._schedule_stopped = True
                 return
             await asyncio.sleep(0.2)
 
@@ -157,6 +201,8 @@ class Workload:
         self._tasks += [spawn(self._worker(f"w{i}", JOB_TYPE)) for i in range(self.n_workers)]
         self._tasks += [spawn(self._worker("cron", CRON_TYPE, honest=True)),
                         spawn(self._canceller())]
+        if self.schedule_enabled:
+            self._tasks.append(spawn(self._schedule_reader()))
 
     def stop_producing(self) -> None:
         self.shared.producing.clear()
