@@ -33,6 +33,7 @@ TARGET_MEM = "1,000,000 pending within 1 GiB RSS (<= ~1,070 B/task)"
 TARGET_RESTART = "<= 15 s at 1,000,000 tasks"
 TARGET_CLAIM = "flat from 10K to 1M (O(log n))"
 MIB = 1024 * 1024
+FILL_TENANTS = 4
 
 
 async def fill(api: Api, urls: list[str], task_type: str, count: int, batch: int,
@@ -45,7 +46,9 @@ async def fill(api: Api, urls: list[str], task_type: str, count: int, batch: int
         while left[0] > 0:
             n = min(batch, left[0])
             left[0] -= n
-            tasks = [{"task_type": task_type, "payload": {"n": k}} for k in range(n)]
+            # Spread over tenants: one tenant may hold at most 1,000,000 live tasks.
+            tenant = f"scale-{i % FILL_TENANTS}"
+            tasks = [{"task_type": task_type, "tenant": tenant, "payload": {"n": k}} for k in range(n)]
             for attempt in range(5):
                 try:
                     created = await api.submit(urls[i % len(urls)], tasks, timeout_s=60)
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     with LocalCluster(args.nodes, keep=args.keep) as cluster:
         report = Report("scale: memory per pending task, claim time, restart time", "bench.scale",
                         args, {"nodes": args.nodes, "levels": "/".join(f"{lv:,}" for lv in levels),
-                               "payload": '{"n": int}', "claims_per_level": args.claims,
+                               "payload": '{"n": int}', "tenants": FILL_TENANTS, "claims_per_level": args.claims,
                                "fill_batch": args.batch, "client_loop": loop_name},
                         data_dir=cluster.root)
         cluster.wait_writable()
