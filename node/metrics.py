@@ -244,7 +244,8 @@ class NodeMetrics:
         self.apply_latency = BucketHistogram(
             "tsched_apply_latency_seconds",
             "From a batch's proposal (the proposer's clock in its commands) to its "
-            "application on this node", APPLY_BUCKETS_S)
+            "application on this node (on a follower, includes clock skew to the proposer)",
+            APPLY_BUCKETS_S)
         self.apply_commands = BucketHistogram(
             "tsched_apply_batch_commands", "Commands per applied Raft entry",
             (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
