@@ -94,8 +94,23 @@ class LmdbJournal(_pysyncobj_journal.Journal):
     # --- pysyncobj's Journal interface (called on the Raft thread) --------------------
 
     def add(self, command, idx, term):
+        if self._entries and idx <= self._entries[-1][1]:
+            if self._kept_committed(idx, term):
+                return
         self._entries.append((bytes(command), idx, term))
         self._mark_from(idx)
+
+    def _kept_committed(self, idx: int, term: int) -> bool:
+        """An entry re-sent at an index kept by `deleteEntriesFrom`: identical, or (never,
+        by Raft's rules) a conflict, handled as pysyncobj would by truncating there."""
+        pos = idx - self._entries[0][1]
+        if 0 <= pos < len(self._entries) and self._entries[pos][2] == term:
+            return True
+        log.critical("raft: entry %d of term %d conflicts with a committed entry; truncating",
+                     idx, term)
+        self._mark_from(self._entries[max(pos, 0)][1])
+        del self._entries[max(pos, 0):]
+        return False
 
     def clear(self):
         if self._entries:
@@ -104,6 +119,12 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         self._entries = []
 
     def deleteEntriesFrom(self, entryFrom):
+        # pysyncobj truncates every entry after the leader's prevLogIdx, conflicting or not,
+        # and a reset nextIndex can make a leader re-send from far back: acked, committed
+        # entries would vanish from the durable log until re-sent. Committed entries never
+        # conflict (Raft's leader completeness), so keep them; `add` skips their re-sends.
+        if self._entries:
+            entryFrom = max(entryFrom, self._commit - self._entries[0][1] + 1)
         if entryFrom < len(self._entries):
             self._mark_from(self._entries[entryFrom][1])
             del self._entries[entryFrom:]
