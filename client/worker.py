@@ -6,10 +6,10 @@ holds up to `concurrency + claim_ahead` tasks (default 4 x concurrency, like Cel
 prefetch) so that a claim's round trip overlaps running handlers; give short tasks a
 larger `claim_ahead`, long ones a smaller one so that other workers can take them.
 
-Stopping (`stop()`, SIGTERM or SIGINT): the worker stops claiming, gives back at once the
-tasks whose handlers have not started yet (early-dispatched ones waiting for `run_at`),
-lets running handlers finish within `grace_s`, and then *releases* the leases of those
-still running (back to `pending` without using up a retry; if the node has no release
+Stopping (`stop()`, SIGTERM or SIGINT; a second one skips the grace period): the worker
+stops claiming, gives back at once the tasks whose handlers have not started yet
+(early-dispatched ones waiting for `run_at`), lets running handlers finish within
+`grace_s`, and then *releases* the leases of those still running (back to `pending` without using up a retry; if the node has no release
 call, they are failed as retryable instead). Their `ctx.cancelled` is set and any late
 result is dropped.
 """
@@ -94,18 +94,21 @@ class Worker:
         asyncio.run(self.run_async())
 
     def stop(self) -> None:
-        """Ask the worker to stop; safe from any thread or a signal handler."""
+        """Ask the worker to stop; safe from any thread or a signal handler. A second call
+        (a second Ctrl-C) cuts the grace period short."""
+        hurry = self._stop_requested.is_set()
         self._stop_requested.set()
         loop = self._loop
         if loop is not None and not loop.is_closed():
             try:
-                loop.call_soon_threadsafe(self._stopping.set)
+                loop.call_soon_threadsafe((self._hurry if hurry else self._stopping).set)
             except RuntimeError:
                 pass   # the loop closed in between: nothing left to stop
 
     async def run_async(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()
         self._slot_free = asyncio.Event()
         self._async_slots = asyncio.Semaphore(self.concurrency)
         self._install_signals()
@@ -300,9 +303,7 @@ class Worker:
             job.lose()
             runner.cancel()
         await asyncio.gather(*(self._give_back(job) for job, _ in unstarted))
-        runners = [runner for _, runner in self._jobs.values()]
-        if runners:
-            await asyncio.wait(runners, timeout=self.grace_s)
+        await self._grace([runner for _, runner in self._jobs.values()])
         overdue = [(job, runner) for job, runner in self._jobs.values() if not job.reported]
         for job, runner in overdue:
             job.lose()
@@ -311,6 +312,17 @@ class Worker:
         leftovers = [runner for _, runner in self._jobs.values()]
         if leftovers:
             await asyncio.wait(leftovers, timeout=1.0)
+
+    async def _grace(self, runners: list[asyncio.Task]) -> None:
+        """Until the runners are done, grace_s has passed, or stop() is called again."""
+        if not runners:
+            return
+        hurry = asyncio.create_task(self._hurry.wait())
+        try:
+            await asyncio.wait([asyncio.gather(*runners, return_exceptions=True), hurry],
+                               timeout=self.grace_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hurry.cancel()
 
     async def _give_back(self, job: Job) -> None:
         token = job.ctx.fencing_token

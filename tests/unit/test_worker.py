@@ -280,3 +280,22 @@ def test_constructor_checks_its_arguments():
         args = {"handlers": {"t": print}, **bad}
         with pytest.raises(ValueError):
             Worker("http://127.0.0.1:1", **args)
+
+
+def test_a_second_stop_skips_the_grace_period(fake):
+    began = threading.Event()
+
+    def handler(payload, ctx):
+        began.set()
+        ctx.cancelled.wait(DEADLINE_S)
+        return "too late"
+    fake.add("a")
+    w = make(fake, {"t": handler}, grace_s=3600)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    assert began.wait(DEADLINE_S)
+    w.stop()
+    w.stop()   # a second Ctrl-C: do not wait an hour
+    t.join(DEADLINE_S)
+    assert not t.is_alive()
+    assert fake.released == ["a"] and fake.reports == []
