@@ -48,6 +48,8 @@ def cli(config_path: str, node_id: str, log_format: str) -> None:
 
 
 def _check_http_exposure(cfg, me) -> None:
+    from .auth import parse as parse_auth
+    parse_auth(cfg.auth)   # a malformed [auth] stops the node here, with the reason
     if cfg.auth is None and not config_mod.is_loopback(me.http_host):
         raise config_mod.ConfigError(
             f"node {me.id}: refusing to serve HTTP on non-loopback {me.http} without an "
