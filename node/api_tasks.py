@@ -31,19 +31,29 @@ async def submit(request: web.Request) -> web.Response:
     body = await json_body(request)
     items = validate.submit_batch(body)
     now = node.clock.now_ms()
+    scope = tenant_scope(request)
     if items is None:
-        cmd = validate.submit(body, now_ms=now, request_id=request_id(request), task_id=new_id())
+        cmd = validate.submit(_scoped(body, scope), now_ms=now, request_id=request_id(request),
+                              task_id=new_id())
         _check_tenant(request, cmd.tenant)
         task, seq = await propose_one(node, cmd)
         return respond(task, seq, status=201)
-    cmds = [validate.submit(item, now_ms=now, request_id=request_id(request, f"#{i}"),
-                            task_id=new_id(), where=f"tasks[{i}]")
+    cmds = [validate.submit(_scoped(item, scope), now_ms=now,
+                            request_id=request_id(request, f"#{i}"), task_id=new_id(),
+                            where=f"tasks[{i}]")
             for i, item in enumerate(items)]
     for cmd in cmds:
         _check_tenant(request, cmd.tenant)
     answers, seq = await propose(node, cmds)
     return respond({"tasks": [a.body() if isinstance(a, ApiError) else a for a in answers]},
                    seq, status=201)
+
+
+def _scoped(item, scope: str | None):
+    """A tenant token's submit without `tenant` is for the token's tenant."""
+    if scope is not None and isinstance(item, dict) and item.get("tenant") is None:
+        return {**item, "tenant": scope}
+    return item
 
 
 @routes.get("/v1/tasks/{task_id}")
