@@ -33,8 +33,10 @@ async def cluster_self(request: web.Request) -> web.Response:
     return respond(out, out["applied_seq"])
 
 
-async def _peer_status(node, peer) -> dict:
-    data = await node.forwarder.get_json(peer.url + "/v1/cluster/self", PEER_STATUS_TIMEOUT_S)
+async def _peer_status(node, peer, auth: str | None) -> dict:
+    # The caller's token goes along: peers check it as they would the caller's own request.
+    data = await node.forwarder.get_json(peer.url + "/v1/cluster/self", PEER_STATUS_TIMEOUT_S,
+                                         headers={"Authorization": auth} if auth else None)
     if not isinstance(data, dict) or data.get("id") != peer.id:
         return {"id": peer.id, "http": peer.http, "raft": peer.raft, "role": None,
                 "commit_index": None, "applied_seq": None, "digest": None, "reachable": False}
@@ -47,7 +49,8 @@ async def cluster(request: web.Request) -> web.Response:
     validate.query(request.query, ())
     mine = self_status(node)
     peers = [n for n in node.config.nodes if n.id != node.node_id]
-    others = await asyncio.gather(*(_peer_status(node, p) for p in peers))
+    auth = request.headers.get("Authorization")
+    others = await asyncio.gather(*(_peer_status(node, p, auth) for p in peers))
     by_id = {n["id"]: n for n in [mine, *others]}
     nodes = [_public(by_id[n.id]) for n in node.config.nodes]
     return respond({"leader": mine["leader"], "term": mine["term"], "nodes": nodes},

@@ -39,12 +39,13 @@ class Forwarder:
             raise ApiError("unavailable", f"the leader at {base_url} did not answer: "
                            f"{type(e).__name__}", {"leader_url": base_url}) from None
 
-    async def get_json(self, url: str, timeout_s: float):
+    async def get_json(self, url: str, timeout_s: float, headers: dict | None = None):
         """GET url -> parsed JSON, or None if it cannot be had in time."""
         assert self._session is not None
         try:
             async with self._session.get(
-                    url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                    url, headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                 if resp.status != 200:
                     return None
                 return await resp.json()
