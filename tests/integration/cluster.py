@@ -42,7 +42,7 @@ def free_port() -> int:
 class Cluster:
     def __init__(self, tmp_path: Path, size: int = 3, *, env: dict[str, str] | None = None,
                  node_env: dict[str, dict[str, str]] | None = None, secret: str | None = None,
-                 extra_toml: str = "") -> None:
+                 extra_toml: str = "", status_token: str | None = None) -> None:
         self.dir = Path(tmp_path)
         self.ids = [f"n{i + 1}" for i in range(size)]
         self.http = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
@@ -53,6 +53,8 @@ class Cluster:
         self.config_path = self.dir / "cluster.toml"
         self._write_config(secret, extra_toml)
         self.client = httpx.Client(timeout=30)
+        # With [auth] in extra_toml: the token the helper's own status checks use.
+        self.status_token = status_token
 
     # --- setup -----------------------------------------------------------------------------
 
@@ -166,7 +168,9 @@ class Cluster:
 
     def self_status(self, node_id: str, timeout_s: float = 1.0) -> dict | None:
         try:
-            s, b = self.call(node_id, "GET", "/v1/cluster/self", timeout_s=timeout_s)
+            auth = {"Authorization": f"Bearer {self.status_token}"} if self.status_token else None
+            s, b = self.call(node_id, "GET", "/v1/cluster/self", timeout_s=timeout_s,
+                             headers=auth)
         except httpx.HTTPError:
             return None
         return b if s == 200 else None
