@@ -68,3 +68,16 @@ def test_leader_killed_mid_stream_loses_and_duplicates_nothing(fresh_cluster):
     payloads = sorted(t["payload"]["i"] for t in tasks)
     assert payloads == list(range(STREAM)), "a submit was lost or applied twice"
     assert {t["task_id"] for t in tasks} == set(acked)
+
+
+async def test_async_client_against_the_cluster(cluster):
+    from tsched.client import AsyncClient
+    async with AsyncClient(cluster.urls) as c:
+        made = await c.submit_many([{"task_type": "async_twin", "payload": n} for n in range(3)])
+        got = await c.get(made[0]["task_id"])
+        assert got["payload"] == 0 and c.applied_seq >= 1
+        listed = [t async for t in c.list(task_type="async_twin")]
+        assert sorted(t["payload"] for t in listed) == [0, 1, 2]
+        assert (await c.cancel(made[1]["task_id"]))["state"] == "cancelled"
+        status = await c.cluster_status()
+        assert status["leader"] in cluster.ids
