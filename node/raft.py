@@ -428,7 +428,11 @@ class Replica:
         self._waker = _Waker()
         self._tick_tasks.append(lambda: self._waker.subscribe(self._obj._poller))
         self._obj.addOnTickCallback(self._on_tick)
-        self._obj.waitBinded()
+        try:
+            self._obj.waitBinded()
+        except Exception as exc:
+            self.stop()                    # ends the tick thread, closes the journal
+            raise OSError(f"cannot bind the Raft address {self.self_raft}: {exc!r}") from exc
 
     def _conf(self) -> SyncObjConf:
         o = self.options

@@ -252,3 +252,19 @@ def test_secret_cluster_elects_a_leader(tmp_path):
     finally:
         for r in replicas:
             r.stop()
+
+
+def test_a_taken_raft_port_fails_start_and_releases_the_journal(tmp_path):
+    import dataclasses as dc
+    spec = cluster_spec(tmp_path)[0]
+    host, port = spec["raft"].rsplit(":", 1)
+    opts = dc.replace(FAST, bind_retries_max=2, bind_retry_s=0.05)
+    with socket.create_server((host, int(port))):
+        r = Replica(self_id=spec["id"], self_raft=spec["raft"], peers=spec["peers"],
+                    data_dir=tmp_path / "n1", options=opts, machine=mini_kit())
+        with pytest.raises(OSError, match="cannot bind"):
+            r.start()
+    again = Replica(self_id=spec["id"], self_raft=spec["raft"], peers=spec["peers"],
+                    data_dir=tmp_path / "n1", options=opts, machine=mini_kit())
+    again.start()                          # the LMDB environment was closed: reopens fine
+    again.stop()
