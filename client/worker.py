@@ -339,4 +339,5 @@ class Worker:
             await self._client.fail(job.ctx.task_id, job.ctx.fencing_token,
                                     "worker stopped before the task finished", retryable=True)
         except ApiError as exc:
-            log.warning("task %s: could not give back: %s", job.ctx.task_id, exc)
+            if exc.code not in LEASE_LOST_CODES:   # already someone else's: nothing to give
+                log.warning("task %s: could not give back: %s", job.ctx.task_id, exc)
