@@ -268,3 +268,16 @@ def test_a_taken_raft_port_fails_start_and_releases_the_journal(tmp_path):
                     data_dir=tmp_path / "n1", options=opts, machine=mini_kit())
     again.start()                          # the LMDB environment was closed: reopens fine
     again.stop()
+
+
+def test_an_undecodable_entry_is_a_no_op_everywhere(trio):
+    replicas = trio["replicas"]
+    leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
+    propose_sync(leader, [submit("before-junk")])
+    wait_until(applied_everywhere(replicas, ["before-junk"]), 10, "before-junk everywhere")
+    seqs = [r.applied_seq for r in replicas]
+    leader.propose_blob(b"\xc1 not msgpack")
+    propose_sync(leader, [submit("after-junk")])     # the log moves on past the junk entry
+    wait_until(applied_everywhere(replicas, ["after-junk"]), 10, "after-junk everywhere")
+    assert [r.applied_seq for r in replicas] == [s + 1 for s in seqs]
+    wait_until(digests_equal(replicas), 10, "equal digests")
