@@ -27,6 +27,8 @@ class NodeConfig:
     raft: str        # host:port of the Raft transport
     http: str        # host:port of the HTTP API
     data_dir: str    # absolute path
+    tls_cert: str | None = None   # PEM certificate (absolute path): the node serves HTTPS
+    tls_key: str | None = None    # its PEM private key
 
     @property
     def http_host(self) -> str:
@@ -38,7 +40,7 @@ class NodeConfig:
 
     @property
     def url(self) -> str:
-        return f"http://{self.http}"
+        return f"{'https' if self.tls_cert else 'http'}://{self.http}"
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class ClusterConfig:
     auth: Mapping[str, Any] | None = None       # kept for the auth layer
     limits: Mapping[str, Any] | None = None     # kept for state machine limits
     path: str | None = None
+    ca_file: str | None = None   # CA bundle (absolute path) for HTTPS between nodes
 
     def node(self, node_id: str) -> NodeConfig:
         for n in self.nodes:
@@ -96,7 +99,7 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
     secret = cluster.get("secret")
     if secret is not None and (not isinstance(secret, str) or not secret):
         raise ConfigError("[cluster] secret must be a non-empty string")
-    extra = sorted(set(cluster) - {"name", "secret", "timeouts"})
+    extra = sorted(set(cluster) - {"name", "secret", "timeouts", "ca_file"})
     if extra:
         raise ConfigError(f"[cluster] unknown keys: {', '.join(extra)}")
     nodes = _nodes(doc.get("node"), base_dir)
@@ -110,7 +113,7 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
         timeouts=MappingProxyType(_timeouts(cluster.get("timeouts"))),
         auth=MappingProxyType(auth) if auth is not None else None,
         limits=MappingProxyType(limits) if limits is not None else None,
-        path=path)
+        path=path, ca_file=_path(cluster, "ca_file", "[cluster]", base_dir))
     _check_raft_security(cfg)
     return cfg
 
@@ -133,7 +136,7 @@ def _node(t: Any, index: int, base_dir: str) -> NodeConfig:
     where = f"[[node]] #{index + 1}"
     if not isinstance(t, dict):
         raise ConfigError(f"{where} must be a table")
-    extra = sorted(set(t) - {"id", "raft", "http", "data_dir"})
+    extra = sorted(set(t) - {"id", "raft", "http", "data_dir", "tls_cert", "tls_key"})
     if extra:
         raise ConfigError(f"{where}: unknown keys: {', '.join(extra)}")
     node_id = _str(t, "id", where)
@@ -144,7 +147,18 @@ def _node(t: Any, index: int, base_dir: str) -> NodeConfig:
     split_address(raft, f"{where} raft")
     split_address(http, f"{where} http")
     data_dir = os.path.normpath(os.path.join(base_dir, _str(t, "data_dir", where)))
-    return NodeConfig(id=node_id, raft=raft, http=http, data_dir=data_dir)
+    cert, key = _path(t, "tls_cert", where, base_dir), _path(t, "tls_key", where, base_dir)
+    if (cert is None) != (key is None):
+        raise ConfigError(f"{where}: tls_cert and tls_key go together (HTTPS needs both)")
+    return NodeConfig(id=node_id, raft=raft, http=http, data_dir=data_dir, tls_cert=cert,
+                      tls_key=key)
+
+
+def _path(t: Mapping[str, Any], key: str, where: str, base_dir: str) -> str | None:
+    """An optional file path, relative to the config file's folder."""
+    if key not in t:
+        return None
+    return os.path.normpath(os.path.join(base_dir, _str(t, key, where)))
 
 
 def _timeouts(raw: Any) -> dict[str, float]:
