@@ -17,6 +17,7 @@ from .api_common import NODE, Node, error_response
 from .claims import ClaimHub, enables_claims
 from .errors import ApiError
 from .forward import Forwarder
+from .tls import cluster_client_context
 from .timer import LeaderTimer
 
 log = logging.getLogger("tsched.node.http")
@@ -91,7 +92,7 @@ async def _services(app: web.Application):
     node = app[NODE]
     loop = asyncio.get_running_loop()
     node.proposer = Proposer(node.replica, loop, render=present.result)
-    node.forwarder = Forwarder(node.node_id)
+    node.forwarder = Forwarder(node.node_id, ssl=cluster_client_context(node.config))
     await node.forwarder.start()
     node.claims = ClaimHub(node)
     node.timer = LeaderTimer(node)

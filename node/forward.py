@@ -1,6 +1,8 @@
 """Follower -> leader HTTP forwarding over one keep-alive connection pool."""
 from __future__ import annotations
 
+import ssl as ssl_mod
+
 import aiohttp
 
 from .errors import ApiError
@@ -10,12 +12,14 @@ CONNECTIONS_MAX = 4096   # each forwarded long poll holds one connection for its
 
 
 class Forwarder:
-    def __init__(self, node_id: str) -> None:
+    def __init__(self, node_id: str, ssl: ssl_mod.SSLContext | None = None) -> None:
         self.node_id = node_id
+        self._ssl = ssl     # verifies peers' HTTPS certificates (tls.cluster_client_context)
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=CONNECTIONS_MAX, keepalive_timeout=30)
+        connector = aiohttp.TCPConnector(limit=CONNECTIONS_MAX, keepalive_timeout=30,
+                                         ssl=self._ssl if self._ssl is not None else True)
         self._session = aiohttp.ClientSession(connector=connector)
 
     async def close(self) -> None:

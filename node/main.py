@@ -17,6 +17,7 @@ import orjson
 from aiohttp import web
 
 from . import config as config_mod
+from . import tls
 from .api_common import Node
 from .app import make_app
 from .clock import Clock
@@ -37,6 +38,8 @@ def cli(config_path: str, node_id: str, log_format: str) -> None:
         cfg = config_mod.load(config_path)
         me = cfg.node(node_id)
         _check_http_exposure(cfg, me)
+        tls.node_server_context(me)        # unreadable certificates stop the node here
+        tls.cluster_client_context(cfg)
         clock = Clock.from_env()
         raft_dial_from_env()  # refuse a malformed value before anything starts
     except (config_mod.ConfigError, ValueError) as e:
@@ -117,8 +120,10 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await runner.setup()
-        await web.TCPSite(runner, me.http_host, me.http_port, reuse_address=True).start()
-        log.info("event=http_listening addr=%s raft=%s cluster=%s", me.http, me.raft, cfg.name)
+        await web.TCPSite(runner, me.http_host, me.http_port, reuse_address=True,
+                          ssl_context=tls.node_server_context(me)).start()
+        log.info("event=http_listening addr=%s url=%s raft=%s cluster=%s", me.http, me.url,
+                 me.raft, cfg.name)
         watcher = loop.create_task(_watch_role(node))
         await stop.wait()
         log.info("event=stopping")
