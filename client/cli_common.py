@@ -33,14 +33,17 @@ class TsctlGroup(click.Group):
 
 
 class State:
-    def __init__(self, urls: list[str], token: str | None, as_json: bool, timeout_s: float):
+    def __init__(self, urls: list[str], token: str | None, as_json: bool, timeout_s: float,
+                 ca_file: str | None = None):
         self.urls, self.token, self.as_json, self.timeout_s = urls, token, as_json, timeout_s
+        self.ca_file = ca_file
         self._client: Client | None = None
 
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.urls, token=self.token, timeout_s=self.timeout_s)
+            self._client = Client(self.urls, token=self.token, timeout_s=self.timeout_s,
+                                  ca_file=self.ca_file)
         return self._client
 
     def close(self) -> None:
@@ -92,11 +95,15 @@ def time_option(ctx, param, value: str | None) -> Any:
 @click.option("--url", envvar="TSCTL_URL", default=DEFAULT_URLS, show_default=True,
               callback=urls_option, help="Node URLs, comma-separated (TSCTL_URL).")
 @click.option("--token", envvar="TSCTL_TOKEN", default=None, help="Bearer token (TSCTL_TOKEN).")
+@click.option("--ca-file", envvar="TSCTL_CA_FILE", default=None,
+              type=click.Path(exists=True, dir_okay=False),
+              help="CA bundle to verify https:// nodes (TSCTL_CA_FILE).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 600), default=15.0,
               show_default=True, help="Seconds to keep trying the nodes.")
 @click.pass_context
-def cli(ctx: click.Context, url: list[str], token: str | None, as_json: bool, timeout_s: float):
+def cli(ctx: click.Context, url: list[str], token: str | None, ca_file: str | None,
+        as_json: bool, timeout_s: float):
     """tsched admin CLI."""
-    ctx.obj = State(url, token, as_json, timeout_s)
+    ctx.obj = State(url, token, as_json, timeout_s, ca_file)
     ctx.call_on_close(ctx.obj.close)

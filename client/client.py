@@ -3,6 +3,7 @@ backoff, a total deadline, idempotency keys on writes and `min_seq` on reads."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from typing import Any, AsyncIterator, Callable, Iterable, Iterator
 
@@ -20,11 +21,14 @@ PAGE_SIZE_MAX = 1000       # the API's bound on `limit`
 
 class _Base(ApiCalls):
     def __init__(self, urls: str | Iterable[str], token: str | None = None,
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, ca_file: str | None = None) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
         self.urls = parse_urls(urls)
         self.token = token
+        # https:// nodes are verified against this CA bundle (else the system's trust store).
+        self._verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=ca_file)
+                                               if ca_file else True)
         self.timeout_s = timeout_s
         self._rotation = Rotation(self.urls)
         self._seq = SeqTracker()
@@ -67,9 +71,9 @@ class Client(_Base):
     """Synchronous client. `urls`: a list or a comma-separated string of node URLs."""
 
     def __init__(self, urls: str | Iterable[str], token: str | None = None,
-                 timeout_s: float = 30.0) -> None:
-        super().__init__(urls, token, timeout_s)
-        self._http = httpx.Client()
+                 timeout_s: float = 30.0, ca_file: str | None = None) -> None:
+        super().__init__(urls, token, timeout_s, ca_file)
+        self._http = httpx.Client(verify=self._verify)
 
     def close(self) -> None:
         self._http.close()
@@ -135,9 +139,10 @@ class AsyncClient(_Base):
     """The asyncio twin of `Client`: the same calls, awaited."""
 
     def __init__(self, urls: str | Iterable[str], token: str | None = None,
-                 timeout_s: float = 30.0) -> None:
-        super().__init__(urls, token, timeout_s)
-        self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100))
+                 timeout_s: float = 30.0, ca_file: str | None = None) -> None:
+        super().__init__(urls, token, timeout_s, ca_file)
+        self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100),
+                                       verify=self._verify)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -65,7 +65,7 @@ class Worker:
                  lease_s: float = 30, prefetch_ms: int = 250, token: str | None = None,
                  worker_id: str | None = None, grace_s: float = 30.0,
                  wait_s: float = CLAIM_WAIT_S_MAX, timeout_s: float = 30.0,
-                 claim_ahead: int | None = None) -> None:
+                 claim_ahead: int | None = None, ca_file: str | None = None) -> None:
         if not handlers:
             raise ValueError("handlers: at least one task type is needed")
         if concurrency < 1:
@@ -73,6 +73,7 @@ class Worker:
         if lease_s <= 0 or not 0 <= prefetch_ms <= 1000 or grace_s < 0 or wait_s < 0:
             raise ValueError("lease_s > 0, prefetch_ms in 0..1000, grace_s >= 0, wait_s >= 0")
         self.urls, self.token, self.timeout_s = urls, token, timeout_s
+        self.ca_file = ca_file     # CA bundle for https:// nodes
         self.handlers = dict(handlers)
         self.concurrency, self.lease_s, self.prefetch_ms = concurrency, lease_s, prefetch_ms
         self.grace_s, self.wait_s = grace_s, min(wait_s, CLAIM_WAIT_S_MAX)
@@ -113,7 +114,8 @@ class Worker:
         self._async_slots = asyncio.Semaphore(self.concurrency)
         self._install_signals()
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tsched-handler")
-        self._client = AsyncClient(self.urls, token=self.token, timeout_s=self.timeout_s)
+        self._client = AsyncClient(self.urls, token=self.token, timeout_s=self.timeout_s,
+                                   ca_file=self.ca_file)
         self._outbox = Outbox(self._client, give_up_s=self.lease_s)
         if self._stop_requested.is_set():
             self._stopping.set()
