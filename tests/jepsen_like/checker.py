@@ -273,7 +273,7 @@ def _never_retried(task: dict) -> bool:
                                   attempts[0].get("outcome") in (None, "completed", "cancelled"))
 
 
-def _occurrences(sched: dict, tasks: list[dict], records: dict):
+def _occurrences(tasks: list[dict], records: dict):
     """fire_ms -> task ids, the records' outcomes per fire, and tasks of unknown fire."""
     by_fire, outcomes = defaultdict(set), defaultdict(set)
     placed = set()
@@ -311,7 +311,7 @@ def check_fires(model: Model, skip=frozenset()) -> tuple[list[dict], list[dict]]
             continue
         tasks = [t for t in model.tasks.values() if t.get("schedule_id") == key[1]
                  and t.get("tenant", "default") == key[0]]
-        by_fire, outcomes, unknown = _occurrences(sched, tasks, records[key])
+        by_fire, outcomes, unknown = _occurrences(tasks, records[key])
         for fire_ms, ids in sorted(by_fire.items()):
             if len(ids) > 1:
                 duplicate.append({"schedule_id": key[1], "fire_ms": fire_ms,
