@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import sys
@@ -111,17 +110,16 @@ class WorkerProcess:
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(self.proc.wait(), 30)
+            await asyncio.wait_for(self.proc.wait(), 60)
         except asyncio.TimeoutError:
             self.proc.kill()
             await self.proc.wait()
         await asyncio.gather(self.reader, return_exceptions=True)
+        if self.proc.returncode != 0:
+            print(f"  !! worker process exit status {self.proc.returncode}", file=sys.stderr)
         try:
             with open(self.out) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            print(f"  !! worker process left no samples (exit {self.proc.returncode})", file=sys.stderr)
-            return []
+                return [float(line) for line in f if line.strip()]
         finally:
             os.unlink(self.out)
 

@@ -5,15 +5,14 @@ started: wall clock now - the task's intended run_at (carried in the payload as
 `run_at_ms`). Running in its own process keeps the producer's work off the worker's
 event loop, as in a real deployment (and as Celery's worker runs apart from its producer).
 
-Protocol on stdout, one line each: `ready`, then `count N` as samples arrive (at most every
-100 ms), and after SIGTERM, once the Workers have stopped, the samples go to `--out` as a
-JSON list and `done` is printed.
+Samples (ms, one per line) are appended to `--out` every 100 ms, so a worker killed at the
+end still leaves what it measured. On stdout, one line each: `ready`, then `count N` as
+samples arrive, and `done` after SIGTERM once the Workers have stopped.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import signal
 import sys
 import time
@@ -40,28 +39,37 @@ async def _main(args: argparse.Namespace) -> None:
     await asyncio.sleep(0)
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     print("ready", flush=True)
-    reported = -1
-    while not stop.is_set():
-        if len(samples) != reported:
-            reported = len(samples)
-            print(f"count {reported}", flush=True)
-        try:
-            await asyncio.wait_for(stop.wait(), PROGRESS_PERIOD_S)
-        except asyncio.TimeoutError:
-            pass
-    for w in workers:
-        w.stop()
-    await asyncio.gather(*runs, return_exceptions=True)
-    with open(args.out, "w") as f:
-        json.dump([round(s, 3) for s in samples], f)
+    written = 0
+    with open(args.out, "a") as out:
+        while not stop.is_set():
+            written = _flush(samples, written, out)
+            try:
+                await asyncio.wait_for(stop.wait(), PROGRESS_PERIOD_S)
+            except asyncio.TimeoutError:
+                pass
+        for w in workers:
+            w.stop()
+        await asyncio.gather(*runs, return_exceptions=True)
+        _flush(samples, written, out)
     print("done", flush=True)
+
+
+def _flush(samples: list[float], written: int, out) -> int:
+    """Appends the samples not yet written; reports the count. Returns the new count."""
+    if len(samples) == written:
+        return written
+    n = len(samples)
+    out.write("".join(f"{s:.3f}\n" for s in samples[written:n]))
+    out.flush()
+    print(f"count {n}", flush=True)
+    return n
 
 
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--urls", required=True, help="comma-separated node URLs")
     p.add_argument("--task-type", required=True)
-    p.add_argument("--out", required=True, help="file for the samples (JSON list of ms)")
+    p.add_argument("--out", required=True, help="file the samples are appended to (ms, one per line)")
     p.add_argument("--prefetch-ms", type=int, default=250)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--concurrency", type=int, default=100)
