@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from collections import OrderedDict
 from heapq import heappop, heappush
 
 from . import codec
@@ -58,7 +59,8 @@ class StateMachine:
         self.tasks: dict[str, Task] = {}
         self.tenants: dict[str, TenantView] = {}
         self.schedules: dict[tuple[str, str], Schedule] = {}
-        self.requests: dict[str, tuple] = {}
+        # OrderedDict: popping a plain dict's oldest key is O(deleted keys) until it resizes
+        self.requests: OrderedDict[str, tuple] = OrderedDict()
         # derived
         self._queue = ClaimQueue(self.limits.aging_interval_ms)
         self._all = SeqIndex()
@@ -118,7 +120,7 @@ class StateMachine:
     def _remember(self, request_id: str, rec: tuple) -> None:
         self.requests[request_id] = rec
         if len(self.requests) > self.limits.requests_max:
-            del self.requests[next(iter(self.requests))]   # FIFO: oldest first
+            self.requests.popitem(last=False)   # FIFO: oldest first
 
     def _render(self, rec) -> Result:
         code, message, details, kind, data = rec
