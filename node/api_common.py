@@ -79,9 +79,11 @@ async def json_body(request: web.Request) -> Any:
     if not raw.strip():
         return None
     try:
-        return orjson.loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise validate.invalid(f"body is not valid JSON: {e}") from None
+    validate.json_depth(value, raw)
+    return value
 
 
 def respond(body: dict, seq: int, status: int = 200) -> web.Response:
@@ -178,9 +180,9 @@ class SeqWatcher:
         heapq.heappush(self._heap, (seq, next(self._ids), fut))
         if replica.applied_seq >= seq:      # applied between the check and the push
             return
-        try:
-            await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
+        await asyncio.wait({fut}, timeout=timeout_s)   # never cancels fut (unlike wait_for)
+        if not fut.done():
+            fut.cancel()   # marks the heap entry dead
             if len(self._heap) > self.PRUNE_AT:
                 self._heap = [e for e in self._heap if not e[2].done()]
                 heapq.heapify(self._heap)

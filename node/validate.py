@@ -34,6 +34,9 @@ MULTIPLIER_MAX = 100
 TENANT_RUNNING_MAX = 1_000_000
 TENANT_WEIGHT_MAX = 1000
 LIST_LIMIT_MAX = 1000
+# Nesting of a request body: Python's json (and so most clients) fails near 1000 levels,
+# so a payload nested that deep would be stored and then break every reader of the task.
+JSON_DEPTH_MAX = 64
 EPOCH_MS_MAX = 253402300799999      # 9999-12-31T23:59:59.999Z
 STATES = ("pending", "running", "completed", "cancelled", "dead_letter")
 
@@ -131,6 +134,21 @@ def json_text(value: Any, name: str, limit: int = PAYLOAD_BYTES_MAX) -> str:
         raise ApiError("too_large", f"{name} is {len(raw)} bytes, the limit is {limit}",
                        {"field": name, "limit": limit})
     return raw.decode()
+
+
+def json_depth(value: Any, raw: bytes, limit: int = JSON_DEPTH_MAX) -> None:
+    """Refuse a parsed document nested deeper than `limit` arrays/objects."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return      # it cannot be deeper than its number of brackets: no walk needed
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            raise ApiError("too_large", f"the body is nested deeper than {limit} levels",
+                           {"field": "body", "limit": limit})
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
 
 
 def instant_ms(value: Any, name: str) -> int:
