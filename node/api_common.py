@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import heapq
 import itertools
 import uuid
@@ -63,12 +64,18 @@ def new_id() -> str:
 
 
 def request_id(request: web.Request, suffix: str = "") -> str:
-    """The client's Idempotency-Key makes a retried request apply once; else a fresh id."""
+    """The client's Idempotency-Key makes a retried request apply once; else a fresh id.
+
+    The id is a digest over the caller's tenant scope too: one tenant's key never answers
+    with another tenant's recorded result, and a long key or path stays within the state
+    machine's id length."""
     key = request.headers.get("Idempotency-Key")
     if key is None:
         return new_id()
     validate.text(key, "Idempotency-Key", validate.IDEMPOTENCY_KEY_CHARS_MAX)
-    return f"{request.method} {request.path} {key}{suffix}"
+    scope = request.get("tenant_scope") or ""
+    raw = "\n".join((scope, request.method, request.path, key + suffix))
+    return "idem-" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # --- JSON in/out ---------------------------------------------------------------------------
