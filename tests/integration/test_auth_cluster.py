@@ -186,3 +186,19 @@ def test_metrics_need_the_admin_or_a_metrics_token(c):
         assert r.status_code == 200 and "# TYPE" in r.text
     assert_error(call(c, SCRAPER, "GET", "/v1/tasks"), 403, "forbidden")
     assert_error(call(c, SCRAPER, "POST", "/v1/tasks", {"task_type": "t"}), 403, "forbidden")
+
+
+def test_an_idempotency_key_never_answers_with_another_tenants_result(c):
+    key = {"Idempotency-Key": f"shared-{uuid.uuid4().hex}"}
+    body = {"task_type": "idem", "payload": {"secret": "globex-only"}}
+    s1, theirs = c.call(c.follower, "POST", "/v1/tasks", body, headers={**bearer(GLOBEX), **key})
+    s2, again = c.call(c.leader, "POST", "/v1/tasks", body, headers={**bearer(GLOBEX), **key})
+    assert (s1, s2) == (201, 201) and again["task_id"] == theirs["task_id"]   # a retry
+    s3, mine = c.call(c.follower, "POST", "/v1/tasks", {"task_type": "idem"},
+                      headers={**bearer(ACME), **key})
+    assert s3 == 201 and mine["tenant"] == "acme", mine
+    assert mine["task_id"] != theirs["task_id"] and "globex-only" not in str(mine)
+    long_key = {"Idempotency-Key": "k" * 256}           # longer than a state machine id
+    status, task = c.call(c.follower, "POST", "/v1/tasks", {"task_type": "idem"},
+                          headers={**bearer(ACME), **long_key})
+    assert status == 201, task
