@@ -22,6 +22,7 @@ CONVERGE_WAIT_S = 30.0
 POLL_S = 0.2
 LIST_PAGE = 1000
 HTTP_TIMEOUT_S = 5.0
+DIGEST_SAMPLE_EVERY_S = 2.0
 
 
 async def _get(session, url: str):
@@ -79,6 +80,28 @@ async def converge(cluster: Cluster, session, samples: list) -> bool:
     return await _poll(same_seq, CONVERGE_WAIT_S)
 
 
+async def sample_digests(cluster: Cluster, session, samples: list, stop: asyncio.Event) -> None:
+    """During the run too: replicas at one applied_seq must agree at any time."""
+    while not stop.is_set():
+        for nid, url in cluster.direct_urls.items():
+            node = cluster.nodes[nid]
+            if not node.alive or node.paused:
+                continue
+            try:
+                async with session.get(url + "/v1/cluster/self",
+                                       timeout=aiohttp.ClientTimeout(total=1.0)) as r:
+                    st = await r.json(content_type=None) if r.status == 200 else None
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+                st = None
+            if st:
+                samples.append({"node": nid, "applied_seq": st["applied_seq"],
+                                "digest": st["digest"], "phase": "run"})
+        try:
+            await asyncio.wait_for(stop.wait(), DIGEST_SAMPLE_EVERY_S)
+        except asyncio.TimeoutError:
+            pass
+
+
 async def final_tasks(cluster: Cluster, session) -> dict:
     url = cluster.direct_urls[cluster.ids[0]]
     tasks, cursor = {}, None
@@ -112,9 +135,14 @@ async def _run(out_dir: str, duration_s: float, seed: int, n_nodes: int,
             nemesis = Nemesis(cluster, history, random.Random(rng.random()), session, faults)
             workload.start()
             nemesis_task = asyncio.ensure_future(nemesis.run())
+            sampling = asyncio.Event()
+            sampler = asyncio.ensure_future(
+                sample_digests(cluster, session, final["digests"], sampling))
             await asyncio.sleep(duration_s)
             nemesis.stop()
             await nemesis_task
+            sampling.set()
+            await sampler
             await nemesis.heal_everything()
             history.event("nemesis", "healed", "note")
             await workload.stop_schedule()
