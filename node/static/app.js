@@ -7,11 +7,12 @@
   const CLUSTER_REFRESH_MS = 10000;
   const LIST_LIMIT = 50;
   const STATES = ["pending", "running", "completed", "cancelled", "dead_letter"];
+  // The API token lives for this tab only (sessionStorage): closing it forgets the token.
   const TOKEN_KEY = "tsched.token";
   const $ = (id) => document.getElementById(id);
 
   const view = {
-    token: localStorage.getItem(TOKEN_KEY) || "",
+    token: sessionStorage.getItem(TOKEN_KEY) || "",
     minSeq: 0,            // after a write, reads wait for it (read-your-writes)
     tab: "tasks",
     selected: null,       // task id shown in the detail pane
@@ -392,13 +393,13 @@
     $("token-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
       view.token = $("token-input").value.trim();
-      localStorage.setItem(TOKEN_KEY, view.token);
+      sessionStorage.setItem(TOKEN_KEY, view.token);
       $("token-form").hidden = true;
       refreshSoon();
     });
     $("token-clear").addEventListener("click", () => {
       view.token = "";
-      localStorage.removeItem(TOKEN_KEY);
+      sessionStorage.removeItem(TOKEN_KEY);
       $("token-input").value = "";
       refreshSoon();
     });
