@@ -50,3 +50,12 @@ def test_tsnode_refuses_a_malformed_auth_section(tmp_path):
     result = CliRunner().invoke(cli, ["--config", str(path), "--id", "a"])
     assert result.exit_code == 2
     assert "admin_token_sha256[0] is not a SHA-256 hex digest" in result.output
+
+
+def test_many_tenant_tokens_are_identified_by_lookup():
+    from tsched.node.auth import LINEAR_SCAN_MAX
+    n = LINEAR_SCAN_MAX * 3
+    auth = parse({"tenant_token_sha256": {f"t{i}": [digest_of(f"tok{i}")] for i in range(n)}})
+    assert len(auth.entries) > LINEAR_SCAN_MAX
+    assert auth.identify(f"tok{n - 1}") == Identity("tenant", f"t{n - 1}")
+    assert auth.identify("tok") is None
