@@ -29,6 +29,9 @@ WAITERS_MAX = 10_000
 # idle workers into empty Claims, while a backlog still gets drained by many at once.
 FANOUT_MAX = 256
 LEADER_WAIT_S = 0.1        # pause before asking again who leads, while there is no leader
+# A leader that briefly loses sight of its quorum (a slow tick under load) keeps its waiters;
+# one that has not been the ready leader for this long hands them back.
+UNREADY_GRACE_S = 2.0
 FORWARD_MARGIN_S = 5.0     # a forwarded wait's HTTP timeout beyond its wait_s
 
 # Commands whose application can make a task claimable (a new or returned task, a freed
@@ -53,6 +56,7 @@ class Waiter:
     future: asyncio.Future
     busy: bool = False      # a Claim for it is being committed
     expired: bool = False   # its wait ended while busy: answer whatever the Claim brings
+    abandoned: bool = False  # leadership went while its Claim was in flight
     blocked: bool = False   # its last Claim came back empty: wait for new work first
     id: int = 0
 
@@ -71,6 +75,7 @@ class ClaimHub:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._fanout: dict[tuple, int] = {}
+        self._unready_since: float | None = None
         self.stats = _Stats()
 
     # -- lifecycle --
@@ -81,7 +86,7 @@ class ClaimHub:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self.abandon()
+        self.abandon(force=True)
 
     def wake(self, new_work: bool = True) -> None:
         """Look for ready waiters. `new_work`: something may have become claimable (an
@@ -91,12 +96,32 @@ class ClaimHub:
                 w.blocked = False
         self._wake.set()
 
-    def abandon(self) -> None:
-        """Leadership is gone: let every waiter go elsewhere."""
+    def abandon(self, force: bool = False) -> None:
+        """Leadership is gone: let every waiter go elsewhere. A waiter whose Claim is in
+        flight keeps waiting for it (unless `force`): if it commits, its tasks are leased to
+        that worker."""
         for w in list(self._waiters.values()):
+            if w.busy and not force:
+                w.abandoned = True
+                continue
             if not w.future.done():
                 w.future.set_exception(NotLeader())
-        self._waiters.clear()
+            self._waiters.pop(w.id, None)
+
+    def check_leadership(self) -> bool:
+        """True if this node may dispatch now; hands the waiters back once it is clearly
+        not the leader (another leads, or it has not been ready for UNREADY_GRACE_S)."""
+        replica = self.node.replica
+        if replica.is_ready_leader():
+            self._unready_since = None
+            return True
+        now = asyncio.get_running_loop().time()
+        if self._unready_since is None:
+            self._unready_since = now
+        other = replica.leader_id() not in (None, self.node.node_id)
+        if self._waiters and (other or now - self._unready_since >= UNREADY_GRACE_S):
+            self.abandon()
+        return False
 
     @property
     def waiting(self) -> int:
@@ -120,8 +145,11 @@ class ClaimHub:
             await self._dispatch([w])  # claimable now: a Claim is on its way even if wait_s is 0
             if self.node.timer is not None:  # its task types may fall due later: re-arm
                 self.node.timer.state_changed()
-            return await asyncio.wait_for(asyncio.shield(w.future), params["wait_s"])
-        except asyncio.TimeoutError:
+            # asyncio.wait, not wait_for: in Python 3.11 wait_for can raise TimeoutError for
+            # a future that got its result in the same loop iteration, losing claimed tasks.
+            await asyncio.wait({w.future}, timeout=params["wait_s"])
+            if w.future.done():
+                return w.future.result()     # raises NotLeader if leadership went
             if w.busy:  # its Claim is committing: the answer follows shortly
                 w.expired = True
                 return await w.future
@@ -166,11 +194,7 @@ class ClaimHub:
 
     async def _dispatch(self, candidates: list[Waiter] | None = None) -> None:
         """Propose Claims for the ready waiters; never awaits, so it runs atomically."""
-        if not self._waiters:
-            return
-        if not self.node.replica.is_ready_leader():
-            if self.node.replica.leader_id() != self.node.node_id:
-                self.abandon()
+        if not self._waiters or not self.check_leadership():
             return
         ready = self._ready(self._waiters.values() if candidates is None else candidates)
         if not ready:
@@ -195,7 +219,11 @@ class ClaimHub:
         for w, answer in zip(ready, answers):
             w.busy = False
             got = answer if isinstance(answer, list) else []
-            if got and (w.future.done() or w.is_gone()):
+            if w.abandoned and not got:
+                if not w.future.done():
+                    w.future.set_exception(NotLeader())
+                self._waiters.pop(w.id, None)
+            elif got and (w.future.done() or w.is_gone()):
                 releases += [(t["task_id"], t["fencing_token"]) for t in got]
                 self._waiters.pop(w.id, None)
             elif got or (w.expired and not w.future.done()):

@@ -78,9 +78,8 @@ class LeaderTimer:
         """Act on what is due; the seconds until the next instant (None: none known)."""
         if not self.node.replica.is_ready_leader():
             self._done_tick_ms = self._done_fire_ms = self._done_due_ms = None
-            hub = self.node.claims
-            if hub is not None and hub.waiting and self.node.replica.leader_id() != self.node.node_id:
-                hub.abandon()  # deposed (maybe cut off): let the waits go to the new leader
+            if self.node.claims is not None:  # deposed or cut off: waits go to the new leader
+                self.node.claims.check_leadership()
             return FOLLOWER_RECHECK_S
         now = self.node.clock.now_ms()
         tick_ms, fire_ms, due_ms = self._instants()
