@@ -252,3 +252,21 @@ async def test_a_backlog_is_drained_by_every_waiter(api: Api, tt):
     claims = await asyncio.gather(*(api.claim([tt], max_tasks=4, wait_s=5) for _ in range(5)))
     ids = [t["task_id"] for got in claims for t in got]
     assert len(ids) == len(set(ids)) == 20 and all(len(got) == 4 for got in claims)
+
+
+async def test_an_answer_arriving_with_the_wait_timeout_is_not_lost(api: Api, tt):
+    """Python 3.11's wait_for drops a result that lands in the loop iteration of its
+    timeout; claimed tasks would then sit leased to nobody until the lease expired."""
+    import time
+    hub = api.node.claims
+    params = {"worker_id": "race-" + tt, "task_types": (tt,), "max_tasks": 1, "wait_s": 0.05,
+              "lease_ms": 30_000, "prefetch_ms": 0}
+    waiting = asyncio.ensure_future(hub.wait(params, None, lambda: False))
+    await asyncio.sleep(0)
+    (waiter,) = [w for w in hub._waiters.values() if w.params["worker_id"] == params["worker_id"]]
+    # The answer is due just after the wait's own timeout; the loop stalls past both, so
+    # they run in one iteration, the timeout first.
+    asyncio.get_running_loop().call_later(0.05, waiter.future.set_result,
+                                          ([{"task_id": "x"}], 7))
+    time.sleep(0.1)
+    assert await waiting == ([{"task_id": "x"}], 7)
