@@ -49,8 +49,8 @@ def _mount_optional(app: web.Application) -> None:
     if ops is not None:
         ops.setup(app)
     auth = _optional("auth")
-    if auth is not None and hasattr(auth, "middleware"):
-        app.middlewares.append(auth.middleware)
+    if auth is not None:
+        auth.setup(app)   # parses [auth] once; its middleware runs inside the error shape
 
 
 def _optional(name: str):

@@ -142,24 +142,19 @@ def digest_of(token: str) -> str:
 
 # --- the middleware -----------------------------------------------------------------------
 
-_parsed: dict[int, tuple[Any, Auth | None]] = {}
+AUTH = web.AppKey("auth", object)    # Auth | None: the parsed [auth] of this node
 
 
-def _auth_of(request: web.Request) -> Auth | None:
+def setup(app: web.Application) -> None:
+    """Parse the node's [auth] once and mount the middleware (app.py calls this)."""
     from .api_common import NODE
-    cfg = request.app[NODE].config
-    hit = _parsed.get(id(cfg))
-    if hit is None or hit[0] is not cfg:
-        if len(_parsed) > 64:      # configs are few; tests make many
-            _parsed.clear()
-        hit = (cfg, parse(getattr(cfg, "auth", None)))
-        _parsed[id(cfg)] = hit
-    return hit[1]
+    app[AUTH] = parse(getattr(app[NODE].config, "auth", None))
+    app.middlewares.append(middleware)
 
 
 @web.middleware
 async def middleware(request: web.Request, handler) -> web.StreamResponse:
-    auth = _auth_of(request)
+    auth = request.app[AUTH]
     if auth is None or _is_open(request.path):
         return await handler(request)
     identity = auth.identify(_bearer(request))
