@@ -24,6 +24,10 @@ from .errors import STATUS_BY_CODE, ApiError
 log = logging.getLogger("tsched.node.claims")
 
 WAITERS_MAX = 10_000
+# One worker id keeps a couple of long polls open (the Worker runtime: two); one tenant's
+# token may not take the waiting room from the others.
+WAITERS_PER_WORKER_MAX = 16
+WAITERS_PER_TENANT_MAX = 2_500
 # Waiters of one kind (task types, tenant, prefetch) dispatched per round: starts at one and
 # doubles while every Claim comes back full, so one submit does not wake a whole herd of
 # idle workers into empty Claims, while a backlog still gets drained by many at once.
@@ -61,6 +65,51 @@ class Waiter:
     id: int = 0
 
 
+class _WaiterTable(dict):
+    """Waiters by id, counting them per worker id and per tenant scope as they come and go
+    (only item assignment and `pop` are used on it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_worker: dict[str, int] = {}
+        self.by_tenant: dict[str, int] = {}
+
+    def check_share(self, worker_id: str, tenant: str | None) -> None:
+        if self.by_worker.get(worker_id, 0) >= WAITERS_PER_WORKER_MAX:
+            raise ApiError("tenant_limit", f"worker {worker_id!r} already has "
+                           f"{WAITERS_PER_WORKER_MAX} waiting claims",
+                           {"limit": WAITERS_PER_WORKER_MAX, "worker_id": worker_id})
+        if tenant is not None and self.by_tenant.get(tenant, 0) >= WAITERS_PER_TENANT_MAX:
+            raise ApiError("tenant_limit", f"tenant {tenant!r} already has "
+                           f"{WAITERS_PER_TENANT_MAX} waiting claims",
+                           {"limit": WAITERS_PER_TENANT_MAX, "tenant": tenant})
+
+    def __setitem__(self, key: int, w: "Waiter") -> None:
+        if key in self:
+            raise KeyError(f"waiter {key} is already registered")
+        super().__setitem__(key, w)
+        _count(self.by_worker, w.params["worker_id"], 1)
+        if w.tenant is not None:
+            _count(self.by_tenant, w.tenant, 1)
+
+    def pop(self, key: int, *default):
+        if key not in self:
+            return super().pop(key, *default)
+        w = super().pop(key)
+        _count(self.by_worker, w.params["worker_id"], -1)
+        if w.tenant is not None:
+            _count(self.by_tenant, w.tenant, -1)
+        return w
+
+
+def _count(counts: dict[str, int], key: str, delta: int) -> None:
+    n = counts.get(key, 0) + delta
+    if n > 0:
+        counts[key] = n
+    else:
+        counts.pop(key, None)
+
+
 @dataclass
 class _Stats:
     proposed: int = 0
@@ -70,7 +119,7 @@ class _Stats:
 class ClaimHub:
     def __init__(self, node) -> None:
         self.node = node
-        self._waiters: dict[int, Waiter] = {}
+        self._waiters = _WaiterTable()
         self._ids = itertools.count(1)
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -138,6 +187,7 @@ class ClaimHub:
         if len(self._waiters) >= WAITERS_MAX:
             raise ApiError("unavailable", f"too many waiting claims (limit {WAITERS_MAX})",
                            {"limit": WAITERS_MAX})
+        self._waiters.check_share(params["worker_id"], tenant)
         loop = asyncio.get_running_loop()
         w = Waiter(params, tenant, is_gone, loop.create_future(), id=next(self._ids))
         self._waiters[w.id] = w
