@@ -34,7 +34,6 @@ DIGESTS_MAX = 20_000            # digests in the whole [auth] section
 LINEAR_SCAN_MAX = 64            # up to this many digests, every one is compared per request
 TENANT_CHARS_MAX = 64
 SCOPE_KEY = "tenant_scope"      # request key read by handlers (api_tasks.tenant_scope)
-PRINCIPAL_KEY = "principal"     # "admin", "metrics" or "tenant:<name>", for logs
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -160,7 +159,6 @@ async def middleware(request: web.Request, handler) -> web.StreamResponse:
     identity = auth.identify(_bearer(request))
     if identity is None:
         raise ApiError("unauthenticated", "the bearer token is not known to this cluster")
-    request[PRINCIPAL_KEY] = identity.name
     _authorize(request, identity)
     if identity.kind == "tenant":
         request[SCOPE_KEY] = identity.tenant

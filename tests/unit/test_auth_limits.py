@@ -3,13 +3,19 @@ body size, JSON nesting, batch sizes, string lengths, payload and result sizes, 
 query sizes. Through the real app on a single-node Raft cluster (test_api_harness)."""
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 
 import pytest
 
 from test_api_harness import Api, api, assert_error, replica  # noqa: F401  (fixtures)
-from tsched.node import validate
-from tsched.node.app import BODY_BYTES_MAX
+from tsched.node import claims, validate
+from tsched.node.api_common import Node
+from tsched.node.app import BODY_BYTES_MAX, make_app
+from tsched.node.auth import digest_of
+from tsched.node.clock import Clock
+from tsched.node.config import ClusterConfig, NodeConfig
 
 
 def nested(depth: int):
@@ -102,3 +108,62 @@ async def test_oversized_headers_and_query_strings_are_refused_not_crashed(api: 
     assert_error(status, body, 400, "invalid_argument")
     status, body = await api.call("GET", "/v1/tasks?limit=100000")
     assert_error(status, body, 400, "invalid_argument")
+
+
+async def _until(check, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def _fill_waiting_room(api: Api, n: int, body: dict, headers: dict) -> list:
+    """n long polls that stay waiting (no task of their type exists), registered."""
+    hub = api.node.claims
+    before = hub.waiting
+    polls = [asyncio.ensure_future(api.call("POST", "/v1/claims", body, headers=headers))
+             for _ in range(n)]
+    await _until(lambda: hub.waiting >= before + n, f"{n} waiting claims")
+    return polls
+
+
+async def test_waiting_claims_per_worker_are_bounded(api: Api, monkeypatch):
+    monkeypatch.setattr(claims, "WAITERS_PER_WORKER_MAX", 3)
+    kind = "none-" + uuid.uuid4().hex[:8]
+    body = {"worker_id": "greedy", "task_types": [kind], "wait_s": 2}
+    polls = await _fill_waiting_room(api, 3, body, {})
+    status, out = await api.call("POST", "/v1/claims", body)
+    assert_error(status, out, 429, "tenant_limit")
+    assert out["error"]["details"]["worker_id"] == "greedy"
+    status, out = await api.call("POST", "/v1/claims", {**body, "worker_id": "other",
+                                                        "wait_s": 0})
+    assert status == 200 and out["tasks"] == [], out          # another worker still may
+    for status, out in await asyncio.gather(*polls):
+        assert status == 200 and out["tasks"] == [], out
+    assert api.node.claims.waiting == 0                      # counts went back down
+    status, out = await api.call("POST", "/v1/claims", {**body, "wait_s": 0})
+    assert status == 200, out
+
+
+async def test_waiting_claims_per_tenant_token_are_bounded(replica, aiohttp_client, monkeypatch):
+    monkeypatch.setattr(claims, "WAITERS_PER_TENANT_MAX", 2)
+    auth = {"tenant_token_sha256": {"acme": [digest_of("acme-t")],
+                                    "globex": [digest_of("globex-t")]}}
+    me = NodeConfig(id="n1", raft=replica.self_raft, http="127.0.0.1:1", data_dir="/x")
+    node = Node(node_id="n1", config=ClusterConfig(name="t", nodes=(me,), auth=auth),
+                replica=replica, clock=Clock())
+    api = Api(await aiohttp_client(make_app(node)), node)
+    kind = "none-" + uuid.uuid4().hex[:8]
+    acme = {"Authorization": "Bearer acme-t"}
+    polls = [await _fill_waiting_room(api, 1, {"worker_id": f"w{i}", "task_types": [kind],
+                                               "wait_s": 2}, acme) for i in range(2)]
+    status, out = await api.call("POST", "/v1/claims", {"worker_id": "w9", "task_types": [kind],
+                                                        "wait_s": 1}, headers=acme)
+    assert_error(status, out, 429, "tenant_limit")
+    assert out["error"]["details"]["tenant"] == "acme"
+    status, out = await api.call("POST", "/v1/claims", {"worker_id": "g", "task_types": [kind],
+                                                        "wait_s": 0},
+                                 headers={"Authorization": "Bearer globex-t"})
+    assert status == 200, out                                # other tenants are not affected
+    for status, out in await asyncio.gather(*(p for batch in polls for p in batch)):
+        assert status == 200 and out["tasks"] == [], out
