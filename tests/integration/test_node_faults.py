@@ -19,7 +19,7 @@ class Load:
 
     Records every acknowledged submit (201) with the time of its ack."""
 
-    def __init__(self, c: Cluster, task_type: str, submitters: int = 2) -> None:
+    def __init__(self, c: Cluster, task_type: str, submitters: int = 3) -> None:
         self.c, self.tt = c, task_type
         self.acked: dict[str, float] = {}
         self.completed: set[str] = set()
