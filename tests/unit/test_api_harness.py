@@ -6,7 +6,6 @@ state machine.
 """
 from __future__ import annotations
 
-import asyncio
 import socket
 import time
 
