@@ -6,9 +6,12 @@ field maps too. Decoding checks the structure (known tags, known fields, require
 present) and raises `DecodeError` otherwise; field *values* are checked at apply time,
 where a bad one becomes an `invalid_argument` result.
 
-A snapshot is a msgpack map of plain lists in a canonical order (tasks by seq, tenants and
-schedules sorted, requests in table order), so equal states encode to equal bytes: the
-digest is the SHA-256 of this encoding.
+Records (`task_record`, ...) are flat msgpack arrays; `pack(record)` is their canonical
+encoding, which the digest hashes (digest.py). A snapshot (format 2) is a msgpack map of
+counters and plain lists in a canonical order (tenants and schedules sorted, requests in
+table order, `task_count`), followed by the tasks' canonical records one after another in
+seq order. So equal states encode to equal bytes, and a restore hashes each task's bytes
+as it decodes them instead of encoding the task again.
 """
 from __future__ import annotations
 
@@ -18,9 +21,10 @@ import msgpack
 
 from . import commands as c
 from .limits import Limits
-from .model import Attempt, FireRecord, Schedule, Task, TenantView
+from .model import STATES, Attempt, FireRecord, Schedule, Task, TenantView
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSIONS_READ = (1, 2)   # 1: the tasks were a list inside the map
 BATCH_COMMANDS_MAX = Limits().batch_commands_max   # one bound for encode and decode
 
 
@@ -120,8 +124,8 @@ def retry_record(p: c.RetryPolicy) -> list:
     return [p.backoff, p.base_ms, p.max_ms, p.multiplier_milli, p.jitter_permille]
 
 
-def retry_from(r: list, cache: dict) -> c.RetryPolicy:
-    key = tuple(r)
+def retry_from(r, cache: dict) -> c.RetryPolicy:
+    key = r if type(r) is tuple else tuple(r)
     policy = cache.get(key)
     if policy is None:
         policy = cache[key] = c.RetryPolicy(backoff=r[0], base_ms=r[1], max_ms=r[2],
@@ -131,7 +135,7 @@ def retry_from(r: list, cache: dict) -> c.RetryPolicy:
 
 def task_record(t: Task) -> list:
     attempts = [[a.attempt, a.worker_id, a.fencing_token, a.started_at_ms, a.ended_at_ms,
-                 a.outcome, a.error] for a in t.attempts]
+                 a.outcome, a.error] for a in t._attempts] if t._attempts else ()
     return [t.seq, t.task_id, t.tenant, t.task_type, t.payload_json, t.priority, t.run_at_ms,
             t.state, t.attempt, t.max_retries, retry_record(t.retry), t.timeout_ms,
             t.idempotency_key, t.schedule_id, t.lease_expires_at_ms, t.fencing_token,
@@ -139,27 +143,44 @@ def task_record(t: Task) -> list:
             t.started_at_ms, t.completed_at_ms, t.failures, attempts]
 
 
-def task_from(r: list, cache: dict, intern=lambda s: s) -> Task:
+_new_task = Task.__new__
+_STATES = {state: state for state in STATES}   # one string object per state, not per task
+
+
+def task_from(r, cache: dict, intern=lambda s: s) -> Task:
+    """A Task from its record (a list or tuple), slot by slot: restore builds a million."""
     (seq, task_id, tenant, task_type, payload_json, priority, run_at_ms, state, attempt,
      max_retries, retry, timeout_ms, idempotency_key, schedule_id, lease_expires_at_ms,
      fencing_token, worker_id, cancel_requested, last_error, result_json, created_at_ms,
      started_at_ms, completed_at_ms, failures, attempts) = r
-    t = Task(task_id, intern(tenant), intern(task_type), payload_json, priority, run_at_ms,
-             max_retries, retry_from(retry, cache), timeout_ms, idempotency_key, schedule_id,
-             created_at_ms, seq)
-    t.state = state
+    t = _new_task(Task)
+    t.task_id = task_id
+    t.tenant = intern(tenant)
+    t.task_type = intern(task_type)
+    t.payload_json = payload_json
+    t.priority = priority
+    t.run_at_ms = run_at_ms
+    t.state = _STATES.get(state, state)
     t.attempt = attempt
+    t.max_retries = max_retries
+    t.retry = retry_from(retry, cache)
+    t.timeout_ms = timeout_ms
+    t.idempotency_key = idempotency_key
+    t.schedule_id = schedule_id
     t.lease_expires_at_ms = lease_expires_at_ms
     t.fencing_token = fencing_token
     t.worker_id = worker_id
     t.cancel_requested = cancel_requested
     t.last_error = last_error
     t.result_json = result_json
+    t.created_at_ms = created_at_ms
     t.started_at_ms = started_at_ms
     t.completed_at_ms = completed_at_ms
+    t._attempts = [Attempt(*a) for a in attempts] if attempts else None
+    t.seq = seq
     t.failures = failures
-    if attempts:
-        t._attempts = [Attempt(*a) for a in attempts]
+    t.qver = 0
+    t.dh = None
     return t
 
 
@@ -198,19 +219,65 @@ def tenant_from(r: list) -> TenantView:
     return view
 
 
+def request_record(request_id: str, rec: tuple) -> list:
+    return [request_id, list(rec)]
+
+
+def pack(record) -> bytes:
+    """The canonical encoding of a record (what the digest hashes)."""
+    return msgpack.packb(record, use_bin_type=True)
+
+
 # --- snapshots ----------------------------------------------------------------------------------
 
-def encode_snapshot(state: dict) -> bytes:
-    """`state`: {"v", "seq", "now_ms", "cluster_token", "task_seq", "tasks", "tenants",
-    "schedules", "requests"} with record lists already in canonical order."""
-    return msgpack.packb(state, use_bin_type=True)
+def encode_snapshot(head: dict, tasks) -> bytes:
+    """`head`: {"v", "seq", "now_ms", "cluster_token", "task_seq", "tenants", "schedules",
+    "requests"} with record lists in canonical order; `tasks`: a sized iterable of Tasks in
+    seq order. One Packer appends everything to one buffer."""
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+    packer.pack(dict(head, task_count=len(tasks)))
+    pack_one = packer.pack
+    for task in tasks:
+        pack_one(task_record(task))
+    return packer.bytes()
 
 
-def decode_snapshot(blob: bytes) -> dict:
+def decode_snapshot(blob: bytes) -> tuple[dict, object]:
+    """(head, records): `records` yields (task record as a tuple, its canonical bytes as a
+    memoryview) in snapshot order, raising DecodeError on a malformed or truncated blob."""
+    if not isinstance(blob, (bytes, bytearray, memoryview)):
+        raise DecodeError("a snapshot is bytes")
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=False,
+                                max_buffer_size=max(len(blob), 1 << 20))
+    unpacker.feed(blob)
     try:
-        state = msgpack.unpackb(blob, raw=False, strict_map_key=False, use_list=True)
-    except Exception as exc:
+        head = unpacker.unpack()
+    except Exception as exc:   # msgpack raises several unrelated types on junk
         raise DecodeError(f"not a snapshot: {exc.__class__.__name__}") from None
-    if not isinstance(state, dict) or state.get("v") != SNAPSHOT_VERSION:
+    if not isinstance(head, dict) or head.get("v") not in SNAPSHOT_VERSIONS_READ:
         raise DecodeError("unknown snapshot version")
-    return state
+    if head["v"] == 1:
+        return head, _records_v1(head.pop("tasks", ()))
+    count = head.get("task_count")
+    if type(count) is not int or count < 0:
+        raise DecodeError("snapshot without a task count")
+    return head, _records(unpacker, memoryview(blob), count)
+
+
+def _records(unpacker, view: memoryview, count: int):
+    start = unpacker.tell()
+    for _ in range(count):
+        try:
+            record = unpacker.unpack()
+        except Exception as exc:
+            raise DecodeError(f"snapshot tasks: {exc.__class__.__name__}") from None
+        end = unpacker.tell()
+        yield record, view[start:end]
+        start = end
+    if start != len(view):
+        raise DecodeError("trailing bytes after the snapshot's tasks")
+
+
+def _records_v1(records):
+    for record in records:
+        yield record, pack(record)

@@ -32,6 +32,19 @@ class SeqIndex:
         block[task.seq] = task
         self.count += 1
 
+    def append(self, task: Task) -> None:
+        """`add` for a task whose seq is above every seq held (a restore, in seq order)."""
+        bid = task.seq >> _BLOCK_BITS
+        block = self.blocks.get(bid)
+        if block is None:
+            if self.block_ids and bid < self.block_ids[-1]:
+                self.add(task)
+                return
+            block = self.blocks[bid] = {}
+            self.block_ids.append(bid)
+        block[task.seq] = task
+        self.count += 1
+
     def remove(self, task: Task) -> None:
         bid = task.seq >> _BLOCK_BITS
         block = self.blocks[bid]
@@ -53,6 +66,13 @@ class SeqIndex:
             for seq in sorted(block, reverse=True):
                 if before_seq is None or seq < before_seq:
                     yield block[seq]
+
+    def oldest_first(self) -> Iterator[Task]:
+        """Every task in ascending seq order (snapshots)."""
+        for bid in self.block_ids:
+            block = self.blocks[bid]
+            for seq in sorted(block):
+                yield block[seq]
 
     def __len__(self) -> int:
         return self.count

@@ -8,18 +8,23 @@ small *record* of its result, which is stored in the request table and rendered 
 
 Replicated state: tasks, tenants, schedules, the request table and four counters (seq,
 now_ms, cluster_token, task_seq). Everything else (claim queue, listing indexes, expiry
-heaps, idempotency map) is derived and rebuilt by `restore`.
+heaps, idempotency map, the digest's bookkeeping) is derived and rebuilt by `restore`.
+
+Digest marks: every change to a task, tenant or schedule goes through a place that marks
+it for the incremental digest (digest.py): `_find`, `_add_task`, `_remove_task`, `_move`,
+`_grant`, `_end_attempt` for tasks; `_tenant` and `_grant` for tenants; `_schedule` and
+`_put_schedule` for schedules; `_remember` counts request-table evictions.
 """
 from __future__ import annotations
 
-import hashlib
 import sys
 from collections import OrderedDict
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 
 from . import codec
 from . import commands as c
 from . import validate as V
+from .digest import StateDigest, full_hexdigest, item_hash
 from .errors import (CONFLICT, INVALID_ARGUMENT, INVALID_STATE, NOT_FOUND, OK, STALE_TOKEN,
                      TENANT_LIMIT, Result)
 from .limits import Limits
@@ -76,6 +81,7 @@ class StateMachine:
         self._live = 0
         self._terminal_count = 0
         self._n = 0
+        self._digest = StateDigest(self)
         self._handlers = {
             c.SubmitTask: self._submit, c.Claim: self._claim, c.Heartbeat: self._heartbeat,
             c.Complete: self._complete, c.Fail: self._fail, c.Release: self._release,
@@ -121,6 +127,7 @@ class StateMachine:
         self.requests[request_id] = rec
         if len(self.requests) > self.limits.requests_max:
             self.requests.popitem(last=False)   # FIFO: oldest first
+            self._digest.requests.evicted()
 
     def _render(self, rec) -> Result:
         code, message, details, kind, data = rec
@@ -167,7 +174,12 @@ class StateMachine:
         view = self.tenants.get(name)
         if view is None:
             view = self.tenants[name] = TenantView(name)
+        self._digest.tenants.mark(name, view)
         return view
+
+    def _touch(self, task: Task) -> None:
+        """`task` is about to change, appear or disappear: the digest re-hashes it."""
+        self._digest.tasks.mark(task.task_id, task)
 
     def _count(self, task: Task, delta: int) -> None:
         """Add `task` (delta +1) to or remove it (-1) from the counters of its state."""
@@ -198,6 +210,7 @@ class StateMachine:
 
     def _add_task(self, task: Task) -> None:
         assert task.task_id not in self.tasks and task.state == PENDING
+        self._touch(task)
         self._tenant(task.tenant)
         self.tasks[task.task_id] = task
         self._all.add(task)
@@ -212,6 +225,7 @@ class StateMachine:
 
     def _remove_task(self, task: Task) -> None:
         assert task.state in TERMINAL
+        self._touch(task)
         self._count(task, -1)
         del self.tasks[task.task_id]
         self._all.remove(task)
@@ -229,6 +243,7 @@ class StateMachine:
         old = task.state
         new = transition(old, event)
         assert new is not ILLEGAL and new is not REMOVED, (old, event)
+        self._touch(task)
         self._count(task, -1)
         self._by_state[old].remove(task)
         task.state = new
@@ -292,11 +307,13 @@ class StateMachine:
         task = self.tasks.get(task_id)
         if task is None or (tenant is not None and task.tenant != tenant):
             raise Rejected(NOT_FOUND, f"task {task_id} not found", task_id=task_id)
+        self._touch(task)   # every command that finds a task may change it
         return task
 
     def _end_attempt(self, task: Task, outcome: str, error: str | None = None) -> None:
         attempt = task.current_attempt()
         assert attempt is not None and attempt.outcome is None, task
+        self._touch(task)
         attempt.ended_at_ms = self.now_ms
         attempt.outcome = outcome
         attempt.error = error
@@ -346,6 +363,8 @@ class StateMachine:
 
     def _grant(self, task: Task, cmd: c.Claim) -> None:
         assert task.state == PENDING and task.run_at_ms <= self.now_ms + cmd.prefetch_ms
+        self._touch(task)
+        self._digest.tenants.mark(task.tenant, self.tenants[task.tenant])
         self.cluster_token += 1
         start = max(self.now_ms, task.run_at_ms)   # a prefetched lease counts from run_at
         task.attempt += 1
@@ -528,6 +547,7 @@ class StateMachine:
         if sched is None:
             raise Rejected(NOT_FOUND, f"schedule {cmd.schedule_id} not found",
                            schedule_id=cmd.schedule_id)
+        self._digest.schedules.mark((sched.tenant, sched.schedule_id), sched)
         return sched
 
     def _watch_fire(self, sched: Schedule) -> None:
@@ -555,6 +575,9 @@ class StateMachine:
                          cmd.paused, cmd.start_at_ms, cmd.end_at_ms, cmd.jitter_ms,
                          cmd.next_fire_ms, old.created_at_ms if old else self.now_ms,
                          self.now_ms, old.fires if old else None)
+        if old is not None:
+            self._digest.schedules.mark(key, old)
+        self._digest.schedules.mark(key, sched)
         self.schedules[key] = sched
         self._watch_fire(sched)
         return _schedule_rec(sched)
@@ -771,68 +794,110 @@ class StateMachine:
     # ======================================================================================
     # snapshots and the digest
     # ======================================================================================
-    def _state(self) -> dict:
-        tasks = sorted(self.tasks.values(), key=lambda t: t.seq)
+    def _head(self) -> dict:
         return {
             "v": codec.SNAPSHOT_VERSION, "seq": self.seq, "now_ms": self.now_ms,
             "cluster_token": self.cluster_token, "task_seq": self.task_seq,
-            "tasks": [codec.task_record(t) for t in tasks],
             "tenants": [codec.tenant_record(v) for v in self.list_tenants()],
             "schedules": [codec.schedule_record(self.schedules[k])
                           for k in sorted(self.schedules)],
-            "requests": [[rid, list(rec)] for rid, rec in self.requests.items()],
+            "requests": [codec.request_record(rid, rec) for rid, rec in self.requests.items()],
         }
 
     def snapshot(self) -> bytes:
-        return codec.encode_snapshot(self._state())
+        return codec.encode_snapshot(self._head(), _Sized(self._all.oldest_first(),
+                                                          len(self.tasks)))
 
     def digest(self) -> str:
-        return hashlib.sha256(self.snapshot()).hexdigest()
+        """O(changes since the last call): see digest.py."""
+        return self._digest.hexdigest()
+
+    def _full_digest(self) -> str:
+        """The digest recomputed from scratch (tests compare it with `digest()`)."""
+        return full_hexdigest(self)
 
     @classmethod
     def restore(cls, blob: bytes, limits: Limits | None = None) -> "StateMachine":
-        state = codec.decode_snapshot(blob)
+        """Rebuilds the derived state in bulk (heaps heapified once, not pushed per task)
+        and folds the digest in as it goes, so the first `digest()` afterwards is cheap."""
+        head, records = codec.decode_snapshot(blob)
         sm = cls(limits)
-        sm.seq, sm.now_ms = state["seq"], state["now_ms"]
-        sm.cluster_token, sm.task_seq = state["cluster_token"], state["task_seq"]
-        for r in state["tenants"]:
+        sm.seq, sm.now_ms = head["seq"], head["now_ms"]
+        sm.cluster_token, sm.task_seq = head["cluster_token"], head["task_seq"]
+        for r in head["tenants"]:
             view = codec.tenant_from(r)
             view.tenant = sm._intern(view.tenant)
             sm.tenants[view.tenant] = view
         cache: dict = {}
-        for r in state["tasks"]:
-            sm._restore_task(codec.task_from(r, cache, sm._intern))
-        for r in state["schedules"]:
+        sm._load_tasks(records, cache)
+        for r in head["schedules"]:
             sched = codec.schedule_from(r, cache)
+            sched.tenant = sm._intern(sched.tenant)
             sm.schedules[(sched.tenant, sched.schedule_id)] = sched
             sm._schedules_per_tenant[sched.tenant] = \
                 sm._schedules_per_tenant.get(sched.tenant, 0) + 1
             sm._watch_fire(sched)
-        for rid, rec in state["requests"]:
+        for rid, rec in head["requests"]:
             sm.requests[rid] = tuple(rec)
         sm._tidy()
+        sm._digest.mark_all()
+        sm._digest.fold()
         return sm
 
-    def _restore_task(self, task: Task) -> None:
-        state = task.state
-        task.state = PENDING   # enter through the common path, then move to the real state
-        self.tasks[task.task_id] = task
-        self._tenant(task.tenant)
-        self._all.add(task)
-        self._by_tenant.setdefault(task.tenant, SeqIndex()).add(task)
+    def _load_tasks(self, records, cache: dict) -> None:
+        """Tasks in seq order from a snapshot: indexes, counters, queue and heaps."""
+        tasks, intern, task_from = self.tasks, self._intern, codec.task_from
+        folded, tenant_of = self._digest.tasks, self._tenant
+        queued: list[Task] = []
+        for record, encoded in records:
+            task = task_from(record, cache, intern)
+            if task.task_id in tasks or task.state not in self._by_state:
+                raise codec.DecodeError(f"snapshot: bad task {task.task_id!r}")
+            folded.add_folded(task, item_hash(encoded))
+            tasks[task.task_id] = task
+            tenant_of(task.tenant)
+            self._index(task)
+            state = task.state
+            if state == PENDING:
+                queued.append(task)
+            elif state == RUNNING:
+                self._n += 1
+                self._leases.append((self._deadline(task), task.fencing_token, self._n, task))
+            else:
+                self._n += 1
+                self._terminal.append((task.completed_at_ms, task.seq, self._n, task))
+        heapify(self._leases)
+        heapify(self._terminal)
+        self._queue.load(queued, self.now_ms)
+
+    def _index(self, task: Task) -> None:
+        """Listing indexes, idempotency keys, counters and occurrences of a restored task."""
+        self._all.append(task)
+        self._by_state[task.state].append(task)
+        index = self._by_tenant.get(task.tenant)
+        if index is None:
+            index = self._by_tenant[task.tenant] = SeqIndex()
+        index.append(task)
         if task.idempotency_key is not None:
             self._idem[(task.tenant, task.idempotency_key)] = task
-        task.state = state
-        self._by_state[state].add(task)
         self._count(task, +1)
-        self._track_occurrence(task)
-        if state == PENDING:
-            self._queue.push(task, self.now_ms)
-        elif state == RUNNING:
-            self._watch_lease(task)
-        else:
-            self._n += 1
-            heappush(self._terminal, (task.completed_at_ms, task.seq, self._n, task))
+        if task.schedule_id is not None:
+            self._track_occurrence(task)
+
+
+class _Sized:
+    """An iterator with a known length (the snapshot writes the task count first)."""
+
+    __slots__ = ("it", "n")
+
+    def __init__(self, it, n: int) -> None:
+        self.it, self.n = it, n
+
+    def __iter__(self):
+        return self.it
+
+    def __len__(self) -> int:
+        return self.n
 
 
 def _parse_cursor(cursor) -> int | None:

@@ -19,7 +19,7 @@ leaves pending by another way than being popped, so that peeks (`has_claimable`,
 """
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 
 from .model import PENDING, Task, TenantView
 from .rules import effective_priority, static_key
@@ -58,6 +58,26 @@ class ClaimQueue:
             heappush(bucket.ready, (key, task.run_at_ms, task.seq, task.qver, task))
         else:
             heappush(bucket.delayed, (task.run_at_ms, task.seq, task.qver, task))
+
+    def load(self, tasks: list[Task], now_ms: int) -> None:
+        """Enqueue many pending tasks at once (a restore): appended, then heapified once."""
+        aging = self.aging_ms
+        touched: dict[int, Bucket] = {}
+        for task in tasks:
+            task.qver += 1
+            buckets = self.by_type.setdefault(task.task_type, {})
+            bucket = buckets.get(task.tenant)
+            if bucket is None:
+                bucket = buckets[task.tenant] = Bucket(task.tenant, task.task_type)
+            touched[id(bucket)] = bucket
+            if task.run_at_ms <= now_ms:
+                key = static_key(task.priority, task.run_at_ms, aging)
+                bucket.ready.append((key, task.run_at_ms, task.seq, task.qver, task))
+            else:
+                bucket.delayed.append((task.run_at_ms, task.seq, task.qver, task))
+        for bucket in touched.values():
+            heapify(bucket.ready)
+            heapify(bucket.delayed)
 
     def dropped(self, task: Task) -> None:
         """A task left pending by cancellation or the like: keep its bucket's tops live."""
