@@ -132,3 +132,12 @@ def test_a_secret_cluster_works_and_ignores_a_stranger_without_the_secret(tmp_pa
         assert sc.wait_leader() == leader
         status, body = sc.call(leader, "GET", "/v1/cluster")
         assert status == 200 and all(n["reachable"] for n in body["nodes"]), body
+
+
+def test_raft_and_http_listen_on_their_configured_address_only(c):
+    """Bound to 127.0.0.1, not every interface: another loopback address is refused."""
+    for addr in (c.raft[c.leader], c.http[c.leader]):
+        port = int(addr.rsplit(":", 1)[1])
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.2", port), timeout=5).close()
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
