@@ -30,6 +30,9 @@ DEFAULT = [name for name in BENCHES if name != "scale1m"]
 # (label, result file, figure key, field, target text)
 ROWS = [
     ("lifecycles/s, 3 nodes", "lifecycle", "lifecycles_per_s_3_nodes", "median", ">= 10,000"),
+    ("CPU per lifecycle, 3 nodes + client", "lifecycle", "cpu_ms_per_lifecycle", "median", "-"),
+    ("lifecycles/s 2 idle cores could do at that CPU cost", "lifecycle", "cpu_bound_lifecycles_per_s",
+     "median", ">= 10,000"),
     ("lifecycles/s, 5 nodes", "lifecycle5", "lifecycles_per_s_5_nodes", "median", "-"),
     ("submit ack p50", "latency", "submit_ack_p50_ms", "median", "<= 15 ms"),
     ("submit ack p99", "latency", "submit_ack_p99_ms", "median", "<= 40 ms"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 import uuid
@@ -21,6 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.lib import contention  # noqa: E402
 from bench.lib.api import Api, HttpError, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
@@ -121,7 +123,8 @@ def describe_run(i: int, r: dict) -> str:
     flag = " TIMED OUT" if r["timed_out"] else ""
     return (f"run {i}: {r['tasks_per_s']:,.0f} lifecycles/s ({r['completed']}/{r['acked']} "
             f"completed in {r['elapsed_s']:.2f} s; submits alone {r['submit_per_s']:,.0f}/s; "
-            f"errors submit={r['submit_errors']} claim/complete={r['complete_errors']}){flag}")
+            f"errors submit={r['submit_errors']} claim/complete={r['complete_errors']}; "
+            f"{r.get('cpu_ms_per_task', float('nan')):.3f} ms CPU per lifecycle, nodes + client){flag}")
 
 
 async def measure(urls: list[str], cfg: Config, runs: int, report: Report,
@@ -132,7 +135,11 @@ async def measure(urls: list[str], cfg: Config, runs: int, report: Report,
             await run_once(api, urls, warm, "warmup")
         results = []
         for i in range(runs):
+            cpu0 = contention.tree_cpu_s()
             r = await run_once(api, urls, cfg)
+            # CPU that nodes + client spent per lifecycle: what bounds throughput on a
+            # machine this small, whatever other processes take.
+            r["cpu_ms_per_task"] = (contention.tree_cpu_s() - cpu0) * 1000 / max(r["completed"], 1)
             report.note(describe_run(i + 1, r))
             results.append(r)
     return results
@@ -173,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         report.figure(f"lifecycles_per_s_{args.nodes}_nodes", [r["tasks_per_s"] for r in results],
                       "/s", TARGET if args.nodes == 3 else None)
         report.figure("submits_per_s_while_claiming", [r["submit_per_s"] for r in results], "/s")
+        cpu = report.figure("cpu_ms_per_lifecycle", [r["cpu_ms_per_task"] for r in results], "ms")
+        cores = len(os.sched_getaffinity(0))
+        report.figure("cpu_bound_lifecycles_per_s", [cores * 1000 / cpu], "/s",
+                      f"the most {cores} idle cores could do at this CPU cost")
         report.finish()
     return 0
 
