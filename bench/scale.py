@@ -74,6 +74,14 @@ async def wait_all_applied(cluster: LocalCluster) -> int:
     return target
 
 
+async def live_tasks(api: Api, base: str) -> int:
+    """Pending + running tasks of the fill's tenants, as the cluster counts them (a fill
+    batch retried after an ambiguous timeout may have been applied twice)."""
+    body = await api.call("GET", base + "/v1/tenants", timeout_s=60)
+    return sum(t["pending"] + t["running"] for t in body["tenants"]
+               if t["tenant"].startswith("scale-"))
+
+
 async def status_call_ms(api: Api, base: str, n: int = 2) -> list[float]:
     """GET /v1/cluster, which hashes each replica's whole state (for its digest)."""
     out = []
@@ -138,7 +146,10 @@ async def measure(cluster: LocalCluster, levels: list[int], args: argparse.Names
                         f"({(level - pending) / fill_s:,.0f} submits/s)")
             pending = level
             await wait_all_applied(cluster)
-            per_task = {i: (cluster.rss_bytes(i) - base_rss[i]) / level for i in cluster.ids}
+            held = await live_tasks(api, cluster.url(cluster.wait_leader()))
+            if held != level:
+                report.note(f"the cluster holds {held:,} live fill tasks (retried batches)")
+            per_task = {i: (cluster.rss_bytes(i) - base_rss[i]) / held for i in cluster.ids}
             report.note(f"{level:,} pending: RSS " + ", ".join(
                 f"{i}={cluster.rss_bytes(i) / MIB:.0f} MiB ({per_task[i]:,.0f} B/task)" for i in cluster.ids))
             report.figure(f"bytes_per_pending_task_at_{level}", [max(per_task.values())], "B",
