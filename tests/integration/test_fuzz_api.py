@@ -52,6 +52,7 @@ def node(tmp_path_factory):
         c.start()
         c.wait_leader()
         c.started = time.monotonic()
+        c.statuses = {}             # status -> count, over the whole run
         yield c
         assert c.call("n1", "GET", "/healthz")[0] == 200
         assert "http_500" not in c.log("n1", tail_chars=10**7), c.log("n1")
@@ -104,6 +105,7 @@ def test_no_request_gets_a_server_error(node, op):
             _tame(case, applied)
             resp = case.call(base_url=url, headers=headers, timeout=15)
             sent += 1
+            node.statuses[resp.status_code] = node.statuses.get(resp.status_code, 0) + 1
             _check(op, case, resp)
 
         try:
@@ -112,3 +114,13 @@ def test_no_request_gets_a_server_error(node, op):
             if mode is not GenerationMode.NEGATIVE:   # nothing to get wrong: no parameters
                 raise
     assert sent > 0
+
+
+def test_the_run_reached_the_handlers_and_stayed_bounded(node):
+    """Runs after the operations above: valid requests were served, invalid ones refused."""
+    if not node.statuses:
+        pytest.skip("run together with the fuzzed operations above")
+    ok = sum(n for status, n in node.statuses.items() if status < 300)
+    refused = sum(n for status, n in node.statuses.items() if 400 <= status < 500)
+    assert ok >= 50 and refused >= 100, node.statuses
+    assert node.statuses.get(401, 0) == 0, node.statuses     # every token was accepted
