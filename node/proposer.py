@@ -3,8 +3,8 @@
 Concurrent proposals made within one loop iteration are packed into one Raft entry. Waiters
 are keyed by `request_id` and answered from the apply listener, so an entry that commits
 after an ambiguous outcome (a leader change, a timed-out wait) still answers. A failure
-reported by pysyncobj, or no answer within `repropose_after_s`, re-proposes the same
-commands (same `request_id`s: the state machine's request table applies them at most once)
+reported by pysyncobj, a change of leader, or no answer within `repropose_after_s`,
+re-proposes the same commands (same `request_id`s: the state machine's request table applies them at most once)
 until the deadline.
 """
 from __future__ import annotations
@@ -92,28 +92,37 @@ class Proposer:
             if remaining <= 0:
                 raise ProposalError("timeout" if leader_seen else "no_leader",
                                     f"no answer within the deadline ({call.reason or 'waiting'})")
-            if self._replica.leader_id() is None:
+            leader = self._replica.leader_id()
+            if leader is None:
                 await self._wait(futures, call, min(remaining, self._leader_poll_s))
                 continue
             leader_seen = True
             call.rearm(self._loop)
             self._enqueue(pending, call)
-            await self._wait(futures, call, min(remaining, self._repropose_after_s))
+            # A proposal forwarded to a leader that then died may never be reported failed:
+            # re-propose as soon as another leader is known, not only after the fallback wait.
+            await self._wait(futures, call, min(remaining, self._repropose_after_s), leader)
             if call.failed.done():
                 await self._wait(futures, None, min(self._retry_backoff_s,
                                                     max(0.0, deadline - self._loop.time())))
 
-    async def _wait(self, futures, call: _Call | None, timeout_s: float) -> None:
-        """Until every future is done, the call failed, or the timeout (whichever first).
-        (asyncio.wait never cancels what it waits on, unlike gather or wait_for.)"""
+    async def _wait(self, futures, call: _Call | None, timeout_s: float,
+                    leader: str | None = None) -> None:
+        """Until every future is done, the call failed, the leader is no longer `leader`
+        (when given), or the timeout, whichever first. (asyncio.wait never cancels what it
+        waits on, unlike gather or wait_for.)"""
         end = self._loop.time() + timeout_s
         while True:
             waits = [f for f in futures if not f.done()]
             remaining = end - self._loop.time()
             if not waits or remaining <= 0 or (call is not None and call.failed.done()):
                 return
+            if leader is not None and self._replica.leader_id() != leader:
+                return
             if call is not None:
                 waits.append(call.failed)
+            if leader is not None:
+                remaining = min(remaining, self._leader_poll_s)
             await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
 
     def _wait_for(self, request_id: str) -> asyncio.Future:
