@@ -71,17 +71,17 @@ def _find(figures: dict, key: str) -> tuple[str, dict] | None:
 
 
 def table(out: Path) -> str:
-    lines = ["| figure | measured | target | run (UTC) | others' CPU (cores of 2) |",
-             "|---|---|---|---|---|"]
+    lines = ["| figure | measured | target | run (UTC) | code | others' CPU (cores of 2) |",
+             "|---|---|---|---|---|---|"]
     for label, name, key, field, target in ROWS:
         path = out / f"{name}.json"
         if not path.exists():
-            lines.append(f"| {label} | not run | {target} | | |")
+            lines.append(f"| {label} | not run | {target} | | | |")
             continue
         doc = json.loads(path.read_text())
         found = _find(doc["figures"], key)
         if not found:
-            lines.append(f"| {label} | missing | {target} | {doc['started']} | |")
+            lines.append(f"| {label} | missing | {target} | {doc['started']} | | |")
             continue
         fkey, fig = found
         value = fig.get(field)
@@ -89,7 +89,7 @@ def table(out: Path) -> str:
         if fkey != key:
             label = f"{label} ({fkey[len(key) - 1:]})"
         lines.append(f"| {label} | {shown} | {target} | {doc['started']} | "
-                     f"{doc['usage']['others_cores']:.2f} |")
+                     f"{doc['machine'].get('code', '?')} | {doc['usage']['others_cores']:.2f} |")
     return "\n".join(lines)
 
 

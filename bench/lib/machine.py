@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import subprocess
 import sys
 
 
@@ -51,6 +52,20 @@ def _loadavg() -> str:
         return "unknown"
 
 
+def code_version() -> str:
+    """The commit the benchmark (and, installed editable, the node) runs; `+dirty` when the
+    working tree differs from it: figures belong to a version of the code."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha + ("+dirty" if dirty else "")) if sha else "unknown"
+
+
 def describe(data_dir: str | None = None) -> dict[str, str]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     info = {
@@ -65,4 +80,5 @@ def describe(data_dir: str | None = None) -> dict[str, str]:
         info["data_fs"] = _filesystem(data_dir)
     info["uvloop"] = "available" if importlib.util.find_spec("uvloop") else "absent"
     info["executable"] = sys.executable
+    info["code"] = code_version()
     return info
