@@ -230,21 +230,25 @@ def pack(record) -> bytes:
 
 # --- snapshots ----------------------------------------------------------------------------------
 
-def encode_snapshot(head: dict, tasks) -> bytes:
-    """`head`: {"v", "seq", "now_ms", "cluster_token", "task_seq", "tenants", "schedules",
-    "requests"} with record lists in canonical order; `tasks`: a sized iterable of Tasks in
-    seq order. One Packer appends everything to one buffer."""
+def encode_snapshot(head: dict, tasks, requests) -> bytes:
+    """`head`: {"v", "seq", "now_ms", "cluster_token", "task_seq", "tenants", "schedules"}
+    with record lists in canonical order; `tasks`: a sized iterable of Tasks in seq order;
+    `requests`: the request table (an ordered mapping). One Packer appends everything to
+    one buffer: the head (with both counts), the task records, the request records."""
     packer = msgpack.Packer(use_bin_type=True, autoreset=False)
-    packer.pack(dict(head, task_count=len(tasks)))
+    packer.pack(dict(head, task_count=len(tasks), request_count=len(requests)))
     pack_one = packer.pack
     for task in tasks:
         pack_one(task_record(task))
+    for request_id, rec in requests.items():
+        pack_one(request_record(request_id, rec))
     return packer.bytes()
 
 
-def decode_snapshot(blob: bytes) -> tuple[dict, object]:
-    """(head, records): `records` yields (task record as a tuple, its canonical bytes as a
-    memoryview) in snapshot order, raising DecodeError on a malformed or truncated blob."""
+def decode_snapshot(blob: bytes) -> tuple[dict, object, object]:
+    """(head, tasks, requests): two iterators, to be consumed in that order, of (record as a
+    tuple, its canonical bytes as a memoryview); they raise DecodeError on a malformed or
+    truncated blob."""
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         raise DecodeError("a snapshot is bytes")
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=False,
@@ -257,25 +261,27 @@ def decode_snapshot(blob: bytes) -> tuple[dict, object]:
     if not isinstance(head, dict) or head.get("v") not in SNAPSHOT_VERSIONS_READ:
         raise DecodeError("unknown snapshot version")
     if head["v"] == 1:
-        return head, _records_v1(head.pop("tasks", ()))
-    count = head.get("task_count")
-    if type(count) is not int or count < 0:
-        raise DecodeError("snapshot without a task count")
-    return head, _records(unpacker, memoryview(blob), count)
+        return head, _records_v1(head.get("tasks", ())), _records_v1(head.get("requests", ()))
+    counts = head.get("task_count"), head.get("request_count")
+    if any(type(n) is not int or n < 0 for n in counts):
+        raise DecodeError("snapshot without record counts")
+    view = memoryview(blob)
+    return (head, _records(unpacker, view, counts[0], False),
+            _records(unpacker, view, counts[1], True))
 
 
-def _records(unpacker, view: memoryview, count: int):
+def _records(unpacker, view: memoryview, count: int, last: bool):
     start = unpacker.tell()
     for _ in range(count):
         try:
             record = unpacker.unpack()
         except Exception as exc:
-            raise DecodeError(f"snapshot tasks: {exc.__class__.__name__}") from None
+            raise DecodeError(f"snapshot records: {exc.__class__.__name__}") from None
         end = unpacker.tell()
         yield record, view[start:end]
         start = end
-    if start != len(view):
-        raise DecodeError("trailing bytes after the snapshot's tasks")
+    if last and start != len(view):
+        raise DecodeError("trailing bytes after the snapshot's records")
 
 
 def _records_v1(records):

@@ -110,6 +110,11 @@ class FifoHash:
     def evicted(self) -> None:
         self.evictions += 1
 
+    def add_folded(self, h: int) -> None:
+        """Append an entry already hashed (a restore, oldest first, nothing evicted)."""
+        self.hashes.append(h)
+        self.acc = (self.acc * POLY_BASE + h) % POLY_MOD
+
     def fold(self) -> None:
         hashes, acc = self.hashes, self.acc
         n = len(hashes)

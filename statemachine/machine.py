@@ -36,6 +36,7 @@ from .rules import backoff_ms, fire_jitter_ms, occurrence_task_id
 from .validate import Rejected
 
 CURSOR_CHARS_MAX = 300
+DIGEST_DIRTY_MAX = 4_096   # tasks changed since the last fold: folded at the end of a batch
 
 # A record: (code, message, details | None, kind | None, data). See `_render`.
 _NONE = (OK, "", None, None, None)
@@ -98,6 +99,7 @@ class StateMachine:
     def apply_batch(self, cmds) -> list[Result]:
         results = [self.apply(cmd) for cmd in cmds] if isinstance(cmds, (list, tuple)) else []
         self.seq += 1
+        self._fold_now_and_then()
         return results
 
     def apply(self, cmd) -> Result:
@@ -801,12 +803,11 @@ class StateMachine:
             "tenants": [codec.tenant_record(v) for v in self.list_tenants()],
             "schedules": [codec.schedule_record(self.schedules[k])
                           for k in sorted(self.schedules)],
-            "requests": [codec.request_record(rid, rec) for rid, rec in self.requests.items()],
         }
 
     def snapshot(self) -> bytes:
         return codec.encode_snapshot(self._head(), _Sized(self._all.oldest_first(),
-                                                          len(self.tasks)))
+                                                          len(self.tasks)), self.requests)
 
     def digest(self) -> str:
         """O(changes since the last call): see digest.py."""
@@ -816,11 +817,17 @@ class StateMachine:
         """The digest recomputed from scratch (tests compare it with `digest()`)."""
         return full_hexdigest(self)
 
+    def _fold_now_and_then(self) -> None:
+        """Folds the digest once enough has changed, so that no `digest()` call (made under
+        the replica lock) ever has more than a bounded amount of work to catch up on."""
+        if len(self._digest.tasks.dirty) >= DIGEST_DIRTY_MAX:
+            self._digest.fold()
+
     @classmethod
     def restore(cls, blob: bytes, limits: Limits | None = None) -> "StateMachine":
         """Rebuilds the derived state in bulk (heaps heapified once, not pushed per task)
         and folds the digest in as it goes, so the first `digest()` afterwards is cheap."""
-        head, records = codec.decode_snapshot(blob)
+        head, tasks, requests = codec.decode_snapshot(blob)
         sm = cls(limits)
         sm.seq, sm.now_ms = head["seq"], head["now_ms"]
         sm.cluster_token, sm.task_seq = head["cluster_token"], head["task_seq"]
@@ -829,7 +836,7 @@ class StateMachine:
             view.tenant = sm._intern(view.tenant)
             sm.tenants[view.tenant] = view
         cache: dict = {}
-        sm._load_tasks(records, cache)
+        sm._load_tasks(tasks, cache)
         for r in head["schedules"]:
             sched = codec.schedule_from(r, cache)
             sched.tenant = sm._intern(sched.tenant)
@@ -837,8 +844,9 @@ class StateMachine:
             sm._schedules_per_tenant[sched.tenant] = \
                 sm._schedules_per_tenant.get(sched.tenant, 0) + 1
             sm._watch_fire(sched)
-        for rid, rec in head["requests"]:
+        for (rid, rec), encoded in requests:
             sm.requests[rid] = tuple(rec)
+            sm._digest.requests.add_folded(item_hash(encoded))
         sm._tidy()
         sm._digest.mark_all()
         sm._digest.fold()
