@@ -73,10 +73,10 @@ class KeyedSum:
         """`obj` (under `key`) is being created, changed or removed."""
         self.dirty.setdefault(key, obj)
 
-    def add_folded(self, obj, h: int) -> None:
-        """Count `obj` as folded in with hash `h` (a restore that hashed it already)."""
-        obj.dh = h
-        self.acc = (self.acc + h) % SUM_MOD
+    def loaded(self, total: int) -> None:
+        """Objects were folded in by their loader (a restore set each one's `dh`):
+        `total` is the sum of their hashes."""
+        self.acc = (self.acc + total) % SUM_MOD
 
     def fold(self) -> None:
         acc, items, hash_of = self.acc, self.items, self.hash_of

@@ -17,6 +17,7 @@ it for the incremental digest (digest.py): `_find`, `_add_task`, `_remove_task`,
 """
 from __future__ import annotations
 
+import gc
 import sys
 from collections import OrderedDict
 from heapq import heapify, heappop, heappush
@@ -827,6 +828,16 @@ class StateMachine:
     def restore(cls, blob: bytes, limits: Limits | None = None) -> "StateMachine":
         """Rebuilds the derived state in bulk (heaps heapified once, not pushed per task)
         and folds the digest in as it goes, so the first `digest()` afterwards is cheap."""
+        paused = gc.isenabled()
+        gc.disable()   # every object made here survives: collections would only re-scan them
+        try:
+            return cls._restore(blob, limits)
+        finally:
+            if paused:
+                gc.enable()
+
+    @classmethod
+    def _restore(cls, blob: bytes, limits: Limits | None) -> "StateMachine":
         head, tasks, requests = codec.decode_snapshot(blob)
         sm = cls(limits)
         sm.seq, sm.now_ms = head["seq"], head["now_ms"]
@@ -853,41 +864,47 @@ class StateMachine:
         return sm
 
     def _load_tasks(self, records, cache: dict) -> None:
-        """Tasks in seq order from a snapshot: indexes, counters, queue and heaps."""
-        tasks, intern, task_from = self.tasks, self._intern, codec.task_from
-        folded, tenant_of = self._digest.tasks, self._tenant
+        """Tasks in seq order from a snapshot: digest hashes, indexes, counters, queue and
+        heaps. One loop with its lookups hoisted: a restart pays it per task."""
+        tasks, by_state, task_from, intern = self.tasks, self._by_state, codec.task_from, \
+            self._intern
+        append_all, leases, terminal = self._all.append, self._leases, self._terminal
         queued: list[Task] = []
+        acc = 0
         for record, encoded in records:
             task = task_from(record, cache, intern)
-            if task.task_id in tasks or task.state not in self._by_state:
-                raise codec.DecodeError(f"snapshot: bad task {task.task_id!r}")
-            folded.add_folded(task, item_hash(encoded))
-            tasks[task.task_id] = task
-            tenant_of(task.tenant)
+            state, task_id = task.state, task.task_id
+            if task_id in tasks or state not in by_state:
+                raise codec.DecodeError(f"snapshot: bad task {task_id!r}")
+            task.dh = h = item_hash(encoded)
+            acc += h
+            tasks[task_id] = task
+            append_all(task)
+            by_state[state].append(task)
             self._index(task)
-            state = task.state
             if state == PENDING:
                 queued.append(task)
             elif state == RUNNING:
                 self._n += 1
-                self._leases.append((self._deadline(task), task.fencing_token, self._n, task))
+                leases.append((self._deadline(task), task.fencing_token, self._n, task))
             else:
                 self._n += 1
-                self._terminal.append((task.completed_at_ms, task.seq, self._n, task))
-        heapify(self._leases)
-        heapify(self._terminal)
+                terminal.append((task.completed_at_ms, task.seq, self._n, task))
+        self._digest.tasks.loaded(acc)
+        heapify(leases)
+        heapify(terminal)
         self._queue.load(queued, self.now_ms)
 
     def _index(self, task: Task) -> None:
-        """Listing indexes, idempotency keys, counters and occurrences of a restored task."""
-        self._all.append(task)
-        self._by_state[task.state].append(task)
-        index = self._by_tenant.get(task.tenant)
+        """Tenant index, idempotency keys, counters and occurrences of a restored task."""
+        tenant = task.tenant
+        index = self._by_tenant.get(tenant)
         if index is None:
-            index = self._by_tenant[task.tenant] = SeqIndex()
+            self._tenant(tenant)   # a valid snapshot lists it already
+            index = self._by_tenant[tenant] = SeqIndex()
         index.append(task)
         if task.idempotency_key is not None:
-            self._idem[(task.tenant, task.idempotency_key)] = task
+            self._idem[(tenant, task.idempotency_key)] = task
         self._count(task, +1)
         if task.schedule_id is not None:
             self._track_occurrence(task)
