@@ -194,3 +194,52 @@ def test_task_hash_depends_on_every_replicated_field() -> None:
     task.payload_json = '"changed"'          # a change behind the machine's back...
     assert d.sm.digest() == before            # ...is invisible to the incremental digest
     assert d.sm._full_digest() != before      # but the reference sees it (the tests' net)
+
+
+def test_a_batch_that_changed_many_tasks_is_folded_at_its_end(monkeypatch) -> None:
+    from tsched.statemachine import machine
+    monkeypatch.setattr(machine, "DIGEST_DIRTY_MAX", 3)
+    sm = StateMachine()
+    small = [c.SubmitTask(request_id=f"a{i}", now_ms=T0, task_id=f"a{i}", tenant="t",
+                          task_type="x") for i in range(2)]
+    sm.apply_batch(small)
+    assert len(sm._digest.tasks.dirty) == 2          # below the bound: left for digest()
+    sm.apply_batch([c.SubmitTask(request_id=f"b{i}", now_ms=T0, task_id=f"b{i}",
+                                 tenant="t", task_type="x") for i in range(2)])
+    assert not sm._digest.tasks.dirty                  # 4 >= 3: folded with the batch
+    assert sm.digest() == sm._full_digest()
+
+
+def test_a_format_1_snapshot_restores_to_the_same_digest() -> None:
+    import msgpack
+
+    from tsched.statemachine import codec
+    d = _seeded(SMALL)
+    d.claim_one()
+    sm = d.sm
+    head = dict(sm._head(), v=1,
+                tasks=[codec.task_record(t) for t in sorted(sm.tasks.values(),
+                                                            key=lambda t: t.seq)],
+                requests=[codec.request_record(r, rec) for r, rec in sm.requests.items()])
+    old = StateMachine.restore(msgpack.packb(head, use_bin_type=True), limits=SMALL)
+    assert old.digest() == sm.digest() == old._full_digest()
+    assert old.snapshot() == sm.snapshot()
+
+
+@pytest.mark.parametrize("cut", ["truncated", "trailing", "count"])
+def test_a_damaged_snapshot_is_a_decode_error(cut: str) -> None:
+    import msgpack
+
+    from tsched.statemachine.codec import DecodeError
+    blob = _seeded().sm.snapshot()
+    if cut == "truncated":
+        blob = blob[:-3]
+    elif cut == "trailing":
+        blob += b"\x00"
+    else:
+        unpacker = msgpack.Unpacker(raw=False)
+        unpacker.feed(blob)
+        head = unpacker.unpack()
+        blob = msgpack.packb(dict(head, task_count=-1)) + blob[unpacker.tell():]
+    with pytest.raises(DecodeError):
+        StateMachine.restore(blob)
