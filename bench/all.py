@@ -85,7 +85,9 @@ def table(out: Path) -> str:
             continue
         fkey, fig = found
         value = fig.get(field)
-        shown = f"{value:,.2f} {fig['unit']}" if isinstance(value, (int, float)) else "n/a"
+        shown = "n/a"
+        if isinstance(value, (int, float)):
+            shown = f"{value:.3g} {fig['unit']}" if 0 < abs(value) < 0.1 else f"{value:,.2f} {fig['unit']}"
         if fkey != key:
             label = f"{label} ({fkey[len(key) - 1:]})"
         lines.append(f"| {label} | {shown} | {target} | {doc['started']} | "

@@ -28,6 +28,8 @@ def _fmt(value: float, unit: str) -> str:
         return f"{value:.2f} {unit}"
     if abs(value) >= 100:
         return f"{value:,.0f} {unit}"
+    if 0 < abs(value) < 0.1:
+        return f"{value:.3g} {unit}"
     return f"{value:.2f} {unit}"
 
 
