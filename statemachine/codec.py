@@ -251,7 +251,7 @@ def decode_snapshot(blob: bytes) -> tuple[dict, object, object]:
     truncated blob."""
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         raise DecodeError("a snapshot is bytes")
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=False,
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, use_list=False,
                                 max_buffer_size=max(len(blob), 1 << 20))
     unpacker.feed(blob)
     try:
