@@ -13,6 +13,7 @@ import orjson
 from aiohttp import web
 
 from . import validate
+from .auth import SCOPE_KEY
 from .errors import ApiError
 
 FORWARDED_HEADER = "X-Tsched-Forwarded"
@@ -73,7 +74,7 @@ def request_id(request: web.Request, suffix: str = "") -> str:
     if key is None:
         return new_id()
     validate.text(key, "Idempotency-Key", validate.IDEMPOTENCY_KEY_CHARS_MAX)
-    scope = request.get("tenant_scope") or ""
+    scope = request.get(SCOPE_KEY) or ""
     raw = "\n".join((scope, request.method, request.path, key + suffix))
     return "idem-" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
 

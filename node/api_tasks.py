@@ -8,6 +8,7 @@ from tsched.statemachine import commands as c
 from . import present, validate
 from .api_common import (before_read, json_body, new_id, node_of, propose, propose_one,
                          request_id, respond)
+from .auth import SCOPE_KEY
 from .errors import ApiError
 
 routes = web.RouteTableDef()
@@ -15,7 +16,7 @@ routes = web.RouteTableDef()
 
 def tenant_scope(request: web.Request) -> str | None:
     """The tenant a scoped API token is limited to (None: any). Set by the auth layer."""
-    return request.get("tenant_scope")
+    return request.get(SCOPE_KEY)
 
 
 def _check_tenant(request: web.Request, tenant: str) -> None:

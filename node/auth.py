@@ -11,7 +11,7 @@ the dashboard's static page, the OpenAPI document) needs `Authorization: Bearer 
 
 Only SHA-256 digests are stored, so the file gives no token away; a presented token is
 hashed and compared with every digest in constant time. A tenant token sets
-`request["tenant_scope"]`, which handlers pass into reads and commands; this module refuses
+`request[SCOPE_KEY]`, which handlers pass into reads and commands; this module refuses
 what no tenant token may do at all (tenant settings, cluster operations, metrics).
 """
 from __future__ import annotations
@@ -33,7 +33,8 @@ TOKEN_CHARS_MAX = 1024          # longer Authorization values are refused before
 DIGESTS_MAX = 20_000            # digests in the whole [auth] section
 LINEAR_SCAN_MAX = 64            # up to this many digests, every one is compared per request
 TENANT_CHARS_MAX = 64
-SCOPE_KEY = "tenant_scope"      # request key read by handlers (api_tasks.tenant_scope)
+# The tenant a scoped token is limited to, read by handlers through api_tasks.tenant_scope.
+SCOPE_KEY: web.RequestKey[str] = web.RequestKey("tenant_scope", str)
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
