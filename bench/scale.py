@@ -148,7 +148,7 @@ async def measure(cluster: LocalCluster, levels: list[int], args: argparse.Names
             await wait_all_applied(cluster)
             held = await live_tasks(api, cluster.url(cluster.wait_leader()))
             if held != level:
-                report.note(f"the cluster holds {held:,} live fill tasks (retried batches)")
+                report.note(f"the cluster holds {held:,} live fill tasks (timed claims completed some; a retried batch may add some)")
             per_task = {i: (cluster.rss_bytes(i) - base_rss[i]) / held for i in cluster.ids}
             report.note(f"{level:,} pending: RSS " + ", ".join(
                 f"{i}={cluster.rss_bytes(i) / MIB:.0f} MiB ({per_task[i]:,.0f} B/task)" for i in cluster.ids))
