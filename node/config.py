@@ -15,6 +15,10 @@ NODE_ID_LEN_MAX = 64
 NODES_MAX = 9
 # Timeouts an operator may tune under [cluster.timeouts]; values in seconds.
 TIMEOUT_KEYS = ("raft_min_s", "raft_max_s", "propose_s", "leader_fallback_s")
+# Log compaction under [cluster.compaction]: a snapshot is taken once the log holds more
+# than `min_entries` entries or `min_time_s` passed since the last one. Bounds keep a typo
+# from snapshotting on every entry or never.
+COMPACTION_BOUNDS = {"min_entries": (10, 10_000_000), "min_time_s": (1.0, 86_400.0)}
 
 
 class ConfigError(ValueError):
@@ -49,6 +53,7 @@ class ClusterConfig:
     nodes: tuple[NodeConfig, ...]
     secret: str | None = None
     timeouts: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    compaction: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     auth: Mapping[str, Any] | None = None       # kept for the auth layer
     limits: Mapping[str, Any] | None = None     # kept for state machine limits
     path: str | None = None
@@ -99,7 +104,7 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
     secret = cluster.get("secret")
     if secret is not None and (not isinstance(secret, str) or not secret):
         raise ConfigError("[cluster] secret must be a non-empty string")
-    extra = sorted(set(cluster) - {"name", "secret", "timeouts", "ca_file"})
+    extra = sorted(set(cluster) - {"name", "secret", "timeouts", "compaction", "ca_file"})
     if extra:
         raise ConfigError(f"[cluster] unknown keys: {', '.join(extra)}")
     nodes = _nodes(doc.get("node"), base_dir)
@@ -111,6 +116,7 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
     cfg = ClusterConfig(
         name=name, nodes=nodes, secret=secret,
         timeouts=MappingProxyType(_timeouts(cluster.get("timeouts"))),
+        compaction=MappingProxyType(_compaction(cluster.get("compaction"))),
         auth=MappingProxyType(auth) if auth is not None else None,
         limits=MappingProxyType(limits) if limits is not None else None,
         path=path, ca_file=_path(cluster, "ca_file", "[cluster]", base_dir))
@@ -174,6 +180,24 @@ def _timeouts(raw: Any) -> dict[str, float]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 600:
             raise ConfigError(f"[cluster.timeouts] {key} must be a number of seconds in (0, 600]")
         out[key] = float(value)
+    return out
+
+
+def _compaction(raw: Any) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError("[cluster.compaction] must be a table")
+    out = {}
+    for key, value in raw.items():
+        if key not in COMPACTION_BOUNDS:
+            raise ConfigError(f"[cluster.compaction] unknown key {key!r} "
+                              f"(known: {', '.join(COMPACTION_BOUNDS)})")
+        low, high = COMPACTION_BOUNDS[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not low <= value <= high:
+            raise ConfigError(f"[cluster.compaction] {key} must be a number in [{low}, {high}]")
+        out[key] = value
     return out
 
 

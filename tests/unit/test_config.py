@@ -148,3 +148,23 @@ def test_log_lines_carry_node_and_term_in_both_formats(capsys):
         assert "node=n8 term=2 event=other" in text and text[:4].isdigit()
     finally:
         root.handlers[:], _ = saved[0], root.setLevel(saved[1])
+
+
+def test_compaction_thresholds_reach_the_raft_options(tmp_path):
+    from tsched.node.raft import Replica
+    cfg = config.load(write(tmp_path, GOOD + "\n[cluster.compaction]\nmin_entries = 50\n"
+                                              "min_time_s = 30\n"))
+    assert dict(cfg.compaction) == {"min_entries": 50, "min_time_s": 30}
+    replica = Replica.from_config(cfg, "a")
+    assert replica.options.compaction_min_entries == 50
+    assert replica.options.compaction_min_time_s == 30.0
+
+
+@pytest.mark.parametrize("table, match", [
+    ("min_entries = 1", "min_entries"),
+    ("min_time_s = true", "min_time_s"),
+    ("every = 5", "unknown key"),
+])
+def test_bad_compaction_settings_are_refused(tmp_path, table, match):
+    with pytest.raises(config.ConfigError, match=match):
+        config.load(write(tmp_path, GOOD + f"\n[cluster.compaction]\n{table}\n"))
