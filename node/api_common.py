@@ -5,7 +5,7 @@ import asyncio
 import hashlib
 import heapq
 import itertools
-import uuid
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +61,9 @@ def node_of(request: web.Request) -> Node:
 
 
 def new_id() -> str:
-    return uuid.uuid4().hex
+    """128 random bits as 32 hex digits, like `uuid4().hex` (unique across nodes and
+    restarts) at a tenth of its cost: every submitted task takes two."""
+    return os.urandom(16).hex()
 
 
 def request_id(request: web.Request, suffix: str = "") -> str:
