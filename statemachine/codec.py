@@ -40,7 +40,14 @@ _REQUIRED = {
                    and f.default_factory is dataclasses.MISSING)
     for cls in c.COMMAND_TYPES
 }
+_FIELD_SETS = {cls: frozenset(names) for cls, names in _FIELDS.items()}
 _RETRY_FIELDS = tuple(f.name for f in dataclasses.fields(c.RetryPolicy))
+_RETRY_FIELD_SET = frozenset(_RETRY_FIELDS)
+# Decoded RetryPolicy values by their field map: nearly every submit carries one of a few
+# policies, and the frozen dataclass costs more to build than to look up. Only maps of
+# exact ints and strs are kept (1, 1.0 and True compare equal but must stay distinct).
+_RETRY_CACHED_MAX = 256
+_retry_cache: dict[tuple, c.RetryPolicy] = {}
 _TEMPLATE_FIELDS = tuple(f.name for f in dataclasses.fields(c.TaskTemplate))
 
 
@@ -69,9 +76,25 @@ def encode_batch(cmds: list[c.Command]) -> bytes:
 
 
 def _retry(value) -> c.RetryPolicy:
-    if not isinstance(value, dict) or not set(value) <= set(_RETRY_FIELDS):
+    if not isinstance(value, dict) or not value.keys() <= _RETRY_FIELD_SET:
         raise DecodeError("retry must be a map of RetryPolicy fields")
-    return c.RetryPolicy(**value)
+    if not _cacheable(value):
+        return c.RetryPolicy(**value)
+    key = tuple(value.items())
+    policy = _retry_cache.get(key)
+    if policy is None:
+        policy = c.RetryPolicy(**value)
+        if len(_retry_cache) >= _RETRY_CACHED_MAX:
+            _retry_cache.clear()
+        _retry_cache[key] = policy
+    return policy
+
+
+def _cacheable(value: dict) -> bool:
+    for v in value.values():
+        if type(v) is not int and type(v) is not str:
+            return False
+    return True
 
 
 def _template(value) -> c.TaskTemplate:
@@ -91,8 +114,9 @@ def _command(item) -> c.Command:
     cls = _TAGS.get(tag) if isinstance(tag, str) else None
     if cls is None:
         raise DecodeError(f"unknown command type {tag!r}")
-    names = set(fields)
-    if not all(isinstance(n, str) for n in names) or not names <= set(_FIELDS[cls]):
+    names = fields.keys()
+    # The field names are strs, so being a subset of them also rules out non-str keys.
+    if not names <= _FIELD_SETS[cls]:
         raise DecodeError(f"unknown fields in {tag}")
     if not _REQUIRED[cls] <= names:
         raise DecodeError(f"missing fields in {tag}: {sorted(_REQUIRED[cls] - names)}")
