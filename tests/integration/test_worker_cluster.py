@@ -198,11 +198,22 @@ def test_worker_rides_out_a_leader_kill(fresh_cluster):
             time.sleep(0.02)
             finished.append(payload)
             return payload
+        def all_done() -> bool:
+            states = [t["state"] for t in client.list(task_type="steady")]
+            progress.append((round(time.monotonic(), 1), len(finished),
+                             {s: states.count(s) for s in sorted(set(states))}))
+            return all(s == "completed" for s in states) and len(finished) >= 80
+
+        progress: list = []
         with running(Worker(c.urls, {"steady": steady}, lease_s=3, wait_s=1)):
             wait_for(lambda: len(finished) >= 20, "some progress")
             c.kill(leader)
-            wait_for(lambda: all(t["state"] == "completed" for t in client.list(task_type="steady"))
-                     and len(finished) >= 80, "every task completed after the failover",
-                     timeout_s=120)
+            try:
+                wait_for(all_done, "every task completed after the failover", timeout_s=120)
+            except AssertionError:
+                survivors = [i for i in c.ids if i != leader]
+                raise AssertionError(f"progress (time, handled, states): {progress[::20]}; "
+                                     f"status: {[c.self_status(i) for i in survivors]}; "
+                                     f"logs: {[c.log(i)[-3000:] for i in survivors]}")
         results = sorted(client.get(i)["result"] for i in ids)
     assert results == list(range(80))
