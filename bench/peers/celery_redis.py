@@ -8,7 +8,7 @@ Starts its own redis-server on a free loopback port and a Celery worker process,
 then the same two workloads against a local tsched cluster (bench.lifecycle with the same
 task count, bench.lateness with the Worker's early dispatch), and prints tsched/Celery.
 
-Needs: `pip install -r bench/requirements.txt` and `apt-get install redis-server`.
+Needs: `pip install -e '.[bench]'` and `apt-get install redis-server`.
 
     python -m bench.peers.celery_redis
     python -m bench.peers.celery_redis --skip-tsched --duration-s 10
@@ -32,7 +32,7 @@ try:
     import celery
     import redis
 except ImportError:
-    raise SystemExit("Celery and redis-py are needed: pip install -r bench/requirements.txt")
+    raise SystemExit("Celery and redis-py are needed: pip install -e '.[bench]'")
 
 from bench import lateness, lifecycle  # noqa: E402
 from bench.lib.api import install_fast_loop  # noqa: E402
