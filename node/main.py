@@ -6,6 +6,7 @@ the app, stop Raft and exit 0.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -47,6 +48,7 @@ def cli(config_path: str, node_id: str, log_format: str) -> None:
         sys.exit(2)
     log_context = setup_logging(node_id, log_format)
     _use_uvloop()
+    _tune_gc()
     sys.exit(asyncio.run(serve(cfg, node_id, clock, log_context)))
 
 
@@ -58,6 +60,17 @@ def _check_http_exposure(cfg, me) -> None:
             f"node {me.id}: refusing to serve HTTP on non-loopback {me.http} without an "
             "[auth] section (anyone could submit, claim and cancel tasks); configure [auth] "
             "or bind http to 127.0.0.1")
+
+
+# The node keeps every task as long-lived objects and makes short-lived ones per command:
+# at the default 700 allocations per young collection, collections (each older one scanning
+# more survivors) cost about a fifth of applying a command. Rarer young collections keep
+# the same guarantees (cycles are still collected) for a few MB of later-freed garbage.
+GC_THRESHOLDS = (50_000, 20, 10)
+
+
+def _tune_gc() -> None:
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def _use_uvloop() -> None:
