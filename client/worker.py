@@ -173,11 +173,18 @@ class Worker:
                 self._reserved += want
                 claim = asyncio.create_task(self._claim_once(want))
                 inflight.add(claim)
-                claim.add_done_callback(inflight.discard)
+                claim.add_done_callback(lambda done: self._claim_ended(inflight, done))
         finally:
             for claim in inflight:
                 claim.cancel()
             await asyncio.gather(*inflight, return_exceptions=True)
+
+    def _claim_ended(self, inflight: set, claim: asyncio.Task) -> None:
+        # Wake the claim loop only once the claim has left `inflight`: the wake-up from
+        # _claim_once's own finally can run first, see the claim still in flight and go
+        # back to sleep, with nothing left to wake it when no task is held.
+        inflight.discard(claim)
+        self._slot_free.set()
 
     async def _claim_once(self, want: int) -> None:
         try:
