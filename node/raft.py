@@ -400,6 +400,7 @@ class Replica:
         self._snap_pid: int | None = None
         self._snap_abandoned = False
         self._last_sent_idx = 0
+        self._last_sent_commit = 0
         self._waker: _Waker | None = None
         self._obj: _RaftObject | None = None
         self._journal: journal_mod.LmdbJournal | None = None
@@ -672,12 +673,16 @@ class Replica:
     def _send_new_entries_now(self, obj) -> None:
         """A leader sends entries added in this tick at once (one group commit for all of
         them) instead of at the next heartbeat: pysyncobj does so only with batching off,
-        which costs one fsync per entry. Saves up to appendEntriesPeriod per proposal."""
+        which costs one fsync per entry. Saves up to appendEntriesPeriod per proposal.
+        Likewise when the commit index moved: followers then apply (and answer the writes
+        they forwarded) without waiting for the next heartbeat."""
         if obj._SyncObj__raftState != 2:
             return
         last = self._journal[-1][1] if self._journal is not None and len(self._journal) else 0
-        if last > self._last_sent_idx:
-            self._last_sent_idx = last
+        commit = obj.raftCommitIndex
+        if last > self._last_sent_idx or commit > self._last_sent_commit:
+            self._last_sent_idx = max(self._last_sent_idx, last)
+            self._last_sent_commit = commit
             obj._SyncObj__sendAppendEntries()
 
     # --- snapshots (pysyncobj serializer hooks, Raft thread) ------------------------------
