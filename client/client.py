@@ -125,14 +125,23 @@ class Client(_Base):
         while True:
             body = self._send(Call("GET", path, params=self._page_params(
                 filters, cursor, None if limit is None else limit - count)))
-            for item in body.get(key) or []:
-                if limit is not None and count >= limit:
-                    return
-                count += 1
-                yield item
-            cursor = body.get("next_cursor")
-            if not cursor or (limit is not None and count >= limit):
+            items, cursor = page_of(body, key, limit, count)
+            count += len(items)
+            yield from items
+            if cursor is None:
                 return
+
+
+def page_of(body: dict, key: str, limit: int | None, count: int) -> tuple[list, str | None]:
+    """One page of a listing: its items within `limit` (`count` already yielded), and the
+    cursor of the next page (None: the listing ends here)."""
+    items = body.get(key) or []
+    if limit is not None:
+        items = items[:max(0, limit - count)]
+    cursor = body.get("next_cursor")
+    if not cursor or (limit is not None and count + len(items) >= limit):
+        cursor = None
+    return items, cursor
 
 
 class AsyncClient(_Base):
@@ -198,11 +207,9 @@ class AsyncClient(_Base):
         while True:
             body = await self._send(Call("GET", path, params=self._page_params(
                 filters, cursor, None if limit is None else limit - count)))
-            for item in body.get(key) or []:
-                if limit is not None and count >= limit:
-                    return
-                count += 1
+            items, cursor = page_of(body, key, limit, count)
+            count += len(items)
+            for item in items:
                 yield item
-            cursor = body.get("next_cursor")
-            if not cursor or (limit is not None and count >= limit):
+            if cursor is None:
                 return

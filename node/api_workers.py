@@ -84,23 +84,21 @@ async def release(request: web.Request) -> web.Response:
 
 @routes.post("/v1/completions")
 async def completions(request: web.Request) -> web.Response:
-    node = node_of(request)
-    validate.query(request.query, ())
-    items = validate.batch(await json_body(request), "completions")
-    cmds = [_completion_cmd(request, validate.completion(it, f"completions[{i}]"),
-                            request_id(request, f"#{i}"))
-            for i, it in enumerate(items)]
-    answers, seq = await propose(node, cmds)
-    return respond({"results": [_item(a) for a in answers]}, seq)
+    return await _batch(request, "completions", validate.completion, _completion_cmd)
 
 
 @routes.post("/v1/heartbeats")
 async def heartbeats(request: web.Request) -> web.Response:
+    return await _batch(request, "heartbeats", validate.heartbeat, _heartbeat_cmd)
+
+
+async def _batch(request: web.Request, key: str, parse, build) -> web.Response:
+    """A batch endpoint: each item validated, one command each (request ids `#i` under the
+    request's own), all proposed together, and one result or error object per item."""
     node = node_of(request)
     validate.query(request.query, ())
-    items = validate.batch(await json_body(request), "heartbeats")
-    cmds = [_heartbeat_cmd(request, validate.heartbeat(it, f"heartbeats[{i}]"),
-                           request_id(request, f"#{i}"))
+    items = validate.batch(await json_body(request), key)
+    cmds = [build(request, parse(it, f"{key}[{i}]"), request_id(request, f"#{i}"))
             for i, it in enumerate(items)]
     answers, seq = await propose(node, cmds)
     return respond({"results": [_item(a) for a in answers]}, seq)
