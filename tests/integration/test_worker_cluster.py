@@ -114,7 +114,10 @@ KILLABLE_WORKER = """
 import sys, time, pathlib
 from tsched.client import Worker
 def hold(payload, ctx):
-    pathlib.Path(sys.argv[2]).write_text(str(ctx.fencing_token))
+    # Written then renamed, so the test never sees the marker without its token.
+    partial = pathlib.Path(sys.argv[2] + ".partial")
+    partial.write_text(str(ctx.fencing_token))
+    partial.rename(sys.argv[2])
     time.sleep(120)
 Worker(sys.argv[1], {"hold": hold}, lease_s=2, wait_s=1).run()
 """
