@@ -34,6 +34,7 @@ class Node:
     forwarder: Any = None       # forward.Forwarder
     claims: Any = None          # claims.ClaimHub
     timer: Any = None           # timer.LeaderTimer
+    gc_policy: Any = None       # gcpolicy.GcPolicy (tsnode installs one; tests may not)
     seqs: "SeqWatcher" = field(default_factory=lambda: SeqWatcher())
     propose_timeout_s: float = PROPOSE_TIMEOUT_S
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)   # set on SIGTERM

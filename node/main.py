@@ -6,7 +6,6 @@ the app, stop Raft and exit 0.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -22,6 +21,7 @@ from . import tls
 from .api_common import Node
 from .app import make_app
 from .clock import Clock
+from .gcpolicy import GcPolicy
 
 log = logging.getLogger("tsched.node")
 
@@ -48,8 +48,9 @@ def cli(config_path: str, node_id: str, log_format: str) -> None:
         sys.exit(2)
     log_context = setup_logging(node_id, log_format)
     _use_uvloop()
-    _tune_gc()
-    sys.exit(asyncio.run(serve(cfg, node_id, clock, log_context)))
+    gc_policy = GcPolicy()
+    gc_policy.install()
+    sys.exit(asyncio.run(serve(cfg, node_id, clock, log_context, gc_policy)))
 
 
 def _check_http_exposure(cfg, me) -> None:
@@ -60,17 +61,6 @@ def _check_http_exposure(cfg, me) -> None:
             f"node {me.id}: refusing to serve HTTP on non-loopback {me.http} without an "
             "[auth] section (anyone could submit, claim and cancel tasks); configure [auth] "
             "or bind http to 127.0.0.1")
-
-
-# The node keeps every task as long-lived objects and makes short-lived ones per command:
-# at the default 700 allocations per young collection, collections (each older one scanning
-# more survivors) cost about a fifth of applying a command. Rarer young collections keep
-# the same guarantees (cycles are still collected) for a few MB of later-freed garbage.
-GC_THRESHOLDS = (50_000, 20, 10)
-
-
-def _tune_gc() -> None:
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def _use_uvloop() -> None:
@@ -116,13 +106,14 @@ def _limits(cfg):
         raise config_mod.ConfigError(f"[limits]: {e}") from None
 
 
-async def serve(cfg, node_id: str, clock: Clock, log_context=None) -> int:
+async def serve(cfg, node_id: str, clock: Clock, log_context=None,
+                gc_policy: GcPolicy | None = None) -> int:
     me = cfg.node(node_id)
     replica = build_replica(cfg, node_id)
     if log_context is not None:
         log_context.term_of = lambda: replica.term
     replica.start()
-    node = Node(node_id=node_id, config=cfg, replica=replica, clock=clock)
+    node = Node(node_id=node_id, config=cfg, replica=replica, clock=clock, gc_policy=gc_policy)
     if "propose_s" in cfg.timeouts:
         node.propose_timeout_s = cfg.timeouts["propose_s"]
     runner = web.AppRunner(make_app(node), access_log=None, handle_signals=False,
@@ -137,10 +128,14 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None) -> int:
                           ssl_context=tls.node_server_context(me)).start()
         log.info("event=http_listening addr=%s url=%s raft=%s cluster=%s", me.http, me.url,
                  me.raft, cfg.name)
-        watcher = loop.create_task(_watch_role(node))
+        background = [loop.create_task(_watch_role(node))]
+        if gc_policy is not None:
+            background.append(loop.create_task(
+                gc_policy.run(lambda: not replica.is_ready_leader())))
         await stop.wait()
         log.info("event=stopping")
-        watcher.cancel()
+        for task in background:
+            task.cancel()
         node.stop_event.set()
         if node.claims is not None:
             node.claims.abandon()   # long polls end now rather than at their wait_s

@@ -431,11 +431,25 @@ class _ScrapeCollector(Collector):
         view = self.m.queue_view()
         if view is not None:
             yield from _queue_families(view)
+        policy = getattr(m._node, "gc_policy", None)
+        if policy is not None:
+            yield from _gc_families(policy)
         waiting = self.m.waiting_claims()
         if waiting is not None:
             yield GaugeMetricFamily("tsched_waiting_claims",
                                     "Long-poll claims waiting at this node (the leader's hub)",
                                     value=waiting)
+
+
+def _gc_families(policy) -> Iterable:
+    yield GaugeMetricFamily("tsched_gc_frozen_objects",
+                            "Objects kept out of full garbage collections (see gcpolicy.py)",
+                            value=policy.frozen_objects())
+    yield CounterMetricFamily("tsched_gc_full_collections",
+                              "Full (generation 2) garbage collections", value=policy.full_collections)
+    yield GaugeMetricFamily("tsched_gc_full_pause_seconds_max",
+                            "Longest full garbage collection pause since start",
+                            value=policy.full_pause_s_max)
 
 
 def _raft_families(replica) -> Iterable:

@@ -43,6 +43,7 @@ from pysyncobj.transport import TCPTransport
 from . import journal as journal_mod
 from .failpoints import NONE as NO_FAILPOINTS
 from .failpoints import Failpoints
+from .gcpolicy import GcPolicy
 
 log = logging.getLogger(__name__)
 
@@ -771,6 +772,8 @@ class Replica:
             journal_mod.fatal_storage_error(f"loading snapshot {path}", exc)
         with self._lock:
             self._sm = sm
+        del sm
+        GcPolicy.after_restore()
         last, prev, cluster = raft_data
         return _entry(last), _entry(prev), set(cluster)
 

@@ -362,6 +362,9 @@ def test_metrics_and_readiness_on_a_real_cluster(tmp_path):
         assert m[("tsched_scheduling_lateness_seconds_count", ())] == 2
         assert m[("tsched_tenant_tasks", (("state", "pending"), ("tenant", "acme")))] == 1
         assert m[("tsched_raft_is_leader", ())] == 0
+        # tsnode freezes what start-up made (gcpolicy.py), so some objects are frozen.
+        assert m[("tsched_gc_frozen_objects", ())] > 0
+        assert ("tsched_gc_full_collections_total", ()) in m
         assert _samples(c, leader)[("tsched_raft_is_leader", ())] == 1
         for n in c.ids:
             s, b = c.call(n, "GET", "/readyz")

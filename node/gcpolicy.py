@@ -1,0 +1,130 @@
+"""How the node keeps CPython's cyclic garbage collector from stalling Raft.
+
+Theory of operation. A full (generation 2) collection walks every tracked object with the
+GIL held. A node's state is long-lived objects (tasks, their attempts, index entries): at
+100,000 tasks a full collection takes about 0.12 s, at 1,000,000 over a second, longer
+than an election timeout, so a leader would be deposed by its own collector. Those objects
+hold no reference cycles (reference counting frees a task when it is evicted), so walking
+them again and again finds nothing.
+
+So the survivors of each full collection, and a freshly restored state, are moved to the
+permanent generation (`gc.freeze()`): later full collections walk only what was allocated
+since. CPython starts a full collection once a quarter of the old generation is new, which
+would still grow with the state; the node collects in full itself as soon as
+`UNFROZEN_OLD_MAX` objects are old and unfrozen. Filling a state machine to 1,000,000
+tasks in one process, the longest collection pause was 0.10-0.13 s this way, against a
+1.2 s pause of the middle generation and a 2.1 s full collection at the end without it
+(`bench/README.md`). Frozen objects are still freed by reference counting.
+
+The price: an object frozen while alive that later becomes part of an unreachable cycle is
+not reclaimed while it stays frozen. That is rare: after 60,000 task lifecycles a node
+held 94-366 such objects. `tsched_gc_frozen_objects` shows the frozen count. A follower,
+whose pauses delay no client, thaws everything every `THAW_INTERVAL_S` and collects in
+full once, which reclaims them, while the frozen set is small enough (`THAW_FROZEN_MAX`)
+for that pause to stay far below an election timeout; the leader never does it.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+from typing import Callable
+
+log = logging.getLogger("tsched.node.gc")
+
+# The node keeps every task as long-lived objects and makes short-lived ones per command:
+# at the default 700 allocations per young collection, collections (each older one scanning
+# more survivors) cost about a fifth of applying a command. Rarer young collections keep
+# the same guarantees (cycles are still collected) for a few MB of later-freed garbage.
+# The middle generation is collected every second young collection so that it never
+# holds more than ~60,000 objects: its collections are pauses too (with 20 instead of 2,
+# one took 0.4-1.2 s while a node filled to 1,000,000 tasks).
+GC_THRESHOLDS = (20_000, 2, 10)
+# Old objects not yet frozen at which the node collects in full (~0.3-0.6 us each).
+UNFROZEN_OLD_MAX = 50_000
+CHECK_S = 1.0
+THAW_INTERVAL_S = 3600.0
+THAW_FROZEN_MAX = 500_000      # ~0.15-0.3 s for the thaw's full collection
+
+
+class GcPolicy:
+    """Installed once per process (`install`); counts full collections and their pauses."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._started_at: float | None = None
+        self.full_collections = 0
+        self.full_pause_s_last = 0.0
+        self.full_pause_s_max = 0.0
+        self.thaws = 0
+        self._installed = False
+
+    def install(self) -> None:
+        """Set the thresholds and start freezing; what start-up has made so far (modules,
+        configuration) is collected once and frozen now, not in the first busy minute."""
+        gc.set_threshold(*GC_THRESHOLDS)
+        if not self._installed:
+            gc.collect()
+            gc.freeze()
+            gc.callbacks.append(self._on_gc)
+            self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            gc.callbacks.remove(self._on_gc)
+            self._installed = False
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._started_at = self._clock()
+            return
+        if self._started_at is not None:
+            pause_s = self._clock() - self._started_at
+            self.full_pause_s_last = pause_s
+            self.full_pause_s_max = max(self.full_pause_s_max, pause_s)
+        self.full_collections += 1
+        # A full collection leaves every survivor in generation 2 and the younger ones
+        # empty: freezing now moves exactly the survivors.
+        gc.freeze()
+
+    @staticmethod
+    def after_restore() -> None:
+        """A state was just loaded (with collections paused): keep it out of later walks."""
+        gc.freeze()
+
+    @staticmethod
+    def frozen_objects() -> int:
+        return gc.get_freeze_count()
+
+    def thaw(self) -> float:
+        """Unfreeze and collect in full now (the one long pause); returns its seconds."""
+        started = self._clock()
+        gc.unfreeze()
+        gc.collect()     # the callback freezes the survivors again
+        self.thaws += 1
+        return self._clock() - started
+
+    def collect_if_due(self, unfrozen_old_max: int = UNFROZEN_OLD_MAX) -> bool:
+        """Collect in full (and so freeze) once enough old objects are unfrozen."""
+        if len(gc.get_objects(generation=2)) < unfrozen_old_max:
+            return False
+        gc.collect()
+        return True
+
+    async def run(self, may_pause: Callable[[], bool], check_s: float = CHECK_S,
+                  thaw_interval_s: float = THAW_INTERVAL_S) -> None:
+        """Every `check_s`: `collect_if_due`; every `thaw_interval_s`, at a moment when
+        `may_pause()` (this node is not the leader), a thaw."""
+        last_thaw = time.monotonic()
+        while True:
+            await asyncio.sleep(check_s)   # a period, not a synchronisation
+            self.collect_if_due()
+            if time.monotonic() - last_thaw >= thaw_interval_s and may_pause() \
+                    and gc.get_freeze_count() <= THAW_FROZEN_MAX:
+                pause_s = self.thaw()
+                last_thaw = time.monotonic()
+                log.info("event=gc_thaw pause_ms=%.0f frozen=%d", pause_s * 1000,
+                         gc.get_freeze_count())

@@ -1,0 +1,93 @@
+"""The node's garbage-collection policy: survivors of full collections are frozen, cycles
+made afterwards are still collected, and a thaw reclaims cycles that were frozen."""
+import gc
+import weakref
+
+import pytest
+
+from tsched.node.gcpolicy import GC_THRESHOLDS, GcPolicy
+
+
+class Node:
+    """A cyclic object we can watch die."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def policy():
+    saved = gc.get_threshold()
+    p = GcPolicy()
+    p.install()
+    try:
+        yield p
+    finally:
+        p.uninstall()
+        gc.unfreeze()
+        gc.set_threshold(*saved)
+
+
+def test_install_sets_thresholds_and_freezes_what_start_up_made(policy):
+    assert gc.get_threshold() == GC_THRESHOLDS
+    assert policy.full_collections == 0
+    assert policy.frozen_objects() > 0
+
+
+def test_survivors_of_a_full_collection_are_frozen_and_timed(policy):
+    kept = [Node() for _ in range(1000)]
+    before = policy.frozen_objects()
+    gc.collect()
+    assert policy.frozen_objects() >= before + 1000
+    assert policy.full_collections == 1
+    assert 0 <= policy.full_pause_s_last <= policy.full_pause_s_max
+    assert len(kept) == 1000
+
+
+def test_cycles_made_after_a_freeze_are_still_collected(policy):
+    ref = weakref.ref(Node())
+    assert ref() is not None     # only its own cycle keeps it alive
+    gc.collect()
+    assert ref() is None
+
+
+def test_frozen_objects_without_cycles_are_freed_by_reference_counting(policy):
+    class Plain:
+        pass
+    obj = Plain()
+    ref = weakref.ref(obj)
+    gc.collect()                 # obj is frozen now
+    del obj
+    assert ref() is None
+
+
+def test_a_thaw_reclaims_a_cycle_that_was_frozen_while_alive(policy):
+    node = Node()
+    ref = weakref.ref(node)
+    gc.collect()                 # frozen while reachable
+    del node
+    gc.collect()
+    assert ref() is not None     # the cost the policy accepts
+    policy.thaw()
+    assert ref() is None
+    assert policy.thaws == 1
+    assert policy.frozen_objects() > 0   # the thaw's collection froze its survivors again
+
+
+def test_restore_freezes_the_loaded_state(policy):
+    gc.unfreeze()
+    state = [Node() for _ in range(100)]
+    GcPolicy.after_restore()
+    assert policy.frozen_objects() >= 100
+    assert len(state) == 100
+
+
+def test_the_node_collects_in_full_once_enough_old_objects_are_unfrozen(policy):
+    kept = [Node() for _ in range(3000)]
+    gc.collect(1)                       # young survivors move to the old generation
+    gc.collect(1)
+    assert len(gc.get_objects(generation=2)) >= 3000
+    assert not policy.collect_if_due(unfrozen_old_max=10_000_000)
+    assert policy.collect_if_due(unfrozen_old_max=3000)
+    assert len(gc.get_objects(generation=2)) == 0    # all frozen
+    assert policy.full_collections == 1 and len(kept) == 3000
