@@ -1,0 +1,97 @@
+"""Garbage-collection pauses while a state machine grows to N tasks, with and without the
+node's policy (node/gcpolicy.py: freeze the survivors of full collections).
+
+Prints (asserts nothing): how many collections of the middle and old generations ran, the
+longest pause among them (wall clock, so a busy machine lengthens it), the pause of one
+more full collection at the end (what the next one would cost at that size) and the fill
+time. The policy's periodic check (`collect_if_due`, once a second in tsnode) runs here
+once a second as well.
+
+    .venv/bin/python -m bench.gc_pause                      # 1,000,000 tasks, both modes
+    .venv/bin/python -m bench.gc_pause --tasks 300000 --modes policy
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import time
+
+from bench.lib.machine import describe
+from tsched.node.gcpolicy import GcPolicy
+from tsched.statemachine import StateMachine
+from tsched.statemachine import commands as c
+
+# tsnode before the policy (kept here so the comparison stays reproducible).
+OLD_THRESHOLDS = (50_000, 20, 10)
+T0 = 1_800_000_000_000
+BATCH = 500
+
+
+def fill(n: int, policy: GcPolicy | None) -> float:
+    sm = StateMachine()
+    last = time.monotonic()
+    start = time.perf_counter()
+    for _ in range(n // BATCH):
+        sm.apply_batch([c.SubmitTask(request_id=os.urandom(8).hex(), now_ms=T0,
+                                     task_id=os.urandom(12).hex(), tenant="default",
+                                     task_type="x", payload_json='{"n": 1}')
+                        for _ in range(BATCH)])
+        if policy is not None and time.monotonic() - last >= 1.0:
+            policy.collect_if_due()
+            last = time.monotonic()
+    elapsed = time.perf_counter() - start
+    fill.keep = sm     # the state stays alive for the final collection
+    return elapsed
+
+
+def run(mode: str, n: int) -> None:
+    pauses: list[float] = []
+    started: list[float] = []
+
+    def timer(phase: str, info: dict) -> None:
+        if info["generation"] < 1:
+            return
+        if phase == "start":
+            started.append(time.perf_counter())
+        else:
+            pauses.append((time.perf_counter() - started.pop()) * 1000)
+
+    policy = GcPolicy() if mode == "policy" else None
+    if policy is not None:
+        policy.install()
+    else:
+        gc.set_threshold(*OLD_THRESHOLDS)
+    gc.callbacks.insert(0, timer)
+    try:
+        fill_s = fill(n, policy)
+        during = list(pauses)
+        gc.collect()
+        final = pauses[-1]
+    finally:
+        gc.callbacks.remove(timer)
+        if policy is not None:
+            policy.uninstall()
+        fill.keep = None
+        gc.unfreeze()
+        gc.collect()
+    print(f"FIGURE gc_{mode}_longest_pause_ms ({n} tasks): {max(during or [0.0]):.0f} ms "
+          f"over {len(during)} collections of generations 1-2; next full collection "
+          f"{final:.0f} ms; fill {fill_s:.1f} s")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", type=int, default=1_000_000)
+    p.add_argument("--modes", default="old,policy", help="old (thresholds only), policy")
+    args = p.parse_args()
+    print("== garbage-collection pauses while the state grows")
+    print(f"command : python -m bench.gc_pause --tasks {args.tasks} --modes {args.modes}")
+    print("machine : " + ", ".join(f"{k}={v}" for k, v in describe().items()))
+    for mode in args.modes.split(","):
+        run(mode, args.tasks)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
