@@ -1,7 +1,8 @@
 """Transport-independent parts of the client: request building, node rotation, answers.
 
-`Client` (httpx sync) and `AsyncClient` (httpx async) share everything here; they differ
-only in how they send one request and how they sleep between attempts.
+`Client` (httpx) and `AsyncClient` (aiohttp, `_aio`) share everything here; they differ
+only in how they send one request and how they sleep between attempts. An answer is
+anything with httpx's `status_code`, `headers`, `content`, `text` and `json()`.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""`Client` (sync) and `AsyncClient`: the API calls of `_api` over httpx, with node rotation,
-backoff, a total deadline, idempotency keys on writes and `min_seq` on reads."""
+"""`Client` (sync, over httpx) and `AsyncClient` (over aiohttp, see `_aio`): the API calls of
+`_api`, with node rotation, backoff, a total deadline, idempotency keys on writes and
+`min_seq` on reads."""
 from __future__ import annotations
 
 import asyncio
@@ -9,6 +10,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Iterator
 
 import httpx
 
+from . import _aio
 from ._api import ApiCalls
 from ._core import (TRANSPORT_ERRORS, Call, Rotation, SeqTracker, build_request, decode,
                     describe_failure, error_from, is_retryable_status, parse_urls, unavailable)
@@ -42,16 +44,18 @@ class _Base(ApiCalls):
         total_s = self.timeout_s if call.deadline_s is None else call.deadline_s
         return time.monotonic() + total_s + (call.read_timeout_s or 0)
 
-    def _timeout(self, call: Call, remaining_s: float) -> httpx.Timeout:
-        # One try waits at most ATTEMPT_READ_S (a long-poll: its wait plus slack): a node that
-        # hangs is left for the next one, and a repeated write is safe (same key).
+    @staticmethod
+    def _timeouts(call: Call, remaining_s: float) -> tuple[float, float]:
+        """(read, connect) seconds of one try. It waits at most ATTEMPT_READ_S (a long poll:
+        its wait plus slack): a node that hangs is left for the next one, and a repeated
+        write is safe (same key)."""
         if call.read_timeout_s is None:
             read = min(max(remaining_s, 0.001), ATTEMPT_READ_S)
         else:
             read = call.read_timeout_s
-        return httpx.Timeout(read, connect=min(CONNECT_TIMEOUT_S, max(remaining_s, 0.001)))
+        return read, min(CONNECT_TIMEOUT_S, max(remaining_s, 0.001))
 
-    def _answer(self, url: str, resp: httpx.Response) -> Any:
+    def _answer(self, url: str, resp: Any) -> Any:
         """The body of a served answer (2xx) or its ApiError (4xx, 500)."""
         body = decode(resp)
         self._seq.note(body, resp.headers)
@@ -98,8 +102,10 @@ class Client(_Base):
                 time.sleep(delay)   # backoff between rounds of failed nodes
             remaining = deadline - time.monotonic()
             kwargs = build_request(call, url, self.token, self._seq.seen)
+            read_s, connect_s = self._timeouts(call, remaining)
             try:
-                resp = self._http.request(**kwargs, timeout=self._timeout(call, remaining))
+                resp = self._http.request(**kwargs, timeout=httpx.Timeout(read_s,
+                                                                          connect=connect_s))
             except TRANSPORT_ERRORS as exc:
                 last = describe_failure(exc, None)
                 continue
@@ -150,8 +156,7 @@ class AsyncClient(_Base):
     def __init__(self, urls: str | Iterable[str], token: str | None = None,
                  timeout_s: float = 30.0, ca_file: str | None = None) -> None:
         super().__init__(urls, token, timeout_s, ca_file)
-        self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100),
-                                       verify=self._verify)
+        self._http = _aio.AioTransport(self._verify)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -176,9 +181,10 @@ class AsyncClient(_Base):
                 await asyncio.sleep(delay)   # backoff between rounds of failed nodes
             remaining = deadline - time.monotonic()
             kwargs = build_request(call, url, self.token, self._seq.seen)
+            read_s, connect_s = self._timeouts(call, remaining)
             try:
-                resp = await self._http.request(**kwargs, timeout=self._timeout(call, remaining))
-            except TRANSPORT_ERRORS as exc:
+                resp = await self._http.request(**kwargs, read_s=read_s, connect_s=connect_s)
+            except _aio.TRANSPORT_ERRORS as exc:
                 last = describe_failure(exc, None)
                 continue
             if is_retryable_status(resp):

@@ -2,6 +2,7 @@
 forward to each other over verified HTTPS, and the client and tsctl verify with a CA file."""
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import ipaddress
@@ -17,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tsched.client import Client
+from tsched.client import AsyncClient, Client, Unavailable
 from tsched.client.cli import cli as tsctl
 
 from .cluster import TSNODE, Cluster, free_port
@@ -122,6 +123,7 @@ def test_client_and_tsctl_verify_with_a_ca_file(tc, monkeypatch):
     with Client(urls, token=ADMIN, ca_file=str(tc.pki["ca"])) as client:
         task = client.submit("tls-client", {"n": 1})
         assert client.get(task["task_id"])["payload"] == {"n": 1}
+    asyncio.run(_async_client_over_tls(urls, task["task_id"], str(tc.pki["ca"])))
     monkeypatch.setenv("TSCTL_CA_FILE", str(tc.pki["ca"]))
     result = CliRunner().invoke(tsctl, ["--url", ",".join(urls), "--token", ADMIN, "--json",
                                         "get", task["task_id"]])
@@ -130,6 +132,14 @@ def test_client_and_tsctl_verify_with_a_ca_file(tc, monkeypatch):
     result = CliRunner().invoke(tsctl, ["--url", urls[0], "--token", ADMIN, "--timeout", "1",
                                         "get", task["task_id"]])
     assert result.exit_code == 3, result.output      # no node answered in a way it trusts
+
+
+async def _async_client_over_tls(urls: list[str], task_id: str, ca_file: str) -> None:
+    async with AsyncClient(urls, token=ADMIN, ca_file=ca_file) as client:
+        assert (await client.get(task_id))["payload"] == {"n": 1}
+    async with AsyncClient(urls, token=ADMIN, timeout_s=1) as client:   # system trust only
+        with pytest.raises(Unavailable, match="CERTIFICATE_VERIFY_FAILED"):
+            await client.get(task_id)
 
 
 def test_tsnode_refuses_missing_or_half_tls_settings(tmp_path):
