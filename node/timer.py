@@ -96,7 +96,9 @@ class LeaderTimer:
         tick_ms, fire_ms, due_ms = self._instants()
         if due_ms is not None and due_ms <= now and due_ms != self._done_due_ms:
             self._done_due_ms = due_ms
-            self.node.claims.wake(new_work=False)  # due tasks show in has_claimable
+            # New work: a waiter whose last Claim came back empty may take it (woken
+            # without new_work, it would sit out its whole wait_s).
+            self.node.claims.wake(new_work=True)
         if tick_ms is not None and tick_ms <= now and tick_ms != self._done_tick_ms:
             self._done_tick_ms = tick_ms
             if await self._propose([c.Tick(request_id=_new_id(), now_ms=now)]):

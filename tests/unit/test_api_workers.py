@@ -270,3 +270,20 @@ async def test_an_answer_arriving_with_the_wait_timeout_is_not_lost(api: Api, tt
                                           ([{"task_id": "x"}], 7))
     time.sleep(0.1)
     assert await waiting == ([{"task_id": "x"}], 7)
+
+
+async def test_a_task_falling_due_reaches_a_waiter_whose_last_claim_was_empty(api: Api, tt):
+    """A waiter whose Claim came back empty waits for new work; a task falling due by the
+    leader's timer is new work, not only a submit."""
+    import datetime as dt
+    hub = api.node.claims
+    run_at = dt.datetime.fromtimestamp(api.node.clock.now_ms() / 1000 + 0.4, dt.timezone.utc)
+    task = await api.submit(task_type=tt, run_at=run_at.isoformat().replace("+00:00", "Z"))
+    params = {"worker_id": "due-" + tt, "task_types": (tt,), "max_tasks": 1, "wait_s": 3,
+              "lease_ms": 30_000, "prefetch_ms": 0}
+    waiting = asyncio.ensure_future(hub.wait(params, None, lambda: False))
+    await asyncio.sleep(0)
+    (waiter,) = [w for w in hub._waiters.values() if w.params["worker_id"] == params["worker_id"]]
+    waiter.blocked = True      # as after a Claim that found nothing
+    got, _ = await waiting
+    assert [t["task_id"] for t in got] == [task["task_id"]]
