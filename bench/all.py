@@ -23,6 +23,7 @@ BENCHES = {
     "lateness": ["bench.lateness"],
     "failover": ["bench.failover"],
     "scale": ["bench.scale"],
+    "faults": ["bench.faults"],
     "celery": ["bench.peers.celery_redis"],
     # Precision rather than capacity: a rate both systems sustain on a busy 2-core machine.
     "celery200": ["bench.peers.celery_redis", "--workloads", "lateness", "--rate", "200",
@@ -43,6 +44,10 @@ ROWS = [
     ("lateness p99, no prefetch", "lateness", "lateness_ms_no_prefetch", "p99", "<= 50 ms"),
     ("leader kill -> first write", "failover", "failover_first_write_s", "median", "<= 3 s"),
     ("leader kill -> first claim", "failover", "failover_first_claim_s", "median", "-"),
+    ("acknowledged tasks lost under faults", "faults", "lost_acknowledged_tasks", "median",
+     "0"),
+    ("stale completions accepted under faults", "faults", "stale_completions_accepted",
+     "median", "0"),
     ("bytes per pending task (largest level)", "scale", "bytes_per_pending_task_at_*", "median",
      "<= ~1,070 B (1M in 1 GiB)"),
     ("claim p50 ratio largest/smallest level", "scale", "claim_p50_ratio_*", "median", "about 1"),
