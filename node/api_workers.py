@@ -31,14 +31,24 @@ def _heartbeat_cmd(request, item: dict, rid: str) -> c.Heartbeat:
 
 
 def _completion_cmd(request, item: dict, rid: str):
-    now, scope = node_of(request).clock.now_ms(), tenant_scope(request)
+    node = node_of(request)
+    now, scope = node.clock.now_ms(), tenant_scope(request)
+    token = item["fencing_token"]
+    if node.replica.failpoints.on("accept_stale_tokens"):
+        token = _current_token(node, item["task_id"], token)
     if item["failing"]:
         return c.Fail(request_id=rid, now_ms=now, task_id=item["task_id"],
-                      fencing_token=item["fencing_token"], error=item["error"],
+                      fencing_token=token, error=item["error"],
                       retryable=item["retryable"], tenant=scope)
     return c.Complete(request_id=rid, now_ms=now, task_id=item["task_id"],
-                      fencing_token=item["fencing_token"], result_json=item["result_json"],
-                      tenant=scope)
+                      fencing_token=token, result_json=item["result_json"], tenant=scope)
+
+
+def _current_token(node, task_id: str, token: int) -> int:
+    """The failpoint `accept_stale_tokens` (failpoints.py): the token the task holds now."""
+    with node.replica.read() as sm:
+        task = sm.get_task(task_id)
+        return task.fencing_token if task is not None and task.fencing_token else token
 
 
 @routes.post("/v1/tasks/{task_id}/heartbeat")

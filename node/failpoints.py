@@ -6,6 +6,10 @@ Names:
 - `crash_after_ack`: a follower exits right after it acknowledges (`next_node_idx`,
   success) an index beyond what its log held at start-up, first recording the acked index
   in `record_path` (fsynced) so that a test can compare it with the log after a restart.
+- `accept_stale_tokens`: a completion or failure report is proposed with the task's
+  current fencing token (as this node's replica knows it) instead of the caller's, so the
+  state machine's stale-token check never fires. Exists so that the fault harness can prove
+  that it detects a zombie worker's accepted result.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from pathlib import Path
 
 ENV_NAMES = "TSCHED_FAILPOINTS"
 ENV_RECORD = "TSCHED_FAILPOINTS_RECORD"
-KNOWN = frozenset({"skip_sync_before_send", "crash_after_ack"})
+KNOWN = frozenset({"skip_sync_before_send", "crash_after_ack", "accept_stale_tokens"})
 CRASH_EXIT_CODE = 75
 
 

@@ -287,3 +287,15 @@ async def test_a_task_falling_due_reaches_a_waiter_whose_last_claim_was_empty(ap
     waiter.blocked = True      # as after a Claim that found nothing
     got, _ = await waiting
     assert [t["task_id"] for t in got] == [task["task_id"]]
+
+
+async def test_failpoint_accept_stale_tokens_lets_a_stale_completion_through(api: Api, tt,
+                                                                          monkeypatch):
+    """The fault harness proves it can see a zombie's accepted result with this failpoint."""
+    from tsched.node.failpoints import Failpoints
+    t = await api.submit(task_type=tt)
+    (c,) = await api.claim([tt], lease_s=10)
+    monkeypatch.setattr(api.node.replica, "failpoints", Failpoints.of("accept_stale_tokens"))
+    status, done = await api.call("POST", f"/v1/tasks/{t['task_id']}/complete",
+                                  {"fencing_token": c["fencing_token"] - 1, "result": {}})
+    assert status == 200 and done["state"] == "completed", done
