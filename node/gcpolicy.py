@@ -10,11 +10,12 @@ them again and again finds nothing.
 So the survivors of each full collection, and a freshly restored state, are moved to the
 permanent generation (`gc.freeze()`): later full collections walk only what was allocated
 since. CPython starts a full collection once a quarter of the old generation is new, which
-would still grow with the state; the node collects in full itself as soon as
-`UNFROZEN_OLD_MAX` objects are old and unfrozen. Filling a state machine to 1,000,000
-tasks in one process, the longest collection pause was 0.10-0.13 s this way, against a
-1.2 s pause of the middle generation and a 2.1 s full collection at the end without it
-(`bench/README.md`). Frozen objects are still freed by reference counting.
+would still grow with the state; the node asks for a full collection itself after every
+`MIDDLE_PER_FULL` collections of the middle generation (each moves at most ~60,000
+survivors into the old one), on its event loop. Filling a state machine to 1,000,000
+tasks (`python -m bench.gc_pause`), the longest collection took 81 ms of CPU this way,
+against 350 ms for one of the middle generation and 1,090 ms for the next full collection
+with the thresholds alone. Frozen objects are still freed by reference counting.
 
 The price: an object frozen while alive that later becomes part of an unreachable cycle is
 not reclaimed while it stays frozen. That is rare: after 60,000 task lifecycles a node
@@ -41,9 +42,10 @@ log = logging.getLogger("tsched.node.gc")
 # holds more than ~60,000 objects: its collections are pauses too (with 20 instead of 2,
 # one took 0.4-1.2 s while a node filled to 1,000,000 tasks).
 GC_THRESHOLDS = (20_000, 2, 10)
-# Old objects not yet frozen at which the node collects in full (~0.3-0.6 us each).
-UNFROZEN_OLD_MAX = 50_000
-CHECK_S = 1.0
+# Middle-generation collections after which the node collects in full: the old generation
+# then holds at most ~120,000 unfrozen objects (~0.3-0.6 us each to walk).
+MIDDLE_PER_FULL = 2
+THAW_CHECK_S = 60.0
 THAW_INTERVAL_S = 3600.0
 THAW_FROZEN_MAX = 500_000      # ~0.15-0.3 s for the thaw's full collection
 
@@ -59,6 +61,9 @@ class GcPolicy:
         self.full_pause_s_max = 0.0
         self.thaws = 0
         self._installed = False
+        self._middle_since_full = 0
+        self._full_asked = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def install(self) -> None:
         """Set the thresholds and start freezing; what start-up has made so far (modules,
@@ -76,7 +81,12 @@ class GcPolicy:
             self._installed = False
 
     def _on_gc(self, phase: str, info: dict) -> None:
-        if info.get("generation") != 2:
+        generation = info.get("generation")
+        if generation == 1 and phase == "stop":
+            self._middle_since_full += 1
+            self._ask_full()
+            return
+        if generation != 2:
             return
         if phase == "start":
             self._started_at = self._clock()
@@ -86,9 +96,22 @@ class GcPolicy:
             self.full_pause_s_last = pause_s
             self.full_pause_s_max = max(self.full_pause_s_max, pause_s)
         self.full_collections += 1
+        self._middle_since_full = 0
+        self._full_asked = False
         # A full collection leaves every survivor in generation 2 and the younger ones
         # empty: freezing now moves exactly the survivors.
         gc.freeze()
+
+    def _ask_full(self) -> None:
+        """From inside a collection (any thread): no collection may start here, so the
+        event loop runs it next."""
+        if self._middle_since_full < MIDDLE_PER_FULL or self._full_asked or self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self.collect_if_due)
+            self._full_asked = True
+        except RuntimeError:
+            pass    # the loop is closed: the node is stopping
 
     @staticmethod
     def after_restore() -> None:
@@ -107,21 +130,22 @@ class GcPolicy:
         self.thaws += 1
         return self._clock() - started
 
-    def collect_if_due(self, unfrozen_old_max: int = UNFROZEN_OLD_MAX) -> bool:
-        """Collect in full (and so freeze) once enough old objects are unfrozen."""
-        if len(gc.get_objects(generation=2)) < unfrozen_old_max:
+    def collect_if_due(self) -> bool:
+        """Collect in full (and so freeze) after MIDDLE_PER_FULL middle collections."""
+        if self._middle_since_full < MIDDLE_PER_FULL:
+            self._full_asked = False
             return False
         gc.collect()
         return True
 
-    async def run(self, may_pause: Callable[[], bool], check_s: float = CHECK_S,
+    async def run(self, may_pause: Callable[[], bool], check_s: float = THAW_CHECK_S,
                   thaw_interval_s: float = THAW_INTERVAL_S) -> None:
-        """Every `check_s`: `collect_if_due`; every `thaw_interval_s`, at a moment when
+        """Full collections on this loop when due; every `thaw_interval_s`, at a moment when
         `may_pause()` (this node is not the leader), a thaw."""
+        self._loop = asyncio.get_running_loop()
         last_thaw = time.monotonic()
         while True:
             await asyncio.sleep(check_s)   # a period, not a synchronisation
-            self.collect_if_due()
             if time.monotonic() - last_thaw >= thaw_interval_s and may_pause() \
                     and gc.get_freeze_count() <= THAW_FROZEN_MAX:
                 pause_s = self.thaw()

@@ -5,7 +5,7 @@ import weakref
 
 import pytest
 
-from tsched.node.gcpolicy import GC_THRESHOLDS, GcPolicy
+from tsched.node.gcpolicy import GC_THRESHOLDS, MIDDLE_PER_FULL, GcPolicy
 
 
 class Node:
@@ -82,12 +82,29 @@ def test_restore_freezes_the_loaded_state(policy):
     assert len(state) == 100
 
 
-def test_the_node_collects_in_full_once_enough_old_objects_are_unfrozen(policy):
+def test_the_node_collects_in_full_after_middle_generation_collections(policy):
     kept = [Node() for _ in range(3000)]
-    gc.collect(1)                       # young survivors move to the old generation
-    gc.collect(1)
+    assert not policy.collect_if_due()
+    for _ in range(MIDDLE_PER_FULL):
+        gc.collect(1)                   # young survivors move to the old generation
     assert len(gc.get_objects(generation=2)) >= 3000
-    assert not policy.collect_if_due(unfrozen_old_max=10_000_000)
-    assert policy.collect_if_due(unfrozen_old_max=3000)
+    assert policy.collect_if_due()
     assert len(gc.get_objects(generation=2)) == 0    # all frozen
     assert policy.full_collections == 1 and len(kept) == 3000
+    assert not policy.collect_if_due()  # the count starts again
+
+
+async def test_on_a_loop_the_full_collection_is_asked_for_by_the_collector(policy):
+    import asyncio
+    runner = asyncio.ensure_future(policy.run(lambda: False))
+    await asyncio.sleep(0)              # run() has taken the loop
+    kept = [Node() for _ in range(1000)]
+    for _ in range(MIDDLE_PER_FULL):
+        gc.collect(1)
+    assert policy.full_collections == 0
+    deadline = asyncio.get_running_loop().time() + 5
+    while policy.full_collections == 0:
+        assert asyncio.get_running_loop().time() < deadline, "no full collection was run"
+        await asyncio.sleep(0)          # the loop runs what the callback scheduled
+    runner.cancel()
+    assert len(kept) == 1000
