@@ -49,6 +49,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         self._log_db = self._env.open_db(b"log")
         self._meta_db = self._env.open_db(b"meta")
         self._entries: list[tuple[bytes, int, int]] = []
+        self.bytes_held = 0              # command bytes in `_entries` (compaction by size)
         self._term = 0
         self._vote: str | None = None
         self._commit = 1
@@ -81,6 +82,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         for prev, cur in zip(self._entries, self._entries[1:]):
             if cur[1] != prev[1] + 1:
                 raise RuntimeError(f"journal {self.path} has a gap between {prev[1]} and {cur[1]}")
+        self.bytes_held = _bytes_of(self._entries)
 
     def trim_front_to(self, idx: int) -> None:
         """Drop entries before `idx` when `idx` is in the log (a snapshot covers them).
@@ -97,7 +99,9 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         if self._entries and idx <= self._entries[-1][1]:
             if self._kept_committed(idx, term):
                 return
-        self._entries.append((bytes(command), idx, term))
+        command = bytes(command)
+        self._entries.append((command, idx, term))
+        self.bytes_held += len(command)
         self._mark_from(idx)
 
     def _kept_committed(self, idx: int, term: int) -> bool:
@@ -109,7 +113,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         log.critical("raft: entry %d of term %d conflicts with a committed entry; truncating",
                      idx, term)
         self._mark_from(self._entries[max(pos, 0)][1])
-        del self._entries[max(pos, 0):]
+        self._drop_back(max(pos, 0))
         return False
 
     def clear(self):
@@ -117,6 +121,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             self._mark_from(self._entries[0][1])
         self._dirty_from_idx = 0
         self._entries = []
+        self.bytes_held = 0
 
     def deleteEntriesFrom(self, entryFrom):
         # pysyncobj truncates every entry after the leader's prevLogIdx, conflicting or not,
@@ -127,12 +132,28 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             entryFrom = max(entryFrom, self._commit - self._entries[0][1] + 1)
         if entryFrom < len(self._entries):
             self._mark_from(self._entries[entryFrom][1])
-            del self._entries[entryFrom:]
+            self._drop_back(entryFrom)
 
     def deleteEntriesTo(self, entryTo):
         if entryTo > 0:
+            self.bytes_held -= _bytes_of(self._entries[:entryTo])
             self._entries = self._entries[entryTo:]
             self._front_trimmed = True
+
+    def _drop_back(self, pos: int) -> None:
+        self.bytes_held -= _bytes_of(self._entries[pos:])
+        del self._entries[pos:]
+
+    def applied_bytes(self, last_applied_idx: int, scan_max: int = 64) -> int:
+        """Command bytes of the entries up to `last_applied_idx` (what a snapshot taken now
+        would let go), or 0 when more than `scan_max` entries are still to apply: a node
+        catching up compacts after it caught up, not at every step."""
+        held, entries = self.bytes_held, self._entries
+        for i in range(len(entries) - 1, max(-1, len(entries) - 1 - scan_max), -1):
+            if entries[i][1] <= last_applied_idx:
+                return held
+            held -= len(entries[i][0])
+        return held if len(entries) <= scan_max else 0
 
     def __getitem__(self, item):
         return self._entries[item]
@@ -237,6 +258,10 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             finally:
                 self._env.close()
                 self._env = None
+
+
+def _bytes_of(entries) -> int:
+    return sum(len(e[0]) for e in entries)
 
 
 def read_entries(path: str | os.PathLike) -> list[tuple[bytes, int, int]]:

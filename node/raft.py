@@ -16,6 +16,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import gc
 import hashlib
 import ipaddress
 import logging
@@ -76,6 +77,10 @@ class RaftOptions:
     # Each compaction forks and writes the whole state: every ~20k entries or 10 minutes.
     compaction_min_entries: int = 20_000
     compaction_min_time_s: float = 600.0
+    # ... or once the applied part of the log holds this many bytes: the in-memory log tail
+    # costs RSS and a restart replays it (submits cost ~350 B each and entries carry up to
+    # thousands of commands, so an entry count alone let a 1M-task fill stay in the log).
+    compaction_min_bytes: int = 32 << 20
     # Larger than any entry: pysyncobj's chunked sending of one oversized entry is broken.
     append_entries_batch_bytes: int = 2 << 20
     entry_bytes_max: int = 1 << 20
@@ -400,6 +405,7 @@ class Replica:
         self._barrier_rid: str | None = None
         self._snap_pid: int | None = None
         self._snap_abandoned = False
+        self._gc_frozen = False
         self._last_sent_idx = 0
         self._last_sent_commit = 0
         self._waker: _Waker | None = None
@@ -423,6 +429,8 @@ class Replica:
             overrides["compaction_min_entries"] = int(compaction["min_entries"])
         if "min_time_s" in compaction:
             overrides["compaction_min_time_s"] = float(compaction["min_time_s"])
+        if "min_bytes" in compaction:
+            overrides["compaction_min_bytes"] = int(compaction["min_bytes"])
         if overrides:
             opts = dataclasses.replace(opts, **overrides)
         return cls(self_id=node_id, self_raft=node.raft, peers=cluster.peers_of(node_id),
@@ -670,6 +678,16 @@ class Replica:
             commit_index=obj.raftCommitIndex,
             last_applied=obj.raftLastApplied,
         )
+        self._compact_when_log_large(obj)
+
+    def _compact_when_log_large(self, obj) -> None:
+        """pysyncobj compacts by entry count and age only; also compact by the bytes a
+        snapshot would let go (the log's mirror is in memory, and a restart replays it)."""
+        journal = self._journal
+        if journal is None or self._snap_pid is not None:
+            return
+        if journal.applied_bytes(obj.raftLastApplied) >= self.options.compaction_min_bytes:
+            obj.forceLogCompaction()
 
     def _send_new_entries_now(self, obj) -> None:
         """A leader sends entries added in this tick at once (one group commit for all of
@@ -753,6 +771,32 @@ class Replica:
         self._snap_pid = None
         return status
 
+    def _restore_frozen(self, state: bytes):
+        """Restore, keeping the restored state out of the cyclic GC's scans: a million
+        tasks are a few million long-lived objects, and every young and full collection
+        after a restore would walk them all (about a second each on the Raft thread, the
+        first one before the node serves its first read). `gc.freeze()` moves everything
+        alive to the permanent generation, before collections are enabled again; objects in
+        it are still freed by reference counting. A state installed over an earlier restored
+        one is unfrozen first and collected, because the old state's reference cycles (the
+        machine and its handlers) would never be."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            sm = self._kit.restore(state)
+            if self._gc_frozen:
+                with self._lock:
+                    old, self._sm = self._sm, sm
+                del old
+                gc.unfreeze()
+                gc.collect()
+            gc.freeze()
+            self._gc_frozen = True
+            return sm
+        finally:
+            if enabled:
+                gc.enable()
+
     def _deserialize(self, file_name: str):
         """Restore the state machine from a snapshot (ours, or one received from the leader:
         pysyncobj renamed that into place without fsync, so make it durable first)."""
@@ -766,7 +810,7 @@ class Replica:
                 os.close(fd)
             _fsync_dir(path.parent)
             raft_data, state = read_snapshot(path)
-            sm = self._kit.restore(state)
+            sm = self._restore_frozen(state)
         except Exception as exc:
             # pysyncobj would log this and carry on with an empty state: never do that.
             journal_mod.fatal_storage_error(f"loading snapshot {path}", exc)

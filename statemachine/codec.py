@@ -7,11 +7,15 @@ present) and raises `DecodeError` otherwise; field *values* are checked at apply
 where a bad one becomes an `invalid_argument` result.
 
 Records (`task_record`, ...) are flat msgpack arrays; `pack(record)` is their canonical
-encoding, which the digest hashes (digest.py). A snapshot (format 2) is a msgpack map of
-counters and plain lists in a canonical order (tenants and schedules sorted, requests in
-table order, `task_count`), followed by the tasks' canonical records one after another in
-seq order. So equal states encode to equal bytes, and a restore hashes each task's bytes
-as it decodes them instead of encoding the task again.
+encoding, which the digest hashes (digest.py). A snapshot (format 3) is a msgpack map of
+counters and plain lists in a canonical order (tenants and schedules sorted, the record
+counts, `tasks_sum`: the tasks' part of the digest), then the tasks in seq order in chunks
+of up to `TASK_CHUNK` rows (one C call decodes a chunk; repeated strings and retry
+policies are indexes into the chunk's tables, see `_task_chunk`), then the request records
+one after another. So equal states encode to equal bytes. Restoring a million tasks is a
+decode and an object per task: their item hashes are not recomputed (digest.py says why
+that is safe). Formats 1 and 2 (one canonical record per task, hashed on load) are still
+read.
 """
 from __future__ import annotations
 
@@ -23,8 +27,9 @@ from . import commands as c
 from .limits import Limits
 from .model import STATES, Attempt, FireRecord, Schedule, Task, TenantView
 
-SNAPSHOT_VERSION = 2
-SNAPSHOT_VERSIONS_READ = (1, 2)   # 1: the tasks were a list inside the map
+SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSIONS_READ = (1, 2, 3)   # 1: the tasks were a list inside the map; 2: one by one
+TASK_CHUNK = 4096                    # task records per array in a format 3 snapshot
 BATCH_COMMANDS_MAX = Limits().batch_commands_max   # one bound for encode and decode
 
 
@@ -172,7 +177,10 @@ _STATES = {state: state for state in STATES}   # one string object per state, no
 
 
 def task_from(r, cache: dict, intern=lambda s: s) -> Task:
-    """A Task from its record (a list or tuple), slot by slot: restore builds a million."""
+    """A Task from its record (a list or tuple), slot by slot: restore builds a million.
+    Equal times and timeouts share one int object (a decoded int is a fresh 32-byte object
+    per field, and created_at/run_at are mostly equal), as they do in a node that applied
+    the submits."""
     (seq, task_id, tenant, task_type, payload_json, priority, run_at_ms, state, attempt,
      max_retries, retry, timeout_ms, idempotency_key, schedule_id, lease_expires_at_ms,
      fencing_token, worker_id, cancel_requested, last_error, result_json, created_at_ms,
@@ -183,12 +191,16 @@ def task_from(r, cache: dict, intern=lambda s: s) -> Task:
     t.task_type = intern(task_type)
     t.payload_json = payload_json
     t.priority = priority
-    t.run_at_ms = run_at_ms
+    shared = cache.get(created_at_ms)
+    if shared is None:
+        shared = _share(cache, created_at_ms)
+    t.created_at_ms = shared
+    t.run_at_ms = shared if run_at_ms == shared else run_at_ms
     t.state = _STATES.get(state, state)
     t.attempt = attempt
     t.max_retries = max_retries
     t.retry = retry_from(retry, cache)
-    t.timeout_ms = timeout_ms
+    t.timeout_ms = cache.get(timeout_ms) or _share(cache, timeout_ms)
     t.idempotency_key = idempotency_key
     t.schedule_id = schedule_id
     t.lease_expires_at_ms = lease_expires_at_ms
@@ -197,7 +209,6 @@ def task_from(r, cache: dict, intern=lambda s: s) -> Task:
     t.cancel_requested = cancel_requested
     t.last_error = last_error
     t.result_json = result_json
-    t.created_at_ms = created_at_ms
     t.started_at_ms = started_at_ms
     t.completed_at_ms = completed_at_ms
     t._attempts = [Attempt(*a) for a in attempts] if attempts else None
@@ -206,6 +217,112 @@ def task_from(r, cache: dict, intern=lambda s: s) -> Task:
     t.qver = 0
     t.dh = None
     return t
+
+
+_SHARED_INTS_MAX = 4096
+
+
+def _share(cache: dict, value):
+    """`value` as the object kept for it in `cache` (bounded: cleared when full). Only
+    exact ints are shared: True == 1 but must stay a bool."""
+    if type(value) is not int:
+        return value
+    if len(cache) >= _SHARED_INTS_MAX:
+        cache.clear()
+    cache[value] = value
+    return value
+
+
+# --- format 3 task rows: records with the repeated values as indexes -------------------------
+#
+# A chunk is [strings, retry records, rows]: tenant, task type, state, worker id and
+# schedule id are indexes into the chunk's strings (or nil), the retry policy an index into
+# its retry records, and run_at_ms is nil when it equals created_at_ms. Decoding then makes
+# a fresh object only for what is unique to a task (id, payload, seq, times).
+
+def _task_chunk(tasks: list[Task]) -> list:
+    strs: dict[str, int] = {}
+    retries: dict[tuple, int] = {}   # by exact field types and values (1 and True differ)
+    retry_of: dict[int, int] = {}    # id(policy) -> its index: tasks share a few policies
+    rows = []
+
+    def ref(value):
+        return None if value is None else strs.setdefault(value, len(strs))
+
+    def retry_ref(policy) -> int:
+        i = retry_of.get(id(policy))
+        if i is None:
+            key = tuple((type(v), v) for v in retry_record(policy))
+            i = retry_of[id(policy)] = retries.setdefault(key, len(retries))
+        return i
+
+    for t in tasks:
+        attempts = [[a.attempt, a.worker_id, a.fencing_token, a.started_at_ms, a.ended_at_ms,
+                     a.outcome, a.error] for a in t._attempts] if t._attempts else ()
+        rows.append([t.seq, t.task_id, ref(t.tenant), ref(t.task_type), t.payload_json,
+                     t.priority, None if t.run_at_ms == t.created_at_ms else t.run_at_ms,
+                     ref(t.state), t.attempt, t.max_retries,
+                     retry_ref(t.retry), t.timeout_ms,
+                     t.idempotency_key, ref(t.schedule_id), t.lease_expires_at_ms,
+                     t.fencing_token, ref(t.worker_id), t.cancel_requested, t.last_error,
+                     t.result_json, t.created_at_ms, t.started_at_ms, t.completed_at_ms,
+                     t.failures, attempts])
+    return [list(strs), [[v for _, v in key] for key in retries], rows]
+
+
+def _tasks_of_chunk(chunk, cache: dict, intern) -> list[Task]:
+    """The Tasks of one format 3 chunk, slot by slot (a restore builds a million)."""
+    try:
+        strs, retry_records, rows = chunk
+        strs = [intern(_STATES.get(v, v)) if type(v) is str else _bad(v) for v in strs]
+        retries = [retry_from(r, cache) for r in retry_records]
+        out = []
+        for (seq, task_id, tenant, task_type, payload_json, priority, run_at_ms, state,
+             attempt, max_retries, retry, timeout_ms, idempotency_key, schedule_id,
+             lease_expires_at_ms, fencing_token, worker_id, cancel_requested, last_error,
+             result_json, created_at_ms, started_at_ms, completed_at_ms, failures,
+             attempts) in rows:
+            t = _new_task(Task)
+            t.task_id = task_id
+            t.tenant = strs[tenant]
+            t.task_type = strs[task_type]
+            t.payload_json = payload_json
+            t.priority = priority
+            shared = cache.get(created_at_ms)
+            if shared is None:
+                shared = _share(cache, created_at_ms)
+            t.created_at_ms = shared
+            t.run_at_ms = shared if run_at_ms is None else run_at_ms
+            t.state = strs[state]
+            t.attempt = attempt
+            t.max_retries = max_retries
+            t.retry = retries[retry]
+            t.timeout_ms = cache.get(timeout_ms) or _share(cache, timeout_ms)
+            t.idempotency_key = idempotency_key
+            t.schedule_id = None if schedule_id is None else strs[schedule_id]
+            t.lease_expires_at_ms = lease_expires_at_ms
+            t.fencing_token = fencing_token
+            t.worker_id = None if worker_id is None else strs[worker_id]
+            t.cancel_requested = cancel_requested
+            t.last_error = last_error
+            t.result_json = result_json
+            t.started_at_ms = started_at_ms
+            t.completed_at_ms = completed_at_ms
+            t._attempts = [Attempt(*a) for a in attempts] if attempts else None
+            t.seq = seq
+            t.failures = failures
+            t.qver = 0
+            t.dh = None
+            out.append(t)
+        return out
+    except DecodeError:
+        raise
+    except (TypeError, ValueError, IndexError) as exc:
+        raise DecodeError(f"snapshot task rows: {exc.__class__.__name__}") from None
+
+
+def _bad(value):
+    raise DecodeError(f"snapshot strings: {type(value).__name__}")
 
 
 def template_record(t: c.TaskTemplate) -> list:
@@ -254,25 +371,36 @@ def pack(record) -> bytes:
 
 # --- snapshots ----------------------------------------------------------------------------------
 
-def encode_snapshot(head: dict, tasks, requests) -> bytes:
-    """`head`: {"v", "seq", "now_ms", "cluster_token", "task_seq", "tenants", "schedules"}
-    with record lists in canonical order; `tasks`: a sized iterable of Tasks in seq order;
-    `requests`: the request table (an ordered mapping). One Packer appends everything to
-    one buffer: the head (with both counts), the task records, the request records."""
+def encode_snapshot(head: dict, tasks, requests, request_hashes) -> bytes:
+    """`head`: {"v", "seq", "now_ms", "cluster_token", "task_seq", "tenants", "schedules",
+    "tasks_sum"} with record lists in canonical order; `tasks`: a sized iterable of Tasks in
+    seq order; `requests`: the request table (an ordered mapping) and `request_hashes` their
+    item hashes in the same order. One Packer appends everything to one buffer: the head
+    (with both counts), the tasks in chunks of `TASK_CHUNK` rows, an array of the request
+    records, their hashes as one bin of 16 bytes each."""
     packer = msgpack.Packer(use_bin_type=True, autoreset=False)
     packer.pack(dict(head, task_count=len(tasks), request_count=len(requests)))
     pack_one = packer.pack
+    chunk: list = []
     for task in tasks:
-        pack_one(task_record(task))
-    for request_id, rec in requests.items():
-        pack_one(request_record(request_id, rec))
+        chunk.append(task)
+        if len(chunk) == TASK_CHUNK:
+            pack_one(_task_chunk(chunk))
+            chunk = []
+    if chunk:
+        pack_one(_task_chunk(chunk))
+    pack_one([request_record(request_id, rec) for request_id, rec in requests.items()])
+    pack_one(b"".join(h.to_bytes(16, "big") for h in request_hashes))
     return packer.bytes()
 
 
-def decode_snapshot(blob: bytes) -> tuple[dict, object, object]:
-    """(head, tasks, requests): two iterators, to be consumed in that order, of (record as a
-    tuple, its canonical bytes as a memoryview); they raise DecodeError on a malformed or
-    truncated blob."""
+def decode_snapshot(blob: bytes, intern=lambda s: s) -> tuple[dict, object, object]:
+    """(head, tasks, requests): two iterators, to be consumed in that order. `tasks` yields
+    (Tasks, encodings): a list of Tasks in seq order, and their records' canonical bytes
+    (memoryviews) when the format has them (1 and 2), else None; `requests` yields
+    (record, its item hash as an int (3) or its canonical bytes (1, 2)). `intern` is
+    applied to repeated strings. They raise DecodeError on a malformed or truncated
+    blob."""
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         raise DecodeError("a snapshot is bytes")
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, use_list=False,
@@ -283,15 +411,76 @@ def decode_snapshot(blob: bytes) -> tuple[dict, object, object]:
     except Exception as exc:   # msgpack raises several unrelated types on junk
         raise DecodeError(f"not a snapshot: {exc.__class__.__name__}") from None
     if not isinstance(head, dict) or head.get("v") not in SNAPSHOT_VERSIONS_READ:
-        raise DecodeError("unknown snapshot version")
+        version = head.get("v") if isinstance(head, dict) else None
+        raise DecodeError(f"unknown snapshot version {version!r} (this node reads "
+                          f"{', '.join(map(str, SNAPSHOT_VERSIONS_READ))})")
+    cache: dict = {}
     if head["v"] == 1:
-        return head, _records_v1(head.get("tasks", ())), _records_v1(head.get("requests", ()))
+        return (head, _chunked(_records_v1(head.get("tasks", ())), cache, intern),
+                _records_v1(head.get("requests", ())))
     counts = head.get("task_count"), head.get("request_count")
     if any(type(n) is not int or n < 0 for n in counts):
         raise DecodeError("snapshot without record counts")
     view = memoryview(blob)
-    return (head, _records(unpacker, view, counts[0], False),
-            _records(unpacker, view, counts[1], True))
+    if head["v"] == 2:
+        tasks = _chunked(_records(unpacker, view, counts[0], False), cache, intern)
+    else:
+        if not isinstance(head.get("tasks_sum"), bytes) or len(head["tasks_sum"]) != 16:
+            raise DecodeError("snapshot without the tasks' digest sum")
+        return (head, _chunks(unpacker, counts[0], cache, intern),
+                _requests(unpacker, counts[1]))
+    return head, tasks, _records(unpacker, view, counts[1], True)
+
+
+def _chunks(unpacker, count: int, cache: dict, intern):
+    left = count
+    while left > 0:
+        try:
+            chunk = unpacker.unpack()
+        except Exception as exc:
+            raise DecodeError(f"snapshot records: {exc.__class__.__name__}") from None
+        tasks = _tasks_of_chunk(chunk, cache, intern)
+        if not 0 < len(tasks) <= min(left, TASK_CHUNK):
+            raise DecodeError("snapshot task rows do not match their count")
+        left -= len(tasks)
+        yield tasks, None
+
+
+def _requests(unpacker, count: int):
+    try:
+        records, hashes = unpacker.unpack(), unpacker.unpack()
+    except Exception as exc:
+        raise DecodeError(f"snapshot requests: {exc.__class__.__name__}") from None
+    if type(records) is not tuple or len(records) != count or type(hashes) is not bytes \
+            or len(hashes) != 16 * count:
+        raise DecodeError("snapshot requests do not match their count")
+    if _left(unpacker):
+        raise DecodeError("trailing bytes after the snapshot's records")
+    for i, record in enumerate(records):
+        yield record, int.from_bytes(hashes[16 * i:16 * i + 16], "big")
+
+
+def _left(unpacker) -> bool:
+    try:
+        unpacker.unpack()
+    except msgpack.OutOfData:
+        return False
+    except Exception:
+        return True
+    return True
+
+
+def _chunked(records, cache: dict, intern):
+    """Format 1 and 2 records, one by one, as Tasks in chunks with their encodings."""
+    tasks, encodings = [], []
+    for record, encoded in records:
+        tasks.append(task_from(record, cache, intern))
+        encodings.append(encoded)
+        if len(tasks) == TASK_CHUNK:
+            yield tasks, encodings
+            tasks, encodings = [], []
+    if tasks:
+        yield tasks, encodings
 
 
 def _records(unpacker, view: memoryview, count: int, last: bool):

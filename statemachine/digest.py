@@ -20,7 +20,17 @@ Keeping it current: every place that creates, changes or removes an item *marks*
 subtracts the hash last folded in for that key (kept on the object, in its `dh` slot) and
 adds the current object's fresh hash. Marking more than needed costs a re-hash, marking
 less is a silent divergence: `full_hexdigest` recomputes everything from scratch, and the
-tests compare the two after every command.
+tests compare the two after every command. A mark comes before the change it announces.
+
+Restored tasks are not hashed one by one: a snapshot (format 3) carries the tasks' sum as
+its writer had folded it, and each restored task's `dh` is `UNHASHED` until it is first
+marked, when its hash is computed from the record as restored, before the change the mark
+announces (hence the rule above). Why trusting the sum is safe: the snapshot file's SHA-256
+(node/raft.py) guarantees the reader has the writer's bytes; the writer computed the sum
+from the very records it wrote (it folds before encoding), so the restored state's digest
+equals the writer's, as a full re-hash would give; and a replica whose state diverged
+writes its own records and its own sum, so its digest still differs from its peers'. A
+restored task then costs no hashing at restart and no 128-bit int until it changes.
 """
 from __future__ import annotations
 
@@ -35,6 +45,11 @@ SUM_MOD = 1 << 128
 POLY_MOD = (1 << 127) - 1          # a Mersenne prime
 POLY_BASE = int.from_bytes(hashlib.sha256(b"tsched request table").digest()[:15], "big")
 _POLY_BASE_INV = pow(POLY_BASE, -1, POLY_MOD)
+
+
+# A restored task's `dh` until its first mark (see above). Not an int: folding it by mistake
+# fails loudly instead of yielding a wrong digest.
+UNHASHED = type("Unhashed", (), {"__repr__": lambda self: "UNHASHED", "__slots__": ()})()
 
 
 def item_hash(encoded) -> int:
@@ -70,12 +85,14 @@ class KeyedSum:
         self.dirty: dict = {}       # key -> the object under that key when first marked
 
     def mark(self, key, obj) -> None:
-        """`obj` (under `key`) is being created, changed or removed."""
+        """`obj` (under `key`) is about to be created, changed or removed."""
+        if obj.dh is UNHASHED:   # restored, never marked: its hash as it was summed
+            obj.dh = self.hash_of(obj)
         self.dirty.setdefault(key, obj)
 
     def loaded(self, total: int) -> None:
-        """Objects were folded in by their loader (a restore set each one's `dh`):
-        `total` is the sum of their hashes."""
+        """Objects were folded in by their loader (a restore set each one's `dh`, or left
+        it `UNHASHED`): `total` is the sum of their hashes."""
         self.acc = (self.acc + total) % SUM_MOD
 
     def fold(self) -> None:

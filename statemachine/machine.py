@@ -21,11 +21,12 @@ import gc
 import sys
 from collections import OrderedDict
 from heapq import heapify, heappop, heappush
+from itertools import repeat
 
 from . import codec
 from . import commands as c
 from . import validate as V
-from .digest import StateDigest, full_hexdigest, item_hash
+from .digest import UNHASHED, StateDigest, full_hexdigest, item_hash
 from .errors import (CONFLICT, INVALID_ARGUMENT, INVALID_STATE, NOT_FOUND, OK, STALE_TOKEN,
                      TENANT_LIMIT, Result)
 from .limits import Limits
@@ -812,11 +813,14 @@ class StateMachine:
             "tenants": [codec.tenant_record(v) for v in self.list_tenants()],
             "schedules": [codec.schedule_record(self.schedules[k])
                           for k in sorted(self.schedules)],
+            "tasks_sum": self._digest.tasks.acc.to_bytes(16, "big"),
         }
 
     def snapshot(self) -> bytes:
+        self._digest.fold()   # the sums and hashes written must be those of the records
         return codec.encode_snapshot(self._head(), _Sized(self._all.oldest_first(),
-                                                          len(self.tasks)), self.requests)
+                                                          len(self.tasks)), self.requests,
+                                     self._digest.requests.hashes)
 
     def digest(self) -> str:
         """O(changes since the last call): see digest.py."""
@@ -846,8 +850,8 @@ class StateMachine:
 
     @classmethod
     def _restore(cls, blob: bytes, limits: Limits | None) -> "StateMachine":
-        head, tasks, requests = codec.decode_snapshot(blob)
         sm = cls(limits)
+        head, tasks, requests = codec.decode_snapshot(blob, sm._intern)
         sm.seq, sm.now_ms = head["seq"], head["now_ms"]
         sm.cluster_token, sm.task_seq = head["cluster_token"], head["task_seq"]
         for r in head["tenants"]:
@@ -855,7 +859,9 @@ class StateMachine:
             view.tenant = sm._intern(view.tenant)
             sm.tenants[view.tenant] = view
         cache: dict = {}
-        sm._load_tasks(tasks, cache)
+        summed = sm._load_tasks(tasks)
+        sm._digest.tasks.loaded(summed if summed is not None
+                                else int.from_bytes(head["tasks_sum"], "big"))
         for r in head["schedules"]:
             sched = codec.schedule_from(r, cache)
             sched.tenant = sm._intern(sched.tenant)
@@ -863,59 +869,72 @@ class StateMachine:
             sm._schedules_per_tenant[sched.tenant] = \
                 sm._schedules_per_tenant.get(sched.tenant, 0) + 1
             sm._watch_fire(sched)
-        for (rid, rec), encoded in requests:
+        for (rid, rec), h in requests:   # h: the item hash, or the bytes to hash (1, 2)
             sm.requests[rid] = tuple(rec)
-            sm._digest.requests.add_folded(item_hash(encoded))
+            sm._digest.requests.add_folded(h if type(h) is int else item_hash(h))
         sm._tidy()
         sm._digest.mark_all()
         sm._digest.fold()
         return sm
 
-    def _load_tasks(self, records, cache: dict) -> None:
-        """Tasks in seq order from a snapshot: digest hashes, indexes, counters, queue and
-        heaps. One loop with its lookups hoisted: a restart pays it per task."""
-        tasks, by_state, task_from, intern = self.tasks, self._by_state, codec.task_from, \
-            self._intern
+    def _load_tasks(self, chunks) -> int | None:
+        """Tasks in seq order from a snapshot, chunk by chunk: indexes, counters, queue and
+        heaps in one loop with its lookups hoisted (a restart pays it per task). Returns the
+        sum of the tasks' item hashes when the format has their encodings (1, 2), else None:
+        format 3 carries the sum, and the tasks stay `UNHASHED` (digest.py)."""
+        tasks, by_state = self.tasks, self._by_state
         append_all, leases, terminal = self._all.append, self._leases, self._terminal
+        append_state = {state: index.append for state, index in by_state.items()}
+        by_tenant, tenants, idem = self._by_tenant, self.tenants, self._idem
+        pending_by_priority = self._pending_by_priority
         queued: list[Task] = []
-        acc = 0
-        for record, encoded in records:
-            task = task_from(record, cache, intern)
-            state, task_id = task.state, task.task_id
-            if task_id in tasks or state not in by_state:
-                raise codec.DecodeError(f"snapshot: bad task {task_id!r}")
-            task.dh = h = item_hash(encoded)
-            acc += h
-            tasks[task_id] = task
-            append_all(task)
-            by_state[state].append(task)
-            self._index(task)
-            if state == PENDING:
-                queued.append(task)
-            elif state == RUNNING:
-                self._n += 1
-                leases.append((self._deadline(task), task.fencing_token, self._n, task))
+        live = done = 0
+        summed = None
+        for chunk, encodings in chunks:
+            if encodings is None:
+                hashes = repeat(UNHASHED, len(chunk))
             else:
-                self._n += 1
-                terminal.append((task.completed_at_ms, task.seq, self._n, task))
-        self._digest.tasks.loaded(acc)
+                hashes = [item_hash(e) for e in encodings]
+                summed = (summed or 0) + sum(hashes)
+            for task, h in zip(chunk, hashes):
+                task.dh = h
+                state, tenant = task.state, task.tenant
+                if state not in by_state:
+                    raise codec.DecodeError(f"snapshot: task {task.task_id!r} is {state!r}")
+                tasks[task.task_id] = task
+                append_all(task)
+                append_state[state](task)
+                index = by_tenant.get(tenant)
+                if index is None:
+                    self._tenant(tenant)   # a valid snapshot lists it already
+                    index = by_tenant[tenant] = SeqIndex()
+                index.append(task)
+                if task.idempotency_key is not None:
+                    idem[(tenant, task.idempotency_key)] = task
+                if task.schedule_id is not None:
+                    self._track_occurrence(task)
+                if state == PENDING:
+                    tenants[tenant].pending += 1
+                    pending_by_priority[task.priority] += 1
+                    live += 1
+                    queued.append(task)
+                elif state == RUNNING:
+                    tenants[tenant].running += 1
+                    live += 1
+                    self._n += 1
+                    leases.append((self._deadline(task), task.fencing_token, self._n, task))
+                else:
+                    done += 1
+                    self._n += 1
+                    terminal.append((task.completed_at_ms, task.seq, self._n, task))
+        if len(tasks) != len(self._all):   # checked once here rather than per task
+            raise codec.DecodeError("snapshot: a task id appears twice")
+        self._live += live
+        self._terminal_count += done
         heapify(leases)
         heapify(terminal)
         self._queue.load(queued, self.now_ms)
-
-    def _index(self, task: Task) -> None:
-        """Tenant index, idempotency keys, counters and occurrences of a restored task."""
-        tenant = task.tenant
-        index = self._by_tenant.get(tenant)
-        if index is None:
-            self._tenant(tenant)   # a valid snapshot lists it already
-            index = self._by_tenant[tenant] = SeqIndex()
-        index.append(task)
-        if task.idempotency_key is not None:
-            self._idem[(tenant, task.idempotency_key)] = task
-        self._count(task, +1)
-        if task.schedule_id is not None:
-            self._track_occurrence(task)
+        return summed
 
 
 class _Sized:

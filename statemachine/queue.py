@@ -60,24 +60,36 @@ class ClaimQueue:
             heappush(bucket.delayed, (task.run_at_ms, task.seq, task.qver, task))
 
     def load(self, tasks: list[Task], now_ms: int) -> None:
-        """Enqueue many pending tasks at once (a restore): appended, then heapified once."""
+        """Enqueue many pending tasks at once (a restore): appended, then heapified once.
+        Consecutive tasks mostly share a bucket (a restore walks them in seq order), so the
+        bucket is looked up again only when (task_type, tenant) changes; `static_key` is
+        inlined (a test compares the entries with `push`'s)."""
         aging = self.aging_ms
         touched: dict[int, Bucket] = {}
+        last_type = last_tenant = bucket = None
         for task in tasks:
-            task.qver += 1
-            buckets = self.by_type.setdefault(task.task_type, {})
-            bucket = buckets.get(task.tenant)
-            if bucket is None:
-                bucket = buckets[task.tenant] = Bucket(task.tenant, task.task_type)
-            touched[id(bucket)] = bucket
-            if task.run_at_ms <= now_ms:
-                key = static_key(task.priority, task.run_at_ms, aging)
-                bucket.ready.append((key, task.run_at_ms, task.seq, task.qver, task))
+            task_type, tenant = task.task_type, task.tenant
+            if task_type is not last_type or tenant is not last_tenant:
+                bucket = self._bucket(task_type, tenant)
+                touched[id(bucket)] = bucket
+                last_type, last_tenant = task_type, tenant
+            qver = task.qver = task.qver + 1
+            run_at = task.run_at_ms
+            if run_at <= now_ms:
+                key = task.priority * aging + run_at
+                bucket.ready.append((key if key > 0 else 0, run_at, task.seq, qver, task))
             else:
-                bucket.delayed.append((task.run_at_ms, task.seq, task.qver, task))
+                bucket.delayed.append((run_at, task.seq, qver, task))
         for bucket in touched.values():
             heapify(bucket.ready)
             heapify(bucket.delayed)
+
+    def _bucket(self, task_type: str, tenant: str) -> Bucket:
+        buckets = self.by_type.setdefault(task_type, {})
+        bucket = buckets.get(tenant)
+        if bucket is None:
+            bucket = buckets[tenant] = Bucket(tenant, task_type)
+        return bucket
 
     def dropped(self, task: Task) -> None:
         """A task left pending by cancellation or the like: keep its bucket's tops live."""

@@ -153,16 +153,18 @@ def test_log_lines_carry_node_and_term_in_both_formats(capsys):
 def test_compaction_thresholds_reach_the_raft_options(tmp_path):
     from tsched.node.raft import Replica
     cfg = config.load(write(tmp_path, GOOD + "\n[cluster.compaction]\nmin_entries = 50\n"
-                                              "min_time_s = 30\n"))
-    assert dict(cfg.compaction) == {"min_entries": 50, "min_time_s": 30}
+                                              "min_time_s = 30\nmin_bytes = 1048576\n"))
+    assert dict(cfg.compaction) == {"min_entries": 50, "min_time_s": 30, "min_bytes": 1 << 20}
     replica = Replica.from_config(cfg, "a")
     assert replica.options.compaction_min_entries == 50
     assert replica.options.compaction_min_time_s == 30.0
+    assert replica.options.compaction_min_bytes == 1 << 20
 
 
 @pytest.mark.parametrize("table, match", [
     ("min_entries = 1", "min_entries"),
     ("min_time_s = true", "min_time_s"),
+    ("min_bytes = 10", "min_bytes"),
     ("every = 5", "unknown key"),
 ])
 def test_bad_compaction_settings_are_refused(tmp_path, table, match):

@@ -169,3 +169,38 @@ def test_a_conflicting_resend_still_truncates(path):
     j.add(b"other-4", 4, 7)                 # cannot happen under Raft; handled, not hidden
     assert [e[1] for e in j[:]] == [1, 2, 3, 4] and j[-1] == (b"other-4", 4, 7)
     j.close()
+
+
+def held(j):
+    return sum(len(e[0]) for e in j[:])
+
+
+def test_bytes_held_follows_every_change_and_survives_reopen(path):
+    j = LmdbJournal(path)
+    for e in entries(10):
+        j.add(*e)
+    assert j.bytes_held == held(j) == 5 * 9 + 6
+    j.deleteEntriesTo(3)                 # compaction
+    assert j.bytes_held == held(j)
+    j.deleteEntriesFrom(5)               # a follower truncating an uncommitted suffix
+    assert j.bytes_held == held(j) and len(j) == 5
+    j.add(b"x" * 100, 9, 2)
+    assert j.bytes_held == held(j)
+    j.close()
+    again = LmdbJournal(path)
+    assert again.bytes_held == held(again) > 100
+    again.clear()
+    assert again.bytes_held == 0
+    again.close()
+
+
+def test_applied_bytes_counts_only_entries_up_to_the_applied_index(path):
+    j = LmdbJournal(path)
+    for e in entries(10):
+        j.add(*e)
+    assert j.applied_bytes(10) == held(j)
+    assert j.applied_bytes(7) == held(j) - 16       # entries 8, 9, 10 are not applied
+    assert j.applied_bytes(0) == 0
+    # A node far behind (more unapplied entries than it scans) compacts later.
+    assert j.applied_bytes(2, scan_max=4) == 0
+    j.close()

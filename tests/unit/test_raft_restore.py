@@ -1,0 +1,42 @@
+"""Replica._restore_frozen: a restored state leaves the cyclic GC's scans, and a state
+installed over it lets the old one be collected."""
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from tsched.node.raft import Replica
+from tsched.statemachine import StateMachine
+from tsched.statemachine import commands as c
+
+
+@pytest.fixture
+def unfrozen():
+    yield
+    gc.unfreeze()   # leave the test process as it was
+
+
+def _blob() -> bytes:
+    sm = StateMachine()
+    sm.apply_batch([c.SubmitTask(request_id=f"r{i}", now_ms=1_000, task_id=f"t{i}",
+                                 tenant="a", task_type="x") for i in range(50)])
+    return sm.snapshot()
+
+
+def test_restored_state_is_frozen_and_a_replaced_one_is_collected(tmp_path, unfrozen):
+    replica = Replica(self_id="a", self_raft="127.0.0.1:1", peers={}, data_dir=tmp_path)
+    enabled = gc.isenabled()
+    first = replica._restore_frozen(_blob())
+    assert gc.isenabled() == enabled
+    assert gc.get_freeze_count() > len(first.tasks)
+    frozen_task = next(iter(first.tasks.values()))
+    assert not any(frozen_task is o for o in gc.get_objects())   # no generation holds it
+    replica._sm = first
+    old = weakref.ref(first)
+    del first, frozen_task
+    second = replica._restore_frozen(_blob())
+    assert replica._sm is second            # swapped in before the old one was collected
+    assert old() is None                    # the old state's cycles were collected
+    assert gc.get_freeze_count() > len(second.tasks)
