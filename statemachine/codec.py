@@ -132,7 +132,27 @@ def _command(item) -> c.Command:
         fields["template"] = _template(fields["template"])
     if isinstance(fields.get("task_types"), list):
         fields["task_types"] = tuple(fields["task_types"])
+    if "timeout_ms" in fields:
+        fields["timeout_ms"] = _shared_timeout(fields["timeout_ms"])
     return cls(**fields)
+
+
+# A task keeps its timeout_ms for life, and a decoded int above 256 is a fresh 32-byte
+# object per command: nearly every task carries one of a few timeouts, so tasks share one
+# object per value (32 MB at a million pending tasks). Exact ints only (True == 1).
+_TIMEOUTS_SHARED_MAX = 256
+_timeouts: dict[int, int] = {}
+
+
+def _shared_timeout(value):
+    if type(value) is not int:
+        return value
+    shared = _timeouts.get(value)
+    if shared is None:
+        if len(_timeouts) >= _TIMEOUTS_SHARED_MAX:
+            _timeouts.clear()
+        shared = _timeouts[value] = value
+    return shared
 
 
 def decode_batch(blob: bytes) -> list[c.Command]:

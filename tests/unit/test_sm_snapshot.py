@@ -170,3 +170,14 @@ def test_a_bad_format_3_snapshot_is_a_decode_error(damage: str, match: str) -> N
         parts.append(0)
     with pytest.raises(DecodeError, match=match):
         StateMachine.restore(_packed(parts))
+
+
+def test_decoded_submits_share_their_timeout_objects() -> None:
+    cmds = [c.SubmitTask(request_id=f"r{i}", now_ms=T0, task_id=f"t{i}", tenant="a",
+                         task_type="x", timeout_ms=300_000 + i % 2) for i in range(6)]
+    got = codec.decode_batch(codec.encode_batch(cmds))
+    assert [g.timeout_ms for g in got] == [c_.timeout_ms for c_ in cmds]
+    assert len({id(g.timeout_ms) for g in got}) == 2
+    odd = codec.decode_batch(msgpack.packb([["SubmitTask", dict(
+        request_id="r", now_ms=T0, task_id="t", tenant="a", task_type="x", timeout_ms=True)]]))
+    assert odd[0].timeout_ms is True         # not merged with 1: validation still sees a bool
