@@ -30,7 +30,9 @@ announces (hence the rule above). Why trusting the sum is safe: the snapshot fil
 from the very records it wrote (it folds before encoding), so the restored state's digest
 equals the writer's, as a full re-hash would give; and a replica whose state diverged
 writes its own records and its own sum, so its digest still differs from its peers'. A
-restored task then costs no hashing at restart and no 128-bit int until it changes.
+restored task then costs no hashing at restart and no 128-bit int until it changes. The
+request table's item hashes travel in the snapshot the same way (the FIFO needs each one
+to evict it), for the same reasons.
 """
 from __future__ import annotations
 
