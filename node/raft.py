@@ -806,8 +806,11 @@ class Replica:
             finally:
                 os.close(fd)
             _fsync_dir(path.parent)
+            started = time.perf_counter()
             raft_data, state = read_snapshot(path)
             sm = self._restore_frozen(state)
+            log.info("raft: snapshot at index %d restored in %.2f s (%d bytes)",
+                     raft_data[1][1], time.perf_counter() - started, len(state))
         except Exception as exc:
             # pysyncobj would log this and carry on with an empty state: never do that.
             journal_mod.fatal_storage_error(f"loading snapshot {path}", exc)
