@@ -80,6 +80,7 @@ class RaftOptions:
     # ... or once the applied part of the log holds this many bytes: the in-memory log tail
     # costs RSS and a restart replays it (submits cost ~350 B each and entries carry up to
     # thousands of commands, so an entry count alone let a 1M-task fill stay in the log).
+    # Each node uses a share of it (`Replica.compaction_bytes`).
     compaction_min_bytes: int = 32 << 20
     # Larger than any entry: pysyncobj's chunked sending of one oversized entry is broken.
     append_entries_batch_bytes: int = 2 << 20
@@ -685,8 +686,18 @@ class Replica:
         journal = self._journal
         if journal is None or self._snap_pid is not None:
             return
-        if journal.applied_bytes(obj.raftLastApplied) >= self.options.compaction_min_bytes:
+        if journal.applied_bytes(obj.raftLastApplied) >= self.compaction_bytes:
             obj.forceLogCompaction()
+
+    @property
+    def compaction_bytes(self) -> int:
+        """This node's share of `compaction_min_bytes`: between a half and all of it, by
+        the node's place among the cluster's ids. Replicas apply the same log, so equal
+        thresholds had every node fork and write its snapshot at the same moment (each
+        child several seconds of CPU at 1,000,000 tasks), starving the cluster at once."""
+        ids = sorted([self.self_id, *self.peers])
+        share = ids.index(self.self_id) / (2 * len(ids))
+        return int(self.options.compaction_min_bytes * (1 - share))
 
     def _send_new_entries_now(self, obj) -> None:
         """A leader sends entries added in this tick at once (one group commit for all of

@@ -40,3 +40,15 @@ def test_restored_state_is_frozen_and_a_replaced_one_is_collected(tmp_path, unfr
     assert replica._sm is second            # swapped in before the old one was collected
     assert old() is None                    # the old state's cycles were collected
     assert gc.get_freeze_count() > len(second.tasks)
+
+
+def test_compaction_thresholds_are_staggered_across_the_cluster(tmp_path):
+    from tsched.node.raft import RaftOptions
+    addrs = {"a": "127.0.0.1:1", "b": "127.0.0.1:2", "c": "127.0.0.1:3"}
+    got = [Replica(self_id=i, self_raft=addrs[i], peers={p: a for p, a in addrs.items()
+                                                        if p != i}, data_dir=tmp_path,
+                   options=RaftOptions(compaction_min_bytes=6_000)).compaction_bytes
+           for i in sorted(addrs)]
+    assert got == [6_000, 5_000, 4_000]     # distinct, none above the configured bound
+    alone = Replica(self_id="a", self_raft="127.0.0.1:1", peers={}, data_dir=tmp_path)
+    assert alone.compaction_bytes == alone.options.compaction_min_bytes
