@@ -11,11 +11,11 @@ encoding, which the digest hashes (digest.py). A snapshot (format 3) is a msgpac
 counters and plain lists in a canonical order (tenants and schedules sorted, the record
 counts, `tasks_sum`: the tasks' part of the digest), then the tasks in seq order in chunks
 of up to `TASK_CHUNK` rows (one C call decodes a chunk; repeated strings and retry
-policies are indexes into the chunk's tables, see `_task_chunk`), then the request records
-one after another. So equal states encode to equal bytes. Restoring a million tasks is a
-decode and an object per task: their item hashes are not recomputed (digest.py says why
-that is safe). Formats 1 and 2 (one canonical record per task, hashed on load) are still
-read.
+policies are indexes into the chunk's tables, see `_task_chunk`), then an array of the
+request records in table order and their item hashes (one bin, 16 bytes each). So equal
+states encode to equal bytes. Restoring a million tasks is a decode and an object per
+task: no item hash is recomputed (digest.py says why that is safe). Formats 1 and 2 (one
+canonical record per task and request, hashed on load) are still read.
 """
 from __future__ import annotations
 
