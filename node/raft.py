@@ -729,6 +729,7 @@ class Replica:
         pid = os.fork()
         if pid == 0:
             code = 1
+            gc.disable()   # a short-lived child: collections would only walk the state
             try:
                 write_snapshot(self.snapshot_path, raft_data, self._sm.snapshot())
                 code = 0

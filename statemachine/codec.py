@@ -261,32 +261,32 @@ def _share(cache: dict, value):
 # a fresh object only for what is unique to a task (id, payload, seq, times).
 
 def _task_chunk(tasks: list[Task]) -> list:
+    """One chunk of rows. The lookups are inlined (a snapshot child runs this per task):
+    `sd(value, len(strs))` is the value's index, a new one for a value not seen yet."""
     strs: dict[str, int] = {}
+    sd = strs.setdefault
     retries: dict[tuple, int] = {}   # by exact field types and values (1 and True differ)
     retry_of: dict[int, int] = {}    # id(policy) -> its index: tasks share a few policies
     rows = []
-
-    def ref(value):
-        return None if value is None else strs.setdefault(value, len(strs))
-
-    def retry_ref(policy) -> int:
-        i = retry_of.get(id(policy))
-        if i is None:
-            key = tuple((type(v), v) for v in retry_record(policy))
-            i = retry_of[id(policy)] = retries.setdefault(key, len(retries))
-        return i
-
+    append = rows.append
     for t in tasks:
-        attempts = [[a.attempt, a.worker_id, a.fencing_token, a.started_at_ms, a.ended_at_ms,
-                     a.outcome, a.error] for a in t._attempts] if t._attempts else ()
-        rows.append([t.seq, t.task_id, ref(t.tenant), ref(t.task_type), t.payload_json,
-                     t.priority, None if t.run_at_ms == t.created_at_ms else t.run_at_ms,
-                     ref(t.state), t.attempt, t.max_retries,
-                     retry_ref(t.retry), t.timeout_ms,
-                     t.idempotency_key, ref(t.schedule_id), t.lease_expires_at_ms,
-                     t.fencing_token, ref(t.worker_id), t.cancel_requested, t.last_error,
-                     t.result_json, t.created_at_ms, t.started_at_ms, t.completed_at_ms,
-                     t.failures, attempts])
+        retry = retry_of.get(id(t.retry))
+        if retry is None:
+            key = tuple((type(v), v) for v in retry_record(t.retry))
+            retry = retry_of[id(t.retry)] = retries.setdefault(key, len(retries))
+        run_at, created, schedule_id, worker_id = (t.run_at_ms, t.created_at_ms,
+                                                   t.schedule_id, t.worker_id)
+        append([t.seq, t.task_id, sd(t.tenant, len(strs)), sd(t.task_type, len(strs)),
+                t.payload_json, t.priority, None if run_at == created else run_at,
+                sd(t.state, len(strs)), t.attempt, t.max_retries, retry, t.timeout_ms,
+                t.idempotency_key,
+                None if schedule_id is None else sd(schedule_id, len(strs)),
+                t.lease_expires_at_ms, t.fencing_token,
+                None if worker_id is None else sd(worker_id, len(strs)),
+                t.cancel_requested, t.last_error, t.result_json, created, t.started_at_ms,
+                t.completed_at_ms, t.failures,
+                [[a.attempt, a.worker_id, a.fencing_token, a.started_at_ms, a.ended_at_ms,
+                  a.outcome, a.error] for a in t._attempts] if t._attempts else ()])
     return [list(strs), [[v for _, v in key] for key in retries], rows]
 
 
