@@ -21,6 +21,10 @@ subtracts the hash last folded in for that key (kept on the object, in its `dh` 
 adds the current object's fresh hash. Marking more than needed costs a re-hash, marking
 less is a silent divergence: `full_hexdigest` recomputes everything from scratch, and the
 tests compare the two after every command. A mark comes before the change it announces.
+Folding late saves work: a task submitted, claimed and completed between two folds is
+hashed once. So the machine folds only the changes beyond a window (the oldest first, a
+key marked again moving to the back), and `hexdigest` folds the rest; a caller holding a
+lock can fold in slices first (`fold_some`).
 
 Restored tasks are not hashed one by one: a snapshot (format 3) carries the tasks' sum as
 its writer had folded it, and each restored task's `dh` is `UNHASHED` until it is first
@@ -51,6 +55,8 @@ _POLY_BASE_INV = pow(POLY_BASE, -1, POLY_MOD)
 
 # A restored task's `dh` until its first mark (see above). Not an int: folding it by mistake
 # fails loudly instead of yielding a wrong digest.
+_ABSENT = object()
+
 UNHASHED = type("Unhashed", (), {"__repr__": lambda self: "UNHASHED", "__slots__": ()})()
 
 
@@ -87,19 +93,27 @@ class KeyedSum:
         self.dirty: dict = {}       # key -> the object under that key when first marked
 
     def mark(self, key, obj) -> None:
-        """`obj` (under `key`) is about to be created, changed or removed."""
+        """`obj` (under `key`) is about to be created, changed or removed. A key marked
+        again moves to the back of `dirty` (keeping the object first marked): folds take
+        the oldest first, so an item that keeps changing is hashed once, when it settles."""
         if obj.dh is UNHASHED:   # restored, never marked: its hash as it was summed
             obj.dh = self.hash_of(obj)
-        self.dirty.setdefault(key, obj)
+        dirty = self.dirty
+        first = dirty.pop(key, _ABSENT)
+        dirty[key] = obj if first is _ABSENT else first
 
     def loaded(self, total: int) -> None:
         """Objects were folded in by their loader (a restore set each one's `dh`, or left
         it `UNHASHED`): `total` is the sum of their hashes."""
         self.acc = (self.acc + total) % SUM_MOD
 
-    def fold(self) -> None:
+    def fold(self, limit: int | None = None) -> None:
+        """Fold in every marked key, or the `limit` marked longest ago."""
+        dirty = self.dirty
+        whole = limit is None or limit >= len(dirty)
+        taken = dirty.items() if whole else list(islice(dirty.items(), limit))
         acc, items, hash_of = self.acc, self.items, self.hash_of
-        for key, first in self.dirty.items():
+        for key, first in taken:
             if first.dh is not None:
                 acc -= first.dh
                 first.dh = None
@@ -109,7 +123,11 @@ class KeyedSum:
                     acc -= current.dh
                 current.dh = hash_of(current)
                 acc += current.dh
-        self.dirty.clear()
+        if whole:
+            dirty.clear()
+        else:
+            for key, _ in taken:
+                del dirty[key]
         self.acc = acc % SUM_MOD
 
 
@@ -128,6 +146,10 @@ class FifoHash:
 
     def evicted(self) -> None:
         self.evictions += 1
+
+    def unfolded(self) -> int:
+        """Entries added or evicted since the last fold (what the next fold will cost)."""
+        return self.evictions + max(0, len(self.table) - len(self.hashes))
 
     def add_folded(self, h: int) -> None:
         """Append an entry already hashed (a restore, oldest first, nothing evicted)."""
@@ -180,6 +202,19 @@ class StateDigest:
     def fold(self) -> None:
         for part in (self.tasks, self.tenants, self.schedules, self.requests):
             part.fold()
+
+    def backlog(self) -> int:
+        """Changes not yet folded in: what `hexdigest` would hash now."""
+        return (len(self.tasks.dirty) + len(self.tenants.dirty) + len(self.schedules.dirty)
+                + self.requests.unfolded())
+
+    def fold_some(self, items_max: int) -> int:
+        """Fold up to about `items_max` of the oldest changes; the backlog left."""
+        self.tasks.fold(items_max)
+        if not self.tasks.dirty:
+            for part in (self.tenants, self.schedules, self.requests):
+                part.fold()
+        return self.backlog()
 
     def hexdigest(self) -> str:
         self.fold()

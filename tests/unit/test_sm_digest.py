@@ -196,17 +196,47 @@ def test_task_hash_depends_on_every_replicated_field() -> None:
     assert d.sm._full_digest() != before      # but the reference sees it (the tests' net)
 
 
-def test_a_batch_that_changed_many_tasks_is_folded_at_its_end(monkeypatch) -> None:
+def _submits(prefix: str, n: int) -> list:
+    return [c.SubmitTask(request_id=f"{prefix}{i}", now_ms=T0, task_id=f"{prefix}{i}",
+                         tenant="t", task_type="x") for i in range(n)]
+
+
+def test_a_batch_folds_the_oldest_changes_beyond_the_window(monkeypatch) -> None:
     from tsched.statemachine import machine
     monkeypatch.setattr(machine, "DIGEST_DIRTY_MAX", 3)
     sm = StateMachine()
-    small = [c.SubmitTask(request_id=f"a{i}", now_ms=T0, task_id=f"a{i}", tenant="t",
-                          task_type="x") for i in range(2)]
-    sm.apply_batch(small)
-    assert len(sm._digest.tasks.dirty) == 2          # below the bound: left for digest()
-    sm.apply_batch([c.SubmitTask(request_id=f"b{i}", now_ms=T0, task_id=f"b{i}",
-                                 tenant="t", task_type="x") for i in range(2)])
-    assert not sm._digest.tasks.dirty                  # 4 >= 3: folded with the batch
+    sm.apply_batch(_submits("a", 2))
+    assert list(sm._digest.tasks.dirty) == ["a0", "a1"]     # within the window: left
+    sm.apply_batch(_submits("b", 2))
+    assert list(sm._digest.tasks.dirty) == ["a1", "b0", "b1"]   # the oldest one folded
+    assert sm.digest() == sm._full_digest()
+    assert not sm._digest.tasks.dirty
+
+
+def test_a_task_changed_again_moves_to_the_back_and_is_hashed_once(monkeypatch) -> None:
+    from tsched.statemachine import digest as digest_mod, machine
+    monkeypatch.setattr(machine, "DIGEST_DIRTY_MAX", 2)
+    sm = StateMachine()
+    hashed = []
+    sm._digest.tasks.hash_of = lambda t: hashed.append(t.task_id) or digest_mod.task_hash(t)
+    sm.apply_batch(_submits("a", 2))
+    sm.apply_batch([c.Cancel(request_id="x", now_ms=T0, task_id="a0")])   # a0 again
+    assert list(sm._digest.tasks.dirty) == ["a1", "a0"]
+    sm.apply_batch(_submits("b", 1))
+    assert hashed == ["a1"]                     # the oldest change, not the task that moved
+    assert sm.digest() == sm._full_digest()
+    assert sorted(hashed) == ["a0", "a1", "b0"]  # each hashed once
+
+
+def test_the_digest_can_be_brought_up_to_date_in_slices() -> None:
+    sm = StateMachine()
+    sm.apply_batch(_submits("a", 10))
+    assert sm.fold_digest(4) == sm._digest.backlog() > 0
+    left = sm.fold_digest(4)
+    assert left == sm._digest.backlog()
+    while sm.fold_digest(4):
+        pass
+    assert sm._digest.backlog() == 0
     assert sm.digest() == sm._full_digest()
 
 
