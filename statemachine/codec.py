@@ -20,6 +20,9 @@ canonical record per task and request, hashed on load) are still read.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import operator
+from itertools import islice
 
 import msgpack
 
@@ -68,16 +71,47 @@ def _plain(value):
     return value
 
 
+# Batch format 2: [2, [tag, value, ...], ...], the values in the command's field order
+# (`dataclasses.fields`), a RetryPolicy as its record (`retry_record`), a TaskTemplate as a
+# field map. Format 1, still read: [[tag, {field: value}], ...]. Positions instead of
+# names halve an entry and let decoding set slots directly instead of calling __init__
+# with keywords (a 500-submit batch decoded in about 40% of the time).
+BATCH_FORMAT = 2
+_GETTERS = {cls: operator.attrgetter(*_FIELDS[cls]) for cls in c.COMMAND_TYPES}
+_SPECIAL = ("retry", "template", "task_types")   # fields whose values are converted
+_SPECIAL_AT = {cls: tuple((i + 1, n) for i, n in enumerate(_FIELDS[cls]) if n in _SPECIAL)
+               for cls in c.COMMAND_TYPES}
+
+
 def encode_batch(cmds: list[c.Command]) -> bytes:
     if len(cmds) > BATCH_COMMANDS_MAX:
         raise ValueError(f"a batch holds at most {BATCH_COMMANDS_MAX} commands")
-    out = []
+    out: list = [BATCH_FORMAT]
     for cmd in cmds:
         cls = type(cmd)
-        if cls not in _FIELDS:
+        getter = _GETTERS.get(cls)
+        if getter is None:
             raise TypeError(f"not a command: {cls.__name__}")
-        out.append([cls.__name__, {n: _plain(getattr(cmd, n)) for n in _FIELDS[cls]}])
+        item = [cls.__name__, *getter(cmd)]
+        for i, name in _SPECIAL_AT[cls]:
+            value = item[i]
+            if name == "retry":
+                _need(value, c.RetryPolicy, name)
+                item[i] = retry_record(value)
+            elif name == "template":
+                _need(value, c.TaskTemplate, name)
+                _need(value.retry, c.RetryPolicy, "template.retry")
+                item[i] = _plain(value)
+            else:
+                item[i] = _plain(value)
+        out.append(item)
     return msgpack.packb(out, use_bin_type=True)
+
+
+def _need(value, kind: type, name: str) -> None:
+    """Refuse at encoding what decoding would refuse: such an entry must not reach a log."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}, not {type(value).__name__}")
 
 
 def _retry(value) -> c.RetryPolicy:
@@ -162,9 +196,74 @@ def decode_batch(blob: bytes) -> list[c.Command]:
         raise DecodeError(f"not msgpack: {exc.__class__.__name__}") from None
     if not isinstance(items, list):
         raise DecodeError("a batch is a list")
+    if items and type(items[0]) is int:
+        if items[0] != BATCH_FORMAT:
+            raise DecodeError(f"unknown batch format {items[0]}")
+        if len(items) - 1 > BATCH_COMMANDS_MAX:
+            raise DecodeError(f"a batch holds at most {BATCH_COMMANDS_MAX} commands")
+        return [_positional(item) for item in islice(items, 1, None)]
     if len(items) > BATCH_COMMANDS_MAX:
         raise DecodeError(f"a batch holds at most {BATCH_COMMANDS_MAX} commands")
     return [_command(item) for item in items]
+
+
+def _maker(cls):
+    """A function that builds a `cls` from a format 2 item (its values after the tag) by
+    setting its slots, as the dataclass __init__ would (no command has __post_init__)."""
+    names = _FIELDS[cls]
+    setters = {f"_set{i}": inspect.getattr_static(cls, n).__set__ for i, n in enumerate(names)}
+    body = "".join(f"    _set{i}(o, item[{i + 1}])\n" for i in range(len(names)))
+    src = f"def make(item):\n    o = _new(_cls)\n{body}    return o\n"
+    scope = {"_new": object.__new__, "_cls": cls, **setters}
+    exec(src, scope)   # noqa: S102 - generated from the dataclass's own field names
+    return scope["make"]
+
+
+assert not any(hasattr(cls, "__post_init__") for cls in c.COMMAND_TYPES)
+_MAKERS = {cls.__name__: (cls, len(_FIELDS[cls]) + 1, _maker(cls)) for cls in c.COMMAND_TYPES}
+
+
+def _positional(item) -> c.Command:
+    if not isinstance(item, list) or not item:
+        raise DecodeError("a command is [type, value, ...]")
+    tag = item[0]
+    found = _MAKERS.get(tag) if isinstance(tag, str) else None
+    if found is None:
+        raise DecodeError(f"unknown command type {tag!r}")
+    cls, size, make = found
+    if len(item) != size:
+        raise DecodeError(f"{tag} has {size - 1} fields, not {len(item) - 1}")
+    for i, name in _SPECIAL_AT[cls]:
+        value = item[i]
+        if name == "retry":
+            item[i] = _retry_positional(value)
+        elif name == "template":
+            item[i] = _template(value)
+        elif isinstance(value, list):   # task_types
+            item[i] = tuple(value)
+    cmd = make(item)
+    if cls is c.SubmitTask:
+        object.__setattr__(cmd, "timeout_ms", _shared_timeout(cmd.timeout_ms))
+    return cmd
+
+
+_retry_by_record: dict[tuple, c.RetryPolicy] = {}
+
+
+def _retry_positional(value) -> c.RetryPolicy:
+    if not isinstance(value, list) or len(value) != len(_RETRY_FIELDS):
+        raise DecodeError("retry must be [backoff, base_ms, max_ms, multiplier_milli, "
+                          "jitter_permille]")
+    for v in value:   # only exact ints and strs share a policy (1, 1.0 and True are equal)
+        if type(v) is not int and type(v) is not str:
+            return c.RetryPolicy(**dict(zip(_RETRY_FIELDS, value)))
+    key = tuple(value)
+    policy = _retry_by_record.get(key)
+    if policy is None:
+        if len(_retry_by_record) >= _RETRY_CACHED_MAX:
+            _retry_by_record.clear()
+        policy = _retry_by_record[key] = c.RetryPolicy(**dict(zip(_RETRY_FIELDS, value)))
+    return policy
 
 
 # --- records (snapshot parts) --------------------------------------------------------------------

@@ -171,3 +171,48 @@ def test_restore_rejects_junk() -> None:
         StateMachine.restore(b"nope")
     with pytest.raises(DecodeError):
         StateMachine.restore(msgpack.packb({"v": 99}))
+
+
+def _format1(cmds) -> bytes:
+    """A batch as format 1 wrote it: [[tag, {field: value}], ...]."""
+    import dataclasses
+
+    def plain(v):
+        if isinstance(v, (c.RetryPolicy, c.TaskTemplate)):
+            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        return list(v) if isinstance(v, tuple) else v
+    return msgpack.packb([[type(cmd).__name__, {f.name: plain(getattr(cmd, f.name))
+                                                for f in dataclasses.fields(cmd)}]
+                          for cmd in cmds], use_bin_type=True)
+
+
+def test_batches_written_in_format_1_still_decode() -> None:
+    assert codec.decode_batch(_format1(EXAMPLES)) == EXAMPLES
+
+
+def test_format_2_is_positional_and_smaller() -> None:
+    blob = codec.encode_batch(EXAMPLES)
+    items = msgpack.unpackb(blob)
+    assert items[0] == codec.BATCH_FORMAT
+    assert items[1][0] == "SubmitTask" and items[1][1] == "r1"
+    assert len(blob) < len(_format1(EXAMPLES)) * 0.7
+
+
+@pytest.mark.parametrize("items", [
+    [3], [2, 5], [2, []], [2, ["Nope", "r", 1]], [2, ["Tick", "r"]], [2, ["Tick", "r", 1, 2]],
+    [2, ["SubmitTask", "r", 1, "t", "a", "x", "null", 5, None, 1, 3, ["fixed", 1], None]],
+    [2, ["SubmitTask", "r", 1, "t", "a", "x", "null", 5, None, 1, 3, {"backoff": "x"}, None]],
+])
+def test_format_2_junk_is_a_decode_error(items) -> None:
+    with pytest.raises(DecodeError):
+        codec.decode_batch(msgpack.packb(items))
+
+
+def test_retry_policies_are_shared_only_between_exactly_equal_records() -> None:
+    def submit(rid: str, retry: list) -> list:
+        return ["SubmitTask", rid, 1, "t", "a", "x", "null", 5, None, 1, 3, retry, None]
+    a, b, d = codec.decode_batch(msgpack.packb([2, submit("r1", ["fixed", 1, 1, 1, 1]),
+                                                submit("r2", ["fixed", 1, 1, 1, 1]),
+                                                submit("r3", ["fixed", True, 1, 1, 1])]))
+    assert a.retry is b.retry
+    assert type(d.retry.base_ms) is bool    # equal to 1, but not the same value
