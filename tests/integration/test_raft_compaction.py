@@ -7,9 +7,8 @@ import dataclasses
 
 import pytest
 
-from tests.integration.test_raft_support import (FAST, cluster_spec, leader_of, propose_sync,
-                                                 submit, wait_until)
-from tsched.node.raft import Replica
+from tests.integration.test_raft_support import (FAST, leader_of, propose_sync, real_replica,
+                                                 running_trio, submit, wait_until)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -17,21 +16,9 @@ MIN_BYTES = 64 * 1024
 OPTIONS = dataclasses.replace(FAST, compaction_min_bytes=MIN_BYTES)
 
 
-def replica(spec) -> Replica:
-    return Replica(self_id=spec["id"], self_raft=spec["raft"], peers=spec["peers"],
-                   data_dir=spec["data_dir"], options=OPTIONS)
-
-
 @pytest.fixture
 def trio(tmp_path):
-    specs = cluster_spec(tmp_path)
-    box = {"specs": specs, "replicas": [replica(s) for s in specs]}
-    for r in box["replicas"]:
-        r.start()
-    yield box
-    for r in box["replicas"]:
-        if r is not None:
-            r.stop()
+    yield from running_trio(tmp_path, OPTIONS)
 
 
 def test_replicas_compact_by_log_bytes_and_restart_from_the_snapshot(trio):
@@ -50,7 +37,7 @@ def test_replicas_compact_by_log_bytes_and_restart_from_the_snapshot(trio):
     assert replicas[i]._journal[0][1] > 2     # the log alone no longer holds the first tasks
     seq = replicas[i].applied_seq
     replicas[i].stop()
-    replicas[i] = replica(trio["specs"][i])
+    replicas[i] = real_replica(trio["specs"][i], OPTIONS)
     replicas[i].start()
     wait_until(lambda: replicas[i].applied_seq >= seq, 20, "the restarted replica caught up")
     with replicas[i].read() as sm:

@@ -5,28 +5,16 @@ import asyncio
 
 import pytest
 
-from tests.integration.test_raft_support import FAST, cluster_spec, leader_of, submit, wait_until
+from tests.integration.test_raft_support import (leader_of, real_replica, running_trio, submit,
+                                                 wait_until)
 from tsched.node.proposer import Proposer
-from tsched.node.raft import Replica
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def real_replica(spec) -> Replica:
-    return Replica(self_id=spec["id"], self_raft=spec["raft"], peers=spec["peers"],
-                   data_dir=spec["data_dir"], options=FAST)     # machine: the real one
-
-
 @pytest.fixture
 def trio(tmp_path):
-    specs = cluster_spec(tmp_path)
-    box = {"specs": specs, "replicas": [real_replica(s) for s in specs]}
-    for r in box["replicas"]:
-        r.start()
-    yield box
-    for r in box["replicas"]:
-        if r is not None:
-            r.stop()
+    yield from running_trio(tmp_path)
 
 
 def has_tasks(replica, ids) -> bool:

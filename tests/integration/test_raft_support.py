@@ -103,6 +103,25 @@ def cluster_spec(root: Path, n: int = 3) -> list[dict]:
              "peers": {p: a for p, a in addrs.items() if p != nid}} for nid in ids]
 
 
+def real_replica(spec: dict, options: RaftOptions = FAST) -> Replica:
+    """A replica with the real state machine (make_replica's default is a small test one)."""
+    return Replica(self_id=spec["id"], self_raft=spec["raft"], peers=spec["peers"],
+                   data_dir=spec["data_dir"], options=options)
+
+
+def running_trio(tmp_path: Path, options: RaftOptions = FAST):
+    """Generator for a fixture: three started real replicas, stopped afterwards
+    ({"specs", "replicas"}; a test may replace a replica, or set it to None once stopped)."""
+    specs = cluster_spec(tmp_path)
+    box = {"specs": specs, "replicas": [real_replica(s, options) for s in specs]}
+    for r in box["replicas"]:
+        r.start()
+    yield box
+    for r in box["replicas"]:
+        if r is not None:
+            r.stop()
+
+
 def make_replica(spec: dict, options: RaftOptions = FAST, failpoints: Failpoints | None = None,
                  kit: MachineKit | None = None) -> Replica:
     return Replica(self_id=spec["id"], self_raft=spec["raft"], peers=spec["peers"],
