@@ -391,8 +391,8 @@ def _task_chunk(tasks: list[Task]) -> list:
 
 def _tasks_of_chunk(chunk, cache: dict, intern) -> list[Task]:
     """The Tasks of one format 3 chunk, slot by slot (a restore builds a million). It
-    repeats `task_from`'s slot assignments on purpose: a call per task, or per-row index
-    lookups through a helper, cost about a third of a 1M-task restore."""
+    repeats `task_from`'s slot assignments on purpose, with the chunk's tables looked up in
+    place: calling a helper per task would add a million calls to a 1M-task restore."""
     try:
         strs, retry_records, rows = chunk
         strs = [intern(_STATES.get(v, v)) if type(v) is str else _bad(v) for v in strs]
