@@ -50,10 +50,12 @@ def main() -> int:
         out = tempfile.mkdtemp(prefix=f"tsched-faults-{seed}-")
         s = run_seed(seed, args.duration_s, args.nodes, out)
         summaries.append(s)
+        keep = args.keep or not s["valid"]   # an invalid run keeps its evidence
         report.note(f"seed {seed}: {s['ops']} operations, faults {s['nemesis']}, "
                     f"checks {s['checks']}, valid={s['valid']}, unavailable "
-                    f"{s['unavailability']}" + (f"; history in {out}" if args.keep else ""))
-        if not args.keep:
+                    f"{s['unavailability']}" + (f"; history and violations in {out}"
+                                                if keep else ""))
+        if not keep:
             subprocess.run(["rm", "-rf", out], check=False)
     # Totals over every seed (one value each): a single violation anywhere counts.
     report.figure("lost_acknowledged_tasks",
