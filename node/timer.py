@@ -19,6 +19,11 @@ from .errors import ApiError
 log = logging.getLogger("tsched.node.timer")
 
 FOLLOWER_RECHECK_S = 0.25   # while not the ready leader: how often to look again
+# The longest the leader's timer sleeps. Its delays are computed from the wall clock, and
+# the sleep runs on the monotonic one: after a step of the wall clock (NTP, an operator) it
+# must look again soon, or a due fire waits out a delay computed on the old time (a leader
+# whose clock was 20 s behind slept 20 s past its heal in the fault harness).
+SLEEP_S_MAX = 1.0
 FIRES_PER_ROUND_MAX = 100
 # Fires are proposed this long before their time: the occurrence's task (run_at = the fire
 # time) then exists when the fire time comes, so a waiting worker gets it after one Raft
@@ -113,7 +118,7 @@ class LeaderTimer:
         future = [t for t in (tick_ms, fire_ms, due_ms) if t is not None and t > now]
         if not future:
             return None
-        return (min(future) - now) / 1000
+        return min((min(future) - now) / 1000, SLEEP_S_MAX)
 
     async def _fire(self, now: int) -> bool:
         with self.node.replica.read() as sm:

@@ -201,3 +201,31 @@ async def test_times_at_the_edge_of_the_range_are_not_errors(api: Api, sid):
     assert s["next_fire_at"] is None
     s = await put(api, sid, end_at="2001-01-01T00:00:00Z")     # over: never fires again
     assert s["next_fire_at"] is None
+
+
+async def test_a_fire_made_due_by_a_wall_clock_step_is_not_slept_through(api: Api, sid):
+    """The leader's clock runs 20 s behind, so the next fire of a 10-second schedule is
+    9 s away by its clock; the clock is then corrected, and that fire, already 11 s past
+    in real time, must come within the timer's bounded sleep, not after 9 s."""
+    import asyncio
+    import time
+    clock = api.node.clock
+    real = clock.now_ms() - clock.offset_ms
+    clock.offset_ms = -20_000 - (real - 20_000) % 10_000 + 1_000   # its now ends in x1.000 s
+    try:
+        s = await put(api, sid, cron="*/10 * * * * *")
+        while api.node.timer._changed.is_set():      # the timer has planned its sleep
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        clock.offset_ms = 0
+        deadline = time.monotonic() + 5
+        while True:
+            status, got = await api.call("GET", f"/v1/tasks?schedule_id={sid}")
+            assert status == 200, got
+            if got["tasks"]:
+                break
+            assert time.monotonic() < deadline, "the fire waited out a sleep planned on the old clock"
+            await asyncio.sleep(0.05)   # polling interval of the wait above
+        assert s["next_fire_at"] in {t["run_at"] for t in got["tasks"]}
+    finally:
+        clock.offset_ms = 0
