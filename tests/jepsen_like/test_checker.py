@@ -239,6 +239,17 @@ def test_missing_and_duplicate_fires():
     assert report["violations"]["missed_fires"][0]["fire_ms"] == T0_MS + 4000
 
 
+def test_a_fire_owed_only_after_a_lagging_clock_recovers_is_not_missed_at_a_stop():
+    """The leader's clock ran behind from 5 s to 7 s and the schedule stopped before its
+    window (and grace) ended: the fire at 6 s was not due by the leader's clock yet."""
+    fires = [s * 1000 for s in range(1, 11) if s != 6]
+    h, final = schedule_run(fires, faults=[("clock", 5.0, 7.0)])
+    report = check(h.entries, final)
+    assert report["valid"], report["violations"]
+    h, final = schedule_run(fires, faults=[("partition", 5.0, 7.0)])
+    assert flagged(check(h.entries, final)) == {"missed_fires": 1}   # only a clock excuses
+
+
 def test_late_start_counts_only_outside_faults():
     fires = [s * 1000 for s in range(1, 11)]
     late = lambda off: 9000 if off == 2000 else 100      # noqa: E731
