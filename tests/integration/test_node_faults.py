@@ -150,11 +150,7 @@ def test_kill_all_nodes_then_restart_keeps_every_acknowledged_task(fresh_cluster
         load.wait_acks(60)
         for i in c.ids:
             c.kill(i)
-    acked = list(load.acked)
-    c.start()
-    leader = c.wait_leader()
-    assert_all_present(c, leader, acked)
-    wait_equal_digests(c)
+    restart_and_check(c, list(load.acked))
 
 
 def test_kill_all_nodes_after_log_compaction_keeps_every_acknowledged_task(tmp_path):
@@ -173,11 +169,15 @@ def test_kill_all_nodes_after_log_compaction_keeps_every_acknowledged_task(tmp_p
             load.wait_acks(len(load.acked) + 20)     # a log tail past the snapshot
             for i in c.ids:
                 c.kill(i)
-        acked = list(load.acked)
-        c.start()
-        leader = c.wait_leader()
-        assert_all_present(c, leader, acked)
-        wait_equal_digests(c)
+        restart_and_check(c, list(load.acked))
+
+
+def restart_and_check(c: Cluster, acked: list) -> None:
+    """Start every node again: all acknowledged tasks are there and the digests agree."""
+    c.start()
+    leader = c.wait_leader()
+    assert_all_present(c, leader, acked)
+    wait_equal_digests(c)
 
 
 def test_transfer_leadership_and_a_clean_stop(fresh_cluster: Cluster):
