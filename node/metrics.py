@@ -469,6 +469,23 @@ def _raft_families(replica) -> Iterable:
     written = getattr(replica, "snapshots_written", None)
     if written is not None:
         yield CounterMetricFamily("tsched_raft_snapshots", "Snapshots written", value=written)
+    stats = getattr(replica, "replication", None)
+    if stats is not None:
+        yield from _replication_families(stats)
+
+
+def _replication_families(stats) -> Iterable:
+    """Replication waste (node/replication.py): all zero in normal operation."""
+    for name, doc, value in (
+            ("resent_entries", "Log entries the leader sent again to a peer", stats.resent_entries),
+            ("stale_acks", "Success replies that would have moved a peer's next index back",
+             stats.stale_acks),
+            ("held_entries", "Entries received that this follower already held (kept)",
+             stats.held_entries),
+            ("truncations", "Times this follower cut its log back on a term conflict",
+             stats.truncations),
+            ("truncated_entries", "Log entries removed on term conflicts", stats.truncated_entries)):
+        yield CounterMetricFamily(f"tsched_raft_{name}", doc, value=value)
 
 
 def _queue_families(view: QueueView) -> Iterable:

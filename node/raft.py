@@ -45,6 +45,7 @@ from . import journal as journal_mod
 from .failpoints import NONE as NO_FAILPOINTS
 from .failpoints import Failpoints
 from .gcpolicy import GcPolicy
+from .replication import ReplicationStats, WastelessAppendEntries
 
 log = logging.getLogger(__name__)
 
@@ -222,8 +223,9 @@ def _bound(conn: TcpConnection, limit: int) -> None:
 
 class _GuardedTransport(TCPTransport):
     def __init__(self, syncObj, selfNode, otherNodes, *, journal, failpoints: Failpoints,
-                 message_bytes_max: int):
+                 message_bytes_max: int, replication: ReplicationStats):
         self._journal = journal
+        self._replication = replication
         self._failpoints = failpoints
         self._message_bytes_max = message_bytes_max
         super().__init__(syncObj, selfNode, otherNodes)
@@ -260,6 +262,8 @@ class _GuardedTransport(TCPTransport):
         kind = message.get("type") if isinstance(message, dict) else None
         if kind in DURABLE_BEFORE_SEND and not self._failpoints.on("skip_sync_before_send"):
             self._journal.sync()
+        if kind == "append_entries":
+            self._replication.on_sent(node, message.get("entries"))
         sent = super().send(node, message)
         if kind == "next_node_idx" and sent and self._failpoints.on("crash_after_ack"):
             self._maybe_crash_after_ack(message)
@@ -304,9 +308,10 @@ class _Waker:
 
 # --- the replicated object ---------------------------------------------------------------
 
-class _RaftObject(SyncObj):
+class _RaftObject(WastelessAppendEntries, SyncObj):
     def __init__(self, replica: "Replica", self_node, peers, conf, transport_class):
         self._replica = replica
+        self.replication = replica.replication
         # The tick thread starts inside SyncObj.__init__ and may call back at once.
         replica._obj = self
         super().__init__(self_node, peers, conf, nodeClass=_DialNode,
@@ -418,6 +423,7 @@ class Replica:
         self._journal: journal_mod.LmdbJournal | None = None
         self.snapshot_stalls_ms: list[float] = []
         self.snapshots_written = 0
+        self.replication = ReplicationStats()
 
     @classmethod
     def from_config(cls, cluster, node_id: str, failpoints: Failpoints | None = None,
@@ -462,7 +468,8 @@ class Replica:
         journal_mod.prepare(str(self.journal_path), self._journal)
         transport = functools.partial(_GuardedTransport, journal=self._journal,
                                       failpoints=self.failpoints,
-                                      message_bytes_max=self.options.message_bytes_max)
+                                      message_bytes_max=self.options.message_bytes_max,
+                                      replication=self.replication)
         peers = [_DialNode(addr, self.dial_overrides.get(addr)) for addr in self.peers.values()]
         self_node = _DialNode(self.self_raft)
         self._obj = _RaftObject(self, self_node, peers, self._conf(), transport)
@@ -660,6 +667,7 @@ class Replica:
 
     def _on_state_changed(self, old, new) -> None:
         if new == 2:
+            self.replication.on_leadership()
             self._propose_barrier(self._obj.raftCurrentTerm)
 
     def _propose_barrier(self, term: int) -> None:
