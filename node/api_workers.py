@@ -20,8 +20,19 @@ async def claim(request: web.Request) -> web.Response:
     raw = await request.read()
     body = await json_body(request)
     params = validate.claim(body)
-    tasks, seq = await claims.claim(node, request, params, tenant_scope(request), raw)
-    return respond({"tasks": tasks}, seq)
+    items = params.pop("completions")
+    done = None
+    if items is not None:
+        # Built here even when forwarded (the leader builds its own from the body): the
+        # same checks, and `done.results` is where the answer's per-item results land.
+        cmds = [_completion_cmd(request, it, request_id(request, f"#c{i}"))
+                for i, it in enumerate(items)]
+        done = claims.Completions(cmds, results=None if cmds else [])
+    tasks, seq = await claims.claim(node, request, params, tenant_scope(request), raw, done)
+    out = {"tasks": tasks}
+    if done is not None:
+        out["completions"] = done.results
+    return respond(out, seq)
 
 
 def _heartbeat_cmd(request, item: dict, rid: str) -> c.Heartbeat:
@@ -111,8 +122,4 @@ async def _batch(request: web.Request, key: str, parse, build) -> web.Response:
     cmds = [build(request, parse(it, f"{key}[{i}]"), request_id(request, f"#{i}"))
             for i, it in enumerate(items)]
     answers, seq = await propose(node, cmds)
-    return respond({"results": [_item(a) for a in answers]}, seq)
-
-
-def _item(answer) -> dict:
-    return answer.body() if isinstance(answer, ApiError) else answer
+    return respond({"results": [claims.render_item(a) for a in answers]}, seq)

@@ -53,6 +53,16 @@ class NotLeader(Exception):
 
 
 @dataclass(eq=False)
+class Completions:
+    """The completions a claim carries (DESIGN.md section 7): proposed in the same batch
+    as the waiter's first Claim, before it (or alone, when nothing is claimable yet), so a
+    worker finishing a batch and asking for the next costs one round trip and one entry."""
+
+    cmds: list                       # Complete / Fail commands, in request order
+    results: list | None = None      # one rendered task or error object per command
+
+
+@dataclass(eq=False)
 class Waiter:
     params: dict            # validate.claim() output
     tenant: str | None
@@ -63,6 +73,8 @@ class Waiter:
     abandoned: bool = False  # leadership went while its Claim was in flight
     blocked: bool = False   # its last Claim came back empty: wait for new work first
     id: int = 0
+    completions: Completions | None = None   # not yet proposed while `.results` is None
+    carried: int = 0        # completion commands proposed ahead of its Claim in flight
 
 
 class _WaiterTable(dict):
@@ -182,17 +194,21 @@ class ClaimHub:
         return sorted(groups, key=lambda g: (g[0], g[1] or "", g[2]))
 
     # -- a waiting request --
-    async def wait(self, params: dict, tenant: str | None, is_gone: Callable[[], bool]
-                   ) -> tuple[list[dict], int | None]:
+    async def wait(self, params: dict, tenant: str | None, is_gone: Callable[[], bool],
+                   completions: Completions | None = None) -> tuple[list[dict], int | None]:
+        """(claimed tasks, applied seq); `completions.results` is set before it returns."""
         if len(self._waiters) >= WAITERS_MAX:
             raise ApiError("unavailable", f"too many waiting claims (limit {WAITERS_MAX})",
                            {"limit": WAITERS_MAX})
         self._waiters.check_share(params["worker_id"], tenant)
         loop = asyncio.get_running_loop()
-        w = Waiter(params, tenant, is_gone, loop.create_future(), id=next(self._ids))
+        w = Waiter(params, tenant, is_gone, loop.create_future(), id=next(self._ids),
+                   completions=completions if completions and completions.cmds else None)
         self._waiters[w.id] = w
         try:
             await self._dispatch([w])  # claimable now: a Claim is on its way even if wait_s is 0
+            if _uncarried(w):          # no Claim went with them: they go alone, now
+                await self._complete_alone(w.completions)
             if self.node.timer is not None:  # its task types may fall due later: re-arm
                 self.node.timer.state_changed()
             # asyncio.wait, not wait_for: in Python 3.11 wait_for can raise TimeoutError for
@@ -250,21 +266,33 @@ class ClaimHub:
         if not ready:
             return
         now = self.node.clock.now_ms()
-        cmds = [c.Claim(request_id=_new_id(), now_ms=now, worker_id=w.params["worker_id"],
-                        task_types=w.params["task_types"], max_tasks=w.params["max_tasks"],
-                        lease_ms=w.params["lease_ms"], prefetch_ms=w.params["prefetch_ms"],
-                        tenant=w.tenant) for w in ready]
+        cmds = []
         for w in ready:
+            if _uncarried(w):
+                w.carried = len(w.completions.cmds)
+                cmds += w.completions.cmds
+            cmds.append(c.Claim(request_id=_new_id(), now_ms=now, worker_id=w.params["worker_id"],
+                                task_types=w.params["task_types"], max_tasks=w.params["max_tasks"],
+                                lease_ms=w.params["lease_ms"], prefetch_ms=w.params["prefetch_ms"],
+                                tenant=w.tenant))
             w.busy = True
-        self.stats.proposed += len(cmds)
+        self.stats.proposed += len(ready)
         asyncio.get_running_loop().create_task(self._commit(ready, cmds))
 
+    async def _complete_alone(self, completions: Completions) -> None:
+        completions.results = []         # taken: no Claim carries them any more
+        answers, _ = await _propose_all(self.node, completions.cmds)
+        completions.results = [render_item(a) for a in answers]
+
     async def _commit(self, ready: list[Waiter], cmds: list) -> None:
-        from .api_common import propose
-        try:
-            answers, seq = await propose(self.node, cmds)
-        except ApiError as e:
-            answers, seq = [e] * len(cmds), None
+        all_answers, seq = await _propose_all(self.node, cmds)
+        answers, pos = [], 0
+        for w in ready:       # each waiter's carried completions, then its Claim
+            if w.carried:
+                w.completions.results = [render_item(a) for a in all_answers[pos:pos + w.carried]]
+                pos, w.carried = pos + w.carried, 0
+            answers.append(all_answers[pos])
+            pos += 1
         releases = []
         for w, answer in zip(ready, answers):
             w.busy = False
@@ -303,6 +331,24 @@ class ClaimHub:
             self._fanout = {k: v for k, v in self._fanout.items() if k in live}
 
 
+def _uncarried(w: Waiter) -> bool:
+    return w.completions is not None and w.completions.results is None and not w.carried
+
+
+async def _propose_all(node, cmds: list) -> tuple[list, int | None]:
+    """One answer per command; a failed proposal answers each with its error."""
+    from .api_common import propose
+    try:
+        return await propose(node, cmds)
+    except ApiError as e:
+        return [e] * len(cmds), None
+
+
+def render_item(answer) -> dict:
+    """A batch item's answer: the rendered task, or the error object."""
+    return answer.body() if isinstance(answer, ApiError) else answer
+
+
 def _kind(w: Waiter) -> tuple:
     return (w.params["task_types"], w.tenant, w.params["prefetch_ms"])
 
@@ -330,9 +376,20 @@ async def release(node, tasks: list[tuple[str, int]]) -> None:
 
 # --- the request, on any node -------------------------------------------------------------
 
-async def claim(node, request, params: dict, tenant: str | None, body: bytes
-                ) -> tuple[list[dict], int]:
-    """Claim at the leader, wherever that is, within params['wait_s']."""
+async def claim(node, request, params: dict, tenant: str | None, body: bytes,
+                completions: Completions | None = None) -> tuple[list[dict], int]:
+    """Claim at the leader, wherever that is, within params['wait_s']. `completions` (the
+    request's, if any) get their `results` set, or the claim fails with `timeout`."""
+    tasks, seq = await _claim(node, request, params, tenant, body, completions)
+    if completions is not None and completions.results is None:
+        # Forwarded, but no leader answered: they may or may not have been applied.
+        raise ApiError("timeout", "the completions were not answered in time",
+                       {"outcome": "unknown"})
+    return tasks, seq
+
+
+async def _claim(node, request, params: dict, tenant: str | None, body: bytes,
+                 completions: Completions | None) -> tuple[list[dict], int]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params["wait_s"]
     forwarded = bool(request.headers.get("X-Tsched-Forwarded"))
@@ -348,7 +405,7 @@ async def claim(node, request, params: dict, tenant: str | None, body: bytes
             leader_seen = True
             try:
                 tasks, seq = await node.claims.wait(dict(params, wait_s=remaining), tenant,
-                                                    is_gone)
+                                                    is_gone, completions)
                 return tasks, seq if seq is not None else replica.applied_seq
             except NotLeader:
                 if forwarded:
@@ -360,7 +417,7 @@ async def claim(node, request, params: dict, tenant: str | None, body: bytes
         elif leader is not None and leader != node.node_id:
             leader_seen = True
             answer = await _unless_stopping(
-                node, _forward(node, leader, params, remaining, body, request))
+                node, _forward(node, leader, params, remaining, body, request, completions))
             if answer is not None:
                 return answer
         if loop.time() >= deadline:
@@ -385,10 +442,14 @@ async def _unless_stopping(node, coro):
     return work.result()
 
 
-async def _forward(node, leader: str, params: dict, remaining: float, body: bytes, request):
-    """The leader's answer as (tasks, seq); None if the leader could not serve it."""
+async def _forward(node, leader: str, params: dict, remaining: float, body: bytes, request,
+                   completions: Completions | None = None):
+    """The leader's answer as (tasks, seq); None if the leader could not serve it. The
+    leader's answers to the completions go to `completions.results`."""
     payload = orjson.loads(body) if body else {}
     payload["wait_s"] = round(remaining, 3)
+    if completions is not None and completions.results is not None:
+        payload.pop("completions", None)     # answered already (by this node, as leader)
     try:
         status, raw = await node.forwarder.send(
             node.config.node(leader).url, "POST", "/v1/claims", orjson.dumps(payload),
@@ -401,6 +462,8 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
     except orjson.JSONDecodeError:
         return None   # not an answer of ours: treat the leader as unreachable
     if status == 200:
+        if completions is not None and completions.results is None:
+            completions.results = data.get("completions") or []
         tasks = data.get("tasks", [])
         if tasks and (request.transport is None or request.transport.is_closing()):
             await release(node, [(t["task_id"], t["fencing_token"]) for t in tasks])

@@ -173,6 +173,10 @@ def _claim() -> Schema:
         "lease_s": {**number(1, v.LEASE_S_MAX), "default": 30},
         "prefetch_ms": {**integer(0, v.PREFETCH_MS_MAX), "default": 0,
                         "description": "early dispatch: tasks due within this horizon"},
+        "completions": {"type": "array", "items": _completion_item(), "maxItems": v.BATCH_MAX,
+                        "description": "as in POST /v1/completions: applied in the same "
+                                       "Raft entry, before the Claim; answered in order "
+                                       "in the answer's `completions`"},
     }, ("worker_id", "task_types"), closed=True)
 
 
@@ -417,6 +421,7 @@ def _task_paths() -> dict[str, Any]:
             params=[TASK_ID], errors=WRITE_ERRORS, tag="workers")},
         "/v1/claims": {"post": op(
             "Claim tasks", obj({"tasks": {"type": "array", "items": task},
+                                "completions": results,
                                 "applied_seq": APPLIED_SEQ}, ("tasks",)),
             body=ref("ClaimRequest"), errors=WRITE_ERRORS, tag="workers")},
         "/v1/completions": {"post": op(

@@ -258,9 +258,23 @@ def claim(body: Any) -> dict[str, Any]:
         "lease_ms": seconds_ms(f.get("lease_s"), "lease_s", 1, LEASE_S_MAX, 30_000),
         "prefetch_ms": integer(f.get("prefetch_ms"), "prefetch_ms", 0, PREFETCH_MS_MAX,
                                default=0),
+        "completions": claim_completions(f.get("completions")),
     }
     f.done()
     return out
+
+
+def claim_completions(items: Any) -> list[dict[str, Any]] | None:
+    """A claim's `completions` (those of `POST /v1/completions`); None when absent, and
+    an empty list allowed (a worker with nothing to report sends the same shape)."""
+    if items is None:
+        return None
+    if not isinstance(items, list):
+        raise invalid("completions must be a list", field="completions")
+    if len(items) > BATCH_MAX:
+        raise ApiError("too_large", f"at most {BATCH_MAX} completions per request",
+                       {"field": "completions", "limit": BATCH_MAX})
+    return [completion(it, f"completions[{i}]") for i, it in enumerate(items)]
 
 
 def fencing_token(value: Any) -> int:

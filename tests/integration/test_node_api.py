@@ -106,6 +106,22 @@ def test_worker_cycle_through_followers(cluster: Cluster):
     assert again["state"] == "completed"
 
 
+def test_a_claim_through_a_follower_carries_completions_to_the_leader(cluster: Cluster):
+    leader, f1, f2 = roles(cluster)
+    tt = unique("carry")
+    ok(cluster.call(f1, "POST", "/v1/tasks", {"tasks": [{"task_type": tt}] * 2}), 201)
+    (first,) = ok(cluster.call(f2, "POST", "/v1/claims", {"worker_id": "w", "task_types": [tt],
+                                                          "wait_s": 5}))["tasks"]
+    done = [{"task_id": first["task_id"], "fencing_token": first["fencing_token"], "result": 7}]
+    body = ok(cluster.call(f2, "POST", "/v1/claims", {"worker_id": "w", "task_types": [tt],
+                                                      "wait_s": 5, "completions": done}))
+    assert body["completions"][0]["state"] == "completed" and body["completions"][0]["result"] == 7
+    (second,) = body["tasks"]
+    assert second["task_id"] != first["task_id"]
+    got = ok(cluster.call(leader, "GET", f"/v1/tasks/{first['task_id']}?min_seq={body['applied_seq']}"))
+    assert got["state"] == "completed"
+
+
 def test_empty_long_poll_waits_its_time(cluster: Cluster):
     _, f1, _ = roles(cluster)
     start = time.monotonic()

@@ -299,3 +299,83 @@ async def test_failpoint_accept_stale_tokens_lets_a_stale_completion_through(api
     status, done = await api.call("POST", f"/v1/tasks/{t['task_id']}/complete",
                                   {"fencing_token": c["fencing_token"] - 1, "result": {}})
     assert status == 200 and done["state"] == "completed", done
+
+
+# --- a claim carrying the completions of the last batch -------------------------------------
+
+def _done(tasks, result=None):
+    return [{"task_id": t["task_id"], "fencing_token": t["fencing_token"], "result": result}
+            for t in tasks]
+
+
+async def test_a_claim_carries_the_last_batchs_completions_and_answers_both(api: Api, tt):
+    status, _ = await api.call("POST", "/v1/tasks", {"tasks": [{"task_type": tt}] * 4})
+    assert status == 201
+    first = await api.claim([tt], max_tasks=2)
+    proposed = api.node.proposer.entries_proposed
+    status, out = await api.call("POST", "/v1/claims", {
+        "worker_id": "w1", "task_types": [tt], "max_tasks": 2,
+        "completions": _done(first[:1], {"ok": 1}) + [
+            {"task_id": first[1]["task_id"], "fencing_token": first[1]["fencing_token"],
+             "error": "boom", "retryable": False}]})
+    assert status == 200, out
+    assert [r["state"] for r in out["completions"]] == ["completed", "dead_letter"]
+    assert out["completions"][0]["result"] == {"ok": 1}
+    assert len(out["tasks"]) == 2 and not {t["task_id"] for t in out["tasks"]} & {
+        t["task_id"] for t in first}
+    assert api.node.proposer.entries_proposed - proposed == 1   # one Raft entry for all
+
+
+async def test_completions_apply_before_the_claim_in_its_entry(api: Api, tt):
+    """A tenant at its running limit: the completion frees the slot the Claim then uses."""
+    tenant = "lim-" + tt
+    status, _ = await api.call("PUT", f"/v1/tenants/{tenant}", {"max_running": 1})
+    assert status == 200
+    for _ in range(2):
+        await api.submit(task_type=tt, tenant=tenant)
+    (held,) = await api.claim([tt], max_tasks=5)
+    assert await api.claim([tt], max_tasks=5) == []      # the tenant's one slot is taken
+    status, out = await api.call("POST", "/v1/claims", {
+        "worker_id": "w1", "task_types": [tt], "max_tasks": 5, "completions": _done([held])})
+    assert status == 200 and out["completions"][0]["state"] == "completed"
+    assert len(out["tasks"]) == 1 and out["tasks"][0]["task_id"] != held["task_id"]
+
+
+async def test_completions_are_answered_when_nothing_is_claimable(api: Api, tt):
+    await api.submit(task_type=tt)
+    (held,) = await api.claim([tt])
+    status, out = await api.call("POST", "/v1/claims", {
+        "worker_id": "w1", "task_types": [tt], "wait_s": 0.2,
+        "completions": _done([held]) + _done([held])})
+    assert status == 200 and out["tasks"] == []
+    assert out["completions"][0]["state"] == "completed"
+    assert out["completions"][1]["state"] == "completed"   # a repeat is answered, harmless
+    status, out = await api.call("POST", "/v1/claims", {
+        "worker_id": "w1", "task_types": [tt], "completions": [
+            {"task_id": held["task_id"], "fencing_token": held["fencing_token"] + 1, "result": 1}]})
+    assert status == 200 and out["completions"][0]["error"]["code"] == "stale_token"
+
+
+async def test_a_claim_without_completions_answers_as_before(api: Api, tt):
+    await api.submit(task_type=tt)
+    status, out = await api.call("POST", "/v1/claims", {"worker_id": "w1", "task_types": [tt]})
+    assert status == 200 and set(out) == {"tasks", "applied_seq"} and len(out["tasks"]) == 1
+    status, out = await api.call("POST", "/v1/claims", {"worker_id": "w1", "task_types": [tt],
+                                                        "completions": []})
+    assert status == 200 and out["completions"] == [] and out["tasks"] == []
+
+
+@pytest.mark.parametrize("completions, status, code", [
+    ({"task_id": "x"}, 400, "invalid_argument"),
+    ([{"task_id": "x"}], 400, "invalid_argument"),                       # no fencing_token
+    ([{"task_id": "x", "fencing_token": 1, "result": 1, "error": "e"}], 400, "invalid_argument"),
+    ([{"task_id": "x", "fencing_token": 1, "bogus": 1}], 400, "invalid_argument"),
+    ([{"task_id": "x", "fencing_token": 1}] * 1001, 413, "too_large"),
+])
+async def test_bad_completions_in_a_claim_are_refused_before_anything_applies(
+        api: Api, tt, completions, status, code):
+    await api.submit(task_type=tt)
+    got_status, body = await api.call("POST", "/v1/claims", {
+        "worker_id": "w1", "task_types": [tt], "completions": completions})
+    assert_error(got_status, body, status, code)
+    assert len(await api.claim([tt])) == 1          # the refused claim took nothing
