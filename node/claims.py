@@ -54,9 +54,10 @@ class NotLeader(Exception):
 
 @dataclass(eq=False)
 class Completions:
-    """The completions a claim carries (DESIGN.md section 7): proposed in the same batch
-    as the waiter's first Claim, before it (or alone, when nothing is claimable yet), so a
-    worker finishing a batch and asking for the next costs one round trip and one entry."""
+    """The completions a claim carries (DESIGN.md section 7): proposed at once, in the same
+    batch as the waiter's first Claim and before it (so the Claim sees what they freed),
+    so a worker finishing a batch and asking for the next costs one round trip and one
+    Raft entry."""
 
     cmds: list                       # Complete / Fail commands, in request order
     results: list | None = None      # one rendered task or error object per command
@@ -207,7 +208,7 @@ class ClaimHub:
         self._waiters[w.id] = w
         try:
             await self._dispatch([w])  # claimable now: a Claim is on its way even if wait_s is 0
-            if _uncarried(w):          # no Claim went with them: they go alone, now
+            if _uncarried(w):          # not the ready leader after all: they go alone
                 await self._complete_alone(w.completions)
             if self.node.timer is not None:  # its task types may fall due later: re-arm
                 self.node.timer.state_changed()
@@ -237,19 +238,25 @@ class ClaimHub:
                 log.exception("event=claim_dispatch_failed")
 
     def _ready(self, candidates) -> list[Waiter]:
-        """Idle waiters with claimable work, at most the kind's fan-out of each kind."""
+        """Idle waiters with claimable work, at most the kind's fan-out of each kind, and
+        those carrying completions not yet proposed."""
         kinds: dict[tuple, list[Waiter]] = {}
+        carriers = []    # their Claim goes with their completions, whatever is claimable
         for w in candidates:
-            if not w.busy and not w.blocked and not w.future.done():
+            if w.busy or w.future.done():
+                continue
+            if _uncarried(w):
+                carriers.append(w)
+            elif not w.blocked:
                 kinds.setdefault(_kind(w), []).append(w)
         if not kinds:
-            return []
+            return carriers
         in_flight: dict[tuple, int] = {}    # Claims of a kind not yet answered count too
         for w in self._waiters.values():
             if w.busy:
                 in_flight[_kind(w)] = in_flight.get(_kind(w), 0) + 1
         now = self.node.clock.now_ms()
-        ready = []
+        ready = carriers
         with self.node.replica.read() as sm:
             for kind, waiters in kinds.items():
                 types, tenant, prefetch_ms = kind
@@ -477,5 +484,7 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
 
 
 def _auth_headers(request) -> dict[str, str]:
-    auth = request.headers.get("Authorization")
-    return {"Authorization": auth} if auth else {}
+    """The caller's token, and its Idempotency-Key: the leader derives the request ids of
+    the carried completions from it, so a retried claim applies them at most once."""
+    return {k: request.headers[k] for k in ("Authorization", "Idempotency-Key")
+            if request.headers.get(k)}

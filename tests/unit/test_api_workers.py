@@ -342,6 +342,7 @@ async def test_completions_apply_before_the_claim_in_its_entry(api: Api, tt):
 
 
 async def test_completions_are_answered_when_nothing_is_claimable(api: Api, tt):
+    """The Claim that went with them came back empty: the waiter waits on (a long poll)."""
     await api.submit(task_type=tt)
     (held,) = await api.claim([tt])
     status, out = await api.call("POST", "/v1/claims", {
