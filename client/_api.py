@@ -83,6 +83,18 @@ class ApiCalls:
         return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
                               read_timeout_s=wait_s + CLAIM_SLACK_S), _key("tasks"))
 
+    def claim_and_complete(self, worker_id: str, task_types: list[str],
+                           completions: list[dict[str, Any]], max_tasks: int = 1,
+                           wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,
+                           key: str | None = None):
+        """A claim carrying completions (the items of `completions()`), applied before it
+        in one Raft entry: returns `{"tasks": [...], "completions": [result, ...]}`."""
+        body = {"worker_id": worker_id, "task_types": list(task_types), "max_tasks": max_tasks,
+                "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms,
+                "completions": completions}
+        return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
+                              read_timeout_s=wait_s + CLAIM_SLACK_S))
+
     def heartbeat(self, task_id: str, fencing_token: int, lease_s: float | None = None):
         body = {"fencing_token": fencing_token, "lease_s": lease_s}
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/heartbeat",

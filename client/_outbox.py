@@ -1,5 +1,7 @@
-"""Batched completions for the worker: every finished handler's outcome joins the next
-`POST /v1/completions`; while one batch is in flight the next one fills up."""
+"""Batched completions for the worker: every finished handler's outcome rides on the
+worker's next claim (`take`, then `answered` or `give_back`), or, when no claim takes it
+within `linger_s`, joins the next `POST /v1/completions`; while one batch is in flight the
+next one fills up."""
 from __future__ import annotations
 
 import asyncio
@@ -15,16 +17,24 @@ log = logging.getLogger("tsched.worker")
 
 BATCH_ITEMS_MAX = 100        # completions per request
 ATTEMPT_S_MIN = 1.0          # the shortest deadline of one try of a batch
+# How long finished outcomes wait for a claim to carry them before going on their own: a
+# worker with a full pipe claims every few milliseconds; an idle one has its claims long
+# polling and sends them at once after this.
+LINGER_S = 0.005
+
+Pending = tuple  # (completion item, future of its error code)
 
 
 class Outbox:
-    def __init__(self, client: AsyncClient, give_up_s: float) -> None:
+    def __init__(self, client: AsyncClient, give_up_s: float, linger_s: float = 0.0) -> None:
         self._client = client
+        self._linger_s = linger_s
         self._give_up_s = give_up_s   # an unanswered batch is repeated this long (one lease)
         # one try is short, so a node that hangs (a leader lost mid-commit) does not hold
         # up every later completion behind it
         self._attempt_s = max(ATTEMPT_S_MIN, give_up_s / 3)
         self._queue: list[tuple[dict, asyncio.Future]] = []
+        self._apart: list[tuple[dict, asyncio.Future]] = []   # never carried by a claim again
         self._ready = asyncio.Event()
 
     async def send(self, item: dict) -> str | None:
@@ -34,13 +44,36 @@ class Outbox:
         self._ready.set()
         return await fut
 
+    def take(self, limit: int) -> list[Pending]:
+        """Up to `limit` queued completions, for a claim to carry."""
+        taken = self._queue[:limit]
+        del self._queue[:limit]
+        return taken
+
+    @staticmethod
+    def answered(taken: list[Pending], answers: list) -> None:
+        for (_, fut), answer in zip(taken, answers):
+            if not fut.done():
+                fut.set_result(error_code_of(answer))
+
+    def give_back(self, taken: list[Pending]) -> None:
+        """Completions a claim took but got no answer for (or that made it refused): sent
+        again on their own, one by one if a batch is refused (a completion is fenced by
+        its token: a repeat is harmless)."""
+        if taken:
+            self._apart += taken
+            self._ready.set()
+
     async def run(self) -> None:
         while True:
             await self._ready.wait()
             self._ready.clear()
-            while self._queue:
-                batch = self._queue[:BATCH_ITEMS_MAX]
-                del self._queue[:BATCH_ITEMS_MAX]
+            if self._linger_s and self._queue and not self._apart:
+                await asyncio.sleep(self._linger_s)   # a claim may carry them meanwhile
+            while self._apart or self._queue:
+                source = self._apart or self._queue
+                batch = source[:BATCH_ITEMS_MAX]
+                del source[:BATCH_ITEMS_MAX]
                 codes = await self._send_batch([item for item, _ in batch])
                 for (_, fut), code in zip(batch, codes):
                     if not fut.done():

@@ -2,9 +2,12 @@
 
 One asyncio loop does all the talking (long-poll claims, batched heartbeats, batched
 completions); sync handlers run in a thread pool, async handlers on the loop. The worker
-holds up to `concurrency + claim_ahead` tasks (default 4 x concurrency, like Celery's
-prefetch) so that a claim's round trip overlaps running handlers; give short tasks a
-larger `claim_ahead`, long ones a smaller one so that other workers can take them.
+holds at least `concurrency + claim_ahead` tasks (default 4 x concurrency, like Celery's
+prefetch) so that a claim's round trip overlaps running handlers; with fast handlers it
+holds more, up to `held_max`, and keeps several claims open (`_window.py`), so that it is
+limited by the cluster or its handlers rather than by round trips. Finished outcomes ride
+on the next claim (`completions` of `POST /v1/claims`: one request and one Raft entry
+for both) or, when no claim goes out soon, on a `POST /v1/completions` of their own.
 
 Stopping (`stop()`, SIGTERM or SIGINT; a second one skips the grace period): the worker
 stops claiming, gives back at once the tasks whose handlers have not started yet
@@ -28,17 +31,20 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ._jobs import LEASE_LOST_CODES, Job, error_code_of, outcome_of
-from ._outbox import Outbox
+from ._outbox import LINGER_S, Outbox
+from ._window import HELD_MAX_DEFAULT, Window
 from .client import AsyncClient
 from .errors import ApiError, Unavailable
 
 log = logging.getLogger("tsched.worker")
 
 CLAIM_WAIT_S_MAX = 20.0      # long-poll length
-CLAIM_TASKS_MAX = 100        # the API's bound on one claim
 THREAD_WAKE_EARLY_S = 0.005  # sync handlers sleep the last few ms before run_at in the thread
 CLAIM_AHEAD_FACTOR = 3       # default claim_ahead per thread of concurrency
-CLAIMS_IN_FLIGHT_MAX = 2     # open claims per worker: enough to hide one round trip
+# A claim carrying completions waits at most this long for work: their answers (and the
+# worker's bookkeeping of those tasks) must not wait for a whole long poll.
+CARRY_WAIT_S = 0.2
+CARRY_ITEMS_MAX = 500        # completions on one claim (the API takes up to 1,000)
 ERROR_PAUSE_S = 1.0          # after a refused claim (bad token, limits), before trying again
 UNSERVABLE_CODES = frozenset({"too_large", "invalid_argument"})   # a result the cluster refuses
 
@@ -65,7 +71,8 @@ class Worker:
                  lease_s: float = 30, prefetch_ms: int = 250, token: str | None = None,
                  worker_id: str | None = None, grace_s: float = 30.0,
                  wait_s: float = CLAIM_WAIT_S_MAX, timeout_s: float = 30.0,
-                 claim_ahead: int | None = None, ca_file: str | None = None) -> None:
+                 claim_ahead: int | None = None, ca_file: str | None = None,
+                 held_max: int | None = None, carry_completions: bool = True) -> None:
         if not handlers:
             raise ValueError("handlers: at least one task type is needed")
         if concurrency < 1:
@@ -83,6 +90,12 @@ class Worker:
             else claim_ahead
         if self.claim_ahead < 0:
             raise ValueError("claim_ahead must be >= 0")
+        if held_max is not None and held_max < 1:
+            raise ValueError("held_max must be >= 1")
+        # Fast handlers widen the window up to held_max; slow ones keep concurrency + claim_ahead.
+        self._window = Window(concurrency, self.claim_ahead,
+                              HELD_MAX_DEFAULT if held_max is None else held_max)
+        self._carry = carry_completions   # off against a node that predates it
         self._held = 0   # claimed tasks whose handler has not returned yet
         self.worker_id = worker_id or default_worker_id()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -116,7 +129,8 @@ class Worker:
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tsched-handler")
         self._client = AsyncClient(self.urls, token=self.token, timeout_s=self.timeout_s,
                                    ca_file=self.ca_file)
-        self._outbox = Outbox(self._client, give_up_s=self.lease_s)
+        self._outbox = Outbox(self._client, give_up_s=self.lease_s,
+                              linger_s=LINGER_S if self._carry else 0.0)
         if self._stop_requested.is_set():
             self._stopping.set()
         helpers = [asyncio.create_task(self._heartbeat_loop()),
@@ -158,18 +172,20 @@ class Worker:
 
     # --- claiming --------------------------------------------------------------------
     async def _claim_loop(self) -> None:
-        """Keeps up to CLAIMS_IN_FLIGHT_MAX claims open for the free slots, so a claim round
-        trip overlaps the handlers' work instead of following it."""
+        """Keeps claims open for the free slots of the window, so a claim round trip
+        overlaps the handlers' work instead of following it."""
         inflight: set[asyncio.Task] = set()
         self._reserved = 0   # slots promised to claims in flight
         try:
             while not self._stopping.is_set():
-                free = self.concurrency + self.claim_ahead - self._held - self._reserved
-                if free <= 0 or len(inflight) >= CLAIMS_IN_FLIGHT_MAX:
+                window = self._window
+                free = window.size - self._held - self._reserved
+                want = window.claim_size(free, len(inflight)) \
+                    if len(inflight) < window.claims_open_max else 0
+                if want <= 0:
                     self._slot_free.clear()
                     await self._slot_free.wait()
                     continue
-                want = min(free, CLAIM_TASKS_MAX)
                 self._reserved += want
                 claim = asyncio.create_task(self._claim_once(want))
                 inflight.add(claim)
@@ -187,22 +203,46 @@ class Worker:
         self._slot_free.set()
 
     async def _claim_once(self, want: int) -> None:
+        carried = self._outbox.take(CARRY_ITEMS_MAX) if self._carry else []
+        started = time.monotonic()
+        tasks: list = []
         try:
-            tasks = await self._client.claim(
-                self.worker_id, sorted(self.handlers), max_tasks=want, wait_s=self.wait_s,
-                lease_s=self.lease_s, prefetch_ms=self.prefetch_ms)
+            tasks = await self._claim(want, carried)
+            carried = []
         except Unavailable as exc:
             log.warning("claim: %s", exc)   # the client already backed off for its deadline
-            tasks = []
         except ApiError as exc:
-            log.error("claim refused: %s", exc)
-            await self._pause(ERROR_PAUSE_S)
-            tasks = []
+            if carried and exc.code in UNSERVABLE_CODES:
+                # A completion the cluster refuses refused the whole claim; they go apart
+                # (one by one if need be). A node that predates them names the field.
+                if "completions" in (exc.details or {}).get("fields", ()):
+                    log.info("this cluster takes no completions on claims: sending them apart")
+                    self._carry = False
+            else:
+                log.error("claim refused: %s", exc)
+                await self._pause(ERROR_PAUSE_S)
         finally:
+            self._outbox.give_back(carried)     # unanswered: sent again on their own
             self._reserved -= want
             self._slot_free.set()
-        for task in tasks or []:
+        self._window.claim_answered(time.monotonic() - started, len(tasks), want)
+        for task in tasks:
             self._start(task)
+
+    async def _claim(self, want: int, carried: list) -> list[dict]:
+        args = dict(max_tasks=want, lease_s=self.lease_s, prefetch_ms=self.prefetch_ms)
+        types = sorted(self.handlers)
+        if not carried:
+            return await self._client.claim(self.worker_id, types, wait_s=self.wait_s,
+                                            **args) or []
+        body = await self._client.claim_and_complete(
+            self.worker_id, types, [item for item, _ in carried],
+            wait_s=min(self.wait_s, CARRY_WAIT_S), **args)
+        answers = body.get("completions") if isinstance(body, dict) else None
+        answers = answers if isinstance(answers, list) else []
+        self._outbox.answered(carried, answers)
+        self._outbox.give_back(carried[len(answers):])
+        return (body.get("tasks") if isinstance(body, dict) else None) or []
 
     async def _pause(self, seconds: float) -> None:
         """Wait `seconds` unless the worker is asked to stop first."""
@@ -225,6 +265,7 @@ class Worker:
                 outcome = await self._call_handler(job)
             finally:
                 self._held -= 1   # the slot frees as the handler returns, before the report
+                self._window.handler_done()
                 self._slot_free.set()
             if not job.lost:
                 await self._report(job, outcome)

@@ -29,6 +29,10 @@ class FakeScheduler:
     def __init__(self, node: FakeNode, release: bool = True) -> None:
         self.node, self.tasks, self.token = node, {}, 0
         self.reports: list[dict] = []
+        self.claimed_max: list[int] = []      # max_tasks of every claim
+        self.claims_open = self.claims_open_max = 0
+        self.refuse_completions = False       # as a node that predates them on claims
+        self.claim_delay_s = 0.0              # a round trip's worth of commit time
         self.released: list[str] = []
         self.heartbeat_override: dict[str, tuple] = {}   # task_id -> error answer
         node.route("POST", "/v1/claims", self.claims)
@@ -57,6 +61,25 @@ class FakeScheduler:
         self.node.route("POST", f"/v1/tasks/{task_id}/fail", fail)
 
     async def claims(self, req):
+        if "completions" in req.body and self.refuse_completions:
+            return 400, {"error": {"code": "invalid_argument", "message": "unknown field",
+                                   "details": {"fields": ["completions"]}}}
+        done = [self._complete(item, "claim") for item in req.body.get("completions", [])]
+        self.claimed_max.append(req.body["max_tasks"])
+        self.claims_open += 1
+        self.claims_open_max = max(self.claims_open, self.claims_open_max)
+        try:
+            if self.claim_delay_s:
+                await asyncio.sleep(self.claim_delay_s)   # the fake's stand-in for a commit
+            tasks = await self._claim(req)
+        finally:
+            self.claims_open -= 1
+        answer = {"tasks": tasks, "applied_seq": 1}
+        if "completions" in req.body:
+            answer["completions"] = done
+        return 200, answer
+
+    async def _claim(self, req):
         until = time.monotonic() + req.body["wait_s"]
         while True:
             ready = [t for t in self.tasks.values()
@@ -71,7 +94,7 @@ class FakeScheduler:
                      execution_id="x-" + t["task_id"],
                      lease_expires_at=iso(time.time() + req.body["lease_s"]))
             out.append(dict(t))
-        return 200, {"tasks": out, "applied_seq": 1}
+        return out
 
     def heartbeats(self, req):
         results = []
@@ -87,12 +110,13 @@ class FakeScheduler:
         return 200, {"results": results, "applied_seq": 1}
 
     def completions(self, req):
-        results = []
-        for item in req.body["completions"]:
-            self.reports.append({**item, "via": "batch"})
-            self.tasks[item["task_id"]]["state"] = "done"
-            results.append(dict(self.tasks[item["task_id"]]))
+        results = [self._complete(item, "batch") for item in req.body["completions"]]
         return 200, {"results": results, "applied_seq": 2}
+
+    def _complete(self, item: dict, via: str) -> dict:
+        self.reports.append({**item, "via": via})
+        self.tasks[item["task_id"]]["state"] = "done"
+        return dict(self.tasks[item["task_id"]])
 
     def report(self, task_id: str) -> dict | None:
         found = [r for r in self.reports if r["task_id"] == task_id]
@@ -299,3 +323,55 @@ def test_a_second_stop_skips_the_grace_period(fake):
     t.join(DEADLINE_S)
     assert not t.is_alive()
     assert fake.released == ["a"] and fake.reports == []
+
+
+# --- keeping the pipe full ----------------------------------------------------------------
+
+def test_completions_ride_on_the_next_claim(fake):
+    for i in range(6):
+        fake.add(f"r{i}")
+    with Running(make(fake, {"t": lambda p, ctx: "ok"}, concurrency=1, claim_ahead=0)):
+        wait_for(lambda: len(fake.reports) == 6, "six reports")
+        vias = [r["via"] for r in fake.reports]
+    # (A claim cut short by the stop gives its completions back to be sent apart.)
+    assert vias == ["claim"] * 6
+
+
+def test_a_node_without_completions_on_claims_gets_them_apart(fake):
+    fake.refuse_completions = True
+    for i in range(4):
+        fake.add(f"o{i}")
+    with Running(make(fake, {"t": lambda p, ctx: "ok"}, concurrency=1, claim_ahead=0)):
+        wait_for(lambda: len(fake.reports) == 4, "four reports")
+    assert {r["via"] for r in fake.reports} == {"batch"}
+    assert sorted(r["task_id"] for r in fake.reports) == [f"o{i}" for i in range(4)]
+
+
+def test_fast_handlers_widen_the_window_and_overlap_claims(fake):
+    fake.claim_delay_s = 0.03
+    for i in range(3000):
+        fake.add(f"f{i:04d}")
+    worker = make(fake, {"t": lambda p, ctx: None}, concurrency=2, claim_ahead=2,
+                  held_max=400)
+    with Running(worker):
+        wait_for(lambda: len(fake.reports) == 3000, "every task reported")
+    floor = 2 + 2
+    assert max(fake.claimed_max) > floor          # claimed beyond today's window
+    assert max(fake.claimed_max) <= 100           # never beyond the API's bound
+    assert fake.claims_open_max > 2               # more than two claims overlapped
+
+
+def test_slow_handlers_keep_a_small_window(fake):
+    for i in range(12):
+        fake.add(f"s{i:02d}")
+    held = []
+
+    def slow(payload, ctx):
+        held.append(worker.running)
+        time.sleep(0.2)
+
+    worker = make(fake, {"t": slow}, concurrency=2, claim_ahead=2)
+    with Running(worker):
+        wait_for(lambda: len(fake.reports) == 12, "every task reported")
+    assert max(fake.claimed_max) <= 4 and max(held) <= 4   # concurrency + claim_ahead
+    assert fake.claims_open_max <= 2
