@@ -1,0 +1,133 @@
+"""End-to-end tasks/s of ONE Worker process with a no-op handler, draining a backlog.
+
+For each concurrency (4 and 32 by default) a fresh backlog of N tasks is submitted (batches
+of 1,000), then one `tsched.client.Worker` process (`bench/lib/noop_worker.py`) starts and
+runs them all; the figure is N / (time from the Worker's start until every outcome was
+acknowledged). With `--baseline REV` the Worker of another revision (its `client/`, taken
+with `git archive`) runs the same backlog in alternating rounds on the same cluster: an A/B
+in one run.
+
+    python -m bench.worker                               # 3 nodes, 2 rounds x 20,000 tasks
+    python -m bench.worker --baseline 3483ebd --rounds 3 # against that revision's Worker
+    python -m bench.worker --concurrency 4 --handler async
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.lib.api import Api  # noqa: E402
+from bench.lib.cluster import LocalCluster  # noqa: E402
+from bench.lib.report import Report, add_common_flags  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET = ">= 6,000 /s at concurrency 4"
+SUBMIT_BATCH = 1000
+RUN_TIMEOUT_S = 300.0
+
+
+def extract_client(rev: str, into: str) -> str:
+    """That revision's client/ as an importable `client` package under `into`."""
+    archive = subprocess.run(["git", "archive", rev, "client"], cwd=REPO, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    return into
+
+
+async def fill(api: Api, urls: list[str], task_type: str, n: int) -> None:
+    for i, start in enumerate(range(0, n, SUBMIT_BATCH)):
+        count = min(SUBMIT_BATCH, n - start)
+        await api.submit(urls[i % len(urls)], [{"task_type": task_type}] * count, timeout_s=30)
+
+
+async def drain(urls: list[str], task_type: str, n: int, concurrency: int, handler: str,
+                client_dir: str | None) -> tuple[float, float]:
+    """(tasks/s, the Worker process's CPU ms per task) over a backlog of n tasks."""
+    argv = [sys.executable, "-m", "bench.lib.noop_worker", "--urls", ",".join(urls),
+            "--task-type", task_type, "--count", str(n), "--concurrency", str(concurrency),
+            "--handler", handler]
+    if client_dir:
+        argv += ["--client-dir", client_dir]
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
+                                                stdin=asyncio.subprocess.DEVNULL, env=env,
+                                                cwd=str(REPO), start_new_session=True)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise RuntimeError(f"the Worker did not finish {n} tasks in {RUN_TIMEOUT_S} s")
+    done = [line for line in out.decode().splitlines() if line.startswith("done ")]
+    if proc.returncode != 0 or not done:
+        raise RuntimeError(f"worker process failed (exit {proc.returncode}): {out.decode()[-500:]}")
+    _, seconds, ran, cpu_s = done[-1].split()
+    return int(ran) / float(seconds), float(cpu_s) * 1000 / max(int(ran), 1)
+
+
+async def measure(urls: list[str], args: argparse.Namespace, sides: dict[str, str | None],
+                  report: Report) -> dict[tuple[str, int], list[tuple[float, float]]]:
+    results: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    async with Api() as api:
+        for rnd in range(args.rounds):
+            for conc in args.concurrency:
+                for side, client_dir in sides.items():
+                    task_type = f"noop-{side}-{conc}-{uuid.uuid4().hex[:6]}"
+                    await fill(api, urls, task_type, args.tasks)
+                    rate, cpu_ms = await drain(urls, task_type, args.tasks, conc, args.handler,
+                                               client_dir)
+                    report.note(f"round {rnd + 1}, concurrency {conc}, {side}: {rate:,.0f} tasks/s, "
+                                f"Worker process {cpu_ms:.3f} ms CPU per task")
+                    results.setdefault((side, conc), []).append((rate, cpu_ms))
+    return results
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, default=3, choices=(1, 3, 5))
+    p.add_argument("--tasks", type=int, default=20_000, help="backlog per run")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[4, 32],
+                   help="comma-separated, one run each per round")
+    p.add_argument("--handler", choices=("sync", "async"), default="sync",
+                   help="a no-op in the thread pool (sync) or on the loop (async)")
+    p.add_argument("--baseline", metavar="REV", help="also run this revision's Worker (git rev)")
+    p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
+    add_common_flags(p)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="tsched-bench-client-") as tmp:
+        sides: dict[str, str | None] = {"current": None}
+        if args.baseline:
+            sides = {"baseline": extract_client(args.baseline, tmp), "current": None}
+        with LocalCluster(args.nodes, keep=args.keep) as cluster:
+            report = Report("one Worker process, no-op handler: tasks/s end to end", "bench.worker",
+                            args, {"nodes": args.nodes, "tasks": args.tasks, "rounds": args.rounds,
+                                   "concurrency": args.concurrency, "handler": args.handler,
+                                   "baseline": args.baseline or "-"}, data_dir=cluster.root)
+            cluster.wait_writable()
+            report.start()
+            results = asyncio.run(measure(cluster.urls, args, sides, report))
+            for (side, conc), runs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+                suffix = "" if side == "current" else f"_{side}"
+                report.figure(f"worker_tasks_per_s_c{conc}{suffix}", [r for r, _ in runs], "/s",
+                              TARGET if conc == 4 and side == "current" else None)
+                report.figure(f"worker_cpu_ms_per_task_c{conc}{suffix}", [c for _, c in runs], "ms")
+            report.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
