@@ -9,12 +9,17 @@ are already waiting. Two modes, each its own run on the same cluster:
 
     python -m bench.lateness                     # both modes, 30 s each
     python -m bench.lateness --duration-s 10 --modes prefetch
+    python -m bench.lateness --baseline 3483ebd --rounds 2   # A/B against that Worker
+
+Besides lateness it prints what each task cost the cluster: Raft entries applied and HTTP
+requests served (all nodes, forwarded ones counted at both) per task.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -29,6 +34,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 from bench.lib.api import Api, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
+from bench.lib.revision import extract_client  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = {"prefetch": "p99 <= 5 ms, and <= Celery + Redis", "no-prefetch": "p99 <= 50 ms"}
@@ -76,10 +82,13 @@ async def produce(submit, cfg: Config, plan: list[list[int]], t_begin: float) ->
 class WorkerProcess:
     """bench.lib.timed_worker in a child process, read line by line."""
 
-    def __init__(self, urls: list[str], task_type: str, prefetch_ms: int, cfg: Config) -> None:
+    def __init__(self, urls: list[str], task_type: str, prefetch_ms: int, cfg: Config,
+                 client_dir: str | None = None) -> None:
         self.argv = [sys.executable, "-m", "bench.lib.timed_worker", "--urls", ",".join(urls),
                      "--task-type", task_type, "--prefetch-ms", str(prefetch_ms),
                      "--workers", str(cfg.workers), "--concurrency", str(cfg.concurrency)]
+        if client_dir:
+            self.argv += ["--client-dir", client_dir]
         fd, self.out = tempfile.mkstemp(prefix="tsched-lateness-", suffix=".json")
         os.close(fd)
         self.argv += ["--out", self.out]
@@ -124,12 +133,27 @@ class WorkerProcess:
             os.unlink(self.out)
 
 
-async def run_mode(urls: list[str], cfg: Config, mode: str) -> dict:
-    """One lateness run against tsched; returns {"samples", "acked", "errors", "missing"}."""
+_REQUESTS = re.compile(r"^tsched_http_request_duration_seconds_count\{[^}]*\} (\S+)$", re.M)
+
+
+async def cluster_cost(api: Api, urls: list[str]) -> tuple[int, float]:
+    """(Raft entries applied, HTTP requests served by all nodes) so far."""
+    seqs, requests = [], 0.0
+    for url in urls:
+        seqs.append((await api.call("GET", url + "/v1/cluster/self"))["applied_seq"])
+        async with api.session.get(url + "/metrics") as r:
+            requests += sum(float(v) for v in _REQUESTS.findall(await r.text()))
+    return max(seqs), requests
+
+
+async def run_mode(urls: list[str], cfg: Config, mode: str, client_dir: str | None = None) -> dict:
+    """One lateness run against tsched; returns {"samples", "acked", "errors", "missing",
+    "entries_per_task", "requests_per_task"}."""
     task_type = f"late-{mode}-{uuid.uuid4().hex[:6]}"
-    worker = WorkerProcess(urls, task_type, PREFETCH_MS[mode], cfg)
+    worker = WorkerProcess(urls, task_type, PREFETCH_MS[mode], cfg, client_dir)
     await worker.start()
     async with Api() as api:
+        seq0, req0 = await cluster_cost(api, urls)
         rr = iter(range(1 << 62))
 
         async def submit(run_ats: list[int]) -> int:
@@ -142,14 +166,19 @@ async def run_mode(urls: list[str], cfg: Config, mode: str) -> dict:
         plan = schedule(cfg, (t_begin + cfg.lead_s) * 1000.0)
         acked, errors = await produce(submit, cfg, plan, t_begin)
         await worker.wait_count(acked, plan[-1][-1] / 1000.0 + cfg.drain_s)
-    samples = await worker.stop()
+        samples = await worker.stop()
+        seq1, req1 = await cluster_cost(api, urls)
+    n = max(acked, 1)
     return {"samples": samples, "acked": acked, "errors": errors,
-            "missing": max(0, acked - len(samples))}
+            "missing": max(0, acked - len(samples)), "entries_per_task": (seq1 - seq0) / n,
+            "requests_per_task": (req1 - req0) / n}
 
 
 def describe_mode(mode: str, r: dict) -> str:
+    cost = (f"; per task {r['entries_per_task']:.3f} Raft entries, "
+            f"{r['requests_per_task']:.3f} HTTP requests" if "entries_per_task" in r else "")
     return (f"{mode}: {len(r['samples'])} of {r['acked']} acknowledged tasks started "
-            f"({r['missing']} missing, {r['errors']} failed submits)")
+            f"({r['missing']} missing, {r['errors']} failed submits){cost}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -162,6 +191,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=d.workers, help="Worker instances")
     p.add_argument("--concurrency", type=int, default=d.concurrency, help="per Worker (<= 100)")
     p.add_argument("--modes", default="prefetch,no-prefetch")
+    p.add_argument("--baseline", metavar="REV",
+                   help="also run this revision's Worker (git rev), alternating with this one")
+    p.add_argument("--rounds", type=int, default=1, help="runs of each mode (and side)")
     p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
     add_common_flags(p)
     return p.parse_args(argv)
@@ -179,17 +211,29 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--modes: choose from {', '.join(PREFETCH_MS)}")
     loop_name = install_fast_loop()
     cfg = config_from(args)
-    with LocalCluster(args.nodes, keep=args.keep) as cluster:
+    with tempfile.TemporaryDirectory(prefix="tsched-bench-client-") as tmp, \
+            LocalCluster(args.nodes, keep=args.keep) as cluster:
+        sides: dict[str, str | None] = {"": None}
+        if args.baseline:
+            sides = {"_baseline": extract_client(args.baseline, tmp), "": None}
         report = Report("lateness of timed tasks (handler start - run_at)", "bench.lateness", args,
                         {"nodes": args.nodes, **asdict(cfg), "modes": ",".join(modes),
-                         "client_loop": loop_name}, data_dir=cluster.root)
+                         "client_loop": loop_name, "baseline": args.baseline or "-",
+                         "rounds": args.rounds}, data_dir=cluster.root)
         cluster.wait_writable()
         report.start()
-        for mode in modes:
-            r = asyncio.run(run_mode(cluster.urls, cfg, mode))
-            report.note(describe_mode(mode, r))
-            report.distribution(f"lateness_ms_{mode.replace('-', '_')}", r["samples"], "ms",
-                                TARGETS[mode])
+        results: dict[str, list[dict]] = {}
+        for _ in range(args.rounds):
+            for mode in modes:
+                for side, client_dir in sides.items():
+                    r = asyncio.run(run_mode(cluster.urls, cfg, mode, client_dir))
+                    report.note(f"{side.strip('_') or 'current'} " + describe_mode(mode, r))
+                    results.setdefault(mode.replace("-", "_") + side, []).append(r)
+        for key, runs in results.items():
+            report.distribution(f"lateness_ms_{key}", [x for r in runs for x in r["samples"]], "ms",
+                                None if key.endswith("_baseline") else TARGETS[key.replace("_", "-")])
+            report.figure(f"raft_entries_per_task_{key}", [r["entries_per_task"] for r in runs], "")
+            report.figure(f"http_requests_per_task_{key}", [r["requests_per_task"] for r in runs], "")
         report.finish()
     return 0
 

@@ -10,13 +10,13 @@ in one run.
     python -m bench.worker                               # 3 nodes, 2 rounds x 20,000 tasks
     python -m bench.worker --baseline 3483ebd --rounds 3 # against that revision's Worker
     python -m bench.worker --concurrency 4 --handler async
+    python -m bench.worker --nocarry        # also with completions never riding on claims
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -28,19 +28,12 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 from bench.lib.api import Api  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
+from bench.lib.revision import extract_client  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = ">= 6,000 /s at concurrency 4"
 SUBMIT_BATCH = 1000
 RUN_TIMEOUT_S = 300.0
-
-
-def extract_client(rev: str, into: str) -> str:
-    """That revision's client/ as an importable `client` package under `into`."""
-    archive = subprocess.run(["git", "archive", rev, "client"], cwd=REPO, check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
-    return into
 
 
 async def fill(api: Api, urls: list[str], task_type: str, n: int) -> None:
@@ -50,13 +43,15 @@ async def fill(api: Api, urls: list[str], task_type: str, n: int) -> None:
 
 
 async def drain(urls: list[str], task_type: str, n: int, concurrency: int, handler: str,
-                client_dir: str | None) -> tuple[float, float]:
+                client_dir: str | None, carry: bool = True) -> tuple[float, float]:
     """(tasks/s, the Worker process's CPU ms per task) over a backlog of n tasks."""
     argv = [sys.executable, "-m", "bench.lib.noop_worker", "--urls", ",".join(urls),
             "--task-type", task_type, "--count", str(n), "--concurrency", str(concurrency),
             "--handler", handler]
     if client_dir:
         argv += ["--client-dir", client_dir]
+    if not carry:
+        argv.append("--no-carry")
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
                                                 stdin=asyncio.subprocess.DEVNULL, env=env,
@@ -84,7 +79,7 @@ async def measure(urls: list[str], args: argparse.Namespace, sides: dict[str, st
                     task_type = f"noop-{side}-{conc}-{uuid.uuid4().hex[:6]}"
                     await fill(api, urls, task_type, args.tasks)
                     rate, cpu_ms = await drain(urls, task_type, args.tasks, conc, args.handler,
-                                               client_dir)
+                                               client_dir, carry=side != "nocarry")
                     report.note(f"round {rnd + 1}, concurrency {conc}, {side}: {rate:,.0f} tasks/s, "
                                 f"Worker process {cpu_ms:.3f} ms CPU per task")
                     results.setdefault((side, conc), []).append((rate, cpu_ms))
@@ -101,6 +96,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--handler", choices=("sync", "async"), default="sync",
                    help="a no-op in the thread pool (sync) or on the loop (async)")
     p.add_argument("--baseline", metavar="REV", help="also run this revision's Worker (git rev)")
+    p.add_argument("--nocarry", action="store_true",
+                   help="also run this Worker with completions never riding on claims")
     p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
     add_common_flags(p)
     return p.parse_args(argv)
@@ -112,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         sides: dict[str, str | None] = {"current": None}
         if args.baseline:
             sides = {"baseline": extract_client(args.baseline, tmp), "current": None}
+        if args.nocarry:
+            sides["nocarry"] = None
         with LocalCluster(args.nodes, keep=args.keep) as cluster:
             report = Report("one Worker process, no-op handler: tasks/s end to end", "bench.worker",
                             args, {"nodes": args.nodes, "tasks": args.tasks, "rounds": args.rounds,

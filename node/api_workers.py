@@ -8,7 +8,6 @@ from tsched.statemachine import commands as c
 from . import claims, validate
 from .api_common import json_body, node_of, propose, propose_one, request_id, respond
 from .api_tasks import tenant_scope
-from .errors import ApiError
 
 routes = web.RouteTableDef()
 

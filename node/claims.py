@@ -55,8 +55,10 @@ class NotLeader(Exception):
 @dataclass(eq=False)
 class Completions:
     """The completions a claim carries (DESIGN.md section 7): proposed at once, in the same
-    batch as the waiter's first Claim and before it (so the Claim sees what they freed),
-    so a worker finishing a batch and asking for the next costs one round trip and one
+    batch as the waiter's first Claim and before it when the waiter is dispatched at once,
+    else alone (the waiter is then dispatched as any other: a Claim for every carrier,
+    claimable work or not, made a storm of small Claims under a trickle of due tasks). So a
+    worker finishing a batch and asking for the next costs one round trip, and mostly one
     Raft entry."""
 
     cmds: list                       # Complete / Fail commands, in request order
@@ -208,8 +210,9 @@ class ClaimHub:
         self._waiters[w.id] = w
         try:
             await self._dispatch([w])  # claimable now: a Claim is on its way even if wait_s is 0
-            if _uncarried(w):          # not the ready leader after all: they go alone
+            if _uncarried(w):   # no Claim went now: they go alone, then it may (a freed slot)
                 await self._complete_alone(w.completions)
+                await self._dispatch([w])
             if self.node.timer is not None:  # its task types may fall due later: re-arm
                 self.node.timer.state_changed()
             # asyncio.wait, not wait_for: in Python 3.11 wait_for can raise TimeoutError for
@@ -238,25 +241,19 @@ class ClaimHub:
                 log.exception("event=claim_dispatch_failed")
 
     def _ready(self, candidates) -> list[Waiter]:
-        """Idle waiters with claimable work, at most the kind's fan-out of each kind, and
-        those carrying completions not yet proposed."""
+        """Idle waiters with claimable work, at most the kind's fan-out of each kind."""
         kinds: dict[tuple, list[Waiter]] = {}
-        carriers = []    # their Claim goes with their completions, whatever is claimable
         for w in candidates:
-            if w.busy or w.future.done():
-                continue
-            if _uncarried(w):
-                carriers.append(w)
-            elif not w.blocked:
+            if not w.busy and not w.blocked and not w.future.done():
                 kinds.setdefault(_kind(w), []).append(w)
         if not kinds:
-            return carriers
+            return []
         in_flight: dict[tuple, int] = {}    # Claims of a kind not yet answered count too
         for w in self._waiters.values():
             if w.busy:
                 in_flight[_kind(w)] = in_flight.get(_kind(w), 0) + 1
         now = self.node.clock.now_ms()
-        ready = carriers
+        ready = []
         with self.node.replica.read() as sm:
             for kind, waiters in kinds.items():
                 types, tenant, prefetch_ms = kind

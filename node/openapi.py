@@ -174,9 +174,10 @@ def _claim() -> Schema:
         "prefetch_ms": {**integer(0, v.PREFETCH_MS_MAX), "default": 0,
                         "description": "early dispatch: tasks due within this horizon"},
         "completions": {"type": "array", "items": _completion_item(), "maxItems": v.BATCH_MAX,
-                        "description": "as in POST /v1/completions: applied in the same "
-                                       "Raft entry, before the Claim; answered in order "
-                                       "in the answer's `completions`"},
+                        "description": "as in POST /v1/completions: applied at once, "
+                                       "before the claim (in its Raft entry when it is "
+                                       "dispatched at once); answered in order in the "
+                                       "answer's `completions`"},
     }, ("worker_id", "task_types"), closed=True)
 
 

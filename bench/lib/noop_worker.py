@@ -11,19 +11,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import sys
 import time
 
+from bench.lib.revision import worker_class
+
 POLL_S = 0.002   # how often the end condition is checked (a run lasts seconds)
-
-
-def worker_class(client_dir: str | None):
-    if client_dir is None:
-        from tsched.client import Worker
-        return Worker
-    sys.path.insert(0, client_dir)
-    return importlib.import_module("client.worker").Worker
 
 
 async def _main(args: argparse.Namespace) -> None:
@@ -38,8 +31,9 @@ async def _main(args: argparse.Namespace) -> None:
         ran += 1
 
     Worker = worker_class(args.client_dir)
+    extra = {"carry_completions": False} if args.no_carry else {}
     worker = Worker(args.urls, {args.task_type: ahandler if args.handler == "async" else handler},
-                    concurrency=args.concurrency, wait_s=1.0, grace_s=5.0)
+                    concurrency=args.concurrency, wait_s=1.0, grace_s=5.0, **extra)
     print("ready", flush=True)
     started, cpu0 = time.perf_counter(), time.process_time()
     run = asyncio.create_task(worker.run_async())
@@ -59,6 +53,7 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--handler", choices=("sync", "async"), default="sync")
     p.add_argument("--client-dir")
+    p.add_argument("--no-carry", action="store_true", help="completions never ride on claims")
     p.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
     args = p.parse_args()
     if args.loop == "uvloop":

@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 
-from tsched.client import Worker
+from bench.lib.revision import worker_class
 
 PROGRESS_PERIOD_S = 0.1
 
@@ -28,6 +28,7 @@ async def _main(args: argparse.Namespace) -> None:
     async def handler(payload: dict, ctx: object) -> None:
         samples.append(time.time() * 1000.0 - payload["run_at_ms"])
 
+    Worker = worker_class(args.client_dir)
     workers = [Worker(args.urls, {args.task_type: handler}, concurrency=args.concurrency,
                       lease_s=args.lease_s, prefetch_ms=args.prefetch_ms,
                       worker_id=f"lateness-{i}", wait_s=args.wait_s, grace_s=5.0)
@@ -76,6 +77,7 @@ def main() -> int:
     p.add_argument("--lease-s", type=float, default=30)
     p.add_argument("--wait-s", type=float, default=20)
     p.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
+    p.add_argument("--client-dir", help="import `client` (another revision's) from here")
     args = p.parse_args()
     if args.loop == "uvloop":
         try:
