@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 import time
 import uuid
@@ -119,6 +120,20 @@ async def run_once(api: Api, urls: list[str], cfg: Config, label: str = "life") 
             "timed_out": timed_out}
 
 
+_WASTE = re.compile(r"^tsched_raft_(resent_entries|truncations)_total (\S+)$", re.M)
+
+
+async def replication_waste(api: Api, urls: list[str]) -> dict[str, float]:
+    """Entries re-sent and log truncations so far, summed over the nodes (both should stay
+    0 in normal operation; nodes older than these counters report none)."""
+    waste: dict[str, float] = {}
+    for url in urls:
+        async with api.session.get(url + "/metrics") as r:
+            for name, value in _WASTE.findall(await r.text()):
+                waste[name] = waste.get(name, 0.0) + float(value)
+    return waste
+
+
 def describe_run(i: int, r: dict) -> str:
     flag = " TIMED OUT" if r["timed_out"] else ""
     return (f"run {i}: {r['tasks_per_s']:,.0f} lifecycles/s ({r['completed']}/{r['acked']} "
@@ -142,6 +157,9 @@ async def measure(urls: list[str], cfg: Config, runs: int, report: Report,
             r["cpu_ms_per_task"] = (contention.tree_cpu_s() - cpu0) * 1000 / max(r["completed"], 1)
             report.note(describe_run(i + 1, r))
             results.append(r)
+        waste = await replication_waste(api, urls)
+        report.note("replication waste over all runs: " + (", ".join(
+            f"{k.replace('_', ' ')} {v:,.0f}" for k, v in sorted(waste.items())) or "not counted"))
     return results
 
 

@@ -220,6 +220,8 @@ class Worker:
                     self._carry = False
             else:
                 log.error("claim refused: %s", exc)
+                self._outbox.give_back(carried)    # not held up by the pause
+                carried = []
                 await self._pause(ERROR_PAUSE_S)
         finally:
             self._outbox.give_back(carried)     # unanswered: sent again on their own

@@ -1,5 +1,7 @@
 """The workload: producers, workers (honest, crashing, zombie), cancels, tenant caps, a
-fencing sink and a per-second schedule, every client call recorded in the history.
+fencing sink and a per-second schedule, every client call recorded in the history. Half
+the job workers send their completions on their next claim (`completions` of
+`POST /v1/claims`), each recorded as its own `complete` operation.
 
 Outcomes: a 2xx answer is `ok`; a 4xx answer is `fail` (the node refused, nothing
 happened); a 5xx answer, a timeout or a connection error is `info` (it may have happened).
@@ -198,7 +200,8 @@ class Workload:
         self.shared.producing.set()
         spawn = asyncio.ensure_future
         self._tasks += [spawn(self._producer(i)) for i in range(self.n_producers)]
-        self._tasks += [spawn(self._worker(f"w{i}", JOB_TYPE)) for i in range(self.n_workers)]
+        self._tasks += [spawn(self._worker(f"w{i}", JOB_TYPE, carries=i % 2 == 1))
+                        for i in range(self.n_workers)]
         self._tasks += [spawn(self._worker("cron", CRON_TYPE, honest=True)),
                         spawn(self._canceller())]
         if self.schedule_enabled:
@@ -248,31 +251,69 @@ class Workload:
 
     # --- workers ----------------------------------------------------------------------------
 
-    async def _worker(self, name: str, task_type: str, honest: bool = False) -> None:
+    async def _worker(self, name: str, task_type: str, honest: bool = False,
+                      carries: bool = False) -> None:
         incarnation = 0
+        carried: list | None = [] if carries else None   # [task_id, token, body, tries]
         while not self.shared.stopping.is_set():
             worker_id = f"{name}.{incarnation}"
+            node = self.node()
+            body = {"worker_id": worker_id, "task_types": [task_type], "max_tasks": 1,
+                    "wait_s": CLAIM_WAIT_S, "lease_s": LEASE_S}
+            ops = self._invoke_carried(worker_id, node, carried, body)
             kind, data = await self.api.call(
-                worker_id, "claim", self.node(), "POST", "/v1/claims",
-                {"worker_id": worker_id, "task_types": [task_type], "max_tasks": 1,
-                 "wait_s": CLAIM_WAIT_S, "lease_s": LEASE_S},
+                worker_id, "claim", node, "POST", "/v1/claims", body,
                 timeout_s=REQUEST_TIMEOUT_S + CLAIM_WAIT_S, extract=_claim_view,
                 task_types=[task_type])
+            if ops:
+                carried[:] = self._carried_outcomes(worker_id, node, carried, ops, kind, data)
             if kind != OK:
                 await asyncio.sleep(0.1)
                 continue
             for t in data.get("tasks", []):
                 fate = "ok" if honest else self._fate()
-                await self._run(worker_id, t, fate)
+                await self._run(worker_id, t, fate, carried)
                 if fate == "crash":
                     incarnation += 1      # a crashed worker comes back with a new id
                     break
+
+    def _invoke_carried(self, worker_id: str, node: str, carried: list | None,
+                        body: dict) -> list[int]:
+        """Put the carried completions on the claim `body`; one history op each."""
+        if not carried:
+            return []
+        body["completions"] = [{"task_id": tid, "fencing_token": tok, **item}
+                               for tid, tok, item, _ in carried]
+        return [self.api.history.invoke(worker_id, "complete", node, task_id=tid,
+                                        fencing_token=tok) for tid, tok, _, _ in carried]
+
+    def _carried_outcomes(self, worker_id: str, node: str, carried: list, ops: list[int],
+                          kind: str, data) -> list:
+        """Record each carried completion's outcome; those without an answer (the claim
+        failed) are carried again, a few times at most."""
+        answers = data.get("completions") if kind == OK and isinstance(data, dict) else None
+        again = []
+        for i, ((tid, tok, item, tries), op) in enumerate(zip(carried, ops)):
+            answer = answers[i] if isinstance(answers, list) and i < len(answers) else None
+            if answer is None:
+                self.api.history.complete(op, FAIL if kind == FAIL else INFO, worker_id,
+                                          "complete", node, error={"claim": kind})
+                if tries + 1 < SUBMIT_RETRIES:
+                    again.append([tid, tok, item, tries + 1])
+            elif isinstance(answer.get("error"), dict):
+                self.api.history.complete(op, FAIL, worker_id, "complete", node,
+                                          error={"code": answer["error"].get("code")})
+            else:
+                self.api.history.complete(op, OK, worker_id, "complete", node,
+                                          result={"state": answer.get("state")})
+        return again
 
     def _fate(self) -> str:
         names, weights = zip(*FATES)
         return self.rng.choices(names, weights)[0]
 
-    async def _run(self, worker_id: str, task: dict, fate: str) -> None:
+    async def _run(self, worker_id: str, task: dict, fate: str,
+                   carried: list | None = None) -> None:
         task_id, token = task["task_id"], task["fencing_token"]
         if fate == "crash":
             await asyncio.sleep(self.rng.uniform(0, 0.3))
@@ -294,6 +335,9 @@ class Workload:
                                      fencing_token=token)
         accepted = self.sink.write(task_id, token)
         self.api.history.complete(op, OK, worker_id, "sink_write", result={"accepted": accepted})
+        if carried is not None:      # sent on this worker's next claim
+            carried.append([task_id, token, {"result": {"by": worker_id}}, 0])
+            return
         await self._finish(worker_id, task_id, token, "complete", {"result": {"by": worker_id}})
 
     async def _work(self, worker_id: str, task_id: str, token: int) -> bool:
