@@ -14,7 +14,7 @@ import asyncio
 import sys
 import time
 
-from bench.lib.revision import worker_class
+from bench.lib.revision import add_worker_process_flags, run_worker_process, worker_class
 
 POLL_S = 0.002   # how often the end condition is checked (a run lasts seconds)
 
@@ -52,18 +52,9 @@ def main() -> int:
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--handler", choices=("sync", "async"), default="sync")
-    p.add_argument("--client-dir")
     p.add_argument("--no-carry", action="store_true", help="completions never ride on claims")
-    p.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
-    args = p.parse_args()
-    if args.loop == "uvloop":
-        try:
-            import uvloop
-            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-        except ImportError:
-            pass
-    asyncio.run(_main(args))
-    return 0
+    add_worker_process_flags(p)
+    return run_worker_process(_main, p.parse_args())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
-"""Another revision's `client/` (for A/B runs of the Worker in one benchmark run)."""
+"""Another revision's `client/` (for A/B runs of the Worker in one benchmark run), and
+what the benchmarks' Worker processes share (their loop and `--client-dir` flags)."""
 from __future__ import annotations
 
+import argparse
+import asyncio
 import importlib
 import subprocess
 import sys
@@ -24,3 +27,20 @@ def worker_class(client_dir: str | None):
         return Worker
     sys.path.insert(0, client_dir)
     return importlib.import_module("client.worker").Worker
+
+
+def add_worker_process_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
+    p.add_argument("--client-dir", help="import `client` (another revision's) from here")
+
+
+def run_worker_process(main, args: argparse.Namespace) -> int:
+    """asyncio.run(main(args)) on the loop `--loop` asks for (uvloop when installed)."""
+    if args.loop == "uvloop":
+        try:
+            import uvloop
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        except ImportError:
+            pass
+    asyncio.run(main(args))
+    return 0

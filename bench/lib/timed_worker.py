@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 
-from bench.lib.revision import worker_class
+from bench.lib.revision import add_worker_process_flags, run_worker_process, worker_class
 
 PROGRESS_PERIOD_S = 0.1
 
@@ -76,17 +76,8 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=100)
     p.add_argument("--lease-s", type=float, default=30)
     p.add_argument("--wait-s", type=float, default=20)
-    p.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
-    p.add_argument("--client-dir", help="import `client` (another revision's) from here")
-    args = p.parse_args()
-    if args.loop == "uvloop":
-        try:
-            import uvloop
-            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-        except ImportError:
-            pass
-    asyncio.run(_main(args))
-    return 0
+    add_worker_process_flags(p)
+    return run_worker_process(_main, p.parse_args())
 
 
 if __name__ == "__main__":
