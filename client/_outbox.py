@@ -28,7 +28,7 @@ Pending = tuple  # (completion item, future of its error code)
 class Outbox:
     def __init__(self, client: AsyncClient, give_up_s: float, linger_s: float = 0.0) -> None:
         self._client = client
-        self._linger_s = linger_s
+        self.linger_s = linger_s      # the worker sets it: 0 while its claims carry nothing
         self._give_up_s = give_up_s   # an unanswered batch is repeated this long (one lease)
         # one try is short, so a node that hangs (a leader lost mid-commit) does not hold
         # up every later completion behind it
@@ -68,8 +68,8 @@ class Outbox:
         while True:
             await self._ready.wait()
             self._ready.clear()
-            if self._linger_s and self._queue and not self._apart:
-                await asyncio.sleep(self._linger_s)   # a claim may carry them meanwhile
+            if self.linger_s and self._queue and not self._apart:
+                await asyncio.sleep(self.linger_s)   # a claim may carry them meanwhile
             while self._apart or self._queue:
                 source = self._apart or self._queue
                 batch = source[:BATCH_ITEMS_MAX]

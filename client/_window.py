@@ -6,6 +6,11 @@ not hoarded. Fast handlers grow it to what they finish during two claim round tr
 pipe's rate x round trip, doubled to ride out variance), up to `held_max`, with up to
 CLAIMS_OPEN_MAX claims of up to 100 tasks overlapping: one Worker process is then limited
 by the cluster or its handlers, not by waiting for a round trip.
+
+All of that only while claims come back full (`backlog`: there is more work than asked
+for). Under a trickle of due tasks the worker claims as it always did (two claims open,
+each for whatever is free, completions sent apart): more claims or bigger entries there
+only lengthen every commit, and with it the lateness of each task (bench.lateness).
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ class Window:
         self.held_max = max(self.floor, held_max)
         self.rate_per_s = 0.0      # handler returns per second
         self.rtt_s = 0.0           # round trip of a claim that did not wait for work
+        self.backlog = False       # the last claim came back full
         self._clock = clock
         self._count = 0
         self._since = clock()
@@ -49,7 +55,8 @@ class Window:
     def claim_answered(self, rtt_s: float, got: int, want: int) -> None:
         """Only a claim that came back full times the pipe: one that got less may have
         waited for work (a long poll), which says nothing about the round trip."""
-        if want > 0 and got >= want:
+        self.backlog = want > 0 and got >= want
+        if self.backlog:
             self.rtt_s = _ewma(self.rtt_s, rtt_s)
 
     @property
@@ -60,6 +67,8 @@ class Window:
 
     @property
     def claims_open_max(self) -> int:
+        if not self.backlog:
+            return CLAIMS_OPEN_MIN
         extra = max(0, self.size - self.floor)
         return min(CLAIMS_OPEN_MAX, CLAIMS_OPEN_MIN + math.ceil(extra / CLAIM_TASKS_MAX))
 
@@ -68,7 +77,7 @@ class Window:
         claim waits until it can ask for its share of the window: many small claims cost
         the cluster a command each for little work."""
         want = min(free, CLAIM_TASKS_MAX)
-        if open_claims == 0:
+        if open_claims == 0 or not self.backlog:
             return max(want, 0)
         share = max(1, (self.size - self.concurrency) // self.claims_open_max)
         return want if want >= min(share, CLAIM_TASKS_MAX) else 0

@@ -5,9 +5,10 @@ completions); sync handlers run in a thread pool, async handlers on the loop. Th
 holds at least `concurrency + claim_ahead` tasks (default 4 x concurrency, like Celery's
 prefetch) so that a claim's round trip overlaps running handlers; with fast handlers it
 holds more, up to `held_max`, and keeps several claims open (`_window.py`), so that it is
-limited by the cluster or its handlers rather than by round trips. Finished outcomes ride
-on the next claim (`completions` of `POST /v1/claims`: one request and one Raft entry
-for both) or, when no claim goes out soon, on a `POST /v1/completions` of their own.
+limited by the cluster or its handlers rather than by round trips. While claims come back
+full, finished outcomes ride on the next claim (`completions` of `POST /v1/claims`: one
+request and one Raft entry for both) or, when no claim goes out soon, on a
+`POST /v1/completions` of their own, as they always do under a trickle of work.
 
 Stopping (`stop()`, SIGTERM or SIGINT; a second one skips the grace period): the worker
 stops claiming, gives back at once the tasks whose handlers have not started yet
@@ -129,8 +130,7 @@ class Worker:
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tsched-handler")
         self._client = AsyncClient(self.urls, token=self.token, timeout_s=self.timeout_s,
                                    ca_file=self.ca_file)
-        self._outbox = Outbox(self._client, give_up_s=self.lease_s,
-                              linger_s=LINGER_S if self._carry else 0.0)
+        self._outbox = Outbox(self._client, give_up_s=self.lease_s)
         if self._stop_requested.is_set():
             self._stopping.set()
         helpers = [asyncio.create_task(self._heartbeat_loop()),
@@ -203,7 +203,11 @@ class Worker:
         self._slot_free.set()
 
     async def _claim_once(self, want: int) -> None:
-        carried = self._outbox.take(CARRY_ITEMS_MAX) if self._carry else []
+        # Completions ride on claims only while there is a backlog (claims come back full):
+        # under a trickle they would only make each claim's entry and commit longer.
+        carry = self._carry and self._window.backlog
+        self._outbox.linger_s = LINGER_S if carry else 0.0
+        carried = self._outbox.take(CARRY_ITEMS_MAX) if carry else []
         started = time.monotonic()
         tasks: list = []
         try:

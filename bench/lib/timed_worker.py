@@ -29,9 +29,10 @@ async def _main(args: argparse.Namespace) -> None:
         samples.append(time.time() * 1000.0 - payload["run_at_ms"])
 
     Worker = worker_class(args.client_dir)
+    extra = {"carry_completions": False} if args.no_carry else {}
     workers = [Worker(args.urls, {args.task_type: handler}, concurrency=args.concurrency,
                       lease_s=args.lease_s, prefetch_ms=args.prefetch_ms,
-                      worker_id=f"lateness-{i}", wait_s=args.wait_s, grace_s=5.0)
+                      worker_id=f"lateness-{i}", wait_s=args.wait_s, grace_s=5.0, **extra)
                for i in range(args.workers)]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -76,6 +77,7 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=100)
     p.add_argument("--lease-s", type=float, default=30)
     p.add_argument("--wait-s", type=float, default=20)
+    p.add_argument("--no-carry", action="store_true", help="completions never ride on claims")
     add_worker_process_flags(p)
     return run_worker_process(_main, p.parse_args())
 

@@ -333,8 +333,20 @@ def test_completions_ride_on_the_next_claim(fake):
     with Running(make(fake, {"t": lambda p, ctx: "ok"}, concurrency=1, claim_ahead=0)):
         wait_for(lambda: len(fake.reports) == 6, "six reports")
         vias = [r["via"] for r in fake.reports]
-    # (A claim cut short by the stop gives its completions back to be sent apart.)
-    assert vias == ["claim"] * 6
+    # Each claim comes back full (window 1): from the second task on, a completion waits
+    # up to 5 ms for the next claim, which goes out as soon as the handler returns (a busy
+    # machine can make it miss that now and then).
+    assert vias.count("claim") >= 3 and set(vias) <= {"claim", "batch"}
+
+
+def test_under_a_trickle_completions_go_apart_and_two_claims_stay_open(fake):
+    """Claims that come back short (less work than asked for) carry nothing."""
+    for i in range(5):
+        fake.add(f"k{i}")
+    with Running(make(fake, {"t": lambda p, ctx: "ok"}, concurrency=4, claim_ahead=4)):
+        wait_for(lambda: len(fake.reports) == 5, "five reports")
+        vias = [r["via"] for r in fake.reports]
+    assert vias == ["batch"] * 5 and fake.claims_open_max <= 2
 
 
 def test_a_node_without_completions_on_claims_gets_them_apart(fake):

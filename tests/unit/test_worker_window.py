@@ -66,3 +66,14 @@ def test_with_a_claim_open_the_next_waits_for_its_share():
     assert w.claim_size(free=share - 1, open_claims=1) == 0
     assert w.claim_size(free=share, open_claims=1) == share
     assert w.claim_size(free=500, open_claims=1) == 100   # the API's bound per claim
+
+
+def test_without_a_backlog_the_window_claims_as_before():
+    clock = Clock()
+    w = Window(concurrency=4, claim_ahead=12, held_max=1000, clock=clock)
+    w.claim_answered(0.010, got=100, want=100)
+    run(w, clock, per_s=10_000, seconds=1)
+    assert w.claims_open_max > 2
+    w.claim_answered(0.010, got=7, want=100)         # a claim came back short: a trickle
+    assert not w.backlog and w.claims_open_max == 2
+    assert w.claim_size(free=3, open_claims=1) == 3   # whatever is free, as before
