@@ -25,6 +25,8 @@ DEADLINE_S = 60.0
 ROOT = Path(__file__).resolve().parents[2]
 TSWORKER = shutil.which("tsworker") or str(Path(sys.executable).with_name("tsworker"))
 PROJECT = '''
+import time
+
 from tsched.client import App, TaskContext
 
 app = App("{urls}")
@@ -38,6 +40,12 @@ def square(x: int, ctx: TaskContext, label: str = "sq") -> dict:
 @app.task(max_retries=0)
 def boom() -> None:
     raise ValueError("boom")
+
+
+@app.task
+def slow(seconds: float) -> str:
+    time.sleep(seconds)   # the work a SIGTERM finds running
+    return "finished"
 
 
 @app.periodic("{cron}", id="every-second", overlap="skip", catchup_window_s=30,
@@ -118,7 +126,8 @@ def test_tsworker_serves_decorated_tasks_and_a_periodic_one(project, cluster):
     folder = project()
     with tsworker(folder, "shop_tasks", "--concurrency", "4") as worker:
         line = worker.wait_serving()
-        assert "3 tasks [shop_tasks.square, shop_tasks.boom, shop_tasks.every_second]" in line
+        assert ("4 tasks [shop_tasks.square, shop_tasks.boom, shop_tasks.slow, "
+                "shop_tasks.every_second]") in line
         assert "1 schedules [every-second (* * * * * *, UTC)]" in line
         import shop_tasks
         assert shop_tasks.square.submit(7, label="seven").result(timeout_s=DEADLINE_S) == {
@@ -133,7 +142,10 @@ def test_tsworker_serves_decorated_tasks_and_a_periodic_one(project, cluster):
                              completed_fires(c, "every-second"), "two fires of every-second")
         assert {f["result"] for f in fires} == {f["task_id"] for f in fires}
         assert all(f["task_type"] == "shop_tasks.every_second" for f in fires)
+        slow = shop_tasks.slow.submit(1.5)
+        wait_for(lambda: slow.status() == "running", "the slow task to start")
         assert worker.stop() == 0, worker.log
+        assert slow.result(timeout_s=5) == "finished"   # ran to its end within --grace
     assert "tsworker stopped" in worker.log
     assert " ERROR " not in worker.log and " CRITICAL " not in worker.log, worker.log
 

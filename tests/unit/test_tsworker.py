@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import subprocess
 import sys
 
 import pytest
@@ -78,6 +79,18 @@ def test_usage_errors_exit_2_before_any_request(project, source, spec, message):
     result = tsworker(*spec.format(m=name).split())
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_python_m_tsched_client_worker_is_tsworker(tmp_path):
+    """Run as `__main__`, worker.py must not be imported already by its package (runpy's
+    RuntimeWarning, an error here)."""
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-W", "error", "-m", "tsched.client.worker",
+                               *args], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    helped = run("--help")
+    assert helped.returncode == 0 and "MODULE[:APP]" in helped.stdout, helped.stderr
+    missing = run("no_such_module_here")
+    assert missing.returncode == 2 and "cannot import" in missing.stderr, missing.stderr
 
 
 def test_the_app_is_found_by_name_or_as_the_only_one(project):
