@@ -119,19 +119,11 @@ class _AppBase:
             jitter_s=kw.get("jitter_s", 0), start_at=kw.get("start_at"),
             end_at=kw.get("end_at"), template=template)
 
-    @staticmethod
-    def _task_options(kw: PeriodicOptions) -> TaskOptions:
-        return {k: v for k, v in kw.items() if k in TaskOptions.__annotations__}  # type: ignore[return-value]
-
 
 class App(_AppBase):
     """Tasks submitted with the synchronous `Client`."""
 
-    def __init__(self, urls: str | Iterable[str], *, token: str | None = None,
-                 tenant: str | None = None, timeout_s: float = 30.0,
-                 ca_file: str | None = None) -> None:
-        super().__init__(urls, token=token, tenant=tenant, timeout_s=timeout_s, ca_file=ca_file)
-        self._client: Client | None = None
+    _client: Client | None = None
 
     @property
     def client(self) -> Client:
@@ -168,7 +160,7 @@ class App(_AppBase):
                  **kw: Unpack[PeriodicOptions]) -> Callable[[Callable[P, R]], Task[P, R]]:
         """Declare a task that a cron schedule fires; `tsworker` puts the schedule."""
         def decorate(f: Callable[P, R]) -> Task[P, R]:
-            task = self._register(Task(self, f, *self._identity(f, self._task_options(kw))))
+            task = self._register(Task(self, f, *self._identity(f, kw)))
             self._schedule(task, cron, kw)
             return task
         return decorate
@@ -177,11 +169,7 @@ class App(_AppBase):
 class AsyncApp(_AppBase):
     """Tasks submitted with the `AsyncClient`: `await fn.submit(...)`."""
 
-    def __init__(self, urls: str | Iterable[str], *, token: str | None = None,
-                 tenant: str | None = None, timeout_s: float = 30.0,
-                 ca_file: str | None = None) -> None:
-        super().__init__(urls, token=token, tenant=tenant, timeout_s=timeout_s, ca_file=ca_file)
-        self._client: AsyncClient | None = None
+    _client: AsyncClient | None = None
 
     @property
     def client(self) -> AsyncClient:
@@ -218,7 +206,7 @@ class AsyncApp(_AppBase):
                  ) -> Callable[[Callable[P, R]], AsyncTask[P, R]]:
         """Declare a task that a cron schedule fires, as `App.periodic` does."""
         def decorate(f: Callable[P, R]) -> AsyncTask[P, R]:
-            task = self._register(AsyncTask(self, f, *self._identity(f, self._task_options(kw))))
+            task = self._register(AsyncTask(self, f, *self._identity(f, kw)))
             self._schedule(task, cron, kw)
             return task
         return decorate

@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, ParamSpec, Self, Sequence, TypeVar
+from typing import (TYPE_CHECKING, Any, Callable, Generic, Iterable, ParamSpec, Self, Sequence,
+                    TypeVar)
 
 from . import _appcall
 from .client import AsyncClient, Client

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from tsched.client import Client, TaskFailed
 from tsched.client.cli import cli
+from tests.integration.test_raft_support import wait_until
 
 pytestmark = pytest.mark.slow
 DEADLINE_S = 60.0
@@ -57,14 +58,7 @@ def every_second(ctx: TaskContext) -> str:
 
 
 def wait_for(cond, what: str, timeout_s: float = DEADLINE_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)   # polling an outside process's log or the cluster's state
+    return wait_until(cond, timeout_s, what, step_s=0.05)   # a process's log, the cluster
 
 
 class Running:

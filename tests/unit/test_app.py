@@ -9,7 +9,8 @@ import datetime as dt
 
 import pytest
 
-from tsched.client import ApiError, App, AsyncApp, NonRetryable, TaskCancelled, TaskContext, TaskFailed
+from tsched.client import (ApiError, App, AsyncApp, NonRetryable, TaskCancelled, TaskContext,
+                           TaskFailed)
 
 try:
     from test_client_support import FakeNode, error
