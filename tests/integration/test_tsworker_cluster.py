@@ -5,6 +5,7 @@ only when asked; the project in examples/ runs as the README says; and `tsctl sc
 put` stores the same policies as the decorator."""
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -110,6 +111,40 @@ def project(tmp_path, monkeypatch, cluster):
     with Client(cluster.urls) as c:
         for sched in list(c.list_schedules()):
             c.delete_schedule(sched["schedule_id"], tenant=sched["tenant"])
+
+
+ASYNC_PROJECT = '''
+import asyncio
+
+from tsched.client import AsyncApp, TaskContext
+
+app = AsyncApp("{urls}")
+
+
+@app.task(name="greet")
+async def greet(name: str, ctx: TaskContext) -> str:
+    await asyncio.sleep(0.01)
+    return f"hello {{name}} (attempt {{ctx.attempt}})"
+'''
+
+
+def test_an_async_app_submits_with_await_and_tsworker_runs_its_coroutines(tmp_path, cluster,
+                                                                         monkeypatch):
+    (tmp_path / "greetings.py").write_text(ASYNC_PROJECT.format(urls=",".join(cluster.urls)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("greetings", None)
+    import greetings
+
+    async def produce() -> list:
+        async with greetings.app:
+            handles = [await greetings.greet.submit("ada")]
+            handles += await greetings.greet.submit_many([(["bob"], {}), ([], {"name": "cy"})])
+            return [await h.result(timeout_s=DEADLINE_S) for h in handles]
+
+    with tsworker(tmp_path, "greetings:app") as worker:
+        assert "1 tasks [greet], 0 schedules" in worker.wait_serving()
+        assert asyncio.run(produce()) == [f"hello {n} (attempt 1)" for n in ("ada", "bob", "cy")]
+        assert worker.stop() == 0, worker.log
 
 
 def completed_fires(client: Client, schedule_id: str) -> list[dict]:

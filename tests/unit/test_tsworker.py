@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tsched.client import App
-from tsched.client.tsworker import cli, find_app, put_schedules
+from tsched.client.tsworker import cli, find_app, put_schedules, served_tasks
 
 try:
     from test_client_support import FakeNode, dead_url, error
@@ -192,3 +192,15 @@ def test_only_prune_deletes_schedules_the_app_does_not_declare(node, caplog, pru
     if prune:
         assert deleted[0].query == {"tenant": "default"}
         assert "schedule old deleted (tenant default)" in caplog.text
+
+
+def test_tasks_option_picks_the_served_tasks_and_their_schedules(node):
+    app = periodic_app(node.url)
+
+    @app.task(name="other")
+    def other() -> None:
+        pass
+    assert [t.name for t in served_tasks(app, "other")] == ["other"]
+    assert [t.name for t in served_tasks(app, " tick , other")] == ["tick", "other"]
+    assert put_schedules(app, served_tasks(app, "other"), prune=False) == []
+    assert node.seen == []   # no schedule of its own: nothing to put
