@@ -32,6 +32,7 @@ MISFIRES = ("run_all", "run_once", "skip")
 # What a schedule's task gets when the task declares nothing (the cluster's defaults).
 TEMPLATE_DEFAULTS: dict[str, Any] = {"priority": 5, "timeout_s": 300, "max_retries": 3}
 TEMPLATE_FIELDS = ("priority", "timeout_s", "max_retries", "retry")
+NAME_CHARS_MAX = 128   # the API's bound on a task type and a schedule id
 
 
 class TaskOptions(TypedDict, total=False):
@@ -57,6 +58,12 @@ class PeriodicOptions(TaskOptions, total=False):
     jitter_s: float
     start_at: Time
     end_at: Time
+
+
+def _check_name(name: str, what: str) -> None:
+    """Refused here rather than by the cluster at the first submit or at tsworker's start."""
+    if not name or len(name) > NAME_CHARS_MAX:
+        raise ValueError(f"a {what} has 1 to {NAME_CHARS_MAX} characters: {name[:40]!r}...")
 
 
 class _AppBase:
@@ -86,6 +93,7 @@ class _AppBase:
                   kw: TaskOptions) -> tuple[str, Options, tuple[type[BaseException], ...] | None]:
         """A new task's name, options and retry_on; its name must be new."""
         name = kw.get("name") or f"{fn.__module__}.{fn.__qualname__}"
+        _check_name(name, "task name")
         if name in self.tasks:
             raise ValueError(f"two tasks are named {name!r}: give one a name=")
         options = Options(tenant=kw.get("tenant") or self.tenant, priority=kw.get("priority"),
@@ -107,6 +115,7 @@ class _AppBase:
         if overlap not in OVERLAPS or misfire not in MISFIRES:
             raise ValueError(f"overlap is one of {OVERLAPS}, misfire one of {MISFIRES}")
         sid = kw.get("id") or task.name
+        _check_name(sid, "schedule id")
         if sid in self.periodics:
             raise ValueError(f"two periodic tasks use the schedule id {sid!r}")
         declared = task.options.fields()

@@ -61,6 +61,10 @@ def test_declaration_errors_are_raised_at_decoration(app):
         app.task(lambda delay_s: None)
     with pytest.raises(TypeError, match="without arguments"):
         app.periodic("* * * * *")(lambda x: x)
+    with pytest.raises(ValueError, match="1 to 128 characters"):
+        app.task(name="x" * 129)(lambda: None)
+    with pytest.raises(ValueError, match="1 to 128 characters"):
+        app.periodic("* * * * *", id="s" * 129, name="p1")(lambda: None)
     with pytest.raises(ValueError, match="overlap"):
         app.periodic("* * * * *", overlap="never", name="p")(lambda: None)
 
