@@ -82,8 +82,9 @@ class Running:
 
 
 @contextmanager
-def tsworker(cwd: Path, *args: str, env: dict[str, str] | None = None):
-    log = cwd / f"tsworker-{time.monotonic_ns()}.log"
+def tsworker(cwd: Path, *args: str, env: dict[str, str] | None = None,
+             log_dir: Path | None = None):
+    log = (log_dir or cwd) / f"tsworker-{time.monotonic_ns()}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([TSWORKER, *args], cwd=cwd, stdout=out,
                                 stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
@@ -209,11 +210,12 @@ def test_a_restart_rewrites_only_changed_schedules_and_prunes_on_request(project
         assert (changed["cron"], changed["paused"]) == ("*/2 * * * * *", True)
 
 
-def test_the_example_project_runs_as_the_readme_says(cluster):
+def test_the_example_project_runs_as_the_readme_says(cluster, tmp_path):
     env = {"TSCTL_URL": ",".join(cluster.urls), "TICK_CRON": "* * * * * *"}
     examples = ROOT / "examples"
     try:
-        with tsworker(examples, "tasks", "--concurrency", "4", env=env) as worker:
+        with tsworker(examples, "tasks", "--concurrency", "4", env=env,
+                      log_dir=tmp_path) as worker:
             worker.wait_serving()
             producer = subprocess.run([sys.executable, "producer.py", "3"], cwd=examples,
                                       env={**os.environ, **env}, capture_output=True,
