@@ -4,8 +4,14 @@ from __future__ import annotations
 import click
 
 from . import render
-from .cli_common import State, json_option, cli, pass_state
+from .cli_common import State, json_option, cli, pass_state, time_option
 from .dev import DevError, run_dev
+
+# The API's bounds on a schedule's policies (node/api_schedules.py), checked before sending.
+CATCHUP_WINDOW_S_MAX = 7 * 86_400
+JITTER_S_MAX = 3_600
+OVERLAPS = ["allow", "skip", "buffer_one"]
+MISFIRES = ["run_all", "run_once", "skip"]
 
 
 @cli.group()
@@ -29,11 +35,24 @@ def schedules_list(st: State, tenant):
 @click.option("--task-type", required=True)
 @click.option("--payload", callback=json_option, help="Payload as JSON.")
 @click.option("--tenant")
+@click.option("--overlap", type=click.Choice(OVERLAPS),
+              help="A fire while the last one runs: allow (default), skip, buffer_one.")
+@click.option("--misfire", type=click.Choice(MISFIRES),
+              help="Fires missed without a leader: run_all (default), run_once, skip.")
+@click.option("--catchup-window", "catchup_window_s",
+              type=click.FloatRange(0, CATCHUP_WINDOW_S_MAX),
+              help="Seconds a missed fire may be late and still run (default 60).")
+@click.option("--priority", type=click.IntRange(0, 10), help="Of each fire's task: 0 (highest) "
+              ".. 10 (lowest).")
+@click.option("--jitter", "jitter_s", type=click.FloatRange(0, JITTER_S_MAX),
+              help="Up to this many seconds added to each fire (default 0).")
+@click.option("--start-at", callback=time_option, help="No fire before: RFC 3339 or epoch s.")
+@click.option("--end-at", callback=time_option, help="No fire after: RFC 3339 or epoch s.")
 @pass_state
-def put(st: State, schedule_id, cron, timezone, task_type, payload, tenant):
+def put(st: State, schedule_id, cron, timezone, task_type, payload, tenant, **policies):
     """Create or replace a schedule."""
     sched = st.client.put_schedule(schedule_id, cron, task_type, payload, timezone=timezone,
-                                   tenant=tenant)
+                                   tenant=tenant, **policies)
     st.show(sched, render.schedule_detail(sched))
 
 
