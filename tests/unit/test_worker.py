@@ -327,12 +327,17 @@ def test_a_second_stop_skips_the_grace_period(fake):
 
 # --- keeping the pipe full ----------------------------------------------------------------
 
+def reported_via(fake, n: int, **worker_kw) -> list[str]:
+    """Runs n quick tasks; how each outcome reached the fake ("claim" or "batch")."""
+    for i in range(n):
+        fake.add(f"q{i}")
+    with Running(make(fake, {"t": lambda p, ctx: "ok"}, **worker_kw)):
+        wait_for(lambda: len(fake.reports) == n, f"{n} reports")
+        return [r["via"] for r in fake.reports]   # before a stop resends any in flight
+
+
 def test_completions_ride_on_the_next_claim(fake):
-    for i in range(6):
-        fake.add(f"r{i}")
-    with Running(make(fake, {"t": lambda p, ctx: "ok"}, concurrency=1, claim_ahead=0)):
-        wait_for(lambda: len(fake.reports) == 6, "six reports")
-        vias = [r["via"] for r in fake.reports]
+    vias = reported_via(fake, 6, concurrency=1, claim_ahead=0)
     # Each claim comes back full (window 1): from the second task on, a completion waits
     # up to 5 ms for the next claim, which goes out as soon as the handler returns (a busy
     # machine can make it miss that now and then).
@@ -341,11 +346,7 @@ def test_completions_ride_on_the_next_claim(fake):
 
 def test_under_a_trickle_completions_go_apart_and_two_claims_stay_open(fake):
     """Claims that come back short (less work than asked for) carry nothing."""
-    for i in range(5):
-        fake.add(f"k{i}")
-    with Running(make(fake, {"t": lambda p, ctx: "ok"}, concurrency=4, claim_ahead=4)):
-        wait_for(lambda: len(fake.reports) == 5, "five reports")
-        vias = [r["via"] for r in fake.reports]
+    vias = reported_via(fake, 5, concurrency=4, claim_ahead=4)
     assert vias == ["batch"] * 5 and fake.claims_open_max <= 2
 
 

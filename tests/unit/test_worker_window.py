@@ -10,6 +10,16 @@ class Clock:
         return self.now
 
 
+def busy(per_s: float, rtt_s: float = 0.010) -> tuple[Window, Clock]:
+    """A window (concurrency 4, claim_ahead 12) after a second of handlers returning at
+    `per_s`, its claims coming back full after `rtt_s`."""
+    clock = Clock()
+    w = Window(concurrency=4, claim_ahead=12, held_max=1000, clock=clock)
+    w.claim_answered(rtt_s, got=100, want=100)
+    run(w, clock, per_s=per_s, seconds=1)
+    return w, clock
+
+
 def run(window: Window, clock: Clock, per_s: float, seconds: float) -> None:
     """Handlers returning at `per_s` for `seconds` of the fake clock."""
     for _ in range(int(per_s * seconds)):
@@ -46,10 +56,7 @@ def test_a_claim_that_waited_for_work_does_not_count_as_a_round_trip():
 
 
 def test_an_idle_spell_shrinks_the_window_back():
-    clock = Clock()
-    w = Window(concurrency=4, claim_ahead=12, held_max=1000, clock=clock)
-    w.claim_answered(0.010, got=100, want=100)
-    run(w, clock, per_s=5000, seconds=1)
+    w, clock = busy(per_s=5000)
     assert w.size > 16
     for _ in range(3):            # one task every 10 s
         clock.now += 10
@@ -58,10 +65,7 @@ def test_an_idle_spell_shrinks_the_window_back():
 
 
 def test_with_a_claim_open_the_next_waits_for_its_share():
-    clock = Clock()
-    w = Window(concurrency=4, claim_ahead=12, held_max=1000, clock=clock)
-    w.claim_answered(0.010, got=100, want=100)
-    run(w, clock, per_s=10_000, seconds=1)          # size 204, 4 claims open at most
+    w, _ = busy(per_s=10_000)                      # size 204, 4 claims open at most
     share = (w.size - 4) // w.claims_open_max
     assert w.claim_size(free=share - 1, open_claims=1) == 0
     assert w.claim_size(free=share, open_claims=1) == share
@@ -69,10 +73,7 @@ def test_with_a_claim_open_the_next_waits_for_its_share():
 
 
 def test_without_a_backlog_the_window_claims_as_before():
-    clock = Clock()
-    w = Window(concurrency=4, claim_ahead=12, held_max=1000, clock=clock)
-    w.claim_answered(0.010, got=100, want=100)
-    run(w, clock, per_s=10_000, seconds=1)
+    w, _ = busy(per_s=10_000)
     assert w.claims_open_max > 2
     w.claim_answered(0.010, got=7, want=100)         # a claim came back short: a trickle
     assert not w.backlog and w.claims_open_max == 2
