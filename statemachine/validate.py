@@ -14,9 +14,6 @@ from .limits import Limits
 BACKOFFS = ("exponential", "linear", "fixed")
 OVERLAPS = ("allow", "skip", "buffer_one")
 MISFIRES = ("run_all", "run_once", "skip")
-MAX_RUNNING_MAX = 1_000_000
-WEIGHT_MAX = 1_000
-FENCING_TOKEN_MAX = 2 ** 63 - 1
 
 
 class Rejected(Exception):
@@ -140,7 +137,7 @@ def task_ref(cmd, lim: Limits) -> None:
 
 def fenced(cmd, lim: Limits) -> None:
     task_ref(cmd, lim)
-    integer("fencing_token", cmd.fencing_token, 0, FENCING_TOKEN_MAX)
+    integer("fencing_token", cmd.fencing_token, 0, lim.fencing_token_max)
 
 
 def heartbeat(cmd: c.Heartbeat, lim: Limits) -> None:
@@ -161,8 +158,8 @@ def fail(cmd: c.Fail, lim: Limits) -> None:
 
 def set_tenant(cmd: c.SetTenant, lim: Limits) -> None:
     string("tenant", cmd.tenant, lim.tenant_chars_max)
-    integer("max_running", cmd.max_running, 0, MAX_RUNNING_MAX, optional=True)
-    integer("weight", cmd.weight, 1, WEIGHT_MAX, optional=True)
+    integer("max_running", cmd.max_running, 0, lim.tenant_running_max, optional=True)
+    integer("weight", cmd.weight, 1, lim.tenant_weight_max, optional=True)
 
 
 def schedule_ref(cmd, lim: Limits) -> None:
