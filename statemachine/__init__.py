@@ -10,13 +10,12 @@ import importlib
 _WHERE = {
     "StateMachine": "machine", "Limits": "limits", "Task": "model", "Attempt": "model",
     "Schedule": "model", "FireRecord": "model", "TenantView": "model", "STATES": "model",
-    "TERMINAL": "model", "TRANSITIONS": "model", "transition": "model",
+    "TERMINAL": "model", "TABLE": "lifecycle", "decide": "lifecycle",
 }
 _MODULES = ("codec", "commands", "errors")
 
 __all__ = ["StateMachine", "Limits", "codec", "commands", "errors", "Task", "Attempt",
-           "Schedule", "FireRecord", "TenantView", "TRANSITIONS", "STATES", "TERMINAL",
-           "transition"]
+           "Schedule", "FireRecord", "TenantView", "TABLE", "STATES", "TERMINAL", "decide"]
 
 
 def __getattr__(name: str):

@@ -27,12 +27,14 @@ from . import codec
 from . import commands as c
 from . import validate as V
 from .digest import UNHASHED, StateDigest, full_hexdigest, item_hash
-from .errors import (CONFLICT, INVALID_ARGUMENT, INVALID_STATE, NOT_FOUND, OK, STALE_TOKEN,
+from .errors import (CONFLICT, INVALID_ARGUMENT, INVALID_STATE, NOT_FOUND, OK,
                      TENANT_LIMIT, Result)
 from .limits import Limits
 from .listing import SeqIndex
-from .model import (COMPLETED, ILLEGAL, LIVE, PENDING, REMOVED, RUNNING, STATES, TERMINAL,
-                    Attempt, FireRecord, Schedule, Task, TenantView, transition)
+from .lifecycle import (CANCEL, CLAIM, COMPLETE, DISCARD, EXPIRE, FAIL, HEARTBEAT, RELEASE,
+                        REPLAY, Row, decide)
+from .model import (CANCELLED, LIVE, PENDING, RUNNING, STATES, TERMINAL, Attempt, FireRecord,
+                    Schedule, Task, TenantView)
 from .queue import ClaimQueue
 from .rules import backoff_ms, fire_jitter_ms, occurrence_task_id
 from .validate import Rejected
@@ -255,11 +257,9 @@ class StateMachine:
         if task.idempotency_key is not None and self._idem.get(key) is task:
             del self._idem[key]
 
-    def _move(self, task: Task, event: str) -> None:
-        """The one place a task changes state, through the transition table."""
-        old = task.state
-        new = transition(old, event)
-        assert new is not ILLEGAL and new is not REMOVED, (old, event)
+    def _move(self, task: Task, row: Row) -> None:
+        """The one place a task changes state: to the state of a lifecycle row."""
+        old, new = task.state, row.new
         self._touch(task)
         self._count(task, -1)
         self._by_state[old].remove(task)
@@ -270,7 +270,7 @@ class StateMachine:
             task.lease_expires_at_ms = None
         if new == PENDING:
             self._queue.push(task, self.now_ms)
-        elif old == PENDING and event != "claim":
+        elif old == PENDING and row.event != CLAIM:
             self._queue.dropped(task)
         if new in TERMINAL:
             task.completed_at_ms = self.now_ms
@@ -335,18 +335,15 @@ class StateMachine:
         attempt.outcome = outcome
         attempt.error = error
 
-    def _after_failure(self, task: Task) -> None:
-        """A running task's attempt failed: cancel, retry after backoff, or dead-letter."""
-        if task.cancel_requested:
-            self._move(task, "cancel")
-            return
-        task.failures += 1
-        if task.failures <= task.max_retries:
+    def _after_failure(self, task: Task, row: Row) -> None:
+        """A running task's attempt failed (fail, expire): cancelled, or one retry used
+        up: back to pending after the backoff, or dead-lettered."""
+        if row.new != CANCELLED:
+            task.failures += 1
+        if row.new == PENDING:
             delay = backoff_ms(task.retry, task.failures, task.task_id, task.attempt)
             task.run_at_ms = self.now_ms + delay
-            self._move(task, "retry")
-        else:
-            self._move(task, "dead_letter")
+        self._move(task, row)
 
     # ======================================================================================
     # task commands
@@ -392,112 +389,79 @@ class StateMachine:
         task.add_attempt(Attempt(task.attempt, cmd.worker_id, self.cluster_token, start),
                          self.limits.attempts_kept_max)
         self.tenants[task.tenant].service += 1
-        self._move(task, "claim")
+        self._move(task, decide(task, CLAIM))
         self._watch_lease(task)
-
-    def _stale(self, task: Task, token: int) -> Rejected:
-        if task.state == RUNNING:
-            return Rejected(STALE_TOKEN, f"task {task.task_id} is held by token "
-                            f"{task.fencing_token}", current_token=task.fencing_token)
-        return Rejected(STALE_TOKEN, f"task {task.task_id} is {task.state}; token {token} "
-                        f"holds no lease", state=task.state)
 
     def _heartbeat(self, cmd: c.Heartbeat) -> tuple:
         """Wrong token on a running task: stale_token. Not running: stale_token if the token
         was once issued to this task (the worker must stop), else invalid_state."""
         V.heartbeat(cmd, self.limits)
         task = self._find(cmd.task_id, cmd.tenant)
-        if task.state == RUNNING and cmd.fencing_token == task.fencing_token:
-            if not task.cancel_requested:   # a cancel stops renewals: the lease runs out
-                before = self._deadline(task)
-                task.lease_expires_at_ms = min(self.now_ms + cmd.lease_ms,
-                                               task.started_at_ms + task.timeout_ms)
-                if self._deadline(task) != before:
-                    self._watch_lease(task)
-            return (OK, "", None, "lease", [task.lease_expires_at_ms, task.cancel_requested])
-        if task.state != RUNNING and not 0 < cmd.fencing_token <= task.fencing_token:
-            raise Rejected(INVALID_STATE, f"task {task.task_id} is {task.state}",
-                           state=task.state)
-        raise self._stale(task, cmd.fencing_token)
+        decide(task, HEARTBEAT, cmd.fencing_token)
+        if not task.cancel_requested:   # a cancel stops renewals: the lease runs out
+            before = self._deadline(task)
+            task.lease_expires_at_ms = min(self.now_ms + cmd.lease_ms,
+                                           task.started_at_ms + task.timeout_ms)
+            if self._deadline(task) != before:
+                self._watch_lease(task)
+        return (OK, "", None, "lease", [task.lease_expires_at_ms, task.cancel_requested])
 
     def _complete(self, cmd: c.Complete) -> tuple:
         """A completion wins over a pending cancel request; a repeat returns the first."""
         V.complete(cmd, self.limits)
         task = self._find(cmd.task_id, cmd.tenant)
-        if task.state == RUNNING and cmd.fencing_token == task.fencing_token:
+        row = decide(task, COMPLETE, cmd.fencing_token)
+        if not row.repeat:
             self._end_attempt(task, "completed")
             task.result_json = cmd.result_json
-            self._move(task, "complete")
-            return _task_rec(task)
-        if task.state == COMPLETED and cmd.fencing_token == task.fencing_token:
-            return _task_rec(task)
-        raise self._stale(task, cmd.fencing_token)
-
-    def _ended_by(self, task: Task, token: int, outcome: str) -> bool:
-        """Did the attempt holding `token` already end with `outcome` (a repeated report)?"""
-        attempt = task.current_attempt()
-        return (task.state != RUNNING and task.fencing_token == token and attempt is not None
-                and attempt.fencing_token == token and attempt.outcome == outcome)
+            self._move(task, row)
+        return _task_rec(task)
 
     def _fail(self, cmd: c.Fail) -> tuple:
         V.fail(cmd, self.limits)
         task = self._find(cmd.task_id, cmd.tenant)
-        if task.state == RUNNING and cmd.fencing_token == task.fencing_token:
+        row = decide(task, FAIL, cmd.fencing_token, cmd.retryable)
+        if not row.repeat:
             self._end_attempt(task, "failed", cmd.error)
             task.last_error = cmd.error
-            if not cmd.retryable and not task.cancel_requested:
-                task.failures += 1
-                self._move(task, "dead_letter")
-            else:
-                self._after_failure(task)
-            return _task_rec(task)
-        if self._ended_by(task, cmd.fencing_token, "failed"):
-            return _task_rec(task)
-        raise self._stale(task, cmd.fencing_token)
+            self._after_failure(task, row)
+        return _task_rec(task)
 
     def _release(self, cmd: c.Release) -> tuple:
         """Back to pending at its run_at (it keeps its place in the queue), no retry used."""
         V.fenced(cmd, self.limits)
         task = self._find(cmd.task_id, cmd.tenant)
-        if task.state == RUNNING and cmd.fencing_token == task.fencing_token:
+        row = decide(task, RELEASE, cmd.fencing_token)
+        if not row.repeat:
             self._end_attempt(task, "released")
-            self._move(task, "cancel" if task.cancel_requested else "release")
-            return _task_rec(task)
-        if self._ended_by(task, cmd.fencing_token, "released"):
-            return _task_rec(task)
-        raise self._stale(task, cmd.fencing_token)
+            self._move(task, row)
+        return _task_rec(task)
 
     def _cancel(self, cmd: c.Cancel) -> tuple:
         V.task_ref(cmd, self.limits)
         task = self._find(cmd.task_id, cmd.tenant)
-        if task.state == PENDING:
-            self._move(task, "cancel")
-        elif task.state == RUNNING:
-            task.cancel_requested = True
+        row = decide(task, CANCEL)
+        if row.new == RUNNING:
+            task.cancel_requested = True   # the attempt's end cancels it (lifecycle.py)
         else:
-            raise Rejected(INVALID_STATE, f"task {task.task_id} is {task.state}",
-                           state=task.state)
+            self._move(task, row)
         return _task_rec(task)
 
     def _replay(self, cmd: c.Replay) -> tuple:
         V.task_ref(cmd, self.limits)
         task = self._find(cmd.task_id, cmd.tenant)
-        if transition(task.state, "replay") is ILLEGAL:
-            raise Rejected(INVALID_STATE, f"task {task.task_id} is {task.state}",
-                           state=task.state)
+        row = decide(task, REPLAY)
         self._check_capacity(task.tenant)
         task.failures = 0
         task.cancel_requested = False
         task.run_at_ms = self.now_ms
-        self._move(task, "replay")
+        self._move(task, row)
         return _task_rec(task)
 
     def _discard(self, cmd: c.Discard) -> tuple:
         V.task_ref(cmd, self.limits)
         task = self._find(cmd.task_id, cmd.tenant)
-        if transition(task.state, "discard") is ILLEGAL:
-            raise Rejected(INVALID_STATE, f"task {task.task_id} is {task.state}",
-                           state=task.state)
+        decide(task, DISCARD)
         record = codec.task_record(task)
         self._remove_task(task)
         return (OK, "", None, "gone_task", record)
@@ -523,9 +487,10 @@ class StateMachine:
                 outcome = "timed_out"
             else:
                 outcome = "lease_expired"
+            row = decide(task, EXPIRE)
             self._end_attempt(task, outcome)
             task.last_error = outcome
-            self._after_failure(task)
+            self._after_failure(task, row)
 
     def _evict(self) -> None:
         heap, lim = self._terminal, self.limits
