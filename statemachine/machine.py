@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 import sys
 from collections import OrderedDict
-from heapq import heapify, heappop, heappush
+from heapq import heappop, heappush
 from itertools import repeat
 
 from . import codec
@@ -33,9 +33,9 @@ from .limits import Limits
 from .listing import SeqIndex
 from .lifecycle import (CANCEL, CLAIM, COMPLETE, DISCARD, EXPIRE, FAIL, HEARTBEAT, RELEASE,
                         REPLAY, Row, decide)
-from .model import (CANCELLED, LIVE, PENDING, RUNNING, STATES, TERMINAL, Attempt, FireRecord,
+from .model import (CANCELLED, PENDING, RUNNING, STATES, Attempt, FireRecord,
                     Schedule, Task, TenantView)
-from .queue import ClaimQueue
+from .store import Store
 from .rules import backoff_ms, fire_jitter_ms, occurrence_task_id
 from .validate import Rejected
 
@@ -77,20 +77,8 @@ class StateMachine:
         # OrderedDict: popping a plain dict's oldest key is O(deleted keys) until it resizes
         self.requests: OrderedDict[str, tuple] = OrderedDict()
         # derived
-        self._queue = ClaimQueue(self.limits.aging_interval_ms)
-        self._all = SeqIndex()
-        self._by_state = {s: SeqIndex() for s in STATES}
-        self._by_tenant: dict[str, SeqIndex] = {}
-        self._idem: dict[tuple[str, str], Task] = {}
-        self._leases: list[tuple] = []     # (deadline_ms, token, n, task)
-        self._terminal: list[tuple] = []   # (completed_at_ms, seq, n, task)
-        self._fires: list[tuple] = []      # (next_fire_ms, tenant, schedule_id)
-        self._occurrences: dict[tuple[str, str], dict[str, Task]] = {}
-        self._schedules_per_tenant: dict[str, int] = {}
-        self._pending_by_priority = [0] * (self.limits.priority_max + 1)
-        self._live = 0
-        self._terminal_count = 0
-        self._n = 0
+        self.store = Store(self.limits, self.tasks, self.tenants, self.schedules)
+        self._queue = self.store.queue
         self._digest = StateDigest(self)
         self._handlers = {
             c.SubmitTask: self._submit, c.Claim: self._claim, c.Heartbeat: self._heartbeat,
@@ -110,14 +98,14 @@ class StateMachine:
         results = [apply(cmd) for cmd in cmds] if isinstance(cmds, (list, tuple)) else []
         # Handlers check the liveness of every heap entry they use, so only readers need
         # live tops: tidying once per batch does the same pops for less.
-        self._tidy()
+        self.store.tidy()
         self.seq += 1
         self._fold_now_and_then()
         return results
 
     def apply(self, cmd) -> Result:
         result = self._apply_untidy(cmd)
-        self._tidy()
+        self.store.tidy()
         return result
 
     def _apply_untidy(self, cmd) -> Result:
@@ -200,26 +188,13 @@ class StateMachine:
         """`task` is about to change, appear or disappear: the digest re-hashes it."""
         self._digest.tasks.mark(task.task_id, task)
 
-    def _count(self, task: Task, delta: int) -> None:
-        """Add `task` (delta +1) to or remove it (-1) from the counters of its state."""
-        state = task.state
-        if state == PENDING:
-            self.tenants[task.tenant].pending += delta
-            self._pending_by_priority[task.priority] += delta
-        elif state == RUNNING:
-            self.tenants[task.tenant].running += delta
-        if state in LIVE:
-            self._live += delta
-        else:
-            self._terminal_count += delta
-
     def _check_capacity(self, tenant: str) -> None:
         lim = self.limits
         view = self.tenants.get(tenant)
         if view is None and len(self.tenants) >= lim.tenants_max:
             raise Rejected(TENANT_LIMIT, f"at most {lim.tenants_max} tenants",
                            limit=lim.tenants_max)
-        if self._live >= lim.live_tasks_max:
+        if self.store.live >= lim.live_tasks_max:
             raise Rejected(TENANT_LIMIT, f"at most {lim.live_tasks_max} live tasks",
                            limit=lim.live_tasks_max)
         if view is not None and view.live >= lim.live_tasks_per_tenant_max:
@@ -228,97 +203,18 @@ class StateMachine:
                            limit=lim.live_tasks_per_tenant_max)
 
     def _add_task(self, task: Task) -> None:
-        assert task.task_id not in self.tasks and task.state == PENDING
         self._touch(task)
         self._tenant(task.tenant)
-        self.tasks[task.task_id] = task
-        self._all.add(task)
-        self._by_state[PENDING].add(task)
-        self._by_tenant.setdefault(task.tenant, SeqIndex()).add(task)
-        if task.idempotency_key is not None:
-            self._idem[(task.tenant, task.idempotency_key)] = task
-        if task.schedule_id is not None:
-            self._occurrences.setdefault((task.tenant, task.schedule_id), {})[task.task_id] = task
-        self._count(task, +1)
-        self._queue.push(task, self.now_ms)
+        self.store.index(task, self.now_ms)
 
     def _remove_task(self, task: Task) -> None:
-        assert task.state in TERMINAL
         self._touch(task)
-        self._count(task, -1)
-        del self.tasks[task.task_id]
-        self._all.remove(task)
-        self._by_state[task.state].remove(task)
-        index = self._by_tenant[task.tenant]
-        index.remove(task)
-        if not index:
-            del self._by_tenant[task.tenant]
-        key = (task.tenant, task.idempotency_key)
-        if task.idempotency_key is not None and self._idem.get(key) is task:
-            del self._idem[key]
+        self.store.unindex(task)
 
     def _move(self, task: Task, row: Row) -> None:
-        """The one place a task changes state: to the state of a lifecycle row."""
-        old, new = task.state, row.new
-        self._touch(task)
-        self._count(task, -1)
-        self._by_state[old].remove(task)
-        task.state = new
-        self._by_state[new].add(task)
-        self._count(task, +1)
-        if old == RUNNING:
-            task.lease_expires_at_ms = None
-        if new == PENDING:
-            self._queue.push(task, self.now_ms)
-        elif old == PENDING and row.event != CLAIM:
-            self._queue.dropped(task)
-        if new in TERMINAL:
-            task.completed_at_ms = self.now_ms
-            self._n += 1
-            heappush(self._terminal, (task.completed_at_ms, task.seq, self._n, task))
-        elif old in TERMINAL:
-            task.completed_at_ms = None
-        self._track_occurrence(task)
-
-    def _track_occurrence(self, task: Task) -> None:
-        if task.schedule_id is None:
-            return
-        live = self._occurrences.setdefault((task.tenant, task.schedule_id), {})
-        if task.state in LIVE:
-            live[task.task_id] = task
-        else:
-            live.pop(task.task_id, None)
-            if not live:
-                del self._occurrences[(task.tenant, task.schedule_id)]
-
-    def _deadline(self, task: Task) -> int:
-        return min(task.lease_expires_at_ms, task.started_at_ms + task.timeout_ms)
-
-    def _watch_lease(self, task: Task) -> None:
-        self._n += 1
-        heappush(self._leases, (self._deadline(task), task.fencing_token, self._n, task))
-
-    def _lease_live(self, entry: tuple) -> bool:
-        deadline, token, _, task = entry
-        return (task.state == RUNNING and task.fencing_token == token
-                and self._deadline(task) == deadline)
-
-    def _terminal_live(self, entry: tuple) -> bool:
-        task = entry[3]
-        return (task.state in TERMINAL and task.completed_at_ms == entry[0]
-                and self.tasks.get(task.task_id) is task)
-
-    def _fire_live(self, entry: tuple) -> bool:
-        sched = self.schedules.get((entry[1], entry[2]))
-        return sched is not None and not sched.paused and sched.next_fire_ms == entry[0]
-
-    def _tidy(self) -> None:
-        """Keep every heap's top live, so that peeks (next_timer_ms...) are exact."""
-        for heap, live in ((self._leases, self._lease_live),
-                           (self._terminal, self._terminal_live),
-                           (self._fires, self._fire_live)):
-            while heap and not live(heap[0]):
-                heappop(heap)
+        """The one place a task changes state: to the state of a lifecycle row (the
+        caller has marked the task for the digest)."""
+        self.store.move(task, row.new, self.now_ms)
 
     def _find(self, task_id: str, tenant: str | None) -> Task:
         task = self.tasks.get(task_id)
@@ -330,7 +226,6 @@ class StateMachine:
     def _end_attempt(self, task: Task, outcome: str, error: str | None = None) -> None:
         attempt = task.current_attempt()
         assert attempt is not None and attempt.outcome is None, task
-        self._touch(task)
         attempt.ended_at_ms = self.now_ms
         attempt.outcome = outcome
         attempt.error = error
@@ -354,7 +249,7 @@ class StateMachine:
         V.submit(cmd, self.limits, self.now_ms)
         tenant = self._intern(cmd.tenant)
         if cmd.idempotency_key is not None:
-            existing = self._idem.get((tenant, cmd.idempotency_key))
+            existing = self.store.idem.get((tenant, cmd.idempotency_key))
             if existing is not None:
                 return _task_rec(existing, True)
         if cmd.task_id in self.tasks:
@@ -390,7 +285,6 @@ class StateMachine:
                          self.limits.attempts_kept_max)
         self.tenants[task.tenant].service += 1
         self._move(task, decide(task, CLAIM))
-        self._watch_lease(task)
 
     def _heartbeat(self, cmd: c.Heartbeat) -> tuple:
         """Wrong token on a running task: stale_token. Not running: stale_token if the token
@@ -399,11 +293,11 @@ class StateMachine:
         task = self._find(cmd.task_id, cmd.tenant)
         decide(task, HEARTBEAT, cmd.fencing_token)
         if not task.cancel_requested:   # a cancel stops renewals: the lease runs out
-            before = self._deadline(task)
+            before = self.store.deadline(task)
             task.lease_expires_at_ms = min(self.now_ms + cmd.lease_ms,
                                            task.started_at_ms + task.timeout_ms)
-            if self._deadline(task) != before:
-                self._watch_lease(task)
+            if self.store.deadline(task) != before:
+                self.store.watch_lease(task)
         return (OK, "", None, "lease", [task.lease_expires_at_ms, task.cancel_requested])
 
     def _complete(self, cmd: c.Complete) -> tuple:
@@ -475,10 +369,10 @@ class StateMachine:
         return _NONE
 
     def _expire_leases(self) -> None:
-        heap, now = self._leases, self.now_ms
+        heap, now = self.store.leases, self.now_ms
         while heap and heap[0][0] <= now:
             entry = heappop(heap)
-            if not self._lease_live(entry):
+            if not self.store.lease_live(entry):
                 continue
             task = entry[3]
             if task.cancel_requested:
@@ -488,19 +382,20 @@ class StateMachine:
             else:
                 outcome = "lease_expired"
             row = decide(task, EXPIRE)
+            self._touch(task)
             self._end_attempt(task, outcome)
             task.last_error = outcome
             self._after_failure(task, row)
 
     def _evict(self) -> None:
-        heap, lim = self._terminal, self.limits
+        heap, lim = self.store.terminal, self.limits
         cutoff = self.now_ms - lim.retention_ms
         budget = lim.evictions_per_tick_max
         while heap and budget > 0:
-            if not self._terminal_live(heap[0]):
+            if not self.store.terminal_live(heap[0]):
                 heappop(heap)
                 continue
-            if heap[0][0] > cutoff and self._terminal_count <= lim.terminal_tasks_max:
+            if heap[0][0] > cutoff and self.store.terminal_count <= lim.terminal_tasks_max:
                 break
             self._remove_task(heappop(heap)[3])
             budget -= 1
@@ -532,10 +427,6 @@ class StateMachine:
         self._digest.schedules.mark((sched.tenant, sched.schedule_id), sched)
         return sched
 
-    def _watch_fire(self, sched: Schedule) -> None:
-        if not sched.paused and sched.next_fire_ms is not None:
-            heappush(self._fires, (sched.next_fire_ms, sched.tenant, sched.schedule_id))
-
     def _put_schedule(self, cmd: c.PutSchedule) -> tuple:
         """Create or replace; a replacement keeps the fire history and created_at."""
         lim = self.limits
@@ -546,12 +437,10 @@ class StateMachine:
             if len(self.schedules) >= lim.schedules_max:
                 raise Rejected(TENANT_LIMIT, f"at most {lim.schedules_max} schedules",
                                limit=lim.schedules_max)
-            if self._schedules_per_tenant.get(cmd.tenant, 0) >= lim.schedules_per_tenant_max:
+            if self.store.schedules_per_tenant.get(cmd.tenant, 0) >= lim.schedules_per_tenant_max:
                 raise Rejected(TENANT_LIMIT, f"tenant {cmd.tenant} has "
                                f"{lim.schedules_per_tenant_max} schedules",
                                limit=lim.schedules_per_tenant_max)
-            self._schedules_per_tenant[cmd.tenant] = \
-                self._schedules_per_tenant.get(cmd.tenant, 0) + 1
         sched = Schedule(self._intern(cmd.tenant), cmd.schedule_id, cmd.cron, cmd.timezone,
                          cmd.template, cmd.overlap, cmd.misfire, cmd.catchup_window_ms,
                          cmd.paused, cmd.start_at_ms, cmd.end_at_ms, cmd.jitter_ms,
@@ -560,18 +449,16 @@ class StateMachine:
         if old is not None:
             self._digest.schedules.mark(key, old)
         self._digest.schedules.mark(key, sched)
-        self.schedules[key] = sched
-        self._watch_fire(sched)
+        if old is None:
+            self.store.index_schedule(sched)
+        else:
+            self.schedules[key] = sched
+            self.store.watch_fire(sched)
         return _schedule_rec(sched)
 
     def _delete_schedule(self, cmd: c.DeleteSchedule) -> tuple:
         sched = self._schedule(cmd)
-        del self.schedules[(sched.tenant, sched.schedule_id)]
-        left = self._schedules_per_tenant[sched.tenant] - 1
-        if left:
-            self._schedules_per_tenant[sched.tenant] = left
-        else:
-            del self._schedules_per_tenant[sched.tenant]
+        self.store.unindex_schedule(sched)
         return (OK, "", None, "gone_schedule", codec.schedule_record(sched))
 
     def _pause_schedule(self, cmd: c.PauseSchedule) -> tuple:
@@ -589,7 +476,7 @@ class StateMachine:
             sched.paused = False
             sched.next_fire_ms = cmd.next_fire_ms
             sched.updated_at_ms = self.now_ms
-            self._watch_fire(sched)
+            self.store.watch_fire(sched)
         return _schedule_rec(sched)
 
     def _record_fire(self, sched: Schedule, fire_ms: int, outcome: str,
@@ -621,7 +508,7 @@ class StateMachine:
         if cmd.fire_ms != sched.next_fire_ms:
             return _fire_rec(sched, None)
         sched.next_fire_ms = cmd.next_fire_ms
-        self._watch_fire(sched)
+        self.store.watch_fire(sched)
         if sched.end_at_ms is not None and cmd.fire_ms > sched.end_at_ms:
             sched.next_fire_ms = None
             return _fire_rec(sched, None)
@@ -643,7 +530,7 @@ class StateMachine:
         return self._run_fire(sched, cmd.fire_ms, task_id, skipped)
 
     def _overlapping(self, sched: Schedule) -> bool:
-        live = self._occurrences.get((sched.tenant, sched.schedule_id), {})
+        live = self.store.occurrences.get((sched.tenant, sched.schedule_id), {})
         if sched.overlap == "skip":
             return bool(live)
         if sched.overlap == "buffer_one":
@@ -678,13 +565,13 @@ class StateMachine:
         malformed one raises ValueError (callers answer invalid_argument). The smallest of
         the state / tenant indexes is walked; other filters are checked per task."""
         before = _parse_cursor(cursor)
-        if state is not None and state not in self._by_state:
+        if state is not None and state not in self.store.by_state:
             raise ValueError(f"unknown state {state!r}")
-        candidates = [self._all]
+        candidates = [self.store.all]
         if state is not None:
-            candidates.append(self._by_state[state])
+            candidates.append(self.store.by_state[state])
         if tenant is not None:
-            candidates.append(self._by_tenant.get(tenant, SeqIndex()))
+            candidates.append(self.store.by_tenant.get(tenant, SeqIndex()))
         index = min(candidates, key=len)
         page: list[Task] = []
         limit = max(1, int(limit))
@@ -734,23 +621,23 @@ class StateMachine:
         """Earliest instant a Tick changes something: a lease expiry or task timeout, or a
         retention eviction. (A retry's backoff end is the task's run_at: see next_due_ms.)"""
         when = []
-        if self._leases:
-            when.append(self._leases[0][0])
-        if self._terminal_count > self.limits.terminal_tasks_max:
+        if self.store.leases:
+            when.append(self.store.leases[0][0])
+        if self.store.terminal_count > self.limits.terminal_tasks_max:
             when.append(self.now_ms)
-        elif self._terminal:
-            when.append(self._terminal[0][0] + self.limits.retention_ms)
+        elif self.store.terminal:
+            when.append(self.store.terminal[0][0] + self.limits.retention_ms)
         return min(when) if when else None
 
     def due_fires(self, now_ms: int) -> list[tuple[str, str, int]]:
         """Active schedules whose next fire is at or before now_ms, earliest first."""
-        heap, out, seen = self._fires, [], {}
+        heap, out, seen = self.store.fires, [], {}
         frontier = [(heap[0], 0)] if heap else []
         while frontier:
             entry, i = heappop(frontier)
             if entry[0] > now_ms:
                 break
-            if self._fire_live(entry) and entry not in seen:
+            if self.store.fire_live(entry) and entry not in seen:
                 seen[entry] = True
                 out.append((entry[1], entry[2], entry[0]))
             for child in (2 * i + 1, 2 * i + 2):
@@ -759,14 +646,14 @@ class StateMachine:
         return out
 
     def next_fire_ms(self) -> int | None:
-        return self._fires[0][0] if self._fires else None
+        return self.store.fires[0][0] if self.store.fires else None
 
     def stats(self) -> dict:
         return {
             "seq": self.seq,
             "now_ms": self.now_ms,
-            "tasks_by_state": {s: len(self._by_state[s]) for s in STATES},
-            "pending_by_priority": dict(enumerate(self._pending_by_priority)),
+            "tasks_by_state": {s: len(self.store.by_state[s]) for s in STATES},
+            "pending_by_priority": dict(enumerate(self.store.pending_by_priority)),
             "tenants": {v.tenant: {"pending": v.pending, "running": v.running}
                         for v in self.list_tenants()},
             "schedules": len(self.schedules),
@@ -788,7 +675,7 @@ class StateMachine:
 
     def snapshot(self) -> bytes:
         self._digest.fold()   # the sums and hashes written must be those of the records
-        return codec.encode_snapshot(self._head(), _Sized(self._all.oldest_first(),
+        return codec.encode_snapshot(self._head(), _Sized(self.store.all.oldest_first(),
                                                           len(self.tasks)), self.requests,
                                      self._digest.requests.hashes)
 
@@ -840,37 +727,29 @@ class StateMachine:
             view.tenant = sm._intern(view.tenant)
             sm.tenants[view.tenant] = view
         cache: dict = {}
-        summed = sm._load_tasks(tasks)
+        summed = sm._index_tasks(tasks)
         sm._digest.tasks.loaded(summed if summed is not None
                                 else int.from_bytes(head["tasks_sum"], "big"))
         for r in head["schedules"]:
             sched = codec.schedule_from(r, cache)
             sched.tenant = sm._intern(sched.tenant)
-            sm.schedules[(sched.tenant, sched.schedule_id)] = sched
-            sm._schedules_per_tenant[sched.tenant] = \
-                sm._schedules_per_tenant.get(sched.tenant, 0) + 1
-            sm._watch_fire(sched)
+            sm.store.index_schedule(sched)
         for (rid, rec), h in requests:   # h: the item hash, or the bytes to hash (1, 2)
             sm.requests[rid] = tuple(rec)
             sm._digest.requests.add_folded(h if type(h) is int else item_hash(h))
-        sm._tidy()
+        sm.store.tidy()
         sm._digest.mark_all()
         sm._digest.fold()
         return sm
 
-    def _load_tasks(self, chunks) -> int | None:
-        """Tasks in seq order from a snapshot, chunk by chunk: indexes, counters, queue and
-        heaps in one loop with its lookups hoisted (a restart pays it per task). Returns the
-        sum of the tasks' item hashes when the format has their encodings (1, 2), else None:
-        format 3 carries the sum, and the tasks stay `UNHASHED` (digest.py)."""
-        tasks, by_state = self.tasks, self._by_state
-        append_all, leases, terminal = self._all.append, self._leases, self._terminal
-        append_state = {state: index.append for state, index in by_state.items()}
-        by_tenant, tenants, idem = self._by_tenant, self.tenants, self._idem
-        pending_by_priority = self._pending_by_priority
-        queued: list[Task] = []
-        live = done = 0
+    def _index_tasks(self, chunks) -> int | None:
+        """Tasks in seq order from a snapshot, chunk by chunk, through the store's `index`
+        in bulk mode. Returns the sum of the tasks' item hashes when the format has their
+        encodings (1, 2), else None: format 3 carries the sum, and the tasks stay
+        `UNHASHED` (digest.py)."""
+        store, now_ms, index = self.store, self.now_ms, self.store.index
         summed = None
+        store.begin_bulk()
         for chunk, encodings in chunks:
             if encodings is None:
                 hashes = repeat(UNHASHED, len(chunk))
@@ -878,43 +757,14 @@ class StateMachine:
                 hashes = [item_hash(e) for e in encodings]
                 summed = (summed or 0) + sum(hashes)
             for task, h in zip(chunk, hashes):
+                if task.state not in STATES:
+                    raise codec.DecodeError(f"snapshot: task {task.task_id!r} is "
+                                            f"{task.state!r}")
                 task.dh = h
-                state, tenant = task.state, task.tenant
-                if state not in by_state:
-                    raise codec.DecodeError(f"snapshot: task {task.task_id!r} is {state!r}")
-                tasks[task.task_id] = task
-                append_all(task)
-                append_state[state](task)
-                index = by_tenant.get(tenant)
-                if index is None:
-                    self._tenant(tenant)   # a valid snapshot lists it already
-                    index = by_tenant[tenant] = SeqIndex()
-                index.append(task)
-                if task.idempotency_key is not None:
-                    idem[(tenant, task.idempotency_key)] = task
-                if task.schedule_id is not None:
-                    self._track_occurrence(task)
-                if state == PENDING:
-                    tenants[tenant].pending += 1
-                    pending_by_priority[task.priority] += 1
-                    live += 1
-                    queued.append(task)
-                elif state == RUNNING:
-                    tenants[tenant].running += 1
-                    live += 1
-                    self._n += 1
-                    leases.append((self._deadline(task), task.fencing_token, self._n, task))
-                else:
-                    done += 1
-                    self._n += 1
-                    terminal.append((task.completed_at_ms, task.seq, self._n, task))
-        if len(tasks) != len(self._all):   # checked once here rather than per task
+                index(task, now_ms)
+        store.end_bulk()
+        if len(self.tasks) != len(store.all):   # checked once here rather than per task
             raise codec.DecodeError("snapshot: a task id appears twice")
-        self._live += live
-        self._terminal_count += done
-        heapify(leases)
-        heapify(terminal)
-        self._queue.load(queued, self.now_ms)
         return summed
 
 
