@@ -132,11 +132,15 @@ def claim(cmd: c.Claim, lim: Limits) -> None:
 
 def task_ref(cmd, lim: Limits) -> None:
     string("task_id", cmd.task_id, lim.id_chars_max)
-    scope(cmd, lim)
+    if cmd.tenant is not None:
+        string("tenant", cmd.tenant, lim.tenant_chars_max)
 
 
 def fenced(cmd, lim: Limits) -> None:
-    task_ref(cmd, lim)
+    """`task_ref` and the token, inlined: every completion of every task passes here."""
+    string("task_id", cmd.task_id, lim.id_chars_max)
+    if cmd.tenant is not None:
+        string("tenant", cmd.tenant, lim.tenant_chars_max)
     integer("fencing_token", cmd.fencing_token, 0, lim.fencing_token_max)
 
 
