@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,13 +29,9 @@ from typing import Any
 
 import httpx
 
+from tests.net import free_port
+
 TSNODE = shutil.which("tsnode") or str(Path(sys.executable).with_name("tsnode"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Cluster:

@@ -2,16 +2,10 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
 
-from test_api_harness import Api, api, assert_error, replica  # noqa: F401  (fixtures)
-
-
-@pytest.fixture
-def tt() -> str:
-    return "w-" + uuid.uuid4().hex[:8]
+from tests.api_support import Api, assert_error
 
 
 async def test_claim_heartbeat_complete_and_complete_again(api: Api, tt):

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from test_api_harness import Api, api, assert_error, replica  # noqa: F401  (fixtures)
+from tests.api_support import Api, assert_error
 from tsched.node import claims, validate
 from tsched.node.api_common import Node
 from tsched.node.app import BODY_BYTES_MAX, make_app

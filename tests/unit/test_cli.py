@@ -10,9 +10,9 @@ from click.testing import CliRunner
 from tsched.client.cli import cli
 
 try:
-    from test_client_support import FakeNode, dead_url, error
+    from client_support import FakeNode, dead_url, error
 except ImportError:  # collected as a package
-    from tests.unit.test_client_support import FakeNode, dead_url, error
+    from tests.unit.client_support import FakeNode, dead_url, error
 
 USAGE_ERRORS = [
     ["--url", "ftp://x", "list"],

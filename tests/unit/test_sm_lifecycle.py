@@ -4,7 +4,7 @@ is refused for its state and changes nothing."""
 from __future__ import annotations
 
 import pytest
-from test_sm_support import Driver
+from sm_support import Driver
 
 from tsched.statemachine import codec
 from tsched.statemachine import commands as c
