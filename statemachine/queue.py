@@ -58,11 +58,14 @@ class ClaimQueue:
         bucket = buckets.get(task.tenant)
         if bucket is None:
             bucket = buckets[task.tenant] = Bucket(task.tenant, task.task_type)
-        if task.run_at_ms <= now_ms:
-            key = static_key(task.priority, task.run_at_ms, self.aging_ms)
-            entry, heap = (key, task.run_at_ms, task.seq, task.qver, task), bucket.ready
+        run_at = task.run_at_ms
+        if run_at <= now_ms:
+            key = task.priority * self.aging_ms + run_at   # rules.static_key, inlined: a
+            if key < 0:                                    # restore pushes every task
+                key = 0
+            entry, heap = (key, run_at, task.seq, task.qver, task), bucket.ready
         else:
-            entry, heap = (task.run_at_ms, task.seq, task.qver, task), bucket.delayed
+            entry, heap = (run_at, task.seq, task.qver, task), bucket.delayed
         if self.bulk:
             heap.append(entry)
             self.unsorted[id(bucket)] = bucket

@@ -51,7 +51,9 @@ class Store:
 
     # --- tasks ----------------------------------------------------------------------------
     def index(self, task: Task, now_ms: int) -> None:
-        """`task` enters the state (submit, fire, restore): into every index it belongs to."""
+        """`task` enters the state (submit, fire, restore): into every index it belongs to.
+        The counting and watching of `_count` and `_enter` are inlined here: a restore
+        calls this for every task (a million at 1M)."""
         tenant, state = task.tenant, task.state
         self.tasks[task.task_id] = task
         self.all.add(task)
@@ -66,8 +68,18 @@ class Store:
             self.idem[(tenant, task.idempotency_key)] = task
         if task.schedule_id is not None:
             self._occurrence(task)
-        self._count(task, 1)
-        self._enter(task, now_ms)
+        if state == PENDING:
+            self.tenants[tenant].pending += 1
+            self.pending_by_priority[task.priority] += 1
+            self.live += 1
+            self.queue.push(task, now_ms)
+        elif state == RUNNING:
+            self.tenants[tenant].running += 1
+            self.live += 1
+            self.watch_lease(task)
+        else:
+            self.terminal_count += 1
+            self._enter(task, now_ms)
 
     def unindex(self, task: Task) -> None:
         """A terminal `task` leaves the state (discard, retention): out of every index."""

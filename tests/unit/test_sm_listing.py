@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tsched.statemachine.listing import SeqIndex
+from tsched.statemachine.rules import static_key
 from tsched.statemachine.model import Task
 from tsched.statemachine.queue import ClaimQueue
 from tsched.statemachine.commands import RetryPolicy
@@ -79,6 +80,9 @@ def test_bulk_push_makes_the_entries_one_ordered_push_each_would() -> None:
         return {(tt, tn): (sorted(e[:-1] for e in b.ready), sorted(e[:-1] for e in b.delayed))
                 for tt, buckets in q.by_type.items() for tn, b in buckets.items()}
     assert entries(loaded) == entries(pushed)
+    for b in (b for buckets in pushed.by_type.values() for b in buckets.values()):
+        for key, run_at, _, _, task in b.ready:  # push inlines rules.static_key
+            assert key == static_key(task.priority, run_at, 60_000)
     for q in (pushed, loaded):                   # every heap is ordered: its top is least
         for buckets in q.by_type.values():
             for b in buckets.values():
