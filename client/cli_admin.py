@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from tsched.statemachine.limits import API_LIMITS, LIMITS
+
 from . import render
 from .cli_common import State, json_option, cli, pass_state, time_option
 from .dev import DevError, run_dev
@@ -78,7 +80,7 @@ schedules_delete = _schedule_verb("delete", "delete_schedule", "Delete a schedul
 @schedules.command()
 @click.argument("expr")
 @click.option("--tz", "timezone", help="IANA time zone (default UTC).")
-@click.option("--count", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option("--count", type=click.IntRange(1, API_LIMITS.cron_preview_fires_max), default=5, show_default=True)
 @pass_state
 def preview(st: State, expr, timezone, count):
     """Show the next fire times of a cron expression."""
@@ -101,8 +103,9 @@ def tenants_list(st: State):
 
 @tenants.command(name="set")
 @click.argument("tenant")
-@click.option("--max-running", type=click.IntRange(0, 1_000_000), help="0 = unlimited.")
-@click.option("--weight", type=click.IntRange(1, 1_000_000))
+@click.option("--max-running", type=click.IntRange(0, LIMITS.tenant_running_max),
+              help="0 = unlimited.")
+@click.option("--weight", type=click.IntRange(1, LIMITS.tenant_weight_max))
 @pass_state
 def tenants_set(st: State, tenant, max_running, weight):
     """Set a tenant's running cap and/or fair-share weight."""

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from tsched.client import Client, TaskFailed
 from tsched.client.cli import cli
-from tests.integration.test_raft_support import wait_until
+from tests.integration.raft_support import wait_until
 
 pytestmark = pytest.mark.slow
 DEADLINE_S = 60.0

@@ -12,10 +12,7 @@ import pytest
 from tsched.client import (ApiError, App, AsyncApp, NonRetryable, TaskCancelled, TaskContext,
                            TaskFailed)
 
-try:
-    from test_client_support import FakeNode, error
-except ImportError:  # collected as a package
-    from tests.unit.test_client_support import FakeNode, error
+from tests.unit.client_support import FakeNode, error
 
 
 def ctx_of(task_id: str = "t1") -> TaskContext:

@@ -15,10 +15,7 @@ from click.testing import CliRunner
 from tsched.client import App
 from tsched.client.tsworker import cli, find_app, put_schedules, served_tasks
 
-try:
-    from test_client_support import FakeNode, dead_url, error
-except ImportError:  # collected as a package
-    from tests.unit.test_client_support import FakeNode, dead_url, error
+from tests.unit.client_support import FakeNode, dead_url, error
 
 _names = itertools.count()
 TASKS_MODULE = """
