@@ -380,7 +380,7 @@ def test_slow_handlers_keep_a_small_window(fake):
     held = []
 
     def slow(payload, ctx):
-        held.append(worker.running)
+        held.append(worker._held)   # claimed and not returned (not: being reported)
         time.sleep(0.2)
 
     worker = make(fake, {"t": slow}, concurrency=2, claim_ahead=2)
