@@ -1,0 +1,150 @@
+"""Claims gathered across shards (DESIGN.md section 13).
+
+A claim first asks the shards one after another without waiting, starting at a shard that
+moves on with every claim so that no shard starves, until it has `max_tasks` or has asked
+them all. With nothing found it waits on every shard at once, in rounds of at most
+`SHARD_WAIT_S`. Every shard's answer is read to its end, even after the worker has been
+answered: a task leased for a request that is gone, or beyond `max_tasks`, is released at
+once (a release is not an attempt). No lease is ever left without a holder.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+from aiohttp import web
+
+from . import validate
+from .errors import ApiError
+from .router import ROUTER, Relayed, Router, json_response
+
+log = logging.getLogger("tsched.node.router")
+
+routes = web.RouteTableDef()
+
+SHARD_WAIT_S = 5.0        # one round of waiting on every shard; a worker's wait_s spans rounds
+ANSWER_MARGIN_S = 10.0    # a shard's long poll may take its wait plus a forward to its leader
+
+
+class Gathered:
+    def __init__(self, max_tasks: int) -> None:
+        self.max_tasks = max_tasks
+        self.tasks: list[dict] = []
+        self.surplus: list[tuple[int, dict]] = []
+        self.seqs: dict[str, int] = {}
+
+    @property
+    def room(self) -> int:
+        return self.max_tasks - len(self.tasks)
+
+    def take(self, r: Router, shard: int, doc) -> None:
+        if not isinstance(doc, dict):
+            return
+        if "applied_seq" in doc:
+            self.seqs[str(shard)] = doc["applied_seq"]
+        for t in doc.get("tasks") or ():
+            t["shard"] = shard
+            r.remember(t["task_id"], shard)
+            if self.room > 0:
+                self.tasks.append(t)
+            else:
+                self.surplus.append((shard, t))
+
+
+@routes.post("/v1/claims")
+async def claim(request: web.Request) -> web.Response:
+    r: Router = request.app[ROUTER]
+    validate.query(request.query, ())
+    raw = await request.read()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise validate.invalid(f"body is not valid JSON: {e}") from None
+    params = validate.claim(body)           # a bad claim is refused before any shard is asked
+    scope = r.scope(request)
+    shards = [r.tenant_shard(scope)] if scope is not None else _rotation(r)
+    got = Gathered(params["max_tasks"])
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + params["wait_s"]
+    for s in shards:                        # without waiting, one shard after another
+        got.take(r, s, await _ask(r, request, s, body, got.room, 0))
+        if got.room == 0:
+            break
+    while not got.tasks and loop.time() < deadline and not _gone(request):
+        wait = min(SHARD_WAIT_S, deadline - loop.time())
+        await _wait_all(r, request, shards, body, got, wait)
+    if _gone(request):
+        got.surplus += [(t["shard"], t) for t in got.tasks]
+        got.tasks = []
+    if got.surplus:
+        await _release(r, request, got.surplus)
+    return json_response({"tasks": got.tasks, "applied_seqs": got.seqs})
+
+
+def _rotation(r: Router) -> list[int]:
+    first = r.rotation % r.count
+    r.rotation += 1
+    return [(first + i) % r.count for i in range(r.count)]
+
+
+def _gone(request: web.Request) -> bool:
+    return request.transport is None or request.transport.is_closing()
+
+
+async def _ask(r: Router, request, shard: int, body: dict, room: int, wait_s: float):
+    sub = dict(body, max_tasks=room, wait_s=round(wait_s, 3))
+    try:
+        a = await r.send(request, shard, "POST", "/v1/claims", orjson.dumps(sub),
+                         timeout_s=wait_s + ANSWER_MARGIN_S)
+    except ApiError as e:
+        log.info("event=claim_shard_unavailable shard=%d code=%s", shard, e.code)
+        return None
+    if a.status != 200:
+        if 400 <= a.status < 500 and a.status != 429:
+            raise Relayed(a)    # refused for a reason every shard shares (auth, limits)
+        return None
+    return a.json()
+
+
+async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gathered,
+                    wait_s: float) -> None:
+    """Wait on every shard at once; answer with the first tasks to come. Shards still
+    waiting then are followed to their answer in the background, and what they bring is
+    released (the worker has its answer already)."""
+    async def poll(s: int):
+        return s, await _ask(r, request, s, body, got.room, wait_s)
+
+    pending = {asyncio.ensure_future(poll(s)) for s in shards}
+    while pending and not got.tasks:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for fut in done:
+            got.take(r, *fut.result())
+    if pending:
+        asyncio.ensure_future(_release_late(r, request, pending))
+
+
+async def _release_late(r: Router, request, pending: set) -> None:
+    late = Gathered(0)
+    for fut in asyncio.as_completed(pending):
+        try:
+            late.take(r, *await fut)
+        except Relayed:
+            pass
+    if late.surplus:
+        await _release(r, request, late.surplus)
+
+
+async def _release(r: Router, request, tasks: list[tuple[int, dict]]) -> None:
+    async def one(shard: int, t: dict) -> None:
+        path = f"/v1/tasks/{t['task_id']}/release"
+        try:
+            a = await r.send(request, shard, "POST", path,
+                             orjson.dumps({"fencing_token": t["fencing_token"]}))
+            ok = a.status == 200
+        except ApiError:
+            ok = False
+        if not ok:   # its lease expires and it is dispatched again
+            log.warning("event=release_failed shard=%d task=%s", shard, t["task_id"])
+    await asyncio.gather(*(one(s, t) for s, t in tasks))
+    log.info("event=claims_released count=%d", len(tasks))
