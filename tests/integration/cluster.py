@@ -39,14 +39,49 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _settled(shard: dict, exclude) -> bool:
+    leader = shard.get("leader")
+    live = [n for n in shard.get("nodes") or () if n.get("reachable")]
+    leaders = [n["id"] for n in live if n.get("role") == "leader"]
+    return leader is not None and leader not in exclude and leaders == [leader]
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_shard_ports(nodes: int, shards: int) -> int:
+    """A base Raft port from which every shard's Raft and internal HTTP port is free
+    (shard s of node k: base + k + 100 s, and 50 above that)."""
+    for _ in range(200):
+        base = free_port()
+        if base + 100 * shards + 50 + nodes > 65535:
+            continue
+        ports = [base + k + 100 * s + off for k in range(nodes) for s in range(shards)
+                 for off in (0, 50)]
+        if all(_is_free(p) for p in ports):
+            return base
+    raise RuntimeError("no free block of shard ports on loopback")
+
+
 class Cluster:
     def __init__(self, tmp_path: Path, size: int = 3, *, env: dict[str, str] | None = None,
                  node_env: dict[str, dict[str, str]] | None = None, secret: str | None = None,
-                 extra_toml: str = "", status_token: str | None = None) -> None:
+                 extra_toml: str = "", status_token: str | None = None, shards: int = 1) -> None:
         self.dir = Path(tmp_path)
         self.ids = [f"n{i + 1}" for i in range(size)]
+        self.shards = shards
         self.http = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
-        self.raft = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
+        if shards == 1:
+            self.raft = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
+        else:
+            base = free_shard_ports(size, shards)
+            self.raft = {i: f"127.0.0.1:{base + k}" for k, i in enumerate(self.ids)}
         self.env = dict(env or {})
         self.node_env = {k: dict(v) for k, v in (node_env or {}).items()}
         self.procs: dict[str, subprocess.Popen] = {}
@@ -60,6 +95,8 @@ class Cluster:
 
     def _write_config(self, secret: str | None, extra_toml: str) -> None:
         lines = ["[cluster]", 'name = "test"']
+        if self.shards != 1:
+            lines.append(f"shards = {self.shards}")
         if secret:
             lines.append(f'secret = "{secret}"')
         for i in self.ids:
@@ -190,6 +227,29 @@ class Cluster:
                 raise AssertionError(f"no agreed leader within {timeout_s}s: {seen}\n" +
                                      "\n".join(f"--- {i}\n{self.log(i)}" for i in live))
             time.sleep(0.05)
+
+    def shard_status(self, via: str) -> list[dict] | None:
+        try:
+            s, b = self.call(via, "GET", "/v1/cluster", timeout_s=5)
+        except httpx.HTTPError:
+            return None
+        return b.get("shards") if s == 200 else None
+
+    def wait_shard_leaders(self, timeout_s: float = 30, exclude: tuple | list = ()
+                           ) -> dict[int, str]:
+        """{shard: leader} once every shard has one leader, outside `exclude`, that the
+        shard's reachable replicas all report."""
+        deadline = time.monotonic() + timeout_s
+        via = next(i for i in self.ids if i not in exclude and self.alive(i))
+        while True:
+            shards = self.shard_status(via)
+            if shards and len(shards) == self.shards and all(_settled(s, exclude)
+                                                             for s in shards):
+                return {s["shard"]: s["leader"] for s in shards}
+            if time.monotonic() > deadline:
+                raise AssertionError(f"shards without an agreed leader after {timeout_s}s: "
+                                     f"{shards}\n--- {via}\n{self.log(via)}")
+            time.sleep(0.1)
 
     def wait_applied(self, seq: int, node_ids=None, timeout_s: float = 10) -> None:
         """Every given node (default: all live) has applied at least `seq`."""
