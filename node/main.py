@@ -143,9 +143,11 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
         log.info("event=http_listening addr=%s url=%s raft=%s cluster=%s", me.http, me.url,
                  me.raft, cfg.name)
         background = [loop.create_task(_watch_role(node))]
-        if shard is not None:
-            from .supervisor import watch_parent
+        from .supervisor import SUPERVISOR_PID_ENV, watch_parent
+        if shard is not None and os.environ.get(SUPERVISOR_PID_ENV):
+            from .leader_spread import shard_channel
             background.append(loop.create_task(watch_parent(stop)))
+            background.append(loop.create_task(shard_channel(node, stop)))
         if gc_policy is not None:
             background.append(loop.create_task(
                 gc_policy.run(lambda: not replica.is_ready_leader())))

@@ -160,3 +160,18 @@ def _batch_route(key: str):
 
 routes.post("/v1/completions")(_batch_route("completions"))
 routes.post("/v1/heartbeats")(_batch_route("heartbeats"))
+
+
+@routes.post("/v1/cluster/transfer-leadership")
+async def transfer(request: web.Request) -> web.Response:
+    """Shard 0's leadership, or the shard named by the body's `shard` (the field is the
+    router's: the shard process does not see it)."""
+    r = _router(request)
+    raw = await request.read()
+    body = loads(raw)
+    if not isinstance(body, dict) or "shard" not in body:
+        return await r.relay(request, 0, raw)
+    shard = body.pop("shard")
+    if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < r.count:
+        raise validate.invalid(f"shard must be an integer in 0..{r.count - 1}", field="shard")
+    return await r.relay(request, shard, orjson.dumps(body))

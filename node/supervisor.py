@@ -21,6 +21,7 @@ from aiohttp import web
 
 from . import shards as shards_mod
 from . import tls
+from .leader_spread import SPREAD_CHECK_S, Spreader
 from .router import Router, make_router_app
 from .upstream import Upstreams
 
@@ -39,8 +40,9 @@ _PR_SET_PDEATHSIG = 1
 class ShardProcess:
     """One local shard replica's process, started again whenever it dies."""
 
-    def __init__(self, shard: int, argv: list[str]) -> None:
+    def __init__(self, shard: int, argv: list[str], spreader: Spreader | None = None) -> None:
         self.shard, self.argv = shard, argv
+        self.spreader = spreader
         self.proc: asyncio.subprocess.Process | None = None
         self.restarts = 0
         self.stopping = False
@@ -50,11 +52,17 @@ class ShardProcess:
         backoff = RESTART_BACKOFF_FIRST_S
         while not self.stopping:
             env = dict(os.environ, **{SUPERVISOR_PID_ENV: str(os.getpid())})
-            self.proc = await asyncio.create_subprocess_exec(*self.argv, env=env,
-                                                             start_new_session=True)
+            # stdin: commands, and its end tells the process the supervisor is gone;
+            # stdout: the process's status lines (its log goes to stderr, shared).
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv, env=env, start_new_session=True, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE)
             started = loop.time()
             log.info("event=shard_started shard=%d pid=%d", self.shard, self.proc.pid)
+            await self._read_status(self.proc)
             code = await self.proc.wait()
+            if self.spreader is not None:
+                self.spreader.forget(self.shard)
             if self.stopping:
                 break
             if loop.time() - started >= RESTART_RESET_S:
@@ -64,6 +72,25 @@ class ShardProcess:
                         self.shard, self.proc.pid, code, backoff)
             await asyncio.sleep(backoff)
             backoff = min(RESTART_BACKOFF_MAX_S, backoff * 2)
+
+    async def _read_status(self, proc) -> None:
+        while True:
+            try:
+                line = await proc.stdout.readline()
+            except ValueError:      # a line longer than the stream's limit: not ours
+                continue
+            if not line:
+                return
+            if self.spreader is not None:
+                self.spreader.note(self.shard, line)
+
+    def send(self, command: str) -> None:
+        proc = self.proc
+        if proc is not None and proc.returncode is None and proc.stdin is not None:
+            try:
+                proc.stdin.write(command.encode() + b"\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
 
     async def stop(self) -> None:
         self.stopping = True
@@ -88,12 +115,16 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str) -
     me = cfg.node(node_id)
     shards_mod.stamp_data_dir(cfg, me)
     local = shards_mod.local_shards(cfg, node_id)
-    procs = [ShardProcess(s, shard_argv(config_path, node_id, s, log_format)) for s in local]
+    spreader = Spreader(node_id, shards_mod.shards_of(cfg), len(cfg.nodes),
+                        {s: [n.id for n in shards_mod.placement(cfg, s)] for s in local})
+    procs = {s: ShardProcess(s, shard_argv(config_path, node_id, s, log_format), spreader)
+             for s in local}
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runs = [loop.create_task(p.run(), name=f"shard-{p.shard}") for p in procs]
+    runs = [loop.create_task(p.run(), name=f"shard-{p.shard}") for p in procs.values()]
+    runs.append(loop.create_task(_keep_spread(spreader, procs)))
     router = Router(cfg, node_id, Upstreams(cfg, node_id, ssl=tls.cluster_client_context(cfg)))
     runner = web.AppRunner(make_router_app(router), access_log=None, handle_signals=False,
                            shutdown_timeout=SHUTDOWN_S)
@@ -107,12 +138,22 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str) -
         log.info("event=stopping")
     finally:
         await runner.cleanup()
-        await asyncio.gather(*(p.stop() for p in procs))
+        await asyncio.gather(*(p.stop() for p in procs.values()))
         for t in runs:
             t.cancel()
         await asyncio.gather(*runs, return_exceptions=True)
     log.info("event=stopped")
     return 0
+
+
+async def _keep_spread(spreader: Spreader, procs: dict[int, ShardProcess]) -> None:
+    while True:
+        await asyncio.sleep(SPREAD_CHECK_S)
+        move = spreader.check()
+        if move is not None:
+            shard, to = move
+            log.info("event=leader_spread shard=%d to=%s", shard, to)
+            procs[shard].send(f"transfer {to}")
 
 
 # --- in a shard process ----------------------------------------------------------------------

@@ -192,3 +192,14 @@ def test_a_data_dir_made_with_other_shards_is_refused_and_left_alone(sharded):
     assert run.returncode != 0
     assert f"shards = {SHARDS} (the config says shards = 2)" in run.stderr
     assert sorted(p.name for p in data.iterdir()) == before
+
+
+def test_leaders_gathered_on_one_node_spread_out_again(sharded):
+    for shard in range(SHARDS):
+        status, body = sharded.call("n2", "POST", "/v1/cluster/transfer-leadership",
+                                    {"shard": shard, "to": "n1"})
+        assert status in (200, 202), body
+    # n1 leads every shard for a moment, then hands all but its share (ceil(3/3) = 1) away.
+    wait_for(lambda: sorted(sharded.wait_shard_leaders().values()) == ["n1", "n2", "n3"],
+             "one shard leader per node", 45)
+    assert "event=leader_spread" in sharded.log("n1", 100_000)

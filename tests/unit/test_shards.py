@@ -132,3 +132,27 @@ def test_a_single_group_data_dir_is_refused_by_a_sharded_config_and_left_alone(t
     with pytest.raises(config.ConfigError, match=r"shards = 1 \(the config says shards = 4\)"):
         shards.check_data_dir(four, four.node("n1"))
     assert sorted(p.name for p in data.iterdir()) == ["raft-log"]   # nothing touched
+
+
+# --- leader spread ---------------------------------------------------------------------------
+
+def test_an_overloaded_node_moves_one_shard_to_the_replica_leading_fewest():
+    from tsched.node.leader_spread import plan_move
+    replicas = {s: ["n1", "n2", "n3"] for s in range(4)}
+    leaders = {0: "n1", 1: "n1", 2: "n1", 3: "n2"}
+    assert plan_move("n1", leaders, replicas, 4, 3) == (0, "n3")
+    assert plan_move("n2", leaders, replicas, 4, 3) is None        # n2 is within its share
+    assert plan_move("n1", {0: "n1", 1: "n1", 2: "n2", 3: "n3"}, replicas, 4, 3) is None
+    assert plan_move("n1", {0: "n1", 1: "n1", 2: "n1", 3: None}, replicas, 4, 3) is None
+
+
+def test_a_spreader_moves_only_after_two_checks_over_the_share():
+    from tsched.node.leader_spread import Spreader
+    sp = Spreader("n1", 3, 3, {s: ["n1", "n2", "n3"] for s in range(3)})
+    for s in range(3):
+        sp.note(s, b'{"role": "leader", "leader": "n1", "term": 2}\n')
+    sp.note(0, b"not a status line\n")
+    assert sp.check() is None
+    assert sp.check() == (0, "n2")
+    sp.forget(2)
+    assert sp.check() is None      # a shard without status: not stable
