@@ -239,13 +239,12 @@ async def cluster(request: web.Request) -> web.Response:
         if isinstance(a, Exception) or a.status != 200:
             if not isinstance(a, (Exception, ApiError)) and 400 <= a.status < 500:
                 raise Relayed(a)
-            shards.append({"shard": s, "leader": None, "term": None, "nodes": [],
-                           "reachable": False})
+            shards.append({"shard": s, "leader": None, "term": None, "nodes": []})
             continue
         doc = a.json()
         nodes = [dict(n, http=public.get(n["id"], n.get("http"))) for n in doc["nodes"]]
         shards.append({"shard": s, "leader": doc["leader"], "term": doc["term"],
-                       "nodes": nodes, "applied_seq": doc.get("applied_seq")})
+                       "nodes": nodes})
     first = shards[0]
     return json_response({"leader": first["leader"], "term": first["term"],
                           "nodes": first["nodes"], "shards": shards})

@@ -203,3 +203,31 @@ def test_leaders_gathered_on_one_node_spread_out_again(sharded):
     wait_for(lambda: sorted(sharded.wait_shard_leaders().values()) == ["n1", "n2", "n3"],
              "one shard leader per node", 45)
     assert "event=leader_spread" in sharded.log("n1", 100_000)
+
+
+def test_answers_of_a_sharded_cluster_match_the_openapi_document(sharded):
+    from .test_dashboard import conforms
+    status, doc = sharded.call("n1", "GET", "/v1/openapi.json")
+    assert status == 200
+    paths = doc["paths"]
+
+    def check(path_key: str, method: str, value, code: str = "200") -> None:
+        schema = paths[path_key][method]["responses"][code]["content"]["application/json"]
+        assert conforms(schema["schema"], value, doc) == [], (path_key, value)
+
+    status, batch = sharded.call("n2", "POST", "/v1/tasks",
+                                 {"tasks": [{"task_type": "t", "tenant": t} for t in TENANTS]})
+    check("/v1/tasks", "post", batch, "201")
+    status, one = sharded.call("n2", "GET", f"/v1/tasks/{batch['tasks'][0]['task_id']}")
+    check("/v1/tasks/{task_id}", "get", one)
+    check("/v1/tasks", "get", sharded.call("n3", "GET", "/v1/tasks?limit=5")[1])
+    status, claimed = sharded.call("n1", "POST", "/v1/claims",
+                                   {"worker_id": "w", "task_types": ["t"], "max_tasks": 4})
+    check("/v1/claims", "post", claimed)
+    done = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"], "result": 1}
+            for t in claimed["tasks"]]
+    check("/v1/completions", "post",
+          sharded.call("n3", "POST", "/v1/completions", {"completions": done})[1])
+    check("/v1/stats", "get", sharded.call("n1", "GET", "/v1/stats")[1])
+    check("/v1/cluster", "get", sharded.call("n1", "GET", "/v1/cluster")[1])
+    check("/v1/tenants", "get", sharded.call("n1", "GET", "/v1/tenants")[1])
