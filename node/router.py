@@ -80,6 +80,13 @@ class Router:
             if isinstance(a, Answer) and a.status == 200:
                 self.remember(task_id, i)
                 return i
+        for a in answers:
+            if isinstance(a, Answer) and a.status in (401, 403):
+                raise Relayed(a)
+            if not isinstance(a, Answer) or a.status != 404:
+                # a shard that could not say: the task may be there
+                raise ApiError("unavailable", f"task {task_id}: not every shard answered",
+                               {"task_id": task_id})
         raise ApiError("not_found", f"no task {task_id}", {"task_id": task_id})
 
     # -- sending --

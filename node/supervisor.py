@@ -53,9 +53,11 @@ class ShardProcess:
         while not self.stopping:
             env = dict(os.environ, **{SUPERVISOR_PID_ENV: str(os.getpid())})
             # stdin: commands, and its end tells the process the supervisor is gone;
-            # stdout: the process's status lines (its log goes to stderr, shared).
+            # stdout: the process's status lines (its log goes to stderr, shared). It stays
+            # in the supervisor's process group: a signal to the node's group (a SIGKILL or
+            # SIGSTOP of the whole node, Ctrl-C in a terminal) reaches every shard too.
             self.proc = await asyncio.create_subprocess_exec(
-                *self.argv, env=env, start_new_session=True, stdin=asyncio.subprocess.PIPE,
+                *self.argv, env=env, stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE)
             started = loop.time()
             log.info("event=shard_started shard=%d pid=%d", self.shard, self.proc.pid)
@@ -70,7 +72,7 @@ class ShardProcess:
             self.restarts += 1
             log.warning("event=shard_exited shard=%d pid=%d code=%s restart_in_s=%.1f",
                         self.shard, self.proc.pid, code, backoff)
-            await asyncio.sleep(backoff)
+            await asyncio.sleep(backoff)   # a stop that came meanwhile ends the loop
             backoff = min(RESTART_BACKOFF_MAX_S, backoff * 2)
 
     async def _read_status(self, proc) -> None:

@@ -74,8 +74,9 @@ class NodeProc:
 
 class Cluster:
     def __init__(self, out_dir: str, n_nodes: int = 3, failpoints: tuple[str, ...] = (),
-                 hub: ProxyHub | None = None) -> None:
+                 hub: ProxyHub | None = None, shards: int = 1) -> None:
         self.out_dir = os.path.abspath(out_dir)
+        self.shards = shards
         self.hub = hub or ProxyHub()
         self.ids = [f"n{i}" for i in range(1, n_nodes + 1)]
         self.nodes: dict[str, NodeProc] = {}
@@ -90,18 +91,25 @@ class Cluster:
 
     def _layout(self) -> None:
         os.makedirs(self.out_dir, exist_ok=True)
-        for nid in self.ids:
+        if self.shards == 1:
+            rafts = [f"127.0.0.1:{free_port()}" for _ in self.ids]
+        else:   # each shard's Raft port is the base + 100 s: the whole block must be free
+            from tests.integration.cluster import free_shard_ports
+            base = free_shard_ports(len(self.ids), self.shards)
+            rafts = [f"127.0.0.1:{base + k}" for k in range(len(self.ids))]
+        for nid, raft in zip(self.ids, rafts):
             self.nodes[nid] = NodeProc(
-                nid, f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}",
+                nid, raft, f"127.0.0.1:{free_port()}",
                 os.path.join(self.out_dir, "data", nid), os.path.join(self.out_dir, f"{nid}.log"),
                 os.path.join(self.out_dir, f"clock-{nid}"), {})
         dial: dict[str, list[str]] = {nid: [] for nid in self.ids}
-        for a in self.ids:
-            for b in self.ids:
-                na, nb = self.nodes[a], self.nodes[b]
-                if na.raft > nb.raft:       # a dials b: put the proxy there
-                    listen = self.hub.add(self.raft_link(a, b), nb.raft)
-                    dial[a].append(f"{nb.raft}={listen}")
+        for shard in range(self.shards):
+            for a in self.ids:
+                for b in self.ids:
+                    ra, rb = self.shard_raft(a, shard), self.shard_raft(b, shard)
+                    if ra > rb:       # a dials b: put the proxy there
+                        listen = self.hub.add(self._link_name(a, b, shard), rb)
+                        dial[a].append(f"{rb}={listen}")
         for nid, node in self.nodes.items():
             listen = self.hub.add(self.http_link(nid), node.http)
             self.client_urls[nid] = f"http://{listen}"
@@ -114,28 +122,45 @@ class Cluster:
                         "TSCHED_FAILPOINTS": ",".join(self.failpoints)}
         self._write_config()
 
+    def shard_raft(self, nid: str, shard: int) -> str:
+        """The node's Raft address for `shard` (its base address + 100 * shard)."""
+        host, port = self.nodes[nid].raft.rsplit(":", 1)
+        return f"{host}:{int(port) + 100 * shard}"
+
+    def _link_name(self, a: str, b: str, shard: int) -> str:
+        # shard 0 keeps the single group's names: a run with one shard is unchanged
+        return f"raft:{a}->{b}" + (f"#s{shard}" if shard else "")
+
     def _write_config(self) -> None:
         lines = ["[cluster]", 'name = "jepsen"']
+        if self.shards != 1:
+            lines.append(f"shards = {self.shards}")
         for node in self.nodes.values():
             lines += ["", "[[node]]", f'id = "{node.id}"', f'raft = "{node.raft}"',
                       f'http = "{node.http}"', f'data_dir = "{node.data_dir}"']
         with open(self.config_path, "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
 
-    def raft_link(self, a: str, b: str) -> str:
-        """The proxy carrying the pair's one connection (named by dialler -> listener)."""
-        na, nb = self.nodes[a], self.nodes[b]
-        return f"raft:{a}->{b}" if na.raft > nb.raft else f"raft:{b}->{a}"
+    def raft_link(self, a: str, b: str, shard: int = 0) -> str:
+        """The proxy carrying the pair's one connection of `shard` (named by dialler ->
+        listener)."""
+        d = self.dialer(a, b, shard)
+        return self._link_name(d, b if d == a else a, shard)
 
-    def dialer(self, a: str, b: str) -> str:
-        return a if self.nodes[a].raft > self.nodes[b].raft else b
+    def dialer(self, a: str, b: str, shard: int = 0) -> str:
+        return a if self.shard_raft(a, shard) > self.shard_raft(b, shard) else b
+
+    def pair_links(self, a: str, b: str) -> list[tuple[str, str]]:
+        """(link, dialler) of the pair's connection in every shard."""
+        return [(self.raft_link(a, b, s), self.dialer(a, b, s)) for s in range(self.shards)]
 
     @staticmethod
     def http_link(nid: str) -> str:
         return f"http:{nid}"
 
     def links_between(self, group_a, group_b) -> list[str]:
-        return sorted({self.raft_link(a, b) for a in group_a for b in group_b if a != b})
+        return sorted({link for a in group_a for b in group_b if a != b
+                       for link, _ in self.pair_links(a, b)})
 
     # --- processes ----------------------------------------------------------------------
 
