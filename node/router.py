@@ -39,6 +39,7 @@ class Router:
         self.auth = parse_auth(cfg.auth)
         self.ids: OrderedDict[str, int] = OrderedDict()
         self.rotation = 0        # which shard a claim asks first; moves on every claim
+        self.polls: dict[tuple, list] = {}   # open shard long polls by claim kind
 
     # -- who --
     def scope(self, request: web.Request) -> str | None:

@@ -4,8 +4,10 @@ A claim first asks the shards one after another without waiting, starting at a s
 moves on with every claim so that no shard starves, until it has `max_tasks` or has asked
 them all. With nothing found it waits on every shard at once, in rounds of at most
 `SHARD_WAIT_S`. Every shard's answer is read to its end, even after the worker has been
-answered: a task leased for a request that is gone, or beyond `max_tasks`, is released at
-once (a release is not an attempt). No lease is ever left without a holder.
+answered: the polls still open then are adopted by the worker's next claim of the same
+kind (so a worker keeps one waiter per shard, not one per claim), and a task such a poll
+brings while no claim holds it, or beyond `max_tasks`, or for a request that is gone, is
+released at once (a release is not an attempt). No lease is ever left without a holder.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ routes = web.RouteTableDef()
 
 SHARD_WAIT_S = 5.0        # one round of waiting on every shard; a worker's wait_s spans rounds
 ANSWER_MARGIN_S = 10.0    # a shard's long poll may take its wait plus a forward to its leader
+FAILED_ROUND_S = 0.2      # a round of waiting that ended sooner found every shard failing
 
 
 class Gathered:
@@ -71,9 +74,15 @@ async def claim(request: web.Request) -> web.Response:
         got.take(r, s, await _ask(r, request, s, body, got.room, 0))
         if got.room == 0:
             break
+    kind = _kind(params, scope)
     while not got.tasks and loop.time() < deadline and not _gone(request):
+        round_start = loop.time()
         wait = min(SHARD_WAIT_S, deadline - loop.time())
-        await _wait_all(r, request, shards, body, got, wait)
+        await _wait_all(r, request, shards, body, got, wait, kind)
+        if not got.tasks and loop.time() - round_start < FAILED_ROUND_S:
+            # every shard answered at once with nothing (unavailable, or refusing): do
+            # not spin; ask again shortly
+            await asyncio.sleep(min(FAILED_ROUND_S, max(0.0, deadline - loop.time())))
     if _gone(request):
         got.surplus += [(t["shard"], t) for t in got.tasks]
         got.tasks = []
@@ -107,32 +116,78 @@ async def _ask(r: Router, request, shard: int, body: dict, room: int, wait_s: fl
     return a.json()
 
 
+class Poll:
+    """One long poll of one shard for one kind of claim (worker, task types, lease,
+    prefetch, scope). A poll outlives the claim that started it: the worker's next claim
+    of the same kind adopts it instead of opening another waiter at that shard; what a
+    poll brings while no claim holds it is released."""
+
+    def __init__(self, shard: int, future: asyncio.Future) -> None:
+        self.shard, self.future = shard, future
+        self.owner: Gathered | None = None
+        self.taken = False      # its answer went to a claim
+
+
+def _kind(params: dict, scope: str | None) -> tuple:
+    return (params["worker_id"], params["task_types"], params["lease_ms"],
+            params["prefetch_ms"], scope)
+
+
 async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gathered,
-                    wait_s: float) -> None:
-    """Wait on every shard at once; answer with the first tasks to come. Shards still
-    waiting then are followed to their answer in the background, and what they bring is
-    released (the worker has its answer already)."""
-    async def poll(s: int):
-        return s, await _ask(r, request, s, body, got.room, wait_s)
+                    wait_s: float, kind: tuple) -> None:
+    """Wait on every shard at once (adopting this kind's polls still open) until tasks
+    come or the round ends; polls still open then stay for the next claim of the kind."""
+    open_polls = r.polls.setdefault(kind, [])
+    mine: list[Poll] = []
+    for s in shards:
+        poll = next((p for p in open_polls if p.shard == s and p.owner is None
+                     and not p.future.done()), None)
+        if poll is None:
+            poll = Poll(s, asyncio.ensure_future(_ask(r, request, s, body, got.max_tasks,
+                                                      wait_s)))
+            poll.future.add_done_callback(lambda f, p=poll: _poll_done(r, kind, p, request))
+            open_polls.append(poll)
+        poll.owner = got
+        mine.append(poll)
+    pending = {p.future for p in mine}
+    try:
+        while pending and not got.tasks:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            _take_done(r, mine, got)
+    finally:
+        _take_done(r, mine, got)
+        for p in mine:
+            if p.owner is got:
+                p.owner = None
 
-    pending = {asyncio.ensure_future(poll(s)) for s in shards}
-    while pending and not got.tasks:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for fut in done:
-            got.take(r, *fut.result())
-    if pending:
-        asyncio.ensure_future(_release_late(r, request, pending))
+
+def _take_done(r: Router, polls: list[Poll], got: Gathered) -> None:
+    for p in polls:
+        if p.future.done() and p.owner is got and not p.taken:
+            p.taken = True
+            got.take(r, p.shard, _result(p.future))
 
 
-async def _release_late(r: Router, request, pending: set) -> None:
-    late = Gathered(0)
-    for fut in asyncio.as_completed(pending):
-        try:
-            late.take(r, *await fut)
-        except Relayed:
-            pass
-    if late.surplus:
-        await _release(r, request, late.surplus)
+def _result(future: asyncio.Future):
+    if future.cancelled() or future.exception() is not None:
+        return None
+    return future.result()
+
+
+def _poll_done(r: Router, kind: tuple, poll: Poll, request) -> None:
+    """A poll ended: forget it; release what it brought if no claim holds it."""
+    polls = r.polls.get(kind)
+    if polls is not None:
+        polls[:] = [p for p in polls if p is not poll]
+        if not polls:
+            r.polls.pop(kind, None)
+    if poll.owner is None and not poll.taken:
+        poll.taken = True
+        doc = _result(poll.future)
+        if isinstance(doc, dict) and doc.get("tasks"):
+            late = Gathered(0)
+            late.take(r, poll.shard, doc)
+            asyncio.ensure_future(_release(r, request, late.surplus))
 
 
 async def _release(r: Router, request, tasks: list[tuple[int, dict]]) -> None:

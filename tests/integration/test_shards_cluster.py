@@ -231,3 +231,40 @@ def test_answers_of_a_sharded_cluster_match_the_openapi_document(sharded):
     check("/v1/stats", "get", sharded.call("n1", "GET", "/v1/stats")[1])
     check("/v1/cluster", "get", sharded.call("n1", "GET", "/v1/cluster")[1])
     check("/v1/tenants", "get", sharded.call("n1", "GET", "/v1/tenants")[1])
+
+
+def test_a_worker_claiming_again_and_again_keeps_one_waiter_per_shard(sharded):
+    """Each claim waits on every shard; tasks come on one. The polls left open on the other
+    shards are adopted by the next claim, so their waiters do not pile up (a shard allows
+    16 per worker) and nothing is leased to a claim that is gone."""
+    tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 0)
+    claim = {"worker_id": "w-many", "task_types": ["again"], "max_tasks": 1, "wait_s": 10}
+    got = []
+    for _ in range(20):
+        result: dict = {}
+        waiting = threading.Thread(target=lambda: result.update(
+            answer=sharded.call("n1", "POST", "/v1/claims", claim, timeout_s=30)))
+        waiting.start()
+
+        def shard0_waits():   # the waiter is at shard 0's leader: ask every node's replica
+            answers = [sharded.call(n, "GET", f"/v1/stats?tenant={tenant}")
+                       for n in sharded.ids]
+            return any(st == 200 and body["waiting_claims"] >= 1 for st, body in answers)
+        wait_for(shard0_waits, "the claim waiting at shard 0", 10)
+        status, _ = sharded.call("n2", "POST", "/v1/tasks", {"task_type": "again",
+                                                             "tenant": tenant})
+        assert status == 201
+        waiting.join(30)
+        status, body = result["answer"]
+        assert status == 200, body
+        got += body["tasks"]
+    assert len(got) == 20 and {t["shard"] for t in got} == {0}
+    for shard in (1, 2):   # the other shards hold this worker's one open poll, at most
+        other = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == shard)
+        waiting = [sharded.call(n, "GET", f"/v1/stats?tenant={other}")[1]["waiting_claims"]
+                   for n in sharded.ids]
+        assert sum(waiting) <= 1, (shard, waiting)
+    for t in got:
+        status, _ = sharded.call("n3", "POST", f"/v1/tasks/{t['task_id']}/complete",
+                                 {"fencing_token": t["fencing_token"], "result": None})
+        assert status == 200
