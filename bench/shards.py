@@ -11,6 +11,7 @@ routers (supervisors), and each shard replica, with the shard's leader named fro
 
     python -m bench.shards                              # S = 1, 2, 4; 3 runs x 20,000 tasks
     python -m bench.shards --shards 1,4 --tasks 10000
+    python -m bench.shards --scale-clients          # producers and workers x S
     python -m bench.shards --ab-base /tmp/base/code --shards 1   # A/B, alternating:
         # the code before sharding (a tree with tsched/{statemachine,node,client}) vs this one
 
@@ -152,6 +153,9 @@ def project(leader_ms: float, follower_ms: float, router_ms: float, report: Repo
 
 def run_shards(s: int, args, cfg: Config, report: Report, env=None, label="") -> dict:
     tenants = tuple(spread_tenants(s, 2))
+    if args.scale_clients:   # the same load on each shard at every S (more clients in all)
+        cfg = replace(cfg, producers=cfg.producers * s, workers=cfg.workers * s)
+        label += "_scaled"
     with LocalCluster(3, keep=args.keep, shards=s, env=env) as cluster:
         cluster.wait_writable()
         got = asyncio.run(measure(cluster, replace(cfg, tenants=tenants), args.runs, report))
@@ -175,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", type=int, default=Config().tasks)
     p.add_argument("--ab-base", help="PYTHONPATH of the code to compare with (S = 1 only)")
     p.add_argument("--rounds", type=int, default=2, help="A/B rounds, alternating")
+    p.add_argument("--scale-clients", action="store_true",
+                   help="producers and workers x S, so each shard sees the load of S = 1")
     p.add_argument("--keep", action="store_true")
     add_common_flags(p)
     args = p.parse_args(argv)
