@@ -147,26 +147,22 @@ def _single_tenant(r: Router, request: web.Request) -> str | None:
     return request.query.get("tenant") or r.scope(request)
 
 
-@routes.get("/v1/tasks")
-async def list_tasks(request: web.Request) -> web.Response:
-    r: Router = request.app[ROUTER]
-    tenant = _single_tenant(r, request)
-    if tenant is not None:
-        return await r.relay(request, r.tenant_shard(tenant))
-    return await merged_listing(request, "/v1/tasks", "tasks",
-                                lambda t: (t.get("created_at") or "",),
-                                newest_first=True)
+def _listing(path: str, key: str, sort_key, newest_first: bool):
+    """One tenant's listing goes to its shard as it is; any other merges the shards."""
+    async def handler(request: web.Request) -> web.Response:
+        r: Router = request.app[ROUTER]
+        tenant = _single_tenant(r, request)
+        if tenant is not None:
+            return await r.relay(request, r.tenant_shard(tenant))
+        return await merged_listing(request, path, key, sort_key, newest_first)
+    return handler
 
 
-@routes.get("/v1/schedules")
-async def list_schedules(request: web.Request) -> web.Response:
-    r: Router = request.app[ROUTER]
-    tenant = _single_tenant(r, request)
-    if tenant is not None:
-        return await r.relay(request, r.tenant_shard(tenant))
-    return await merged_listing(request, "/v1/schedules", "schedules",
-                                lambda s: (s.get("tenant") or "", s.get("schedule_id") or ""),
-                                newest_first=False)
+routes.get("/v1/tasks")(_listing("/v1/tasks", "tasks",
+                                 lambda t: (t.get("created_at") or "",), newest_first=True))
+routes.get("/v1/schedules")(_listing(
+    "/v1/schedules", "schedules",
+    lambda s: (s.get("tenant") or "", s.get("schedule_id") or ""), newest_first=False))
 
 
 @routes.get("/v1/tenants")

@@ -30,6 +30,8 @@ from typing import Any
 
 import httpx
 
+from bench.lib.cluster import free_shard_ports  # noqa: F401  (one copy, shared)
+
 TSNODE = shutil.which("tsnode") or str(Path(sys.executable).with_name("tsnode"))
 
 
@@ -44,29 +46,6 @@ def _settled(shard: dict, exclude) -> bool:
     live = [n for n in shard.get("nodes") or () if n.get("reachable")]
     leaders = [n["id"] for n in live if n.get("role") == "leader"]
     return leader is not None and leader not in exclude and leaders == [leader]
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def free_shard_ports(nodes: int, shards: int) -> int:
-    """A base Raft port from which every shard's Raft and internal HTTP port is free
-    (shard s of node k: base + k + 100 s, and 50 above that)."""
-    for _ in range(200):
-        base = free_port()
-        if base + 100 * shards + 50 + nodes > 65535:
-            continue
-        ports = [base + k + 100 * s + off for k in range(nodes) for s in range(shards)
-                 for off in (0, 50)]
-        if all(_is_free(p) for p in ports):
-            return base
-    raise RuntimeError("no free block of shard ports on loopback")
 
 
 class Cluster:

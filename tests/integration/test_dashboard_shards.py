@@ -2,13 +2,14 @@
 with its leader and its tasks, and tasks of tenants on every shard in the task list."""
 from __future__ import annotations
 
-import aiohttp
+import json
+
 import pytest
 
 from tsched.node.shards import shard_of_tenant
 
 from .cluster import Cluster
-from .test_dashboard import Chromium, Page, needs_chromium, until
+from .test_dashboard import browser_page, needs_chromium, until
 
 pytestmark = pytest.mark.slow
 SHARDS = 3
@@ -26,35 +27,24 @@ async def test_dashboard_shows_every_shard_and_its_tasks(tmp_path):
         assert status == 201, made
         per_shard = {s: sum(shard_of_tenant(t, SHARDS) == s for t in TENANTS)
                      for s in range(SHARDS)}
-        browser = Chromium(tmp_path)
-        try:
-            async with aiohttp.ClientSession() as http:
-                ws = await http.ws_connect(await browser.websocket_url(), max_msg_size=0)
-                page = await Page.open(ws)
-                try:
-                    await page.navigate(c.url("n2") + "/")
+        async with browser_page(tmp_path) as page:
+            await page.navigate(c.url("n2") + "/")
 
-                    async def shards_shown():
-                        return await page.eval(
-                            "JSON.stringify([...document.querySelectorAll('#shards tbody tr')]"
-                            ".map(r => [...r.cells].map(td => td.textContent)))")
-                    want = {str(s): str(n) for s, n in per_shard.items()}
+            async def shards_shown():
+                return await page.eval(
+                    "JSON.stringify([...document.querySelectorAll('#shards tbody tr')]"
+                    ".map(r => [...r.cells].map(td => td.textContent)))")
+            want = {str(s): str(n) for s, n in per_shard.items()}
 
-                    async def counted():
-                        import json
-                        rows = json.loads(await shards_shown() or "[]")
-                        got = {r[0]: r[5] for r in rows if len(r) == 8}
-                        return got == want and all(r[1] != "none" for r in rows) and rows
-                    rows = await until("every shard with its pending tasks", counted, 30)
-                    assert [r[3] for r in rows] == ["n1 n2 n3", "n2 n3 n1", "n3 n1 n2"]
+            async def counted():
+                rows = json.loads(await shards_shown() or "[]")
+                got = {r[0]: r[5] for r in rows if len(r) == 8}
+                return got == want and all(r[1] != "none" for r in rows) and rows
+            rows = await until("every shard with its pending tasks", counted, 30)
+            assert [r[3] for r in rows] == ["n1 n2 n3", "n2 n3 n1", "n3 n1 n2"]
 
-                    async def listed():
-                        return await page.eval(
-                            "document.querySelectorAll('#task-list tbody tr.clickable').length")
-                    assert await until("the task list", listed) == len(TENANTS)
-                    assert page.errors == []
-                finally:
-                    await page.close()
-                    await ws.close()
-        finally:
-            browser.close()
+            async def listed():
+                return await page.eval(
+                    "document.querySelectorAll('#task-list tbody tr.clickable').length")
+            assert await until("the task list", listed) == len(TENANTS)
+            assert page.errors == []

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,35 +16,12 @@ from tsched.client import Client, Worker
 from tsched.node.shards import shard_of_tenant
 
 from .cluster import TSNODE, Cluster
+from .test_worker_cluster import running, wait_for
 
 pytestmark = pytest.mark.slow
 SHARDS = 3
-DEADLINE_S = 60.0
 # Tenants whose shards cover every shard of a 3-shard cluster.
 TENANTS = [f"team-{i}" for i in range(12)]
-
-
-def wait_for(cond, what: str, timeout_s: float = DEADLINE_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-@contextmanager
-def running(worker: Worker):
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(DEADLINE_S)
-        assert not thread.is_alive(), "worker did not stop"
 
 
 @pytest.fixture

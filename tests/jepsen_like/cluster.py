@@ -94,7 +94,7 @@ class Cluster:
         if self.shards == 1:
             rafts = [f"127.0.0.1:{free_port()}" for _ in self.ids]
         else:   # each shard's Raft port is the base + 100 s: the whole block must be free
-            from tests.integration.cluster import free_shard_ports
+            from bench.lib.cluster import free_shard_ports
             base = free_shard_ports(len(self.ids), self.shards)
             rafts = [f"127.0.0.1:{base + k}" for k in range(len(self.ids))]
         for nid, raft in zip(self.ids, rafts):
