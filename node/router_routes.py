@@ -12,6 +12,8 @@ from .router import DEFAULT_TENANT, ROUTER, Router, as_response, json_response
 
 routes = web.RouteTableDef()
 
+READY_TIMEOUT_S = 2.0   # a shard process that does not answer its /readyz by then is not ready
+
 
 def _router(request: web.Request) -> Router:
     return request.app[ROUTER]
@@ -175,3 +177,17 @@ async def transfer(request: web.Request) -> web.Response:
     if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < r.count:
         raise validate.invalid(f"shard must be an integer in 0..{r.count - 1}", field="shard")
     return await r.relay(request, shard, orjson.dumps(body))
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    """Ready when every shard replica of this node is (a node without replicas: when any
+    shard answers ready); otherwise the first shard's refusal."""
+    r = _router(request)
+    shards = r.up.local or [r.up.any_shard()]
+    answers = await asyncio.gather(*(r.send(request, s, "GET", "/readyz", None,
+                                            timeout_s=READY_TIMEOUT_S) for s in shards))
+    for a in answers:
+        if a.status != 200:
+            return as_response(a)
+    return as_response(answers[0])

@@ -244,3 +244,15 @@ def test_a_worker_claiming_again_and_again_keeps_one_waiter_per_shard(sharded):
         status, _ = sharded.call("n3", "POST", f"/v1/tasks/{t['task_id']}/complete",
                                  {"fencing_token": t["fencing_token"], "result": None})
         assert status == 200
+
+
+def test_readiness_needs_every_local_shard(sharded):
+    assert sharded.call("n1", "GET", "/readyz")[0] == 200
+    pids = shard_pids(sharded.procs["n1"].pid)
+    os.kill(pids[2], signal.SIGSTOP)      # one shard replica stops answering
+    try:
+        status, body = sharded.call("n1", "GET", "/readyz", timeout_s=60)
+        assert status >= 500, body
+    finally:
+        os.kill(pids[2], signal.SIGCONT)
+    wait_for(lambda: sharded.call("n1", "GET", "/readyz")[0] == 200, "n1 ready again")
