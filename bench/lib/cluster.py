@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -56,16 +57,31 @@ def spread_tenants(shards: int, per_shard: int = 2) -> list[str]:
     return [t for s in range(shards) for t in out[s]]
 
 
-def free_shard_ports(nodes: int, shards: int) -> int:
-    """A base Raft port from which every shard's Raft and internal HTTP port is free."""
-    for _ in range(200):
-        base = free_port()
-        if base + 100 * shards + 50 + nodes > 65535:
-            continue
-        ports = [base + k + 100 * s + off for k in range(nodes) for s in range(shards)
-                 for off in (0, 50)]
-        if all(_is_free(p) for p in ports):
-            return base
+PORTS_FLOOR = 10_000
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_shard_ports(nodes: int, shards: int) -> tuple[list[int], list[int]]:
+    """(base Raft ports, HTTP ports) of a sharded cluster's nodes, every shard's Raft and
+    internal HTTP port (base + k + 100 s, and 50 above) free, HTTP ports just past the
+    last shard. All below the ephemeral range: a sharded node makes many outgoing
+    connections, and one of them must not take a killed node's port before it restarts."""
+    span = 100 * shards + nodes
+    high = _ephemeral_low() - span - 1
+    for _ in range(500):
+        base = random.randint(PORTS_FLOOR, high)
+        rafts = [base + k for k in range(nodes)]
+        https = [base + 100 * shards + k for k in range(nodes)]
+        ports = [p + 100 * s + off for p in rafts for s in range(shards) for off in (0, 50)]
+        if all(_is_free(p) for p in ports + https):
+            return rafts, https
     raise RuntimeError("no free block of shard ports on loopback")
 
 
@@ -86,12 +102,13 @@ class LocalCluster:
         self.keep = keep
         self.shards = shards
         self.env = env     # e.g. PYTHONPATH of another checkout, for an A/B in one run
-        self.http = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
         if shards == 1:
+            self.http = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
             self.raft = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
         else:
-            base = free_shard_ports(nodes, shards)
-            self.raft = {i: f"127.0.0.1:{base + k}" for k, i in enumerate(self.ids)}
+            rafts, https = free_shard_ports(nodes, shards)
+            self.raft = {i: f"127.0.0.1:{p}" for i, p in zip(self.ids, rafts)}
+            self.http = {i: f"127.0.0.1:{p}" for i, p in zip(self.ids, https)}
         self.procs: dict[str, subprocess.Popen] = {}
         self.config_path = os.path.join(self.root, "cluster.toml")
         self._write_config()

@@ -92,14 +92,14 @@ class Cluster:
     def _layout(self) -> None:
         os.makedirs(self.out_dir, exist_ok=True)
         if self.shards == 1:
-            rafts = [f"127.0.0.1:{free_port()}" for _ in self.ids]
+            rafts = [free_port() for _ in self.ids]
+            https = [free_port() for _ in self.ids]
         else:   # each shard's Raft port is the base + 100 s: the whole block must be free
             from bench.lib.cluster import free_shard_ports
-            base = free_shard_ports(len(self.ids), self.shards)
-            rafts = [f"127.0.0.1:{base + k}" for k in range(len(self.ids))]
-        for nid, raft in zip(self.ids, rafts):
+            rafts, https = free_shard_ports(len(self.ids), self.shards)
+        for nid, raft, http in zip(self.ids, rafts, https):
             self.nodes[nid] = NodeProc(
-                nid, raft, f"127.0.0.1:{free_port()}",
+                nid, f"127.0.0.1:{raft}", f"127.0.0.1:{http}",
                 os.path.join(self.out_dir, "data", nid), os.path.join(self.out_dir, f"{nid}.log"),
                 os.path.join(self.out_dir, f"clock-{nid}"), {})
         dial: dict[str, list[str]] = {nid: [] for nid in self.ids}
