@@ -96,6 +96,20 @@ async def submit_latency(api: Api, urls: list[str], tenants: list[str], n: int) 
     return out
 
 
+IDLE_S = 5.0
+
+
+def idle_cpu(cluster: LocalCluster, report: Report, tag: str) -> None:
+    """CPU the node processes use with no load (Raft ticks, timers), over IDLE_S."""
+    procs = shard_processes(cluster)
+    before = {k: proc_cpu_s(p) for k, p in procs.items()}
+    time.sleep(IDLE_S)
+    used = [proc_cpu_s(p) - before[k] for k, p in procs.items()]
+    report.figure(f"idle_cpu_cores_{tag}", [sum(used) / IDLE_S], "")
+    report.note(f"idle, per process: {max(used) / IDLE_S * 1000:.0f} ms/s at most, "
+                f"{len(used)} processes")
+
+
 async def measure(cluster: LocalCluster, cfg: Config, runs: int, report: Report) -> dict:
     procs = shard_processes(cluster)
     async with Api() as api:
@@ -158,8 +172,9 @@ def run_shards(s: int, args, cfg: Config, report: Report, env=None, label="") ->
         label += "_scaled"
     with LocalCluster(3, keep=args.keep, shards=s, env=env) as cluster:
         cluster.wait_writable()
-        got = asyncio.run(measure(cluster, replace(cfg, tenants=tenants), args.runs, report))
         tag = f"s{s}{label}"
+        idle_cpu(cluster, report, tag)
+        got = asyncio.run(measure(cluster, replace(cfg, tenants=tenants), args.runs, report))
         report.figure(f"lifecycles_per_s_{tag}", [r["tasks_per_s"] for r in got["runs"]], "/s")
         report.distribution(f"submit_ack_ms_{tag}", got["latency_ms"], "ms")
         cpu = [per_shard_cpu(cluster, r) for r in got["runs"]]
