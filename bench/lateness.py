@@ -156,6 +156,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = Config()
     p.add_argument("--nodes", type=int, default=3, choices=(1, 3, 5))
+    p.add_argument("--shards", type=int, default=1,
+                   help="[cluster] shards (the default tenant's shard does the work)")
     p.add_argument("--rate", type=int, default=d.rate_per_s, help="timed tasks per second")
     p.add_argument("--duration-s", type=float, default=d.duration_s)
     p.add_argument("--lead-s", type=float, default=d.lead_s, help="how far ahead tasks are submitted")
@@ -179,9 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--modes: choose from {', '.join(PREFETCH_MS)}")
     loop_name = install_fast_loop()
     cfg = config_from(args)
-    with LocalCluster(args.nodes, keep=args.keep) as cluster:
+    with LocalCluster(args.nodes, keep=args.keep, shards=args.shards) as cluster:
         report = Report("lateness of timed tasks (handler start - run_at)", "bench.lateness", args,
-                        {"nodes": args.nodes, **asdict(cfg), "modes": ",".join(modes),
+                        {"nodes": args.nodes, "shards": args.shards, **asdict(cfg), "modes": ",".join(modes),
                          "client_loop": loop_name}, data_dir=cluster.root)
         cluster.wait_writable()
         report.start()

@@ -40,6 +40,7 @@ class Router:
         self.ids: OrderedDict[str, int] = OrderedDict()
         self.rotation = 0        # which shard a claim asks first; moves on every claim
         self.polls: dict[tuple, list] = {}   # open shard long polls by claim kind
+        self.productive: dict[tuple, int] = {}   # claim kind -> the shard that last gave tasks
 
     # -- who --
     def scope(self, request: web.Request) -> str | None:

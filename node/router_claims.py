@@ -27,7 +27,9 @@ routes = web.RouteTableDef()
 
 SHARD_WAIT_S = 5.0        # one round of waiting on every shard; a worker's wait_s spans rounds
 ANSWER_MARGIN_S = 10.0    # a shard's long poll may take its wait plus a forward to its leader
-FAILED_ROUND_S = 0.2      # a round of waiting that ended sooner found every shard failing
+FAILED_ROUND_S = 0.2
+ROTATE_EVERY = 4          # every 4th claim starts at the next shard in turn
+PRODUCTIVE_KINDS_MAX = 10_000      # a round of waiting that ended sooner found every shard failing
 
 
 class Gathered:
@@ -66,15 +68,18 @@ async def claim(request: web.Request) -> web.Response:
         raise validate.invalid(f"body is not valid JSON: {e}") from None
     params = validate.claim(body)           # a bad claim is refused before any shard is asked
     scope = r.scope(request)
-    shards = [r.tenant_shard(scope)] if scope is not None else _rotation(r)
+    kind = _kind(params, scope)
+    shards = [r.tenant_shard(scope)] if scope is not None else _order(r, kind)
     got = Gathered(params["max_tasks"])
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params["wait_s"]
     for s in shards:                        # without waiting, one shard after another
+        had = len(got.tasks)
         got.take(r, s, await _ask(r, request, s, body, got.room, 0))
+        if len(got.tasks) > had:
+            _remember_productive(r, kind, s)
         if got.room == 0:
             break
-    kind = _kind(params, scope)
     while not got.tasks and loop.time() < deadline and not _gone(request):
         round_start = loop.time()
         wait = min(SHARD_WAIT_S, deadline - loop.time())
@@ -91,10 +96,26 @@ async def claim(request: web.Request) -> web.Response:
     return json_response({"tasks": got.tasks, "applied_seqs": got.seqs})
 
 
-def _rotation(r: Router) -> list[int]:
+def _order(r: Router, kind: tuple) -> list[int]:
+    """The shards in the order a claim asks them: the one that last gave this kind of
+    claim tasks first (where the work is, without asking empty shards first), except on
+    every ROTATE_EVERY-th claim, which starts at the next shard in turn, so that no shard
+    waits long behind a busy one."""
     first = r.rotation % r.count
     r.rotation += 1
-    return [(first + i) % r.count for i in range(r.count)]
+    order = [(first + i) % r.count for i in range(r.count)]
+    hot = r.productive.get(kind)
+    if hot is not None and r.rotation % ROTATE_EVERY:
+        order.remove(hot)
+        order.insert(0, hot)
+    return order
+
+
+def _remember_productive(r: Router, kind: tuple, shard: int) -> None:
+    r.productive[kind] = shard
+    if len(r.productive) > PRODUCTIVE_KINDS_MAX:     # forget the oldest kinds
+        for key in list(r.productive)[:len(r.productive) // 2]:
+            del r.productive[key]
 
 
 def _gone(request: web.Request) -> bool:
@@ -153,19 +174,22 @@ async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gath
     try:
         while pending and not got.tasks:
             _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            _take_done(r, mine, got)
+            _take_done(r, mine, got, kind)
     finally:
-        _take_done(r, mine, got)
+        _take_done(r, mine, got, kind)
         for p in mine:
             if p.owner is got:
                 p.owner = None
 
 
-def _take_done(r: Router, polls: list[Poll], got: Gathered) -> None:
+def _take_done(r: Router, polls: list[Poll], got: Gathered, kind: tuple) -> None:
     for p in polls:
         if p.future.done() and p.owner is got and not p.taken:
             p.taken = True
+            had = len(got.tasks)
             got.take(r, p.shard, _result(p.future))
+            if len(got.tasks) > had:
+                _remember_productive(r, kind, p.shard)
 
 
 def _result(future: asyncio.Future):

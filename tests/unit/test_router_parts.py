@@ -70,3 +70,17 @@ def test_the_client_keeps_sequences_per_shard():
     t.note({}, httpx.Headers({"X-Applied-Seq": "11", "X-Tsched-Shard": "3"}))
     assert t.min_seq() == "0:30,1:5,2:9,3:11"
     assert t.seen == 30
+
+
+def test_claims_ask_the_shard_that_last_gave_work_first_but_every_fourth_rotates():
+    from types import SimpleNamespace
+
+    from tsched.node.router_claims import ROTATE_EVERY, _order, _remember_productive
+    r = SimpleNamespace(count=4, rotation=0, productive={})
+    kind = ("w", ("t",), 30_000, 0, None)
+    assert [_order(r, kind)[0] for _ in range(4)] == [0, 1, 2, 3]   # nothing known: in turn
+    _remember_productive(r, kind, 2)
+    firsts = [_order(r, kind)[0] for _ in range(2 * ROTATE_EVERY)]
+    assert firsts.count(2) >= 2 * ROTATE_EVERY - 2             # mostly where the work is
+    assert set(firsts) - {2}                                   # yet others come first too
+    assert sorted(_order(r, kind)) == [0, 1, 2, 3]             # every shard is asked
