@@ -94,6 +94,16 @@ def _is_free(port: int) -> bool:
         return True
 
 
+def node_addresses(ids: list[str], shards: int) -> tuple[dict[str, str], dict[str, str]]:
+    """({id: raft host:port}, {id: http host:port}) for a cluster of `shards` shards."""
+    if shards == 1:
+        return ({i: f"127.0.0.1:{free_port()}" for i in ids},
+                {i: f"127.0.0.1:{free_port()}" for i in ids})
+    rafts, https = free_shard_ports(len(ids), shards)
+    return ({i: f"127.0.0.1:{p}" for i, p in zip(ids, rafts)},
+            {i: f"127.0.0.1:{p}" for i, p in zip(ids, https)})
+
+
 class LocalCluster:
     def __init__(self, nodes: int = 3, keep: bool = False, root: str | None = None,
                  shards: int = 1, env: dict[str, str] | None = None) -> None:
@@ -102,13 +112,7 @@ class LocalCluster:
         self.keep = keep
         self.shards = shards
         self.env = env     # e.g. PYTHONPATH of another checkout, for an A/B in one run
-        if shards == 1:
-            self.http = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
-            self.raft = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
-        else:
-            rafts, https = free_shard_ports(nodes, shards)
-            self.raft = {i: f"127.0.0.1:{p}" for i, p in zip(self.ids, rafts)}
-            self.http = {i: f"127.0.0.1:{p}" for i, p in zip(self.ids, https)}
+        self.raft, self.http = node_addresses(self.ids, shards)
         self.procs: dict[str, subprocess.Popen] = {}
         self.config_path = os.path.join(self.root, "cluster.toml")
         self._write_config()

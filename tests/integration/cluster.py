@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from bench.lib.cluster import free_shard_ports
+from bench.lib.cluster import node_addresses
 
 TSNODE = shutil.which("tsnode") or str(Path(sys.executable).with_name("tsnode"))
 
@@ -55,13 +55,7 @@ class Cluster:
         self.dir = Path(tmp_path)
         self.ids = [f"n{i + 1}" for i in range(size)]
         self.shards = shards
-        if shards == 1:
-            self.http = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
-            self.raft = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
-        else:
-            rafts, https = free_shard_ports(size, shards)
-            self.raft = {i: f"127.0.0.1:{p}" for i, p in zip(self.ids, rafts)}
-            self.http = {i: f"127.0.0.1:{p}" for i, p in zip(self.ids, https)}
+        self.raft, self.http = node_addresses(self.ids, shards)
         self.env = dict(env or {})
         self.node_env = {k: dict(v) for k, v in (node_env or {}).items()}
         self.procs: dict[str, subprocess.Popen] = {}
