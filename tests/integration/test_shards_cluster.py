@@ -177,7 +177,7 @@ def test_leaders_gathered_on_one_node_spread_out_again(sharded):
         assert status in (200, 202), body
     # n1 leads every shard for a moment, then hands all but its share (ceil(3/3) = 1) away.
     wait_for(lambda: sorted(sharded.wait_shard_leaders().values()) == ["n1", "n2", "n3"],
-             "one shard leader per node", 45)
+             "one shard leader per node", 90)
     assert "event=leader_spread" in sharded.log("n1", 100_000)
 
 

@@ -1,34 +1,26 @@
 """Real tsnode processes on loopback, every link through a fault proxy.
 
-Raft: pysyncobj opens one TCP connection per node pair, dialled by the node whose address
-string is greater. That node gets `TSCHED_RAFT_DIAL` mapping the peer's Raft address to a
-proxy in front of the peer, so each pair's traffic, both ways, crosses exactly one proxy
-(`raft_link(a, b)`). Clients reach each node through its own proxy (`http_link(n)`).
+The processes are the suite's real-cluster helper's (tests/integration/cluster.py): this
+module adds the harness's parts. Raft: pysyncobj opens one TCP connection per node pair,
+dialled by the node whose address string is greater. That node gets `TSCHED_RAFT_DIAL`
+mapping the peer's Raft address to a proxy in front of the peer, so each pair's traffic,
+both ways, crosses exactly one proxy (`raft_link(a, b)`). Clients reach each node through
+its own proxy (`http_link(n)`).
 
 Each node also gets a clock offset file (`TSCHED_CLOCK_OFFSET_FILE`) so the nemesis can
-jump its wall clock at run time, and the run's failpoints (`TSCHED_FAILPOINTS`).
+jump its wall clock at run time, and the run's failpoints (`TSCHED_FAILPOINTS`); nodes run
+a frozen copy of the code (`snapshot_code`).
 """
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
+from pathlib import Path
+
+from tests.integration.cluster import Cluster as ProcessCluster
 
 from .proxy import ProxyHub
-
-STOP_WAIT_S = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGES = ("statemachine", "node", "client")
@@ -55,53 +47,38 @@ def tsnode_command() -> list[str]:
     return [sys.executable, "-m", "tsched.node.main"]
 
 
-@dataclass
-class NodeProc:
-    id: str
-    raft: str
-    http: str
-    data_dir: str
-    log_path: str
-    clock_file: str
-    env: dict
-    proc: subprocess.Popen | None = None
-    paused: bool = False
+class NodeView:
+    """What the nemesis and the runner ask of one node."""
+
+    def __init__(self, cluster: "Cluster", node_id: str) -> None:
+        self.cluster, self.id = cluster, node_id
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.cluster.alive(self.id)
+
+    @property
+    def paused(self) -> bool:
+        return self.id in self.cluster.paused
 
 
-class Cluster:
+class Cluster(ProcessCluster):
     def __init__(self, out_dir: str, n_nodes: int = 3, failpoints: tuple[str, ...] = (),
                  hub: ProxyHub | None = None, shards: int = 1) -> None:
-        self.out_dir = os.path.abspath(out_dir)
-        self.shards = shards
+        out = os.path.abspath(out_dir)
+        os.makedirs(out, exist_ok=True)
         self.hub = hub or ProxyHub()
-        self.ids = [f"n{i}" for i in range(1, n_nodes + 1)]
-        self.nodes: dict[str, NodeProc] = {}
+        self.failpoints = tuple(failpoints)
+        self.code_path = snapshot_code(out)
+        super().__init__(Path(out), n_nodes, name="jepsen", shards=shards)
+        self.out_dir = out
+        self.command = tsnode_command()
+        self.nodes = {nid: NodeView(self, nid) for nid in self.ids}
         self.client_urls: dict[str, str] = {}     # node id -> proxied http://host:port
         self.direct_urls: dict[str, str] = {}     # node id -> http://host:port (checker)
-        self.failpoints = tuple(failpoints)
-        self.config_path = os.path.join(self.out_dir, "cluster.toml")
-        self.code_path = snapshot_code(self.out_dir)
-        self._layout()
+        self._links()
 
-    # --- layout -------------------------------------------------------------------------
-
-    def _layout(self) -> None:
-        os.makedirs(self.out_dir, exist_ok=True)
-        if self.shards == 1:
-            rafts = [free_port() for _ in self.ids]
-            https = [free_port() for _ in self.ids]
-        else:   # each shard's Raft port is the base + 100 s: the whole block must be free
-            from bench.lib.cluster import free_shard_ports
-            rafts, https = free_shard_ports(len(self.ids), self.shards)
-        for nid, raft, http in zip(self.ids, rafts, https):
-            self.nodes[nid] = NodeProc(
-                nid, f"127.0.0.1:{raft}", f"127.0.0.1:{http}",
-                os.path.join(self.out_dir, "data", nid), os.path.join(self.out_dir, f"{nid}.log"),
-                os.path.join(self.out_dir, f"clock-{nid}"), {})
+    def _links(self) -> None:
         dial: dict[str, list[str]] = {nid: [] for nid in self.ids}
         for shard in range(self.shards):
             for a in self.ids:
@@ -110,36 +87,29 @@ class Cluster:
                     if ra > rb:       # a dials b: put the proxy there
                         listen = self.hub.add(self._link_name(a, b, shard), rb)
                         dial[a].append(f"{rb}={listen}")
-        for nid, node in self.nodes.items():
-            listen = self.hub.add(self.http_link(nid), node.http)
+        for nid in self.ids:
+            listen = self.hub.add(self.http_link(nid), self.http[nid])
             self.client_urls[nid] = f"http://{listen}"
-            self.direct_urls[nid] = f"http://{node.http}"
+            self.direct_urls[nid] = self.url(nid)
             self.set_clock_offset(nid, 0)
-            node.env = {"PYTHONPATH": os.pathsep.join(
-                            filter(None, [self.code_path, os.environ.get("PYTHONPATH")])),
-                        "TSCHED_RAFT_DIAL": ",".join(dial[nid]),
-                        "TSCHED_CLOCK_OFFSET_FILE": node.clock_file,
-                        "TSCHED_FAILPOINTS": ",".join(self.failpoints)}
-        self._write_config()
+            self.node_env[nid] = {
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [self.code_path, os.environ.get("PYTHONPATH")])),
+                "TSCHED_RAFT_DIAL": ",".join(dial[nid]),
+                "TSCHED_CLOCK_OFFSET_FILE": self.clock_file(nid),
+                "TSCHED_FAILPOINTS": ",".join(self.failpoints)}
+
+    def clock_file(self, nid: str) -> str:
+        return os.path.join(self.out_dir, f"clock-{nid}")
 
     def shard_raft(self, nid: str, shard: int) -> str:
         """The node's Raft address for `shard` (its base address + 100 * shard)."""
-        host, port = self.nodes[nid].raft.rsplit(":", 1)
+        host, port = self.raft[nid].rsplit(":", 1)
         return f"{host}:{int(port) + 100 * shard}"
 
     def _link_name(self, a: str, b: str, shard: int) -> str:
         # shard 0 keeps the single group's names: a run with one shard is unchanged
         return f"raft:{a}->{b}" + (f"#s{shard}" if shard else "")
-
-    def _write_config(self) -> None:
-        lines = ["[cluster]", 'name = "jepsen"']
-        if self.shards != 1:
-            lines.append(f"shards = {self.shards}")
-        for node in self.nodes.values():
-            lines += ["", "[[node]]", f'id = "{node.id}"', f'raft = "{node.raft}"',
-                      f'http = "{node.http}"', f'data_dir = "{node.data_dir}"']
-        with open(self.config_path, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
 
     def raft_link(self, a: str, b: str, shard: int = 0) -> str:
         """The proxy carrying the pair's one connection of `shard` (named by dialler ->
@@ -162,72 +132,21 @@ class Cluster:
         return sorted({link for a in group_a for b in group_b if a != b
                        for link, _ in self.pair_links(a, b)})
 
-    # --- processes ----------------------------------------------------------------------
-
-    def start(self, nid: str) -> None:
-        node = self.nodes[nid]
-        env = {**os.environ, **node.env}
-        log = open(node.log_path, "ab")
-        node.proc = subprocess.Popen(
-            [*tsnode_command(), "--config", self.config_path, "--id", nid],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        log.close()
-        node.paused = False
-
     def start_all(self) -> None:
-        for nid in self.ids:
-            self.start(nid)
-
-    def signal(self, nid: str, sig: int) -> None:
-        node = self.nodes[nid]
-        if node.alive:
-            try:
-                os.killpg(node.proc.pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def kill(self, nid: str) -> None:
-        self.signal(nid, signal.SIGKILL)
-        node = self.nodes[nid]
-        if node.proc is not None:
-            node.proc.wait(timeout=STOP_WAIT_S)
-        node.paused = False
-
-    def pause(self, nid: str) -> None:
-        self.signal(nid, signal.SIGSTOP)
-        self.nodes[nid].paused = True
-
-    def resume(self, nid: str) -> None:
-        self.signal(nid, signal.SIGCONT)
-        self.nodes[nid].paused = False
+        self.start()
 
     def set_clock_offset(self, nid: str, offset_ms: int) -> None:
         """Atomic replace, so the node never reads a half-written number."""
-        path = self.nodes[nid].clock_file
+        path = self.clock_file(nid)
         with open(path + ".tmp", "w", encoding="ascii") as f:
             f.write(str(int(offset_ms)))
         os.replace(path + ".tmp", path)
-
-    def exited_unexpectedly(self) -> dict[str, int]:
-        return {nid: n.proc.returncode for nid, n in self.nodes.items()
-                if n.proc is not None and n.proc.poll() not in (None, 0, -signal.SIGKILL)}
-
-    def stop_all(self) -> None:
-        for nid in self.ids:
-            self.resume(nid)
-            self.signal(nid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_WAIT_S
-        for node in self.nodes.values():
-            if node.proc is None:
-                continue
-            try:
-                node.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.signal(node.id, signal.SIGKILL)
-                node.proc.wait(timeout=STOP_WAIT_S)
 
     def close(self) -> None:
         try:
             self.stop_all()
         finally:
-            self.hub.stop()
+            try:
+                super().close()
+            finally:
+                self.hub.stop()
