@@ -70,6 +70,8 @@ async def measure(cluster: LocalCluster, args: argparse.Namespace, report: Repor
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=3, choices=(1, 3, 5))
+    p.add_argument("--shards", type=int, default=1,
+                   help="[cluster] shards (the default tenant's shard does the work)")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--samples", type=int, default=300, help="submits per run")
     p.add_argument("--concurrency", type=int, default=1, help="clients in flight (light load: 1)")
@@ -81,9 +83,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     loop_name = install_fast_loop()
-    with LocalCluster(args.nodes, keep=args.keep) as cluster:
+    with LocalCluster(args.nodes, keep=args.keep, shards=args.shards) as cluster:
         report = Report("single-task submit acknowledgement latency, light load", "bench.latency",
-                        args, {"nodes": args.nodes, "runs": args.runs, "samples": args.samples,
+                        args, {"nodes": args.nodes, "shards": args.shards, "runs": args.runs, "samples": args.samples,
                                "concurrency": args.concurrency, "client_loop": loop_name,
                                "durability": "node default (fsync)"}, data_dir=cluster.root)
         cluster.wait_writable()

@@ -185,6 +185,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = Config()
     p.add_argument("--nodes", type=int, default=3, choices=(1, 3, 5))
+    p.add_argument("--shards", type=int, default=1,
+                   help="[cluster] shards (the default tenant's shard does the work)")
     p.add_argument("--rate", type=int, default=d.rate_per_s, help="timed tasks per second")
     p.add_argument("--duration-s", type=float, default=d.duration_s)
     p.add_argument("--lead-s", type=float, default=d.lead_s, help="how far ahead tasks are submitted")
@@ -212,14 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     loop_name = install_fast_loop()
     cfg = config_from(args)
     with tempfile.TemporaryDirectory(prefix="tsched-bench-client-") as tmp, \
-            LocalCluster(args.nodes, keep=args.keep) as cluster:
+            LocalCluster(args.nodes, keep=args.keep, shards=args.shards) as cluster:
         sides: dict[str, str | None] = {"": None}
         if args.baseline:
             sides = {"_baseline": extract_client(args.baseline, tmp), "": None}
         report = Report("lateness of timed tasks (handler start - run_at)", "bench.lateness", args,
-                        {"nodes": args.nodes, **asdict(cfg), "modes": ",".join(modes),
-                         "client_loop": loop_name, "baseline": args.baseline or "-",
-                         "rounds": args.rounds}, data_dir=cluster.root)
+                        {"nodes": args.nodes, "shards": args.shards, **asdict(cfg),
+                         "modes": ",".join(modes), "client_loop": loop_name,
+                         "baseline": args.baseline or "-", "rounds": args.rounds},
+                        data_dir=cluster.root)
         cluster.wait_writable()
         report.start()
         results: dict[str, list[dict]] = {}

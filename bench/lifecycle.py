@@ -40,6 +40,7 @@ class Config:
     claim_max: int = 100
     wait_s: float = 1.0
     run_timeout_s: float = 120.0
+    tenants: tuple[str, ...] = ()    # task i goes to tenants[i % n]; none: the default tenant
 
 
 class Run:
@@ -49,6 +50,7 @@ class Run:
         self.cfg, self.task_type = cfg, task_type
         self.acked = self.completed = self.submit_errors = self.complete_errors = 0
         self.producers_left = cfg.producers
+        self.by_prefix: dict[str, int] = {}  # completions by the id's first two hex digits
         self.t_first = self.t_submitted = self.t_last = 0.0
         self.finished = asyncio.Event()
 
@@ -63,6 +65,9 @@ async def _producer(api: Api, base: str, run: Run, indexes: range) -> None:
         for start in range(0, len(indexes), cfg.batch):
             chunk = indexes[start:start + cfg.batch]
             tasks = [{"task_type": run.task_type, "payload": {"i": i}} for i in chunk]
+            if cfg.tenants:
+                for t in tasks:
+                    t["tenant"] = cfg.tenants[t["payload"]["i"] % len(cfg.tenants)]
             try:
                 created = await api.submit(base, tasks)
                 run.acked += len(created)  # not `+= await ...`: that reads acked before awaiting
@@ -89,7 +94,12 @@ async def _worker(api: Api, base: str, run: Run, worker_id: str) -> None:
             print(f"  !! claim/complete failed: {e}", file=sys.stderr)
             await asyncio.sleep(0.05)  # back off from a failing node; not a synchronisation
             continue
-        run.completed += sum(1 for r in results if isinstance(r, dict) and "error" not in r)
+        done = [r for r in results if isinstance(r, dict) and "error" not in r]
+        run.completed += len(done)
+        if run.cfg.tenants:
+            for r in done:   # with shards, the id's first two hex digits are its shard
+                head = r["task_id"][:2]
+                run.by_prefix[head] = run.by_prefix.get(head, 0) + 1
         run.t_last = time.perf_counter()
         run.check_done()
 
@@ -117,7 +127,7 @@ async def run_once(api: Api, urls: list[str], cfg: Config, label: str = "life") 
             "submit_per_s": run.acked / max((run.t_submitted or time.perf_counter()) - run.t_first, 1e-9),
             "elapsed_s": elapsed, "acked": run.acked, "completed": run.completed,
             "submit_errors": run.submit_errors, "complete_errors": run.complete_errors,
-            "timed_out": timed_out}
+            "timed_out": timed_out, "by_prefix": dict(run.by_prefix)}
 
 
 _WASTE = re.compile(r"^tsched_raft_(resent_entries|truncations)_total (\S+)$", re.M)

@@ -188,6 +188,10 @@ class ApiCalls:
     def list_tenants(self):
         return self._run(Call("GET", "/v1/tenants"), _key("tenants"))
 
+    def stats(self, tenant: str | None = None):
+        """Queue counts (by state, priority, tenant; with shards, `by_shard` too)."""
+        return self._run(Call("GET", "/v1/stats", params={"tenant": tenant}))
+
     # --- cluster -------------------------------------------------------------------
     def cluster_status(self):
         return self._run(Call("GET", "/v1/cluster", replica_read=False))

@@ -97,24 +97,63 @@ class Rotation:
 
 
 class SeqTracker:
-    """The highest `applied_seq` seen: reads send it as `min_seq` (read-your-writes on any node)."""
+    """The highest `applied_seq` seen: reads send it as `min_seq` (read-your-writes on any node).
+
+    In a cluster with several shards each answer names its `shard` (merged answers carry
+    `applied_seqs` by shard), and sequences of different shards are unrelated: the tracker
+    keeps the highest per shard and sends them as `shard:seq` pairs, from which a node
+    takes what the read needs (DESIGN.md section 13)."""
 
     def __init__(self) -> None:
         self.seen = 0
+        self.by_shard: dict[int, int] = {}
 
     def note(self, body: Any, headers: httpx.Headers | None = None) -> None:
-        seq = body.get("applied_seq") if isinstance(body, dict) else None
-        if seq is None and headers is not None:
-            seq = headers.get("x-applied-seq")
-        try:
-            seq = int(seq) if seq is not None else None
-        except (TypeError, ValueError):
-            seq = None
-        if seq is not None and seq > self.seen:
+        shard = None
+        seq = None
+        if isinstance(body, dict):
+            seq, shard = body.get("applied_seq"), body.get("shard")
+            many = body.get("applied_seqs")
+            if isinstance(many, dict):
+                for s, n in many.items():
+                    self._note_shard(_int(s), _int(n))
+        if headers is not None:
+            if seq is None:
+                seq = headers.get("x-applied-seq")
+            if shard is None:
+                shard = headers.get("x-tsched-shard")
+        seq, shard = _int(seq), _int(shard)
+        if shard is not None:
+            self._note_shard(shard, seq)
+        elif seq is not None and seq > self.seen:
             self.seen = seq
 
+    def _note_shard(self, shard: int | None, seq: int | None) -> None:
+        if shard is None or seq is None:
+            return
+        if seq > self.by_shard.get(shard, 0):
+            self.by_shard[shard] = seq
+        if seq > self.seen:
+            self.seen = seq
 
-def build_request(call: Call, url: str, token: str | None, min_seq: int) -> dict[str, Any]:
+    def min_seq(self) -> int | str:
+        """What a read sends as `min_seq`: one number, or `shard:seq` pairs."""
+        if not self.by_shard:
+            return self.seen
+        return ",".join(f"{s}:{n}" for s, n in sorted(self.by_shard.items()))
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def build_request(call: Call, url: str, token: str | None, min_seq: int | str
+                  ) -> dict[str, Any]:
     """Keyword arguments for httpx's `request` for one attempt of `call` at node `url`."""
     headers = {"Accept": "application/json"}
     if token:
@@ -122,7 +161,7 @@ def build_request(call: Call, url: str, token: str | None, min_seq: int) -> dict
     params = dict(call.params)
     if call.write:
         headers["Idempotency-Key"] = call.key
-    elif min_seq > 0 and call.replica_read:
+    elif min_seq and call.replica_read:
         params.setdefault("min_seq", min_seq)
     kwargs: dict[str, Any] = {"method": call.method, "url": url + call.path,
                               "headers": headers, "params": params}

@@ -125,7 +125,10 @@ def cluster():
 def status(st: State):
     """Nodes, roles, leader and term."""
     info = st.client.cluster_status()
-    st.show(info, render.cluster_detail(info))
+    by_shard = None
+    if info.get("shards"):   # how the tasks spread over the shards
+        by_shard = (st.client.stats() or {}).get("by_shard")
+    st.show(info, render.cluster_detail(info, by_shard))
 
 
 @cluster.command()
@@ -140,10 +143,12 @@ def transfer(st: State, to):
 @cli.command()
 @click.option("--config", "config", type=click.Path(dir_okay=False),
               help="Cluster file (default: ./cluster.toml or the repository root's).")
-def dev(config):
+@click.option("--shards", type=click.IntRange(1, 64), default=None,
+              help="Run the file's nodes with this many shards (data in folders of their own).")
+def dev(config, shards):
     """Run every node of the cluster file here until Ctrl-C."""
     try:
-        code = run_dev(config, click.echo)
+        code = run_dev(config, click.echo, shards)
     except DevError as exc:
         raise click.ClickException(str(exc)) from exc
     raise SystemExit(code)

@@ -103,7 +103,7 @@ class Client(_Base):
             if delay:
                 time.sleep(delay)   # backoff between rounds of failed nodes
             remaining = deadline - time.monotonic()
-            kwargs = build_request(call, url, self.token, self._seq.seen)
+            kwargs = build_request(call, url, self.token, self._seq.min_seq())
             read_s, connect_s = self._timeouts(call, remaining)
             try:
                 resp = self._http.request(**kwargs, timeout=httpx.Timeout(read_s,
@@ -182,7 +182,7 @@ class AsyncClient(_Base):
             if delay:
                 await asyncio.sleep(delay)   # backoff between rounds of failed nodes
             remaining = deadline - time.monotonic()
-            kwargs = build_request(call, url, self.token, self._seq.seen)
+            kwargs = build_request(call, url, self.token, self._seq.min_seq())
             read_s, connect_s = self._timeouts(call, remaining)
             try:
                 resp = await self._http.request(**kwargs, read_s=read_s, connect_s=connect_s)

@@ -6,6 +6,7 @@ Each node's output goes to `.tsched/logs/<id>.log` next to the config file.
 """
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -69,11 +70,37 @@ def load_nodes(path: Path) -> list[DevNode]:
     return out
 
 
+def with_shards(path: Path, shards: int) -> Path:
+    """A copy of the cluster file with `[cluster] shards = N`, written under `.tsched/`
+    next to it, whose nodes keep their data in folders of their own (a data dir is made
+    for one shard count for good: the file's usual folders are left as they are)."""
+    if not 1 <= shards <= 64:
+        raise DevError(f"--shards must be in 1..64, got {shards}")
+    text = path.read_text()
+    text = re.sub(r"(?m)^\s*shards\s*=.*$\n?", "", text)
+    text, found = re.subn(r"(?m)^\[cluster\]\s*$", f"[cluster]\nshards = {shards}", text,
+                          count=1)
+    if not found:
+        raise DevError(f"{path}: no [cluster] table")
+
+    def data_dir(m: re.Match) -> str:
+        where = (path.parent / m.group(2)).resolve()
+        moved = where.parent / f"{where.name}-shards{shards}"
+        return f'{m.group(1)}"{moved}"'
+    text = re.sub(r'(?m)^(\s*data_dir\s*=\s*)"([^"]*)"', data_dir, text)
+    out = path.parent / ".tsched" / f"cluster-shards{shards}.toml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    return out
+
+
 class DevCluster:
     def __init__(self, config: Path, nodes: list[DevNode]) -> None:
         self.config, self.nodes = config, nodes
         self.procs: dict[str, subprocess.Popen] = {}
-        self.log_dir = config.parent / ".tsched" / "logs"
+        # A derived file (--shards) lives in .tsched/ itself: its logs go in the same place.
+        home = config.parent.parent if config.parent.name == ".tsched" else config.parent
+        self.log_dir = home / ".tsched" / "logs"
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -105,9 +132,13 @@ class DevCluster:
 
     @staticmethod
     def _ask_leader(http: httpx.Client, node: DevNode) -> str | None:
+        """Shard 0's leader once every shard has one (a single group: its leader)."""
         try:
             resp = http.get(node.url + "/v1/cluster")
-            return resp.json().get("leader") if resp.status_code == 200 else None
+            body = resp.json() if resp.status_code == 200 else {}
+            if any(s.get("leader") is None for s in body.get("shards") or ()):
+                return None
+            return body.get("leader")
         except (httpx.HTTPError, ValueError, AttributeError):
             return None
 
@@ -126,9 +157,11 @@ class DevCluster:
         return [i for i, p in self.procs.items() if p.poll() is not None]
 
 
-def run_dev(config: str | None, echo) -> int:
+def run_dev(config: str | None, echo, shards: int | None = None) -> int:
     """Start, wait for a leader, print addresses, block until SIGINT/SIGTERM, stop. Exit code."""
     path = find_config(config)
+    if shards is not None:
+        path = with_shards(path, shards)
     nodes = load_nodes(path)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
@@ -139,7 +172,8 @@ def run_dev(config: str | None, echo) -> int:
         leader = cluster.wait_leader(stop)
         if leader is None:
             return 0
-        echo(f"tsched dev cluster from {path}: leader {leader}")
+        echo(f"tsched dev cluster from {path}: leader {leader}"
+             + (f", {shards} shards (tsctl cluster status shows each)" if shards else ""))
         for node in nodes:
             echo(f"  {node.id}: API {node.url}/v1   dashboard {node.url}/")
         echo(f"  logs: {cluster.log_dir}")

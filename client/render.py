@@ -68,6 +68,31 @@ def schedule_detail(schedule: dict) -> str:
     return out
 
 
-def cluster_detail(status: dict) -> str:
+SHARD_COLUMNS = [("shard", "SHARD"), ("id", "NODE"), ("role", "ROLE"), ("term", "TERM"),
+                 ("commit_index", "COMMIT"), ("applied_seq", "APPLIED"),
+                 ("reachable", "REACHABLE")]
+
+
+SPREAD_COLUMNS = [("shard", "SHARD"), ("leader", "LEADER"), ("term", "TERM"),
+                  ("pending", "PENDING"), ("running", "RUNNING"), ("completed", "COMPLETED"),
+                  ("dead_letter", "DEAD_LETTER")]
+
+
+def cluster_detail(status: dict, by_shard: dict | None = None) -> str:
     head = f"leader: {cell(status.get('leader'))}   term: {cell(status.get('term'))}"
-    return head + "\n" + table(status.get("nodes") or [], NODE_COLUMNS)
+    shards = status.get("shards")
+    if not shards:
+        return head + "\n" + table(status.get("nodes") or [], NODE_COLUMNS)
+    leads: dict[str, int] = {}
+    for s in shards:
+        if s.get("leader"):
+            leads[s["leader"]] = leads.get(s["leader"], 0) + 1
+    out = [f"shards: {len(shards)}   leaders: " + (", ".join(
+        f"{n} leads {k}" for n, k in sorted(leads.items())) or "-")]
+    out.append(table(status.get("nodes") or [], NODE_COLUMNS[:4]))
+    spread = [{"shard": s["shard"], "leader": s.get("leader"), "term": s.get("term"),
+               **((by_shard or {}).get(str(s["shard"])) or {})} for s in shards]
+    out.append(table(spread, SPREAD_COLUMNS))
+    rows = [dict(node, shard=s["shard"]) for s in shards for node in s.get("nodes") or ()]
+    out.append(table(rows, SHARD_COLUMNS))
+    return "\n\n".join(out)

@@ -38,6 +38,15 @@ class Node:
     seqs: "SeqWatcher" = field(default_factory=lambda: SeqWatcher())
     propose_timeout_s: float = PROPOSE_TIMEOUT_S
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)   # set on SIGTERM
+    shard: int | None = None    # this process's shard when the cluster has several
+
+    def new_task_id(self) -> str:
+        """A fresh task id; with shards its first two hex digits name this shard, so any
+        node routes the id (DESIGN.md section 13)."""
+        if self.shard is None:
+            return new_id()
+        from .shards import task_id_in
+        return task_id_in(self.shard, new_id())
 
     @property
     def stopping(self) -> bool:

@@ -6,7 +6,7 @@ from aiohttp import web
 from tsched.statemachine import commands as c
 
 from . import present, validate
-from .api_common import (before_read, json_body, new_id, node_of, propose, propose_one,
+from .api_common import (before_read, json_body, node_of, propose, propose_one,
                          request_id, respond)
 from .auth import SCOPE_KEY
 from .errors import ApiError
@@ -35,12 +35,12 @@ async def submit(request: web.Request) -> web.Response:
     scope = tenant_scope(request)
     if items is None:
         cmd = validate.submit(_scoped(body, scope), now_ms=now, request_id=request_id(request),
-                              task_id=new_id())
+                              task_id=node.new_task_id())
         _check_tenant(request, cmd.tenant)
         task, seq = await propose_one(node, cmd)
         return respond(task, seq, status=201)
     cmds = [validate.submit(_scoped(item, scope), now_ms=now,
-                            request_id=request_id(request, f"#{i}"), task_id=new_id(),
+                            request_id=request_id(request, f"#{i}"), task_id=node.new_task_id(),
                             where=f"tasks[{i}]")
             for i, item in enumerate(items)]
     for cmd in cmds:

@@ -29,7 +29,11 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
 def make_app(node: Node) -> web.Application:
-    app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[error_middleware])
+    middlewares = [error_middleware]
+    if node.shard is not None:
+        from .shards import shard_tag_middleware
+        middlewares.insert(0, shard_tag_middleware(node.shard))
+    app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=middlewares)
     app[NODE] = node
     app.cleanup_ctx.append(_services)
     for module in (api_tasks, api_workers, api_tenants, api_cluster):

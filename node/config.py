@@ -59,6 +59,8 @@ class ClusterConfig:
     limits: Mapping[str, Any] | None = None     # kept for state machine limits
     path: str | None = None
     ca_file: str | None = None   # CA bundle (absolute path) for HTTPS between nodes
+    shards: int = 1              # Raft groups (DESIGN.md section 13); fixed for life
+    replicas: int | None = None  # nodes per shard; None: see shards.replicas_of
 
     def node(self, node_id: str) -> NodeConfig:
         for n in self.nodes:
@@ -105,7 +107,8 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
     secret = cluster.get("secret")
     if secret is not None and (not isinstance(secret, str) or not secret):
         raise ConfigError("[cluster] secret must be a non-empty string")
-    extra = sorted(set(cluster) - {"name", "secret", "timeouts", "compaction", "ca_file"})
+    extra = sorted(set(cluster) - {"name", "secret", "timeouts", "compaction", "ca_file",
+                                   "shards", "replicas"})
     if extra:
         raise ConfigError(f"[cluster] unknown keys: {', '.join(extra)}")
     nodes = _nodes(doc.get("node"), base_dir)
@@ -120,9 +123,32 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
         compaction=MappingProxyType(_compaction(cluster.get("compaction"))),
         auth=MappingProxyType(auth) if auth is not None else None,
         limits=MappingProxyType(limits) if limits is not None else None,
-        path=path, ca_file=_path(cluster, "ca_file", "[cluster]", base_dir))
+        path=path, ca_file=_path(cluster, "ca_file", "[cluster]", base_dir),
+        shards=_shards(cluster), replicas=_replicas(cluster))
     _check_raft_security(cfg)
+    from .shards import check_shape
+    check_shape(cfg)
     return cfg
+
+
+def _shards(cluster: Mapping[str, Any]) -> int:
+    from .shards import SHARDS_MAX
+    value = cluster.get("shards", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= SHARDS_MAX:
+        raise ConfigError(f"[cluster] shards must be an integer in 1..{SHARDS_MAX}, "
+                          f"got {value!r}")
+    return value
+
+
+def _replicas(cluster: Mapping[str, Any]) -> int | None:
+    from .shards import REPLICA_CHOICES
+    value = cluster.get("replicas")
+    if value is None:
+        return None
+    if isinstance(value, bool) or value not in REPLICA_CHOICES:
+        raise ConfigError(f"[cluster] replicas must be one of "
+                          f"{', '.join(map(str, REPLICA_CHOICES))}, got {value!r}")
+    return value
 
 
 def _nodes(raw: Any, base_dir: str) -> tuple[NodeConfig, ...]:

@@ -34,10 +34,18 @@ SHUTDOWN_S = 3.0     # in-flight requests get this long to finish on SIGTERM
               help="cluster.toml")
 @click.option("--id", "node_id", required=True, help="this node's id in the file")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
-def cli(config_path: str, node_id: str, log_format: str) -> None:
+@click.option("--shard", type=int, default=None, hidden=True,
+              help="run one shard replica (started by the node's supervisor)")
+def cli(config_path: str, node_id: str, log_format: str, shard: int | None) -> None:
+    from . import shards
     try:
         cfg = config_mod.load(config_path)
         me = cfg.node(node_id)
+        shards.check_data_dir(cfg, me)     # reads only: a refused data dir is left as it is
+        if shard is not None:
+            from .supervisor import die_with_parent
+            die_with_parent()              # first: a supervisor killed now takes us along
+            cfg, me = shards.shard_process_config(cfg, node_id, shard)
         _check_http_exposure(cfg, me)
         tls.node_server_context(me)        # unreadable certificates stop the node here
         tls.cluster_client_context(cfg)
@@ -46,11 +54,16 @@ def cli(config_path: str, node_id: str, log_format: str) -> None:
     except (config_mod.ConfigError, ValueError) as e:
         click.echo(f"tsnode: {e}", err=True)
         sys.exit(2)
-    log_context = setup_logging(node_id, log_format)
+    if shard is None and not shards.is_single_group(cfg):
+        from .supervisor import run_supervisor
+        setup_logging(node_id, log_format)
+        _use_uvloop()
+        sys.exit(asyncio.run(run_supervisor(cfg, node_id, config_path, log_format)))
+    log_context = setup_logging(node_id if shard is None else f"{node_id}/s{shard}", log_format)
     _use_uvloop()
     gc_policy = GcPolicy()
     gc_policy.install()
-    sys.exit(asyncio.run(serve(cfg, node_id, clock, log_context, gc_policy)))
+    sys.exit(asyncio.run(serve(cfg, node_id, clock, log_context, gc_policy, shard=shard)))
 
 
 def _check_http_exposure(cfg, me) -> None:
@@ -107,13 +120,14 @@ def _limits(cfg):
 
 
 async def serve(cfg, node_id: str, clock: Clock, log_context=None,
-                gc_policy: GcPolicy | None = None) -> int:
+                gc_policy: GcPolicy | None = None, shard: int | None = None) -> int:
     me = cfg.node(node_id)
     replica = build_replica(cfg, node_id)
     if log_context is not None:
         log_context.term_of = lambda: replica.term
     replica.start()
-    node = Node(node_id=node_id, config=cfg, replica=replica, clock=clock, gc_policy=gc_policy)
+    node = Node(node_id=node_id, config=cfg, replica=replica, clock=clock, gc_policy=gc_policy,
+                shard=shard)
     if "propose_s" in cfg.timeouts:
         node.propose_timeout_s = cfg.timeouts["propose_s"]
     runner = web.AppRunner(make_app(node), access_log=None, handle_signals=False,
@@ -129,6 +143,11 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
         log.info("event=http_listening addr=%s url=%s raft=%s cluster=%s", me.http, me.url,
                  me.raft, cfg.name)
         background = [loop.create_task(_watch_role(node))]
+        from .supervisor import SUPERVISOR_PID_ENV, watch_parent
+        if shard is not None and os.environ.get(SUPERVISOR_PID_ENV):
+            from .leader_spread import shard_channel
+            background.append(loop.create_task(watch_parent(stop)))
+            background.append(loop.create_task(shard_channel(node, stop)))
         if gc_policy is not None:
             background.append(loop.create_task(
                 gc_policy.run(lambda: not replica.is_ready_leader())))

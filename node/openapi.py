@@ -89,6 +89,13 @@ FENCING_TOKEN = integer(0, v.FENCING_TOKEN_MAX)
 RESULT = {**ANY_JSON, "description": f"JSON, at most {v.RESULT_BYTES_MAX} bytes"}
 ERROR = string(v.ERROR_CHARS_MAX, description=f"at most {v.ERROR_BYTES_MAX} UTF-8 bytes")
 APPLIED_SEQ = integer(0, description="state machine batches applied on the answering node")
+# With several shards (DESIGN.md section 13) an answer names its shard; answers merged from
+# several shards carry each one's applied_seq instead of one.
+SHARD = {"type": "integer", "minimum": 0, "maximum": 63,
+         "description": "the shard that answered (only in a cluster with several shards)"}
+APPLIED_SEQS = {"type": "object", "additionalProperties": {"type": "integer"},
+                "description": "shard -> its applied_seq, in answers merged from several "
+                               "shards"}
 
 
 # --- components ------------------------------------------------------------------------------
@@ -160,7 +167,7 @@ def _task() -> Schema:
         "completed_at": nullable(TIME),
         "attempts": {"type": "array", "items": ref("Attempt")},
         "duplicate": {"type": "boolean", "description": "answers to a submit only"},
-        "applied_seq": APPLIED_SEQ,
+        "applied_seq": APPLIED_SEQ, "shard": SHARD,
     }, ("task_id", "tenant", "task_type", "state", "priority", "run_at", "attempt"))
 
 
@@ -169,7 +176,7 @@ def _error() -> Schema:
         "code": {"type": "string", "enum": sorted(STATUS_BY_CODE)},
         "message": string(),
         "details": {"type": "object"},
-    }, ("code", "message")), "applied_seq": APPLIED_SEQ}, ("error",))
+    }, ("code", "message")), "applied_seq": APPLIED_SEQ, "shard": SHARD}, ("error",))
 
 
 def _claim() -> Schema:
@@ -255,14 +262,14 @@ def _schedule() -> Schema:
         "fired_task": {**nullable(ref("Task")),
                        "description": "trigger only: the occurrence it created (null when "
                                       "the overlap policy skipped it)"},
-        "applied_seq": APPLIED_SEQ,
+        "applied_seq": APPLIED_SEQ, "shard": SHARD,
     }, ("schedule_id", "tenant", "cron", "timezone", "next_fire_at", "fires"))
 
 
 def _tenant() -> Schema:
     return obj({"tenant": string(), "max_running": integer(0, description="0: unlimited"),
                 "weight": integer(1), "running": integer(0), "pending": integer(0),
-                "applied_seq": APPLIED_SEQ},
+                "applied_seq": APPLIED_SEQ, "shard": SHARD},
                ("tenant", "max_running", "weight", "running", "pending"))
 
 
@@ -273,16 +280,21 @@ def _node_status(own: bool) -> Schema:
              "commit_index": nullable(integer(0)), "applied_seq": nullable(integer(0)),
              "digest": nullable(string()), "reachable": {"type": "boolean"}}
     if own:
-        props.update(leader=nullable(string()), applied_seq=APPLIED_SEQ,
+        props.update(leader=nullable(string()), applied_seq=APPLIED_SEQ, shard=SHARD,
                      ready={"type": "boolean", "description": "a leader whose barrier applied"},
                      waiting_claims=integer(0, description="long polls waiting here"))
     return obj(props, ("id", "role", "reachable"))
 
 
 def _cluster() -> Schema:
-    return obj({"leader": nullable(string()), "term": integer(0),
-                "nodes": {"type": "array", "items": _node_status(own=False)},
-                "applied_seq": APPLIED_SEQ}, ("leader", "term", "nodes"))
+    nodes = {"type": "array", "items": _node_status(own=False)}
+    shard = obj({"shard": integer(0), "leader": nullable(string()),
+                 "term": nullable(integer(0)), "nodes": nodes}, ("shard", "leader", "nodes"))
+    return obj({"leader": nullable(string()), "term": nullable(integer(0)), "nodes": nodes,
+                "shards": {"type": "array", "items": shard,
+                           "description": "every shard, in a cluster with several; the "
+                                          "top-level leader, term and nodes are shard 0's"},
+                "applied_seq": APPLIED_SEQ, "shard": SHARD}, ("leader", "term", "nodes"))
 
 
 def _stats() -> Schema:
@@ -295,7 +307,10 @@ def _stats() -> Schema:
         "oldest_claimable_age_s": nullable({"type": "number"}),
         "waiting_claims": nullable(integer(0)),
         "schedules": nullable(integer(0)),
-        "applied_seq": APPLIED_SEQ,
+        "applied_seq": APPLIED_SEQ, "shard": SHARD,
+        "by_shard": {"type": "object", "additionalProperties": counts,
+                     "description": "shard -> state -> count (several shards only)"},
+        "applied_seqs": APPLIED_SEQS,
     }, ("by_state", "by_priority", "by_tenant"))
 
 
@@ -307,13 +322,15 @@ def components() -> dict[str, Schema]:
         "Task": _task(),
         "Attempt": _attempt(),
         "TaskList": obj({"tasks": {"type": "array", "items": ref("Task")},
-                         "next_cursor": nullable(string()), "applied_seq": APPLIED_SEQ},
+                         "next_cursor": nullable(string()),
+                         "applied_seq": APPLIED_SEQ, "shard": SHARD,
+                         "applied_seqs": APPLIED_SEQS},
                         ("tasks",)),
         "ClaimRequest": _claim(),
         "HeartbeatRequest": _heartbeat_item(batch=False),
         "HeartbeatAnswer": obj({"task_id": string(), "lease_expires_at": TIME,
                                 "cancel_requested": {"type": "boolean"},
-                                "applied_seq": APPLIED_SEQ},
+                                "applied_seq": APPLIED_SEQ, "shard": SHARD},
                                ("lease_expires_at", "cancel_requested")),
         "CompleteRequest": obj({"fencing_token": FENCING_TOKEN, "result": RESULT},
                                ("fencing_token",), closed=True),
@@ -327,7 +344,7 @@ def components() -> dict[str, Schema]:
         "NodeStatus": _node_status(own=True),
         "Stats": _stats(),
         "Readiness": obj({"status": {"const": "ready"}, "node": string(),
-                          "leader": string(), "applied_seq": APPLIED_SEQ},
+                          "leader": string(), "applied_seq": APPLIED_SEQ, "shard": SHARD},
                          ("status", "node", "leader")),
     }
 
@@ -376,7 +393,9 @@ def query(name: str, schema: Schema, description: str = "") -> dict[str, Any]:
 
 
 READ_PARAMS = [
-    query("min_seq", integer(0), "wait until this node has applied this sequence number"),
+    query("min_seq", integer(0), "wait until this node has applied this sequence number "
+          "(with several shards also `shard:seq` pairs, comma-separated: each read takes "
+          "its own shard's)"),
     query("consistency", {"type": "string", "enum": ["local", "linearizable"],
                           "default": "local"}),
 ]
@@ -394,9 +413,12 @@ def _task_paths() -> dict[str, Any]:
         "type": "array", "items": ref("TaskSubmit"), "minItems": 1, "maxItems": v.BATCH_MAX}},
         ("tasks",), closed=True)]}
     submitted = {"oneOf": [task, obj({"tasks": {"type": "array", "items": task},
-                                      "applied_seq": APPLIED_SEQ}, ("tasks",))]}
+                                      "applied_seq": APPLIED_SEQ, "shard": SHARD,
+                                      "applied_seqs": APPLIED_SEQS},
+                               ("tasks",))]}
     results = {"type": "array", "items": {"oneOf": [task, ref("HeartbeatAnswer"), ref("Error")]}}
-    answers = obj({"results": results, "applied_seq": APPLIED_SEQ}, ("results",))
+    answers = obj({"results": results, "applied_seq": APPLIED_SEQ, "shard": SHARD,
+                   "applied_seqs": APPLIED_SEQS}, ("results",))
     return {
         "/v1/tasks": {
             "post": op("Submit tasks", submitted, status=201, body=submit, errors=WRITE_ERRORS),
@@ -433,7 +455,9 @@ def _task_paths() -> dict[str, Any]:
         "/v1/claims": {"post": op(
             "Claim tasks", obj({"tasks": {"type": "array", "items": task},
                                 "completions": results,
-                                "applied_seq": APPLIED_SEQ}, ("tasks",)),
+                                "applied_seq": APPLIED_SEQ, "shard": SHARD,
+                                "applied_seqs": APPLIED_SEQS},
+                               ("tasks",)),
             body=ref("ClaimRequest"), errors=WRITE_ERRORS, tag="workers")},
         "/v1/completions": {"post": op(
             "Complete or fail tasks", answers,
@@ -458,7 +482,8 @@ def _schedule_paths() -> dict[str, Any]:
         "/v1/schedules": {"get": op(
             "List schedules", obj({"schedules": {"type": "array", "items": sched},
                                    "next_cursor": nullable(string()),
-                                   "applied_seq": APPLIED_SEQ}, ("schedules",)),
+                                   "applied_seq": APPLIED_SEQ, "shard": SHARD,
+                                   "applied_seqs": APPLIED_SEQS}, ("schedules",)),
             params=[query("tenant", TENANT),
                     query("limit", {**integer(1, v.LIST_LIMIT_MAX), "default": 100}),
                     query("cursor", string(512)), *READ_PARAMS],
@@ -475,7 +500,7 @@ def _schedule_paths() -> dict[str, Any]:
             "Trigger a schedule now", sched, **action)},
         "/v1/cron/preview": {"get": op(
             "Preview cron fires", obj({
-                "cron": string(), "timezone": string(), "applied_seq": APPLIED_SEQ,
+                "cron": string(), "timezone": string(), "applied_seq": APPLIED_SEQ, "shard": SHARD,
                 "fires": {"type": "array", "items": string(
                     description="RFC 3339 in the given zone, with its offset")}}, ("fires",)),
             params=[{**query("cron", string(cron.EXPR_CHARS_MAX, 1)), "required": True},
@@ -495,7 +520,8 @@ def _admin_paths() -> dict[str, Any]:
     return {
         "/v1/tenants": {"get": op(
             "List tenants", obj({"tenants": {"type": "array", "items": ref("Tenant")},
-                                 "applied_seq": APPLIED_SEQ}, ("tenants",)),
+                                 "applied_seq": APPLIED_SEQ, "shard": SHARD,
+                                 "applied_seqs": APPLIED_SEQS}, ("tenants",)),
             params=READ_PARAMS, errors=(503, 504), tag="tenants")},
         "/v1/tenants/{tenant}": {
             "put": op("Set a tenant", ref("Tenant"), body=tenant_put, params=[TENANT_NAME],

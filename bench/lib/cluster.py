@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -41,19 +42,85 @@ def http_json(method: str, url: str, body: Any = None, timeout_s: float = 5.0) -
             return e.code, None
 
 
+def spread_tenants(shards: int, per_shard: int = 2) -> list[str]:
+    """Tenant names, `per_shard` on each shard, in shard order (a sharded run's work is
+    spread evenly; one shard only when there is one)."""
+    from tsched.node.shards import shard_of_tenant
+    out: dict[int, list[str]] = {s: [] for s in range(shards)}
+    i = 0
+    while any(len(v) < per_shard for v in out.values()):
+        name = f"bench-{i}"
+        bucket = out[shard_of_tenant(name, shards)]
+        if len(bucket) < per_shard:
+            bucket.append(name)
+        i += 1
+    return [t for s in range(shards) for t in out[s]]
+
+
+PORTS_FLOOR = 10_000
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_shard_ports(nodes: int, shards: int) -> tuple[list[int], list[int]]:
+    """(base Raft ports, HTTP ports) of a sharded cluster's nodes, every shard's Raft and
+    internal HTTP port (base + k + 100 s, and 50 above) free, HTTP ports just past the
+    last shard. All below the ephemeral range: a sharded node makes many outgoing
+    connections, and one of them must not take a killed node's port before it restarts."""
+    span = 100 * shards + nodes
+    high = _ephemeral_low() - span - 1
+    for _ in range(500):
+        base = random.randint(PORTS_FLOOR, high)
+        rafts = [base + k for k in range(nodes)]
+        https = [base + 100 * shards + k for k in range(nodes)]
+        ports = [p + 100 * s + off for p in rafts for s in range(shards) for off in (0, 50)]
+        if all(_is_free(p) for p in ports + https):
+            return rafts, https
+    raise RuntimeError("no free block of shard ports on loopback")
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def node_addresses(ids: list[str], shards: int) -> tuple[dict[str, str], dict[str, str]]:
+    """({id: raft host:port}, {id: http host:port}) for a cluster of `shards` shards."""
+    if shards == 1:
+        return ({i: f"127.0.0.1:{free_port()}" for i in ids},
+                {i: f"127.0.0.1:{free_port()}" for i in ids})
+    rafts, https = free_shard_ports(len(ids), shards)
+    return ({i: f"127.0.0.1:{p}" for i, p in zip(ids, rafts)},
+            {i: f"127.0.0.1:{p}" for i, p in zip(ids, https)})
+
+
 class LocalCluster:
-    def __init__(self, nodes: int = 3, keep: bool = False, root: str | None = None) -> None:
+    def __init__(self, nodes: int = 3, keep: bool = False, root: str | None = None,
+                 shards: int = 1, env: dict[str, str] | None = None) -> None:
         self.ids = [f"n{i + 1}" for i in range(nodes)]
         self.root = root or tempfile.mkdtemp(prefix="tsched-bench-")
         self.keep = keep
-        self.http = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
-        self.raft = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
+        self.shards = shards
+        self.env = env     # e.g. PYTHONPATH of another checkout, for an A/B in one run
+        self.raft, self.http = node_addresses(self.ids, shards)
         self.procs: dict[str, subprocess.Popen] = {}
         self.config_path = os.path.join(self.root, "cluster.toml")
         self._write_config()
 
     def _write_config(self) -> None:
         lines = ["[cluster]", 'name = "bench"']
+        if self.shards != 1:
+            lines.append(f"shards = {self.shards}")
         for i in self.ids:
             lines += ["", "[[node]]", f'id = "{i}"', f'raft = "{self.raft[i]}"',
                       f'http = "{self.http[i]}"', f'data_dir = "{self.root}/{i}"']
@@ -71,7 +138,8 @@ class LocalCluster:
         log = open(os.path.join(self.root, f"{node_id}.log"), "a")
         self.procs[node_id] = subprocess.Popen(
             [sys.executable, "-m", "tsched.node.main", "--config", self.config_path, "--id", node_id],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, **self.env} if self.env else None)
         log.close()
 
     def start(self) -> "LocalCluster":
@@ -133,12 +201,15 @@ class LocalCluster:
     def wait_writable(self, timeout_s: float = 60.0) -> None:
         """Until a submit through every node succeeds (leader elected and its barrier applied)."""
         deadline = time.monotonic() + timeout_s
-        for i in self.ids:
+        tenants = spread_tenants(self.shards, 1) if self.shards > 1 else [None]
+        for i, tenant in ((i, t) for i in self.ids for t in tenants):
             while True:
                 self._check_running()
+                body = {"task_type": "bench-warmup", "delay_s": 3600}
+                if tenant is not None:
+                    body["tenant"] = tenant
                 try:
-                    code, _ = http_json("POST", self.url(i) + "/v1/tasks",
-                                        {"task_type": "bench-warmup", "delay_s": 3600}, timeout_s=5)
+                    code, _ = http_json("POST", self.url(i) + "/v1/tasks", body, timeout_s=5)
                     if code in (200, 201):
                         break
                 except OSError:

@@ -14,6 +14,7 @@
   const view = {
     token: sessionStorage.getItem(TOKEN_KEY) || "",
     minSeq: 0,            // after a write, reads wait for it (read-your-writes)
+    shardSeqs: {},        // the same per shard, in a cluster with several shards
     tab: "tasks",
     selected: null,       // task id shown in the detail pane
     search: {},
@@ -82,7 +83,9 @@
   async function api(method, path, { body, params, fresh } = {}) {
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(params || {})) if (v !== "" && v != null) q.set(k, v);
-    if (fresh && view.minSeq) q.set("min_seq", view.minSeq);
+    const pairs = Object.entries(view.shardSeqs).map(([s, n]) => `${s}:${n}`);
+    if (fresh && pairs.length) q.set("min_seq", pairs.join(","));
+    else if (fresh && view.minSeq) q.set("min_seq", view.minSeq);
     const headers = { Accept: "application/json" };
     if (view.token) headers.Authorization = `Bearer ${view.token}`;
     if (body !== undefined) headers["Content-Type"] = "application/json";
@@ -95,7 +98,11 @@
       throw new ApiFailure(r.status, err.code || "http_" + r.status, err.message || r.statusText);
     }
     if (method !== "GET" && data && Number.isInteger(data.applied_seq)) {
-      view.minSeq = Math.max(view.minSeq, data.applied_seq);
+      if (Number.isInteger(data.shard)) {   // sequences of different shards are unrelated
+        view.shardSeqs[data.shard] = Math.max(view.shardSeqs[data.shard] || 0, data.applied_seq);
+      } else {
+        view.minSeq = Math.max(view.minSeq, data.applied_seq);
+      }
     }
     return data;
   }
@@ -124,6 +131,27 @@
         n.applied_seq == null ? "—" : top - n.applied_seq),
       h("td", null, n.digest ? h("code", { title: n.digest }, n.digest.slice(0, 10)) : "—"),
     )), 7, "no nodes");
+  }
+
+  function renderShards(c, stats) {
+    const shards = c.shards || [];
+    $("shards").hidden = shards.length === 0;
+    if (!shards.length) return;
+    const counts = (stats && stats.by_shard) || {};
+    fill($("shards").tBodies[0], shards.map((s) => {
+      const n = counts[String(s.shard)] || {};
+      const replicas = s.nodes || [];
+      const up = replicas.filter((r) => r.reachable !== false).length;
+      return h("tr", { dataset: { shard: s.shard } },
+        h("td", null, h("b", null, s.shard)),
+        h("td", null, s.leader || "none"),
+        h("td", { class: "num" }, s.term ?? "—"),
+        h("td", null, replicas.map((r) => r.id).join(" ")),
+        h("td", { class: up * 2 <= replicas.length ? "bad" : null }, `${up} of ${replicas.length}`),
+        h("td", { class: "num" }, n.pending ?? 0),
+        h("td", { class: "num" }, n.running ?? 0),
+        h("td", { class: "num" }, n.completed ?? 0));
+    }), 8, "no shards");
   }
 
   function renderQueues(stats, tenants) {
@@ -351,6 +379,7 @@
         TAB_LOADERS[view.tab](),
       ]);
       renderFacts(cluster, stats);
+      renderShards(cluster, stats);
       $("cluster-age").textContent = `as of ${new Date(view.clusterAt).toLocaleTimeString()}`;
       view.refreshes += 1;
       if (view.refreshes === 1) {

@@ -31,22 +31,30 @@ from typing import Any
 
 import httpx
 
-from tests.net import free_port
+from bench.lib.cluster import node_addresses
+from tests.net import free_port  # noqa: F401  (other tests import it from here)
 
 TSNODE = shutil.which("tsnode") or str(Path(sys.executable).with_name("tsnode"))
+
+
+def _settled(shard: dict, exclude) -> bool:
+    leader = shard.get("leader")
+    live = [n for n in shard.get("nodes") or () if n.get("reachable")]
+    leaders = [n["id"] for n in live if n.get("role") == "leader"]
+    return leader is not None and leader not in exclude and leaders == [leader]
 
 
 class Cluster:
     def __init__(self, tmp_path: Path, size: int = 3, *, env: dict[str, str] | None = None,
                  node_env: dict[str, dict[str, str]] | None = None, secret: str | None = None,
                  extra_toml: str = "", status_token: str | None = None,
-                 name: str = "test") -> None:
+                 name: str = "test", shards: int = 1) -> None:
         self.dir = Path(tmp_path)
         self.name = name
         self.command = [TSNODE]
         self.ids = [f"n{i + 1}" for i in range(size)]
-        self.http = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
-        self.raft = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
+        self.shards = shards
+        self.raft, self.http = node_addresses(self.ids, shards)
         self.env = dict(env or {})
         self.node_env = {k: dict(v) for k, v in (node_env or {}).items()}
         self.procs: dict[str, subprocess.Popen] = {}
@@ -61,6 +69,8 @@ class Cluster:
 
     def _write_config(self, secret: str | None, extra_toml: str) -> None:
         lines = ["[cluster]", f'name = "{self.name}"']
+        if self.shards != 1:
+            lines.append(f"shards = {self.shards}")
         if secret:
             lines.append(f'secret = "{secret}"')
         for i in self.ids:
@@ -221,6 +231,29 @@ class Cluster:
                 raise AssertionError(f"no agreed leader within {timeout_s}s: {seen}\n" +
                                      "\n".join(f"--- {i}\n{self.log(i)}" for i in live))
             time.sleep(0.05)
+
+    def shard_status(self, via: str) -> list[dict] | None:
+        try:
+            s, b = self.call(via, "GET", "/v1/cluster", timeout_s=5)
+        except httpx.HTTPError:
+            return None
+        return b.get("shards") if s == 200 else None
+
+    def wait_shard_leaders(self, timeout_s: float = 30, exclude: tuple | list = ()
+                           ) -> dict[int, str]:
+        """{shard: leader} once every shard has one leader, outside `exclude`, that the
+        shard's reachable replicas all report."""
+        deadline = time.monotonic() + timeout_s
+        via = next(i for i in self.ids if i not in exclude and self.alive(i))
+        while True:
+            shards = self.shard_status(via)
+            if shards and len(shards) == self.shards and all(_settled(s, exclude)
+                                                             for s in shards):
+                return {s["shard"]: s["leader"] for s in shards}
+            if time.monotonic() > deadline:
+                raise AssertionError(f"shards without an agreed leader after {timeout_s}s: "
+                                     f"{shards}\n--- {via}\n{self.log(via)}")
+            time.sleep(0.1)
 
     def wait_applied(self, seq: int, node_ids=None, timeout_s: float = 10) -> None:
         """Every given node (default: all live) has applied at least `seq`."""

@@ -6,11 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 
-import aiohttp
 import pytest
 
 from .cluster import Cluster
-from .test_dashboard import Chromium, Page, needs_chromium, until
+from .test_dashboard import Page, browser_page, needs_chromium, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -27,18 +26,8 @@ async def test_the_dashboard_asks_for_a_token_and_works_with_one(tmp_path):
         s, task = c.call(leader, "POST", "/v1/tasks", {"task_type": "dash-auth"},
                          headers={"Authorization": f"Bearer {ADMIN}"})
         assert s == 201, task
-        browser = Chromium(tmp_path)
-        try:
-            async with aiohttp.ClientSession() as http:
-                ws = await http.ws_connect(await browser.websocket_url(), max_msg_size=0)
-                page = await Page.open(ws)
-                try:
-                    await _drive(page, c.url(leader), task["task_id"])
-                finally:
-                    await page.close()
-                    await ws.close()
-        finally:
-            browser.close()
+        async with browser_page(tmp_path) as page:
+            await _drive(page, c.url(leader), task["task_id"])
 
 
 async def _drive(page: Page, url: str, task_id: str) -> None:

@@ -112,3 +112,36 @@ def test_dev_runs_the_cluster_until_sigint(tmp_path):
     status = subprocess.run(["git", "status", "--porcelain"], cwd=tmp_path, check=True,
                             capture_output=True, text=True).stdout
     assert status == ""
+
+
+def test_dev_with_shards_runs_every_shard_and_leaves_the_file_s_data_alone(tmp_path):
+    from bench.lib.cluster import free_shard_ports
+    rafts, https = free_shard_ports(3, 2)
+    write_repo(tmp_path)
+    lines = ["[cluster]", 'name = "devtest"']
+    for i, (raft, http) in enumerate(zip(rafts, https), 1):
+        lines += ["", "[[node]]", f'id = "n{i}"', f'raft = "127.0.0.1:{raft}"',
+                  f'http = "127.0.0.1:{http}"', f'data_dir = ".tsched/data/n{i}"']
+    (tmp_path / "cluster.toml").write_text("\n".join(lines) + "\n")
+    proc = subprocess.Popen([TSCTL, "dev", "--shards", "2"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    derived = tmp_path / ".tsched" / "cluster-shards2.toml"
+    try:
+        out = lines_of(proc)
+        seen = wait_line(out, "leader", timeout_s=40)
+        assert "2 shards" in seen[-1], seen
+        wait_line(out, "Ctrl-C", timeout_s=5)
+        shards = httpx.get(f"http://127.0.0.1:{https[0]}/v1/cluster", timeout=10).json()["shards"]
+        assert [s["shard"] for s in shards] == [0, 1] and all(s["leader"] for s in shards)
+        assert len(processes_using(derived)) == 3 + 3 * 2     # supervisors + shard processes
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert processes_using(derived) == []
+    assert (tmp_path / ".tsched" / "data" / "n1-shards2" / "shard-1").is_dir()
+    assert not (tmp_path / ".tsched" / "data" / "n1").exists()   # the file's own data dir
+    assert (tmp_path / ".tsched" / "logs" / "n1.log").is_file()

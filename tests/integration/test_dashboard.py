@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -173,6 +174,23 @@ class Chromium:
         self.log.close()
 
 
+@contextlib.asynccontextmanager
+async def browser_page(tmp_path: Path):
+    """A headless Chromium and one tab in it, both closed on the way out."""
+    browser = Chromium(tmp_path)
+    try:
+        async with aiohttp.ClientSession() as http:
+            ws = await http.ws_connect(await browser.websocket_url(), max_msg_size=0)
+            page = await Page.open(ws)
+            try:
+                yield page
+            finally:
+                await page.close()
+                await ws.close()
+    finally:
+        browser.close()
+
+
 def dead_letter(c: Cluster, node: str, tenant: str, error: str) -> str:
     s, b = c.call(node, "POST", "/v1/tasks", {"task_type": "flaky", "tenant": tenant,
                                               "max_retries": 0})
@@ -214,18 +232,8 @@ async def test_dashboard_shows_the_cluster_and_replays_a_dead_letter(tmp_path):
         leader = c.wait_leader()
         dead_id, discard_id = seed(c, leader)
         follower = c.followers(leader)[0]
-        browser = Chromium(tmp_path)
-        try:
-            async with aiohttp.ClientSession() as http:
-                ws = await http.ws_connect(await browser.websocket_url(), max_msg_size=0)
-                page = await Page.open(ws)
-                try:
-                    await _drive(page, c, follower, leader, dead_id, discard_id, shots)
-                finally:
-                    await page.close()
-                    await ws.close()
-        finally:
-            browser.close()
+        async with browser_page(tmp_path) as page:
+            await _drive(page, c, follower, leader, dead_id, discard_id, shots)
 
 
 async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,

@@ -1,4 +1,4 @@
-"""`python -m tests.jepsen_like --duration S --seed N --out DIR [--nodes 3|5]`."""
+"""`python -m tests.jepsen_like --duration S --seed N --out DIR [--nodes 3|5] [--shards S]`."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +16,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", required=True, help="folder for logs, history, summary")
     p.add_argument("--nodes", type=int, choices=(3, 5), default=3)
+    p.add_argument("--shards", type=int, default=1,
+                   help="Raft groups (1..64); every guarantee is checked per shard")
     p.add_argument("--failpoint", action="append", default=[],
                    help="node failpoint to turn on (repeatable)")
     p.add_argument("--faults", default=",".join(FAULTS),
@@ -25,7 +27,9 @@ def main(argv=None) -> int:
     unknown = sorted(set(faults) - set(FAULTS))
     if unknown:
         p.error(f"unknown faults {unknown}")
-    summary = run(a.out, a.duration, a.seed, a.nodes, tuple(a.failpoint), faults)
+    if not 1 <= a.shards <= 64:
+        p.error("--shards must be in 1..64")
+    summary = run(a.out, a.duration, a.seed, a.nodes, tuple(a.failpoint), faults, a.shards)
     print(json.dumps(summary))
     return 0 if summary["valid"] else 1
 

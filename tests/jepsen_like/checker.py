@@ -349,11 +349,13 @@ def _stopped_behind_a_clock(fire_ms: int, stop_ms: int, faults) -> bool:
 
 
 def check_digests(final: dict) -> tuple[list[dict], list[dict]]:
-    by_seq = defaultdict(dict)
+    by_seq = defaultdict(dict)     # (shard, applied_seq) -> digest -> nodes
     for s in final.get("digests") or []:
-        by_seq[s["applied_seq"]].setdefault(s["digest"], set()).add(s["node"])
-    mismatch = [{"applied_seq": seq, "digests": {d: sorted(n) for d, n in ds.items()}}
-                for seq, ds in sorted(by_seq.items()) if len(ds) > 1]
+        key = (s.get("shard", 0), s["applied_seq"])
+        by_seq[key].setdefault(s["digest"], set()).add(s["node"])
+    mismatch = [{"shard": shard, "applied_seq": seq,
+                 "digests": {d: sorted(n) for d, n in ds.items()}}
+                for (shard, seq), ds in sorted(by_seq.items()) if len(ds) > 1]
     unconverged = [] if final.get("converged", True) else [
         {"why": "nodes never reached one applied_seq after healing"}]
     return mismatch, unconverged

@@ -64,13 +64,13 @@ class NodeView:
 
 class Cluster(ProcessCluster):
     def __init__(self, out_dir: str, n_nodes: int = 3, failpoints: tuple[str, ...] = (),
-                 hub: ProxyHub | None = None) -> None:
+                 hub: ProxyHub | None = None, shards: int = 1) -> None:
         out = os.path.abspath(out_dir)
         os.makedirs(out, exist_ok=True)
         self.hub = hub or ProxyHub()
         self.failpoints = tuple(failpoints)
         self.code_path = snapshot_code(out)
-        super().__init__(Path(out), n_nodes, name="jepsen")
+        super().__init__(Path(out), n_nodes, name="jepsen", shards=shards)
         self.out_dir = out
         self.command = tsnode_command()
         self.nodes = {nid: NodeView(self, nid) for nid in self.ids}
@@ -80,11 +80,13 @@ class Cluster(ProcessCluster):
 
     def _links(self) -> None:
         dial: dict[str, list[str]] = {nid: [] for nid in self.ids}
-        for a in self.ids:
-            for b in self.ids:
-                if self.raft[a] > self.raft[b]:       # a dials b: put the proxy there
-                    listen = self.hub.add(self.raft_link(a, b), self.raft[b])
-                    dial[a].append(f"{self.raft[b]}={listen}")
+        for shard in range(self.shards):
+            for a in self.ids:
+                for b in self.ids:
+                    ra, rb = self.shard_raft(a, shard), self.shard_raft(b, shard)
+                    if ra > rb:       # a dials b: put the proxy there
+                        listen = self.hub.add(self._link_name(a, b, shard), rb)
+                        dial[a].append(f"{rb}={listen}")
         for nid in self.ids:
             listen = self.hub.add(self.http_link(nid), self.http[nid])
             self.client_urls[nid] = f"http://{listen}"
@@ -100,19 +102,35 @@ class Cluster(ProcessCluster):
     def clock_file(self, nid: str) -> str:
         return os.path.join(self.out_dir, f"clock-{nid}")
 
-    def raft_link(self, a: str, b: str) -> str:
-        """The proxy carrying the pair's one connection (named by dialler -> listener)."""
-        return f"raft:{a}->{b}" if self.raft[a] > self.raft[b] else f"raft:{b}->{a}"
+    def shard_raft(self, nid: str, shard: int) -> str:
+        """The node's Raft address for `shard` (its base address + 100 * shard)."""
+        host, port = self.raft[nid].rsplit(":", 1)
+        return f"{host}:{int(port) + 100 * shard}"
 
-    def dialer(self, a: str, b: str) -> str:
-        return a if self.raft[a] > self.raft[b] else b
+    def _link_name(self, a: str, b: str, shard: int) -> str:
+        # shard 0 keeps the single group's names: a run with one shard is unchanged
+        return f"raft:{a}->{b}" + (f"#s{shard}" if shard else "")
+
+    def raft_link(self, a: str, b: str, shard: int = 0) -> str:
+        """The proxy carrying the pair's one connection of `shard` (named by dialler ->
+        listener)."""
+        d = self.dialer(a, b, shard)
+        return self._link_name(d, b if d == a else a, shard)
+
+    def dialer(self, a: str, b: str, shard: int = 0) -> str:
+        return a if self.shard_raft(a, shard) > self.shard_raft(b, shard) else b
+
+    def pair_links(self, a: str, b: str) -> list[tuple[str, str]]:
+        """(link, dialler) of the pair's connection in every shard."""
+        return [(self.raft_link(a, b, s), self.dialer(a, b, s)) for s in range(self.shards)]
 
     @staticmethod
     def http_link(nid: str) -> str:
         return f"http:{nid}"
 
     def links_between(self, group_a, group_b) -> list[str]:
-        return sorted({self.raft_link(a, b) for a in group_a for b in group_b if a != b})
+        return sorted({link for a in group_a for b in group_b if a != b
+                       for link, _ in self.pair_links(a, b)})
 
     def start_all(self) -> None:
         self.start()

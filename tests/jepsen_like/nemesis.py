@@ -158,10 +158,10 @@ class Nemesis:
             pairs = [(src, dst)]
         links = []
         for s, d in pairs:
-            link = self.cluster.raft_link(s, d)
-            forward = "up" if self.cluster.dialer(s, d) == s else "down"
-            self.cluster.hub.set(link, "one_way", forward=forward)
-            links.append(link)
+            for link, dialler in self.cluster.pair_links(s, d):
+                forward = "up" if dialler == s else "down"
+                self.cluster.hub.set(link, "one_way", forward=forward)
+                links.append(link)
         return {"flows": [f"{s}->{d}" for s, d in pairs]}, self._restore(links)
 
     async def _fault_kill(self):

@@ -14,7 +14,7 @@ from . import checker
 from .cluster import Cluster
 from .history import History, read
 from .nemesis import FAULTS, Nemesis
-from .workload import Api, Workload
+from .workload import TENANT_CAPS, Api, Workload
 
 LEADER_WAIT_S = 30.0
 DRAIN_WAIT_S = 60.0
@@ -44,13 +44,37 @@ async def _poll(cond, timeout_s: float) -> bool:
 
 
 async def wait_for_leader(cluster: Cluster, session) -> bool:
+    """A ready leader; with shards, a leader in every shard."""
     async def ready():
         for url in cluster.direct_urls.values():
-            status, body = await _get(session, url + "/readyz")
-            if status == 200:
+            if cluster.shards == 1:
+                status, body = await _get(session, url + "/readyz")
+                if status == 200:
+                    return True
+                continue
+            status, body = await _get(session, url + "/v1/cluster")
+            shards = body.get("shards") if status == 200 else None
+            if shards and all(s.get("leader") for s in shards):
                 return True
         return False
     return await _poll(ready, LEADER_WAIT_S)
+
+
+async def replica_states(cluster: Cluster, session, via: str, timeout_s: float = HTTP_TIMEOUT_S
+                         ) -> list[dict] | None:
+    """Every shard replica's {node, shard, applied_seq, digest}, as one node's router sees
+    them (each shard process asks its peers); None when that node does not answer."""
+    try:
+        async with session.get(cluster.direct_urls[via] + "/v1/cluster",
+                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            body = await r.json(content_type=None) if r.status == 200 else None
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+        return None
+    if not body or not body.get("shards"):
+        return None
+    return [{"node": n["id"], "shard": s["shard"], "applied_seq": n["applied_seq"],
+             "digest": n["digest"]}
+            for s in body["shards"] for n in s["nodes"] if n.get("digest")]
 
 
 async def drain(cluster: Cluster, session) -> bool:
@@ -66,8 +90,16 @@ async def drain(cluster: Cluster, session) -> bool:
 
 
 async def converge(cluster: Cluster, session, samples: list) -> bool:
-    """Sample every node's (applied_seq, digest) until all report the same seq."""
+    """Sample every node's (applied_seq, digest) until all report the same seq (with
+    shards: in every shard)."""
     async def same_seq():
+        if cluster.shards != 1:
+            states = await replica_states(cluster, session, cluster.ids[0])
+            if states is None or len(states) != cluster.shards * len(cluster.ids):
+                return False
+            samples.extend(states)
+            seqs = {(st["shard"], st["applied_seq"]) for st in states}
+            return len(seqs) == cluster.shards
         seqs = set()
         for nid, url in cluster.direct_urls.items():
             status, st = await _get(session, url + "/v1/cluster/self")
@@ -87,6 +119,10 @@ async def sample_digests(cluster: Cluster, session, samples: list, stop: asyncio
             node = cluster.nodes[nid]
             if not node.alive or node.paused:
                 continue
+            if cluster.shards != 1:
+                states = await replica_states(cluster, session, nid, timeout_s=2.0)
+                samples.extend(dict(st, phase="run") for st in states or ())
+                break      # one router sees every shard's replicas
             try:
                 async with session.get(url + "/v1/cluster/self",
                                        timeout=aiohttp.ClientTimeout(total=1.0)) as r:
@@ -118,9 +154,9 @@ async def final_tasks(cluster: Cluster, session) -> dict:
 
 
 async def _run(out_dir: str, duration_s: float, seed: int, n_nodes: int,
-               failpoints: tuple[str, ...], faults: tuple[str, ...]) -> dict:
+               failpoints: tuple[str, ...], faults: tuple[str, ...], shards: int) -> dict:
     rng = random.Random(seed)
-    cluster = Cluster(out_dir, n_nodes, failpoints)
+    cluster = Cluster(out_dir, n_nodes, failpoints, shards=shards)
     history = History(os.path.join(out_dir, "history.jsonl"))
     final = {"tasks": {}, "digests": [], "converged": False}
     try:
@@ -130,7 +166,8 @@ async def _run(out_dir: str, duration_s: float, seed: int, n_nodes: int,
             if not await wait_for_leader(cluster, session):
                 raise RuntimeError(f"no ready leader within {LEADER_WAIT_S}s; see {out_dir}/n*.log")
             api = Api(cluster.client_urls, history, session)
-            workload = Workload(api, random.Random(rng.random()), cluster.ids)
+            workload = Workload(api, random.Random(rng.random()), cluster.ids,
+                                tenant_caps=tenants_for(shards))
             await workload.setup()
             nemesis = Nemesis(cluster, history, random.Random(rng.random()), session, faults)
             workload.start()
@@ -165,11 +202,25 @@ async def _run(out_dir: str, duration_s: float, seed: int, n_nodes: int,
     return final
 
 
+def tenants_for(shards: int) -> dict[str, int]:
+    """The workload's tenants and caps; with shards, unlimited tenants are added until
+    every shard has one, so every shard's guarantees are exercised."""
+    from tsched.node.shards import shard_of_tenant
+    caps = dict(TENANT_CAPS)
+    i = len(caps)
+    while {shard_of_tenant(t, shards) for t in caps} != set(range(shards)):
+        i += 1
+        if shard_of_tenant(f"t{i}", shards) not in {shard_of_tenant(t, shards) for t in caps}:
+            caps[f"t{i}"] = 0
+    return caps
+
+
 def run(out_dir: str, duration_s: float, seed: int, n_nodes: int = 3,
-        failpoints: tuple[str, ...] = (), faults: tuple[str, ...] = FAULTS) -> dict:
+        failpoints: tuple[str, ...] = (), faults: tuple[str, ...] = FAULTS,
+        shards: int = 1) -> dict:
     """Run, check and summarise; returns the summary (also in DIR/summary.json)."""
     os.makedirs(out_dir, exist_ok=True)
-    final = asyncio.run(_run(out_dir, duration_s, seed, n_nodes, failpoints, faults))
+    final = asyncio.run(_run(out_dir, duration_s, seed, n_nodes, failpoints, faults, shards))
     report = checker.check(read(os.path.join(out_dir, "history.jsonl")), final)
     summary = checker.write_summary(out_dir, seed, duration_s, report)
     if not report["valid"]:

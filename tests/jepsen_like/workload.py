@@ -92,8 +92,10 @@ def _claim_view(data: dict) -> dict:
 
 class Workload:
     def __init__(self, api: Api, rng: random.Random, nodes: list[str], *, producers: int = 4,
-                 workers: int = 6, submit_interval_s: float = 0.8) -> None:
+                 workers: int = 6, submit_interval_s: float = 0.8,
+                 tenant_caps: dict[str, int] | None = None) -> None:
         self.api = api
+        self.tenant_caps = dict(tenant_caps or TENANT_CAPS)
         self.rng = rng
         self.nodes = nodes
         self.n_producers = producers
@@ -114,7 +116,7 @@ class Workload:
         """Tenant caps (and the schedule when the node serves it) before any fault."""
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline_s
-        for tenant, cap in TENANT_CAPS.items():
+        for tenant, cap in self.tenant_caps.items():
             while True:
                 kind, _ = await self.api.call("setup", "set_tenant", self.node(), "PUT",
                                               f"/v1/tenants/{tenant}",
@@ -222,7 +224,7 @@ class Workload:
         while self.shared.producing.is_set():
             n += 1
             key = f"p{i}-{n}"
-            body = {"task_type": JOB_TYPE, "tenant": self.rng.choice(list(TENANT_CAPS)),
+            body = {"task_type": JOB_TYPE, "tenant": self.rng.choice(list(self.tenant_caps)),
                     "payload": {"n": n}, "idempotency_key": key, "max_retries": 5,
                     "retry": {"backoff": "fixed", "base_s": 0.5}}
             if self.rng.random() < 0.2:

@@ -1,0 +1,224 @@
+"""Shards (DESIGN.md section 13): lifecycles/s, submit latency and each shard leader's CPU
+per 1,000 lifecycles at several shard counts on one machine, and a projection for a bigger
+one from the measured per-process CPU.
+
+For each shard count S (3 nodes, R = 3), a cluster is started and the lifecycle workload of
+`bench.lifecycle` runs with its tasks spread evenly over 2 tenants per shard (the same
+tenants' names at every S would land unevenly; these are picked to hash evenly). Around
+each run every node process's CPU is read from /proc (utime + stime), per process: the
+routers (supervisors), and each shard replica, with the shard's leader named from
+`/v1/cluster` after the run. With S = 1 the node is the single-group process (no router).
+
+    python -m bench.shards                              # S = 1, 2, 4; 3 runs x 20,000 tasks
+    python -m bench.shards --shards 1,4 --tasks 10000
+    python -m bench.shards --scale-clients          # producers and workers x S
+    python -m bench.shards --ab-base /tmp/base/code --shards 1   # A/B, alternating:
+        # the code before sharding (a tree with tsched/{statemachine,node,client}) vs this one
+
+The projection: a 5-node x 16-core cluster with R = 3 spends, per lifecycle, the leader's
+CPU once, a follower's CPU R - 1 times and the routers' CPU (all of them, per lifecycle of
+the cluster, as measured); 80 cores divided by that is the machine's bound, and one leader
+process (one core) per shard bounds each shard.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.lib.api import Api, install_fast_loop  # noqa: E402
+from bench.lib.cluster import LocalCluster, http_json, spread_tenants  # noqa: E402
+from bench.lib.report import Report, add_common_flags  # noqa: E402
+from bench.lifecycle import Config, describe_run, run_once  # noqa: E402
+
+_TICKS_S = os.sysconf("SC_CLK_TCK")
+PROJECT_NODES, PROJECT_CORES, PROJECT_R = 5, 16, 3
+LATENCY_SAMPLES = 200
+
+
+def proc_cpu_s(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(rest[11]) + int(rest[12])) / _TICKS_S
+
+
+def shard_processes(cluster: LocalCluster) -> dict[tuple[str, int | None], int]:
+    """{(node, shard): pid}; shard None is the node's router (or, with one group, the node
+    itself as shard 0)."""
+    out: dict[tuple[str, int | None], int] = {}
+    for node in cluster.ids:
+        pid = cluster.pid(node)
+        if cluster.shards == 1:
+            out[(node, 0)] = pid
+            continue
+        out[(node, None)] = pid
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            kids = []
+        for kid in kids:
+            with open(f"/proc/{kid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if b"--shard" in argv:
+                out[(node, int(argv[argv.index(b"--shard") + 1]))] = kid
+    return out
+
+
+def leaders(cluster: LocalCluster) -> dict[int, str]:
+    code, body = http_json("GET", cluster.url(cluster.ids[0]) + "/v1/cluster", timeout_s=10)
+    if code != 200:
+        raise RuntimeError(f"/v1/cluster answered {code}")
+    if not body.get("shards"):
+        return {0: body["leader"]}
+    return {s["shard"]: s["leader"] for s in body["shards"]}
+
+
+async def submit_latency(api: Api, urls: list[str], tenants: list[str], n: int) -> list[float]:
+    out = []
+    for i in range(n):
+        body = {"task_type": "lat", "delay_s": 3600}
+        if tenants:
+            body["tenant"] = tenants[i % len(tenants)]
+        t0 = time.perf_counter()
+        await api.submit_one(urls[i % len(urls)], body)
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+IDLE_S = 5.0
+
+
+def idle_cpu(cluster: LocalCluster, report: Report, tag: str) -> None:
+    """CPU the node processes use with no load (Raft ticks, timers), over IDLE_S."""
+    procs = shard_processes(cluster)
+    before = {k: proc_cpu_s(p) for k, p in procs.items()}
+    time.sleep(IDLE_S)
+    used = [proc_cpu_s(p) - before[k] for k, p in procs.items()]
+    report.figure(f"idle_cpu_cores_{tag}", [sum(used) / IDLE_S], "")
+    report.note(f"idle, per process: {max(used) / IDLE_S * 1000:.0f} ms/s at most, "
+                f"{len(used)} processes")
+
+
+async def measure(cluster: LocalCluster, cfg: Config, runs: int, report: Report) -> dict:
+    procs = shard_processes(cluster)
+    async with Api() as api:
+        await run_once(api, cluster.urls, replace(cfg, tasks=min(2000, cfg.tasks)), "warmup")
+        results = []
+        for i in range(runs):
+            before = {k: proc_cpu_s(p) for k, p in procs.items()}
+            r = await run_once(api, cluster.urls, cfg)
+            r["cpu_s"] = {k: proc_cpu_s(p) - before[k] for k, p in procs.items()}
+            r["leaders"] = leaders(cluster)
+            r["cpu_ms_per_task"] = float("nan")
+            report.note(describe_run(i + 1, r).split(";  ")[0])
+            results.append(r)
+        lat = await submit_latency(api, cluster.urls, list(cfg.tenants), LATENCY_SAMPLES)
+    return {"runs": results, "latency_ms": lat}
+
+
+def per_shard_cpu(cluster: LocalCluster, r: dict) -> dict[str, list[float]]:
+    """CPU ms per 1,000 lifecycles of each shard's leader, followers and the routers."""
+    counts = {s: 0 for s in range(cluster.shards)}
+    for head, n in r["by_prefix"].items():
+        s = int(head, 16) if cluster.shards > 1 else 0
+        counts[s] = counts.get(s, 0) + n
+    out = {"leader": [], "follower": [], "router": []}
+    routers = 0.0
+    for (node, shard), cpu in r["cpu_s"].items():
+        if shard is None:
+            routers += cpu
+            continue
+        per_k = cpu * 1000 / max(counts[shard] / 1000, 1e-9)
+        out["leader" if r["leaders"].get(shard) == node else "follower"].append(per_k)
+    if cluster.shards > 1:     # every router together, per 1,000 lifecycles of the cluster
+        out["router"].append(routers * 1000 / max(r["completed"] / 1000, 1e-9))
+    return out
+
+
+def project(leader_ms: float, follower_ms: float, router_ms: float, report: Report) -> None:
+    """The projection's arithmetic, printed step by step (ms of CPU per 1,000 lifecycles)."""
+    per_k = leader_ms + (PROJECT_R - 1) * follower_ms + router_ms
+    cores = PROJECT_NODES * PROJECT_CORES
+    machine_bound = cores * 1000 / per_k * 1000
+    shard_bound = 1000 / leader_ms * 1000
+    shards_needed = machine_bound / shard_bound
+    report.note(f"projection: {PROJECT_NODES} nodes x {PROJECT_CORES} cores, R = {PROJECT_R}")
+    report.note(f"  CPU per 1,000 lifecycles = leader {leader_ms:.0f} ms + {PROJECT_R - 1} x "
+                f"follower {follower_ms:.0f} ms + router {router_ms:.0f} ms = {per_k:.0f} ms")
+    report.note(f"  machine bound = {cores} cores x 1,000 ms / {per_k:.0f} ms x 1,000 "
+                f"= {machine_bound:,.0f} lifecycles/s")
+    report.note(f"  one shard's bound (its leader on one core) = 1,000 ms / {leader_ms:.0f} ms "
+                f"x 1,000 = {shard_bound:,.0f} lifecycles/s; the machine bound needs "
+                f"{shards_needed:.1f} shards (up to 64)")
+    report.figure("projected_lifecycles_per_s_5x16_R3",
+                  [min(machine_bound, shard_bound * 64)], "/s", ">= 100,000")
+
+
+def run_shards(s: int, args, cfg: Config, report: Report, env=None, label="") -> dict:
+    tenants = tuple(spread_tenants(s, 2))
+    if args.scale_clients:   # the same load on each shard at every S (more clients in all)
+        cfg = replace(cfg, producers=cfg.producers * s, workers=cfg.workers * s)
+        label += "_scaled"
+    with LocalCluster(3, keep=args.keep, shards=s, env=env) as cluster:
+        cluster.wait_writable()
+        tag = f"s{s}{label}"
+        idle_cpu(cluster, report, tag)
+        got = asyncio.run(measure(cluster, replace(cfg, tenants=tenants), args.runs, report))
+        report.figure(f"lifecycles_per_s_{tag}", [r["tasks_per_s"] for r in got["runs"]], "/s")
+        report.distribution(f"submit_ack_ms_{tag}", got["latency_ms"], "ms")
+        cpu = [per_shard_cpu(cluster, r) for r in got["runs"]]
+        out = {"tasks_per_s": [r["tasks_per_s"] for r in got["runs"]]}
+        for role in ("leader", "follower", "router"):
+            values = [v for c in cpu for v in c[role]]
+            if values:
+                out[role] = report.figure(f"{role}_cpu_ms_per_1000_lifecycles_{tag}", values, "ms")
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shards", default="1,2,4", help="comma-separated shard counts")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--tasks", type=int, default=Config().tasks)
+    p.add_argument("--ab-base", help="PYTHONPATH of the code to compare with (S = 1 only)")
+    p.add_argument("--rounds", type=int, default=2, help="A/B rounds, alternating")
+    p.add_argument("--scale-clients", action="store_true",
+                   help="producers and workers x S, so each shard sees the load of S = 1")
+    p.add_argument("--keep", action="store_true")
+    add_common_flags(p)
+    args = p.parse_args(argv)
+    loop_name = install_fast_loop()
+    cfg = Config(tasks=args.tasks)
+    counts = [int(x) for x in args.shards.split(",") if x]
+    report = Report("shards: lifecycles, latency and per-process CPU", "bench.shards", args,
+                    {"nodes": 3, "shards": counts, "runs": args.runs, **asdict(cfg),
+                     "client_loop": loop_name, "ab_base": args.ab_base})
+    report.start()
+    if args.ab_base:
+        for i in range(args.rounds):
+            run_shards(1, args, cfg, report, env={"PYTHONPATH": args.ab_base}, label="_base")
+            run_shards(1, args, cfg, report, label="_this")
+        report.finish()
+        return 0
+    measured = {s: run_shards(s, args, cfg, report) for s in counts}
+    top = measured[max(counts)]
+    if all(k in top for k in ("leader", "follower", "router")):
+        project(top["leader"], top["follower"], top["router"], report)
+    report.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""Claims gathered across shards (DESIGN.md section 13).
+
+A claim first asks the shards one after another without waiting, starting at a shard that
+moves on with every claim so that no shard starves, until it has `max_tasks` or has asked
+them all. With nothing found it waits on every shard at once, in rounds of at most
+`SHARD_WAIT_S`. Every shard's answer is read to its end, even after the worker has been
+answered: the polls still open then are adopted by the worker's next claim of the same
+kind (so a worker keeps one waiter per shard, not one per claim), and a task such a poll
+brings while no claim holds it, or beyond `max_tasks`, or for a request that is gone, is
+released at once (a release is not an attempt). No lease is ever left without a holder.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+from aiohttp import web
+
+from . import validate
+from .errors import ApiError
+from .router import ROUTER, Relayed, Router, json_response
+
+log = logging.getLogger("tsched.node.router")
+
+routes = web.RouteTableDef()
+
+SHARD_WAIT_S = 5.0        # one round of waiting on every shard; a worker's wait_s spans rounds
+ANSWER_MARGIN_S = 10.0    # a shard's long poll may take its wait plus a forward to its leader
+FAILED_ROUND_S = 0.2
+ROTATE_EVERY = 4          # every 4th claim starts at the next shard in turn
+PRODUCTIVE_KINDS_MAX = 10_000      # a round of waiting that ended sooner found every shard failing
+
+
+class Gathered:
+    def __init__(self, max_tasks: int) -> None:
+        self.max_tasks = max_tasks
+        self.tasks: list[dict] = []
+        self.surplus: list[tuple[int, dict]] = []
+        self.seqs: dict[str, int] = {}
+
+    @property
+    def room(self) -> int:
+        return self.max_tasks - len(self.tasks)
+
+    def take(self, r: Router, shard: int, doc) -> None:
+        if not isinstance(doc, dict):
+            return
+        if "applied_seq" in doc:
+            self.seqs[str(shard)] = doc["applied_seq"]
+        for t in doc.get("tasks") or ():
+            t["shard"] = shard
+            r.remember(t["task_id"], shard)
+            if self.room > 0:
+                self.tasks.append(t)
+            else:
+                self.surplus.append((shard, t))
+
+
+@routes.post("/v1/claims")
+async def claim(request: web.Request) -> web.Response:
+    r: Router = request.app[ROUTER]
+    validate.query(request.query, ())
+    raw = await request.read()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise validate.invalid(f"body is not valid JSON: {e}") from None
+    params = validate.claim(body)           # a bad claim is refused before any shard is asked
+    scope = r.scope(request)
+    kind = _kind(params, scope)
+    shards = [r.tenant_shard(scope)] if scope is not None else _order(r, kind)
+    got = Gathered(params["max_tasks"])
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + params["wait_s"]
+    for s in shards:                        # without waiting, one shard after another
+        had = len(got.tasks)
+        got.take(r, s, await _ask(r, request, s, body, got.room, 0))
+        if len(got.tasks) > had:
+            _remember_productive(r, kind, s)
+        if got.room == 0:
+            break
+    while not got.tasks and loop.time() < deadline and not _gone(request):
+        round_start = loop.time()
+        wait = min(SHARD_WAIT_S, deadline - loop.time())
+        await _wait_all(r, request, shards, body, got, wait, kind)
+        if not got.tasks and loop.time() - round_start < FAILED_ROUND_S:
+            # every shard answered at once with nothing (unavailable, or refusing): do
+            # not spin; ask again shortly
+            await asyncio.sleep(min(FAILED_ROUND_S, max(0.0, deadline - loop.time())))
+    if _gone(request):
+        got.surplus += [(t["shard"], t) for t in got.tasks]
+        got.tasks = []
+    if got.surplus:
+        await _release(r, request, got.surplus)
+    return json_response({"tasks": got.tasks, "applied_seqs": got.seqs})
+
+
+def _order(r: Router, kind: tuple) -> list[int]:
+    """The shards in the order a claim asks them: the one that last gave this kind of
+    claim tasks first (where the work is, without asking empty shards first), except on
+    every ROTATE_EVERY-th claim, which starts at the next shard in turn, so that no shard
+    waits long behind a busy one."""
+    first = r.rotation % r.count
+    r.rotation += 1
+    order = [(first + i) % r.count for i in range(r.count)]
+    hot = r.productive.get(kind)
+    if hot is not None and r.rotation % ROTATE_EVERY:
+        order.remove(hot)
+        order.insert(0, hot)
+    return order
+
+
+def _remember_productive(r: Router, kind: tuple, shard: int) -> None:
+    r.productive[kind] = shard
+    if len(r.productive) > PRODUCTIVE_KINDS_MAX:     # forget the oldest kinds
+        for key in list(r.productive)[:len(r.productive) // 2]:
+            del r.productive[key]
+
+
+def _gone(request: web.Request) -> bool:
+    return request.transport is None or request.transport.is_closing()
+
+
+async def _ask(r: Router, request, shard: int, body: dict, room: int, wait_s: float):
+    sub = dict(body, max_tasks=room, wait_s=round(wait_s, 3))
+    try:
+        a = await r.send(request, shard, "POST", "/v1/claims", orjson.dumps(sub),
+                         timeout_s=wait_s + ANSWER_MARGIN_S)
+    except ApiError as e:
+        log.info("event=claim_shard_unavailable shard=%d code=%s", shard, e.code)
+        return None
+    if a.status != 200:
+        if 400 <= a.status < 500 and a.status != 429:
+            raise Relayed(a)    # refused for a reason every shard shares (auth, limits)
+        return None
+    return a.json()
+
+
+class Poll:
+    """One long poll of one shard for one kind of claim (worker, task types, lease,
+    prefetch, scope). A poll outlives the claim that started it: the worker's next claim
+    of the same kind adopts it instead of opening another waiter at that shard; what a
+    poll brings while no claim holds it is released."""
+
+    def __init__(self, shard: int, future: asyncio.Future) -> None:
+        self.shard, self.future = shard, future
+        self.owner: Gathered | None = None
+        self.taken = False      # its answer went to a claim
+
+
+def _kind(params: dict, scope: str | None) -> tuple:
+    return (params["worker_id"], params["task_types"], params["lease_ms"],
+            params["prefetch_ms"], scope)
+
+
+async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gathered,
+                    wait_s: float, kind: tuple) -> None:
+    """Wait on every shard at once (adopting this kind's polls still open) until tasks
+    come or the round ends; polls still open then stay for the next claim of the kind."""
+    open_polls = r.polls.setdefault(kind, [])
+    mine: list[Poll] = []
+    for s in shards:
+        poll = next((p for p in open_polls if p.shard == s and p.owner is None
+                     and not p.future.done()), None)
+        if poll is None:
+            poll = Poll(s, asyncio.ensure_future(_ask(r, request, s, body, got.max_tasks,
+                                                      wait_s)))
+            poll.future.add_done_callback(lambda f, p=poll: _poll_done(r, kind, p, request))
+            open_polls.append(poll)
+        poll.owner = got
+        mine.append(poll)
+    pending = {p.future for p in mine}
+    try:
+        while pending and not got.tasks:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            _take_done(r, mine, got, kind)
+    finally:
+        _take_done(r, mine, got, kind)
+        for p in mine:
+            if p.owner is got:
+                p.owner = None
+
+
+def _take_done(r: Router, polls: list[Poll], got: Gathered, kind: tuple) -> None:
+    for p in polls:
+        if p.future.done() and p.owner is got and not p.taken:
+            p.taken = True
+            had = len(got.tasks)
+            got.take(r, p.shard, _result(p.future))
+            if len(got.tasks) > had:
+                _remember_productive(r, kind, p.shard)
+
+
+def _result(future: asyncio.Future):
+    if future.cancelled() or future.exception() is not None:
+        return None
+    return future.result()
+
+
+def _poll_done(r: Router, kind: tuple, poll: Poll, request) -> None:
+    """A poll ended: forget it; release what it brought if no claim holds it."""
+    polls = r.polls.get(kind)
+    if polls is not None:
+        polls[:] = [p for p in polls if p is not poll]
+        if not polls:
+            r.polls.pop(kind, None)
+    if poll.owner is None and not poll.taken:
+        poll.taken = True
+        doc = _result(poll.future)
+        if isinstance(doc, dict) and doc.get("tasks"):
+            late = Gathered(0)
+            late.take(r, poll.shard, doc)
+            asyncio.ensure_future(_release(r, request, late.surplus))
+
+
+async def _release(r: Router, request, tasks: list[tuple[int, dict]]) -> None:
+    async def one(shard: int, t: dict) -> None:
+        path = f"/v1/tasks/{t['task_id']}/release"
+        try:
+            a = await r.send(request, shard, "POST", path,
+                             orjson.dumps({"fencing_token": t["fencing_token"]}))
+            ok = a.status == 200
+        except ApiError:
+            ok = False
+        if not ok:   # its lease expires and it is dispatched again
+            log.warning("event=release_failed shard=%d task=%s", shard, t["task_id"])
+    await asyncio.gather(*(one(s, t) for s, t in tasks))
+    log.info("event=claims_released count=%d", len(tasks))

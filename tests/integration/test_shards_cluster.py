@@ -1,0 +1,258 @@
+"""A 3-node cluster with 3 shards on real processes (DESIGN.md section 13): any node routes
+any request, a worker on one node drains every shard, a node or a single shard process can
+die without losing anything, and a data dir made with other values is refused."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tsched.client import Client, Worker
+from tsched.node.shards import shard_of_tenant
+
+from .cluster import TSNODE, Cluster
+from .test_worker_cluster import running, wait_for
+
+pytestmark = pytest.mark.slow
+SHARDS = 3
+# Tenants whose shards cover every shard of a 3-shard cluster.
+TENANTS = [f"team-{i}" for i in range(12)]
+
+
+@pytest.fixture
+def sharded(tmp_path):
+    with Cluster(tmp_path, shards=SHARDS) as c:
+        c.start()
+        c.wait_shard_leaders()
+        yield c
+
+
+def shard_pids(supervisor_pid: int) -> dict[int, int]:
+    """{shard: pid} of a supervisor's shard processes."""
+    out = {}
+    for pid in subprocess.run(["pgrep", "-P", str(supervisor_pid)], capture_output=True,
+                              text=True).stdout.split():
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"--shard" in argv:
+            out[int(argv[argv.index(b"--shard") + 1])] = int(pid)
+    return out
+
+
+def test_tenants_cover_every_shard():
+    assert {shard_of_tenant(t, SHARDS) for t in TENANTS} == set(range(SHARDS))
+
+
+def test_a_worker_on_one_node_drains_tenants_of_every_shard(sharded):
+    with Client([sharded.url("n2")], timeout_s=30) as producer:
+        made = producer.submit_many([{"task_type": "square", "tenant": t, "payload": i}
+                                     for i, t in enumerate(TENANTS * 3)])
+    assert all(t["state"] == "pending" for t in made)
+    assert {int(t["task_id"][:2], 16) for t in made} == set(range(SHARDS))
+    for t in made:
+        assert int(t["task_id"][:2], 16) == shard_of_tenant(t["tenant"], SHARDS)
+    worker = Worker([sharded.url("n1")], handlers={"square": lambda p, ctx: p * p},
+                    concurrency=4)
+    with Client([sharded.url("n3")], timeout_s=30) as reader, running(worker):
+        def all_done():
+            return all(reader.get(t["task_id"])["state"] == "completed" for t in made)
+        wait_for(all_done, "every task completed")
+        results = {t["task_id"]: reader.get(t["task_id"])["result"] for t in made}
+    assert results == {t["task_id"]: t["payload"] ** 2 for t in made}
+    status, stats = sharded.call("n2", "GET", "/v1/stats")
+    assert status == 200 and stats["by_state"]["completed"] == len(made)
+    assert sum(s["completed"] for s in stats["by_shard"].values()) == len(made)
+
+
+def test_listing_merges_shards_newest_first_across_pages(sharded):
+    with Client([sharded.url("n1")], timeout_s=30) as c:
+        ids = [c.submit("t", tenant=TENANTS[i % len(TENANTS)])["task_id"] for i in range(10)]
+        seen, cursor = [], None
+        while True:
+            params = "?limit=3" + (f"&cursor={cursor}" if cursor else "")
+            status, page = sharded.call("n3", "GET", "/v1/tasks" + params)
+            assert status == 200, page
+            seen += [t["task_id"] for t in page["tasks"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+    assert seen == list(reversed(ids))
+
+
+def test_task_ids_route_from_any_node_and_an_unknown_shard_is_not_found(sharded):
+    status, task = sharded.call("n1", "POST", "/v1/tasks", {"task_type": "t", "tenant": "x"})
+    assert status == 201 and task["shard"] == shard_of_tenant("x", SHARDS)
+    for node in sharded.ids:
+        status, got = sharded.call(node, "GET", f"/v1/tasks/{task['task_id']}"
+                                   f"?min_seq={task['shard']}:{task['applied_seq']}")
+        assert status == 200 and got["task_id"] == task["task_id"], got
+    status, err = sharded.call("n2", "GET", "/v1/tasks/3f" + "0" * 30)
+    assert status == 404 and err["error"]["code"] == "not_found"
+    status, cluster = sharded.call("n3", "GET", "/v1/cluster")
+    assert [s["shard"] for s in cluster["shards"]] == list(range(SHARDS))
+    assert cluster["leader"] == cluster["shards"][0]["leader"]
+
+
+def test_sigkill_of_a_node_leading_shards_loses_nothing_and_every_shard_elects(sharded):
+    with Client(sharded.urls, timeout_s=30) as c:
+        made = c.submit_many([{"task_type": "t", "tenant": t} for t in TENANTS])
+        leaders = sharded.wait_shard_leaders()
+        victim = max(sharded.ids, key=lambda n: list(leaders.values()).count(n))
+        assert victim in leaders.values()
+        sharded.kill(victim)
+        after = sharded.wait_shard_leaders(exclude=[victim])
+        assert victim not in after.values()
+        for t in made:
+            assert c.get(t["task_id"])["state"] == "pending"
+        more = c.submit_many([{"task_type": "t", "tenant": t} for t in TENANTS])
+        assert {t["shard"] if "shard" in t else int(t["task_id"][:2], 16)
+                for t in more} == set(range(SHARDS))
+    sharded.start_node(victim)
+    sharded.wait_shard_leaders()
+
+
+def test_a_shard_process_killed_alone_is_restarted_and_catches_up(sharded):
+    pids = shard_pids(sharded.procs["n1"].pid)
+    assert sorted(pids) == list(range(SHARDS))
+    tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 1)
+    os.kill(pids[1], signal.SIGKILL)
+    with Client([sharded.url("n2")], timeout_s=30) as c:
+        for _ in range(5):
+            c.submit("t", tenant=tenant)
+    wait_for(lambda: shard_pids(sharded.procs["n1"].pid).get(1) not in (None, pids[1]),
+             "shard 1 of n1 started again")
+
+    def caught_up():
+        shard = (sharded.shard_status("n2") or [{}] * SHARDS)[1]
+        nodes = {n["id"]: n for n in shard.get("nodes") or ()}
+        seqs = {n.get("applied_seq") for n in nodes.values()}
+        return "n1" in nodes and nodes["n1"]["reachable"] and len(seqs) == 1
+    wait_for(caught_up, "n1's shard 1 applied what the others applied")
+    assert "event=shard_exited shard=1" in sharded.log("n1")
+    assert shard_pids(sharded.procs["n1"].pid).keys() == pids.keys()
+
+
+def test_sigkill_of_the_supervisor_leaves_no_shard_process(sharded):
+    pids = shard_pids(sharded.procs["n3"].pid)
+    assert len(pids) == SHARDS
+    sharded.procs["n3"].send_signal(signal.SIGKILL)   # the supervisor alone, not its group
+    sharded.procs["n3"].wait(10)
+
+    def gone():
+        return not any(Path(f"/proc/{p}").exists() and b"tsched" in
+                       Path(f"/proc/{p}/cmdline").read_bytes() for p in pids.values())
+    wait_for(gone, "shard processes of a dead supervisor to exit", 15)
+
+
+def test_sigterm_stops_every_shard_process_with_status_0(sharded):
+    pids = shard_pids(sharded.procs["n2"].pid)
+    assert sharded.stop("n2") == 0
+    assert not any(Path(f"/proc/{p}").exists() for p in pids.values())
+    log = sharded.log("n2", 100_000)
+    assert "ERROR" not in log and "Traceback" not in log
+
+
+def test_a_data_dir_made_with_other_shards_is_refused_and_left_alone(sharded):
+    sharded.stop("n1")
+    data = sharded.data_dir("n1")
+    before = sorted(p.name for p in data.iterdir())
+    other = sharded.config_path.with_name("other.toml")
+    other.write_text(sharded.config_path.read_text().replace(f"shards = {SHARDS}",
+                                                             "shards = 2"))
+    run = subprocess.run([TSNODE, "--config", str(other), "--id", "n1"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0
+    assert f"shards = {SHARDS} (the config says shards = 2)" in run.stderr
+    assert sorted(p.name for p in data.iterdir()) == before
+
+
+def test_leaders_gathered_on_one_node_spread_out_again(sharded):
+    for shard in range(SHARDS):
+        status, body = sharded.call("n2", "POST", "/v1/cluster/transfer-leadership",
+                                    {"shard": shard, "to": "n1"})
+        assert status in (200, 202), body
+    # n1 leads every shard for a moment, then hands all but its share (ceil(3/3) = 1) away.
+    wait_for(lambda: sorted(sharded.wait_shard_leaders().values()) == ["n1", "n2", "n3"],
+             "one shard leader per node", 90)
+    assert "event=leader_spread" in sharded.log("n1", 100_000)
+
+
+def test_answers_of_a_sharded_cluster_match_the_openapi_document(sharded):
+    from .test_dashboard import conforms
+    status, doc = sharded.call("n1", "GET", "/v1/openapi.json")
+    assert status == 200
+    paths = doc["paths"]
+
+    def check(path_key: str, method: str, value, code: str = "200") -> None:
+        schema = paths[path_key][method]["responses"][code]["content"]["application/json"]
+        assert conforms(schema["schema"], value, doc) == [], (path_key, value)
+
+    status, batch = sharded.call("n2", "POST", "/v1/tasks",
+                                 {"tasks": [{"task_type": "t", "tenant": t} for t in TENANTS]})
+    check("/v1/tasks", "post", batch, "201")
+    status, one = sharded.call("n2", "GET", f"/v1/tasks/{batch['tasks'][0]['task_id']}")
+    check("/v1/tasks/{task_id}", "get", one)
+    check("/v1/tasks", "get", sharded.call("n3", "GET", "/v1/tasks?limit=5")[1])
+    status, claimed = sharded.call("n1", "POST", "/v1/claims",
+                                   {"worker_id": "w", "task_types": ["t"], "max_tasks": 4})
+    check("/v1/claims", "post", claimed)
+    done = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"], "result": 1}
+            for t in claimed["tasks"]]
+    check("/v1/completions", "post",
+          sharded.call("n3", "POST", "/v1/completions", {"completions": done})[1])
+    check("/v1/stats", "get", sharded.call("n1", "GET", "/v1/stats")[1])
+    check("/v1/cluster", "get", sharded.call("n1", "GET", "/v1/cluster")[1])
+    check("/v1/tenants", "get", sharded.call("n1", "GET", "/v1/tenants")[1])
+
+
+def test_a_worker_claiming_again_and_again_keeps_one_waiter_per_shard(sharded):
+    """Each claim waits on every shard; tasks come on one. The polls left open on the other
+    shards are adopted by the next claim, so their waiters do not pile up (a shard allows
+    16 per worker) and nothing is leased to a claim that is gone."""
+    tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 0)
+    claim = {"worker_id": "w-many", "task_types": ["again"], "max_tasks": 1, "wait_s": 10}
+    got = []
+    for _ in range(20):
+        result: dict = {}
+        waiting = threading.Thread(target=lambda: result.update(
+            answer=sharded.call("n1", "POST", "/v1/claims", claim, timeout_s=30)))
+        waiting.start()
+
+        def shard0_waits():   # the waiter is at shard 0's leader: ask every node's replica
+            answers = [sharded.call(n, "GET", f"/v1/stats?tenant={tenant}")
+                       for n in sharded.ids]
+            return any(st == 200 and body["waiting_claims"] >= 1 for st, body in answers)
+        wait_for(shard0_waits, "the claim waiting at shard 0", 10)
+        status, _ = sharded.call("n2", "POST", "/v1/tasks", {"task_type": "again",
+                                                             "tenant": tenant})
+        assert status == 201
+        waiting.join(30)
+        status, body = result["answer"]
+        assert status == 200, body
+        got += body["tasks"]
+    assert len(got) == 20 and {t["shard"] for t in got} == {0}
+    for shard in (1, 2):   # the other shards hold this worker's one open poll, at most
+        other = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == shard)
+        waiting = [sharded.call(n, "GET", f"/v1/stats?tenant={other}")[1]["waiting_claims"]
+                   for n in sharded.ids]
+        assert sum(waiting) <= 1, (shard, waiting)
+    for t in got:
+        status, _ = sharded.call("n3", "POST", f"/v1/tasks/{t['task_id']}/complete",
+                                 {"fencing_token": t["fencing_token"], "result": None})
+        assert status == 200
+
+
+def test_readiness_needs_every_local_shard(sharded):
+    assert sharded.call("n1", "GET", "/readyz")[0] == 200
+    pids = shard_pids(sharded.procs["n1"].pid)
+    os.kill(pids[2], signal.SIGSTOP)      # one shard replica stops answering
+    try:
+        status, body = sharded.call("n1", "GET", "/readyz", timeout_s=60)
+        assert status >= 500, body
+    finally:
+        os.kill(pids[2], signal.SIGCONT)
+    wait_for(lambda: sharded.call("n1", "GET", "/readyz")[0] == 200, "n1 ready again")

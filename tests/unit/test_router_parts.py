@@ -1,0 +1,86 @@
+"""The router's pure parts: min_seq pairs, merged metrics, summed stats, the listing
+cursor, and the client's per-shard sequence tracking (DESIGN.md section 13)."""
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tsched.client._core import SeqTracker
+from tsched.node import router_merge
+from tsched.node.errors import ApiError
+from tsched.node.router import parse_min_seqs
+
+
+def test_min_seq_pairs_parse_and_bad_ones_are_invalid_argument():
+    assert parse_min_seqs("0:5,3:17") == {0: 5, 3: 17}
+    for bad in ("0:5,x:1", "1:", ":2", "1:-3", "1:" + "9" * 20):
+        with pytest.raises(ApiError) as e:
+            parse_min_seqs(bad)
+        assert e.value.code == "invalid_argument"
+
+
+def test_metrics_of_shards_merge_into_one_family_each_with_a_shard_label():
+    a = ("# HELP tsched_x X.\n# TYPE tsched_x gauge\ntsched_x{state=\"p\"} 1.0\n"
+         "# HELP tsched_y Y.\n# TYPE tsched_y counter\ntsched_y 2.0\n")
+    b = ("# HELP tsched_x X.\n# TYPE tsched_x gauge\ntsched_x{state=\"p\"} 3.0\n"
+         "# HELP tsched_y Y.\n# TYPE tsched_y counter\ntsched_y 4.0\n")
+    out = router_merge.merge_metrics({0: a, 2: b}).splitlines()
+    assert out == ["# HELP tsched_x X.", "# TYPE tsched_x gauge",
+                   'tsched_x{shard="0",state="p"} 1.0', 'tsched_x{shard="2",state="p"} 3.0',
+                   "# HELP tsched_y Y.", "# TYPE tsched_y counter",
+                   'tsched_y{shard="0"} 2.0', 'tsched_y{shard="2"} 4.0']
+
+
+def test_stats_sum_over_shards_and_keep_each_shard_s_counts():
+    one = {"by_state": {"pending": 2, "running": 1}, "by_priority": {"5": 3},
+           "by_tenant": {"a": {"pending": 2}}, "oldest_claimable_age_s": 1.5,
+           "waiting_claims": 1, "schedules": 2, "applied_seq": 10}
+    two = {"by_state": {"pending": 1, "running": 0}, "by_priority": {"5": 1},
+           "by_tenant": {"b": {"pending": 1}}, "oldest_claimable_age_s": 4.0,
+           "waiting_claims": 2, "schedules": 1, "applied_seq": 7}
+    out = router_merge.sum_stats({0: one, 1: two})
+    assert out["by_state"] == {"pending": 3, "running": 1}
+    assert out["by_priority"] == {"5": 4}
+    assert out["by_tenant"] == {"a": {"pending": 2}, "b": {"pending": 1}}
+    assert out["oldest_claimable_age_s"] == 4.0 and out["waiting_claims"] == 3
+    assert out["schedules"] == 3
+    assert out["by_shard"]["1"] == {"pending": 1, "running": 0}
+    assert out["applied_seqs"] == {"0": 10, "1": 7}
+
+
+def test_listing_cursor_round_trips_and_a_foreign_one_is_invalid_argument():
+    state = [["123", 2], None, [None, 0]]
+    text = router_merge._encode_cursor(state)
+    assert router_merge._decode_cursor(text, 3) == state
+    for bad in (text[:-3] + "!!!", "123", router_merge._encode_cursor(state[:2]),
+                router_merge._encode_cursor([["1", -1], None, None])):
+        with pytest.raises(ApiError) as e:
+            router_merge._decode_cursor(bad, 3)
+        assert e.value.code == "invalid_argument"
+
+
+def test_the_client_keeps_sequences_per_shard():
+    t = SeqTracker()
+    t.note({"applied_seq": 4})
+    assert t.min_seq() == 4                       # a single group: one number, as before
+    t.note({"shard": 2, "applied_seq": 9})
+    t.note({"shard": 0, "applied_seq": 30})
+    t.note({"shard": 2, "applied_seq": 7})        # older: kept at 9
+    t.note({"tasks": [], "applied_seqs": {"1": 5, "0": 12}})
+    t.note({}, httpx.Headers({"X-Applied-Seq": "11", "X-Tsched-Shard": "3"}))
+    assert t.min_seq() == "0:30,1:5,2:9,3:11"
+    assert t.seen == 30
+
+
+def test_claims_ask_the_shard_that_last_gave_work_first_but_every_fourth_rotates():
+    from types import SimpleNamespace
+
+    from tsched.node.router_claims import ROTATE_EVERY, _order, _remember_productive
+    r = SimpleNamespace(count=4, rotation=0, productive={})
+    kind = ("w", ("t",), 30_000, 0, None)
+    assert [_order(r, kind)[0] for _ in range(4)] == [0, 1, 2, 3]   # nothing known: in turn
+    _remember_productive(r, kind, 2)
+    firsts = [_order(r, kind)[0] for _ in range(2 * ROTATE_EVERY)]
+    assert firsts.count(2) >= 2 * ROTATE_EVERY - 2             # mostly where the work is
+    assert set(firsts) - {2}                                   # yet others come first too
+    assert sorted(_order(r, kind)) == [0, 1, 2, 3]             # every shard is asked
