@@ -20,6 +20,7 @@ from aiohttp import web
 from . import validate
 from .errors import ApiError
 from .router import ROUTER, Relayed, Router, json_response
+from .router_routes import group_by_task, split_by_task
 
 log = logging.getLogger("tsched.node.router")
 
@@ -67,6 +68,12 @@ async def claim(request: web.Request) -> web.Response:
     except orjson.JSONDecodeError as e:
         raise validate.invalid(f"body is not valid JSON: {e}") from None
     params = validate.claim(body)           # a bad claim is refused before any shard is asked
+    carried = body.pop("completions", None)
+    if carried:
+        done = await _carried(r, request, carried)
+        if done.status != 200:
+            return done
+        carried = orjson.loads(done.body)["results"]
     scope = r.scope(request)
     kind = _kind(params, scope)
     shards = [r.tenant_shard(scope)] if scope is not None else _order(r, kind)
@@ -93,7 +100,21 @@ async def claim(request: web.Request) -> web.Response:
         got.tasks = []
     if got.surplus:
         await _release(r, request, got.surplus)
-    return json_response({"tasks": got.tasks, "applied_seqs": got.seqs})
+    answer = {"tasks": got.tasks, "applied_seqs": got.seqs}
+    if carried is not None:
+        answer["completions"] = carried
+    return json_response(answer)
+
+
+async def _carried(r: Router, request: web.Request, items: list) -> web.Response:
+    """Completions carried on a claim, applied by their tasks' shards before any shard is
+    asked for work (as `POST /v1/completions` would apply them), answered in their order.
+    Validated already, so every item has a task id."""
+    grouped = await group_by_task(r, request, items)
+    assert grouped is not None, "validate.claim checked every completion"
+    groups, missing = grouped
+    return await split_by_task(request, r, groups, missing, "completions", items,
+                               path="/v1/completions")
 
 
 def _order(r: Router, kind: tuple) -> list[int]:

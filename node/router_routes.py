@@ -60,8 +60,8 @@ async def submit(request: web.Request) -> web.Response:
 
 
 async def split_batch(request: web.Request, r: Router, groups: dict[int, list[int]],
-                      key: str, items: list, answer_key: str, status: int = 200
-                      ) -> web.Response:
+                      key: str, items: list, answer_key: str, status: int = 200,
+                      path: str | None = None) -> web.Response:
     """Propose each shard's part of a batch at once; answer in the request's order.
 
     Each part goes with the request's Idempotency-Key, so a retried batch is split the
@@ -69,7 +69,7 @@ async def split_batch(request: web.Request, r: Router, groups: dict[int, list[in
     without a leader) is that part's error in each of its slots."""
     order = sorted(groups)
     sent = await asyncio.gather(*(
-        r.send(request, s, "POST", request.path,
+        r.send(request, s, "POST", path or request.path,
                orjson.dumps({key: [items[i] for i in groups[s]]})) for s in order),
         return_exceptions=True)
     results: list = [None] * len(items)
@@ -126,6 +126,40 @@ async def task(request: web.Request) -> web.Response:
     return await r.relay(request, await r.id_shard(request, tid))
 
 
+async def group_by_task(r: Router, request: web.Request, items: list
+                        ) -> tuple[dict[int, list[int]], dict[int, dict]] | None:
+    """The items' indexes by the shard of their `task_id`, and the errors of those whose
+    shard does not exist; None when an item has no string `task_id` (a shard explains)."""
+    groups: dict[int, list[int]] = {}
+    missing: dict[int, dict] = {}
+    for i, item in enumerate(items):
+        tid = item.get("task_id") if isinstance(item, dict) else None
+        if not isinstance(tid, str):
+            return None
+        try:
+            s = await r.id_shard(request, validate.task_id(tid))
+        except ApiError as e:
+            if e.code != "not_found":
+                raise
+            missing[i] = e.body()
+            continue
+        groups.setdefault(s, []).append(i)
+    return groups, missing
+
+
+async def split_by_task(request: web.Request, r: Router, groups: dict[int, list[int]],
+                        missing: dict[int, dict], key: str, items: list,
+                        path: str | None = None) -> web.Response:
+    """`split_batch` by task id, with the not-found items' errors in their slots."""
+    resp = await split_batch(request, r, groups, key, items, "results", path=path)
+    if missing and resp.status == 200:
+        doc = orjson.loads(resp.body)
+        for i, err in missing.items():
+            doc["results"][i] = err
+        resp = json_response(doc)
+    return resp
+
+
 def _batch_route(key: str):
     async def handler(request: web.Request) -> web.Response:
         r = _router(request)
@@ -134,29 +168,13 @@ def _batch_route(key: str):
         items = body.get(key) if isinstance(body, dict) else None
         if not isinstance(items, list) or not items or len(items) > validate.BATCH_MAX:
             return await r.relay(request, r.up.any_shard(), raw)   # the shard explains
-        groups: dict[int, list[int]] = {}
-        missing: dict[int, dict] = {}
-        for i, item in enumerate(items):
-            tid = item.get("task_id") if isinstance(item, dict) else None
-            if not isinstance(tid, str):
-                return await r.relay(request, r.up.any_shard(), raw)
-            try:
-                s = await r.id_shard(request, validate.task_id(tid))
-            except ApiError as e:
-                if e.code != "not_found":
-                    raise
-                missing[i] = e.body()
-                continue
-            groups.setdefault(s, []).append(i)
+        grouped = await group_by_task(r, request, items)
+        if grouped is None:
+            return await r.relay(request, r.up.any_shard(), raw)
+        groups, missing = grouped
         if len(groups) == 1 and not missing:
             return await r.relay(request, next(iter(groups)), raw)
-        resp = await split_batch(request, r, groups, key, items, "results")
-        if missing:
-            doc = orjson.loads(resp.body)
-            for i, err in missing.items():
-                doc["results"][i] = err
-            resp = json_response(doc)
-        return resp
+        return await split_by_task(request, r, groups, missing, key, items)
     return handler
 
 

@@ -256,3 +256,29 @@ def test_readiness_needs_every_local_shard(sharded):
     finally:
         os.kill(pids[2], signal.SIGCONT)
     wait_for(lambda: sharded.call("n1", "GET", "/readyz")[0] == 200, "n1 ready again")
+
+
+def test_a_claim_carries_completions_of_tasks_on_every_shard(sharded):
+    """Completions carried on a claim go to their tasks' shards (not to every shard the
+    claim asks), are answered in their order, and the claim still gathers new work."""
+    with Client([sharded.url("n1")], timeout_s=30) as c:
+        first = c.submit_many([{"task_type": "carry", "tenant": t} for t in TENANTS])
+        status, got = sharded.call("n2", "POST", "/v1/claims", {
+            "worker_id": "w1", "task_types": ["carry"], "max_tasks": len(first)})
+        assert status == 200 and len(got["tasks"]) == len(first), got
+        later = c.submit_many([{"task_type": "carry", "tenant": t} for t in TENANTS[:3]])
+    done = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"], "result": i}
+            for i, t in enumerate(got["tasks"])]
+    missing = f"{SHARDS:02x}" + "0" * 30          # a shard this cluster does not have
+    status, answer = sharded.call("n3", "POST", "/v1/claims", {
+        "worker_id": "w1", "task_types": ["carry"], "max_tasks": 10,
+        "completions": done + [{"task_id": missing, "fencing_token": 1, "result": 0}]})
+    assert status == 200, answer
+    results = answer["completions"]
+    assert [r.get("task_id") for r in results[:-1]] == [d["task_id"] for d in done]
+    assert all(r["state"] == "completed" for r in results[:-1])
+    assert results[-1]["error"]["code"] == "not_found"
+    assert sorted(t["task_id"] for t in answer["tasks"]) == sorted(t["task_id"] for t in later)
+    for d in done:
+        status, task = sharded.call("n1", "GET", f"/v1/tasks/{d['task_id']}")
+        assert status == 200 and task["state"] == "completed" and task["result"] == d["result"]
