@@ -22,6 +22,7 @@ from .api_common import Node
 from .app import make_app
 from .clock import Clock
 from .gcpolicy import GcPolicy
+from .journal import CorruptStorage, fatal_corruption
 
 log = logging.getLogger("tsched.node")
 
@@ -34,7 +35,10 @@ SHUTDOWN_S = 3.0     # in-flight requests get this long to finish on SIGTERM
               help="cluster.toml")
 @click.option("--id", "node_id", required=True, help="this node's id in the file")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
-def cli(config_path: str, node_id: str, log_format: str) -> None:
+@click.option("--rejoin-empty", is_flag=True,
+              help="discard this node's Raft log and snapshot (damaged data) and rejoin: it "
+                   "votes in no election until caught up from the leader")
+def cli(config_path: str, node_id: str, log_format: str, rejoin_empty: bool) -> None:
     try:
         cfg = config_mod.load(config_path)
         me = cfg.node(node_id)
@@ -47,6 +51,10 @@ def cli(config_path: str, node_id: str, log_format: str) -> None:
         click.echo(f"tsnode: {e}", err=True)
         sys.exit(2)
     log_context = setup_logging(node_id, log_format)
+    if rejoin_empty:
+        from pathlib import Path
+        from .rejoin import discard_data
+        discard_data(Path(me.data_dir))
     _use_uvloop()
     gc_policy = GcPolicy()
     gc_policy.install()
@@ -112,7 +120,10 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
     replica = build_replica(cfg, node_id)
     if log_context is not None:
         log_context.term_of = lambda: replica.term
-    replica.start()
+    try:
+        replica.start()
+    except CorruptStorage as exc:
+        fatal_corruption(exc)          # before HTTP is up: never serve damaged data
     node = Node(node_id=node_id, config=cfg, replica=replica, clock=clock, gc_policy=gc_policy)
     if "propose_s" in cfg.timeouts:
         node.propose_timeout_s = cfg.timeouts["propose_s"]
