@@ -61,6 +61,13 @@ def _log_value(key: bytes, term: int, command: bytes) -> bytes:
     return _CRC.pack(crc32c.crc32c(body, crc32c.crc32c(key))) + body
 
 
+def _format_of(meta: dict, entries: int) -> int:
+    """The log's format: a log with entries or a term but no `format` predates checksums."""
+    if b"format" in meta:
+        return msgpack.unpackb(meta[b"format"])
+    return 1 if entries or b"term" in meta else LOG_FORMAT
+
+
 def _parse_value(file, key: bytes, value: bytes, fmt: int) -> tuple[int, bytes]:
     """(term, command) of a stored entry; raises CorruptStorage on a checksum mismatch."""
     idx = _KEY.unpack(key)[0] if len(key) == _KEY.size else key.hex()
@@ -128,20 +135,42 @@ class LmdbJournal(_pysyncobj_journal.Journal):
     def _read_all(self) -> None:
         with self._env.begin() as txn:
             meta = {bytes(k): bytes(v) for k, v in txn.cursor(db=self._meta_db)}
-            self._format = msgpack.unpackb(meta[b"format"]) if b"format" in meta else 1
+            self._format = _format_of(meta, txn.stat(self._log_db)["entries"])
             for key, value in txn.cursor(db=self._log_db):
                 term, command = _parse_value(self.data_file, key, value, self._format)
                 self._entries.append((command, _KEY.unpack(key)[0], term))
+        for prev, cur in zip(self._entries, self._entries[1:]):
+            if cur[1] != prev[1] + 1:
+                raise CorruptStorage(self.data_file, f"log index {prev[1]}",
+                                     f"gap: the next entry is {cur[1]}")
+        if self._format >= 2:
+            self._read_state(meta)
+        else:
+            self._read_legacy_meta(meta)
+        self.bytes_held = _bytes_of(self._entries)
+
+    def _read_state(self, meta: dict) -> None:
+        """Term, vote, commit and the log's first and last index, checksummed together:
+        a damaged page that hides the log's tail (acknowledged entries) is found here."""
+        if b"state" not in meta:
+            if self._entries:
+                raise CorruptStorage(self.data_file, "log state", "missing")
+            return
+        raw = meta[b"state"]
+        if len(raw) < _CRC.size or crc32c.crc32c(raw[_CRC.size:]) != _CRC.unpack_from(raw)[0]:
+            raise CorruptStorage(self.data_file, "log state", "checksum mismatch")
+        self._term, self._vote, self._commit, first, last = msgpack.unpackb(raw[_CRC.size:])
+        held = (self._entries[0][1], self._entries[-1][1]) if self._entries else (0, 0)
+        if held != (first, last):
+            raise CorruptStorage(self.data_file, f"log index {held[1]}",
+                                 f"the log holds {held[0]}..{held[1]}, written as {first}..{last}")
+
+    def _read_legacy_meta(self, meta: dict) -> None:
         if b"term" in meta:
             self._term = msgpack.unpackb(meta[b"term"])
             self._vote = msgpack.unpackb(meta[b"vote"])
         if b"commit" in meta:
             self._commit = msgpack.unpackb(meta[b"commit"])
-        for prev, cur in zip(self._entries, self._entries[1:]):
-            if cur[1] != prev[1] + 1:
-                raise CorruptStorage(self.data_file, f"log index {prev[1]}",
-                                     f"gap: the next entry is {cur[1]}")
-        self.bytes_held = _bytes_of(self._entries)
 
     def _migrate(self) -> None:
         """Rewrite a format-1 log (no checksums) with checksums, in one transaction."""
@@ -151,7 +180,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             for command, idx, term in self._entries:
                 key = _KEY.pack(idx)
                 txn.put(key, _log_value(key, term, command), db=self._log_db)
-            txn.put(b"format", msgpack.packb(LOG_FORMAT), db=self._meta_db)
+            self._write_meta(txn)
         self._format = LOG_FORMAT
 
     def trim_front_to(self, idx: int) -> None:
@@ -294,9 +323,12 @@ class LmdbJournal(_pysyncobj_journal.Journal):
                 txn.put(key, _log_value(key, term, command), db=self._log_db)
         if self._front_trimmed and self._entries:
             self._delete_before(txn, self._entries[0][1])
-        txn.put(b"term", msgpack.packb(self._term), db=self._meta_db)
-        txn.put(b"vote", msgpack.packb(self._vote), db=self._meta_db)
-        txn.put(b"commit", msgpack.packb(self._commit), db=self._meta_db)
+        self._write_meta(txn)
+
+    def _write_meta(self, txn) -> None:
+        span = (self._entries[0][1], self._entries[-1][1]) if self._entries else (0, 0)
+        state = msgpack.packb([self._term, self._vote, self._commit, *span])
+        txn.put(b"state", _CRC.pack(crc32c.crc32c(state)) + state, db=self._meta_db)
         txn.put(b"format", msgpack.packb(LOG_FORMAT), db=self._meta_db)
 
     def _position_of(self, idx: int) -> int:

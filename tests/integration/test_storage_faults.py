@@ -3,10 +3,12 @@ node that serves reads from a state it can no longer advance), and `tsnode --rej
 brings it back from the leader."""
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.integration.cluster import Cluster
@@ -15,6 +17,10 @@ from tests.integration.test_node_faults import wait_equal_digests
 pytestmark = pytest.mark.slow
 
 STOP_WAIT_S = 30
+SMALL_DISK_BYTES = 8 << 20
+FILL_PAYLOAD_CHARS = 60_000      # under the 64 KiB payload limit
+FILL_DEADLINE_S = 90
+STORAGE_ERROR_EXIT_CODE = 74     # node/journal.py
 
 
 def submit_marked(c: Cluster, node: str, marks: list[str]) -> int:
@@ -101,3 +107,49 @@ def test_a_damaged_snapshot_stops_the_node_naming_the_file(tmp_path):
         assert_stops_loudly(c, victim, "snapshot.bin", "snapshot at log index")
         c.start_node(victim, "--rejoin-empty")
         wait_equal_digests(c, timeout_s=30)
+
+
+@pytest.fixture
+def small_disk_for_n3(tmp_path):
+    """n3's data dir on an 8 MiB tmpfs (needs the right to mount, as root in a container)."""
+    mnt = tmp_path / "data" / "n3"
+    mnt.mkdir(parents=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_BYTES}", "tmpfs",
+                        str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({r.stderr.strip() or r.returncode}); "
+                    "the disk-full test needs one")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def submit_anywhere(c: Cluster, body: dict) -> bool:
+    for node in c.ids:
+        if not c.alive(node):
+            continue
+        try:
+            status, _ = c.call(node, "POST", "/v1/tasks", body, timeout_s=10)
+        except httpx.HTTPError:
+            continue
+        if status == 201:
+            return True
+    return False
+
+
+def test_a_full_disk_stops_that_node_loudly_and_the_majority_goes_on(tmp_path, small_disk_for_n3):
+    with Cluster(tmp_path, size=3) as c:
+        c.start()
+        c.wait_leader()
+        filler = {"task_type": "fill", "payload": {"blob": "x" * FILL_PAYLOAD_CHARS}}
+        deadline = time.monotonic() + FILL_DEADLINE_S
+        while c.alive("n3"):
+            assert time.monotonic() < deadline, "n3 never ran out of disk"
+            submit_anywhere(c, filler)
+        assert c.procs["n3"].wait(timeout=STOP_WAIT_S) == STORAGE_ERROR_EXIT_CODE
+        log = c.log("n3", tail_chars=20_000)
+        # LMDB on a full tmpfs reports EIO from its commit, on a full disk ENOSPC
+        assert "CRITICAL" in log and "storage error while syncing the Raft log" in log, log
+        leader = c.wait_leader(exclude=["n3"])
+        for i in range(5):
+            status, body = c.call(leader, "POST", "/v1/tasks", {"task_type": f"after-{i}"})
+            assert status == 201, body

@@ -139,12 +139,13 @@ class Cluster:
 
     # --- processes ----------------------------------------------------------------------
 
-    def start(self, nid: str) -> None:
+    def start(self, nid: str, *args: str) -> None:
+        """Start a node; `args` are extra tsnode options ("--rejoin-empty")."""
         node = self.nodes[nid]
         env = {**os.environ, **node.env}
         log = open(node.log_path, "ab")
         node.proc = subprocess.Popen(
-            [*tsnode_command(), "--config", self.config_path, "--id", nid],
+            [*tsnode_command(), "--config", self.config_path, "--id", nid, *args],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()
         node.paused = False

@@ -252,3 +252,19 @@ def test_a_log_written_before_checksums_opens_and_is_rewritten_with_them(path):
     _flip_in_file(path / "data.mdb", b"cmd-2")   # checksummed now
     with pytest.raises(CorruptStorage, match="log index 2: checksum mismatch"):
         LmdbJournal(path)
+
+
+def test_a_lost_tail_is_found_at_open(path):
+    """Damage that hides the last entries (acknowledged ones) fails the checksummed span."""
+    j = LmdbJournal(path)
+    for e in entries(5):
+        j.add(*e)
+    j.sync()
+    j.close()
+    env = lmdb.open(str(path), max_dbs=2, subdir=True)
+    log_db = env.open_db(b"log")
+    with env.begin(write=True) as txn:
+        txn.delete(struct.pack(">Q", 5), db=log_db)
+    env.close()
+    with pytest.raises(CorruptStorage, match=r"log index 4: the log holds 1..4, written as 1..5"):
+        LmdbJournal(path)
