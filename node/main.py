@@ -22,6 +22,7 @@ from .api_common import Node
 from .app import make_app
 from .clock import Clock
 from .gcpolicy import GcPolicy
+from .handoff import hand_over
 from .journal import CorruptStorage, fatal_corruption
 
 log = logging.getLogger("tsched.node")
@@ -145,6 +146,7 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
                 gc_policy.run(lambda: not replica.is_ready_leader())))
         await stop.wait()
         log.info("event=stopping")
+        await hand_over(replica)   # still serving: forwarded requests reach the successor
         for task in background:
             task.cancel()
         node.stop_event.set()

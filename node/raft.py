@@ -164,6 +164,7 @@ class _View(NamedTuple):
     connected: frozenset = frozenset()   # raft addresses of connected peers
     commit_index: int = 0
     last_applied: int = 0
+    commit_term: int = 0               # term of the entry at commit_index (0: not in the log)
 
 
 # --- transport ---------------------------------------------------------------------------
@@ -631,6 +632,21 @@ class Replica:
         """Why this node must not serve at all (watchdog.py), or None."""
         return self.watchdog.reason()
 
+    def leader_committed_in_its_term(self) -> bool:
+        """The commit index holds an entry of the current term: the leader of this term
+        has committed its barrier (a new leader commits nothing before one)."""
+        v = self._view
+        return v.commit_term == v.term and v.term > 0
+
+    @property
+    def connected_peers(self) -> list[str]:
+        """Ids of the peers with a live Raft connection (sampled each tick)."""
+        return sorted(self._id_by_addr[a] for a in self._view.connected if a in self._id_by_addr)
+
+    def is_leader_role(self) -> bool:
+        """Raft's own view (sampled each tick), whatever the quorum."""
+        return self._view.role == 2
+
     def is_ready_leader(self) -> bool:
         v = self._view
         return v.role == 2 and v.has_quorum and self._ready_term == v.term
@@ -767,8 +783,16 @@ class Replica:
             connected=frozenset(n.id for n in peers if obj.isNodeConnected(n)),
             commit_index=obj.raftCommitIndex,
             last_applied=obj.raftLastApplied,
+            commit_term=self._term_at(obj.raftCommitIndex),
         )
         self._compact_when_log_large(obj)
+
+    def _term_at(self, idx: int) -> int:
+        journal = self._journal
+        if journal is None or not len(journal):
+            return 0
+        pos = idx - journal[0][1]
+        return journal[pos][2] if 0 <= pos < len(journal) else 0
 
     def _compact_when_log_large(self, obj) -> None:
         """pysyncobj compacts by entry count and age only; also compact by the bytes a
