@@ -6,6 +6,13 @@ batch may have made work claimable (or the timer says a task fell due), asks
 batch; the state machine picks the tasks at apply time, so two waiters never share a task.
 A waiter whose HTTP connection is gone when its claim commits gets its tasks released.
 Elsewhere, `claim()` forwards the request to the leader and follows leader changes.
+
+A claim whose answer was lost (the leader died after its Claim committed) is asked again by
+the client with the same Idempotency-Key, at another node: the Claims of a waiter take
+their request ids from that key (`<key digest>.0`, `.1`, ... in the order the waiter
+proposes them), so the new leader's first Claim for the retry is answered from the request
+table with the tasks the lost one took, rather than leaving them leased to nobody until
+their lease runs out. Only tasks still leased to the same worker id are handed out again.
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ LEADER_WAIT_S = 0.1        # pause before asking again who leads, while there is
 # one that has not been the ready leader for this long hands them back.
 UNREADY_GRACE_S = 2.0
 FORWARD_MARGIN_S = 5.0     # a forwarded wait's HTTP timeout beyond its wait_s
+KEY_HEADER = "Idempotency-Key"
 
 # Commands whose application can make a task claimable (a new or returned task, a freed
 # tenant slot, time passing). A batch of only Claims/Heartbeats/Barriers cannot.
@@ -63,6 +71,23 @@ class Waiter:
     abandoned: bool = False  # leadership went while its Claim was in flight
     blocked: bool = False   # its last Claim came back empty: wait for new work first
     id: int = 0
+    rid_base: str | None = None   # from the client's Idempotency-Key: retries replay Claims
+    claims_made: int = 0
+
+    def peek_request_id(self) -> str:
+        return f"{self.rid_base}.{self.claims_made}"
+
+    def next_request_id(self) -> str:
+        if self.rid_base is None:
+            return _new_id()
+        rid = self.peek_request_id()
+        self.claims_made += 1
+        return rid
+
+    def still_its(self, tasks: list[dict]) -> list[dict]:
+        """A replayed Claim's tasks that are still leased to this worker id."""
+        me = self.params["worker_id"]
+        return [t for t in tasks if t.get("state") == "running" and t.get("worker_id") == me]
 
 
 class _WaiterTable(dict):
@@ -182,14 +207,15 @@ class ClaimHub:
         return sorted(groups, key=lambda g: (g[0], g[1] or "", g[2]))
 
     # -- a waiting request --
-    async def wait(self, params: dict, tenant: str | None, is_gone: Callable[[], bool]
-                   ) -> tuple[list[dict], int | None]:
+    async def wait(self, params: dict, tenant: str | None, is_gone: Callable[[], bool],
+                   rid_base: str | None = None) -> tuple[list[dict], int | None]:
         if len(self._waiters) >= WAITERS_MAX:
             raise ApiError("unavailable", f"too many waiting claims (limit {WAITERS_MAX})",
                            {"limit": WAITERS_MAX})
         self._waiters.check_share(params["worker_id"], tenant)
         loop = asyncio.get_running_loop()
-        w = Waiter(params, tenant, is_gone, loop.create_future(), id=next(self._ids))
+        w = Waiter(params, tenant, is_gone, loop.create_future(), id=next(self._ids),
+                   rid_base=rid_base)
         self._waiters[w.id] = w
         try:
             await self._dispatch([w])  # claimable now: a Claim is on its way even if wait_s is 0
@@ -221,13 +247,16 @@ class ClaimHub:
                 log.exception("event=claim_dispatch_failed")
 
     def _ready(self, candidates) -> list[Waiter]:
-        """Idle waiters with claimable work, at most the kind's fan-out of each kind."""
+        """Idle waiters with claimable work, at most the kind's fan-out of each kind; and
+        retried waiters whose next Claim is in the request table (its answer was lost)."""
+        candidates = [w for w in candidates if not w.busy and not w.future.done()]
+        replays = self._replays(candidates)
         kinds: dict[tuple, list[Waiter]] = {}
         for w in candidates:
-            if not w.busy and not w.blocked and not w.future.done():
+            if not w.blocked and w not in replays:
                 kinds.setdefault(_kind(w), []).append(w)
         if not kinds:
-            return []
+            return replays
         in_flight: dict[tuple, int] = {}    # Claims of a kind not yet answered count too
         for w in self._waiters.values():
             if w.busy:
@@ -240,7 +269,14 @@ class ClaimHub:
                 room = self._fanout.get(kind, 1) - in_flight.get(kind, 0)
                 if room > 0 and sm.has_claimable(types, tenant, prefetch_ms, now):
                     ready += waiters[:room]
-        return ready
+        return replays + ready
+
+    def _replays(self, candidates: list[Waiter]) -> list[Waiter]:
+        keyed = [w for w in candidates if w.rid_base is not None]
+        if not keyed:
+            return []
+        with self.node.replica.read() as sm:
+            return [w for w in keyed if sm.knows_request(w.peek_request_id())]
 
     async def _dispatch(self, candidates: list[Waiter] | None = None) -> None:
         """Propose Claims for the ready waiters; never awaits, so it runs atomically."""
@@ -250,7 +286,7 @@ class ClaimHub:
         if not ready:
             return
         now = self.node.clock.now_ms()
-        cmds = [c.Claim(request_id=_new_id(), now_ms=now, worker_id=w.params["worker_id"],
+        cmds = [c.Claim(request_id=w.next_request_id(), now_ms=now, worker_id=w.params["worker_id"],
                         task_types=w.params["task_types"], max_tasks=w.params["max_tasks"],
                         lease_ms=w.params["lease_ms"], prefetch_ms=w.params["prefetch_ms"],
                         tenant=w.tenant) for w in ready]
@@ -265,10 +301,11 @@ class ClaimHub:
             answers, seq = await propose(self.node, cmds)
         except ApiError as e:
             answers, seq = [e] * len(cmds), None
+        self._maybe_crash_after_claim(answers)
         releases = []
         for w, answer in zip(ready, answers):
             w.busy = False
-            got = answer if isinstance(answer, list) else []
+            got = w.still_its(answer) if isinstance(answer, list) else []
             if w.abandoned and not got:
                 if not w.future.done():
                     w.future.set_exception(NotLeader())
@@ -287,6 +324,11 @@ class ClaimHub:
         # Claims may have left work behind (max_tasks reached, other waiters).
         self.wake(new_work=False)
 
+
+    def _maybe_crash_after_claim(self, answers: list) -> None:
+        failpoints = self.node.replica.failpoints
+        if failpoints.on("crash_after_claim") and any(isinstance(a, list) and a for a in answers):
+            failpoints.crash_once("a Claim committed, its answer not sent")
 
     def _adapt_fanout(self, ready: list[Waiter], answers: list) -> None:
         tally: dict[tuple, list[int]] = {}     # kind -> [dispatched, full, got any]
@@ -333,9 +375,11 @@ async def release(node, tasks: list[tuple[str, int]]) -> None:
 async def claim(node, request, params: dict, tenant: str | None, body: bytes
                 ) -> tuple[list[dict], int]:
     """Claim at the leader, wherever that is, within params['wait_s']."""
+    from .api_common import request_id
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params["wait_s"]
     forwarded = bool(request.headers.get("X-Tsched-Forwarded"))
+    rid_base = request_id(request, "#claim") if request.headers.get(KEY_HEADER) else None
     is_gone = lambda: request.transport is None or request.transport.is_closing()  # noqa: E731
     leader_seen = False
     while True:
@@ -348,7 +392,7 @@ async def claim(node, request, params: dict, tenant: str | None, body: bytes
             leader_seen = True
             try:
                 tasks, seq = await node.claims.wait(dict(params, wait_s=remaining), tenant,
-                                                    is_gone)
+                                                    is_gone, rid_base)
                 return tasks, seq if seq is not None else replica.applied_seq
             except NotLeader:
                 if forwarded:
@@ -393,7 +437,7 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
         status, raw = await node.forwarder.send(
             node.config.node(leader).url, "POST", "/v1/claims", orjson.dumps(payload),
             timeout_s=remaining + FORWARD_MARGIN_S,
-            headers=_auth_headers(request))
+            headers=_forwarded_headers(request))
     except ApiError:
         return None
     try:
@@ -413,6 +457,7 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
                    err.get("details") if isinstance(err.get("details"), dict) else {})
 
 
-def _auth_headers(request) -> dict[str, str]:
-    auth = request.headers.get("Authorization")
-    return {"Authorization": auth} if auth else {}
+def _forwarded_headers(request) -> dict[str, str]:
+    """What the leader needs of the caller's headers: its token, and its Idempotency-Key
+    (the leader derives the Claims' request ids from it)."""
+    return {h: request.headers[h] for h in ("Authorization", KEY_HEADER) if h in request.headers}
