@@ -43,6 +43,7 @@ from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from . import journal as journal_mod
+from .prevote import PreVote
 from .rejoin import RejoinGate
 from .watchdog import Watchdog
 from .failpoints import NONE as NO_FAILPOINTS
@@ -108,6 +109,8 @@ class RaftOptions:
     # timeout on), or fails this many ticks in a row.
     watchdog_stall_exit_s: float = 10.0
     watchdog_tick_failures_max: int = 50
+    # Ask before campaigning (prevote.py); off only to measure what it saves.
+    pre_vote: bool = True
 
 
 @dataclass(frozen=True)
@@ -232,9 +235,10 @@ def _bound(conn: TcpConnection, limit: int) -> None:
 
 class _GuardedTransport(TCPTransport):
     def __init__(self, syncObj, selfNode, otherNodes, *, journal, failpoints: Failpoints,
-                 message_bytes_max: int, gate: RejoinGate):
+                 message_bytes_max: int, gate: RejoinGate, prevote: PreVote | None):
         self._journal = journal
         self._gate = gate
+        self._prevote = prevote
         self._failpoints = failpoints
         self._message_bytes_max = message_bytes_max
         super().__init__(syncObj, selfNode, otherNodes)
@@ -262,9 +266,11 @@ class _GuardedTransport(TCPTransport):
         return super()._onIncomingMessageReceived(conn, message)
 
     def _onMessageReceived(self, node, message):
-        if (isinstance(message, dict) and message.get("type") == "request_vote"
-                and not self._gate.may_vote()):
-            return   # a node rejoining empty grants no vote (rejoin.py)
+        if isinstance(message, dict):
+            if message.get("type") == "request_vote" and not self._gate.may_vote():
+                return   # a node rejoining empty grants no vote (rejoin.py)
+            if self._prevote is not None and self._prevote.on_message(self._syncObj, node, message):
+                return
         super()._onMessageReceived(node, message)
 
     def _refuse(self, conn, what: str) -> None:
@@ -476,6 +482,8 @@ class Replica:
         self.snapshot_stalls_ms: list[float] = []
         self.snapshots_written = 0
         self.rejoin = RejoinGate(self.data_dir)
+        self.prevote = PreVote(min_timeout_s=options.raft_min_timeout_s,
+                               may_vote=self.rejoin.may_vote) if options.pre_vote else None
         self.watchdog = Watchdog(stall_ready_s=options.raft_max_timeout_s,
                                  stall_exit_s=options.watchdog_stall_exit_s,
                                  tick_failures_max=options.watchdog_tick_failures_max)
@@ -524,7 +532,7 @@ class Replica:
         transport = functools.partial(_GuardedTransport, journal=self._journal,
                                       failpoints=self.failpoints,
                                       message_bytes_max=self.options.message_bytes_max,
-                                      gate=self.rejoin)
+                                      gate=self.rejoin, prevote=self.prevote)
         peers = [_DialNode(addr, self.dial_overrides.get(addr)) for addr in self.peers.values()]
         self_node = _DialNode(self.self_raft)
         self._obj = _RaftObject(self, self_node, peers, self._conf(), transport)
@@ -761,10 +769,13 @@ class Replica:
         obj.apply(blob, callback=done)
 
     def _before_tick(self, obj) -> None:
-        """A node rejoining empty starts no election (and ends that once caught up)."""
+        """A node rejoining empty starts no election (and ends that once caught up); any
+        other asks for a pre-vote before it campaigns."""
         if self.rejoin.rejoining:
             obj._SyncObj__raftElectionDeadline = monotonicTime() + self.options.raft_max_timeout_s
             self.rejoin.check_caught_up(obj)
+        elif self.prevote is not None:
+            self.prevote.before_tick(obj)
 
     def _on_tick(self) -> None:
         while self._tick_tasks:
