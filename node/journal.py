@@ -82,6 +82,15 @@ def _parse_value(file, key: bytes, value: bytes, fmt: int) -> tuple[int, bytes]:
     return _TERM.unpack_from(value)[0], bytes(value[_TERM.size:])
 
 
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename or unlink in `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fatal_storage_error(what: str, exc: BaseException) -> None:
     """A node that cannot write its log must not keep voting or acking: stop loudly."""
     log.critical("storage error while %s: %r; stopping the node", what, exc)

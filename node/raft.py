@@ -353,12 +353,7 @@ class _RaftObject(SyncObj):
 
 # --- snapshots ---------------------------------------------------------------------------
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_fsync_dir = journal_mod.fsync_dir
 
 
 def write_snapshot(path: Path, raft_data: list, state: bytes) -> Path:

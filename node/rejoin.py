@@ -16,18 +16,12 @@ import os
 import shutil
 from pathlib import Path
 
+from .journal import fsync_dir as _fsync_dir
+
 log = logging.getLogger(__name__)
 
 MARKER_NAME = "REJOINING"
 DISCARDED = ("raft-log", "snapshot.bin", "snapshot.bin.fork.tmp")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def discard_data(data_dir: Path) -> None:
