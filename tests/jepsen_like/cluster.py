@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from .disks import SmallDisks
 from .proxy import ProxyHub
 
 STOP_WAIT_S = 10.0
@@ -74,7 +75,7 @@ class NodeProc:
 
 class Cluster:
     def __init__(self, out_dir: str, n_nodes: int = 3, failpoints: tuple[str, ...] = (),
-                 hub: ProxyHub | None = None) -> None:
+                 hub: ProxyHub | None = None, disks: SmallDisks | None = None) -> None:
         self.out_dir = os.path.abspath(out_dir)
         self.hub = hub or ProxyHub()
         self.ids = [f"n{i}" for i in range(1, n_nodes + 1)]
@@ -82,6 +83,7 @@ class Cluster:
         self.client_urls: dict[str, str] = {}     # node id -> proxied http://host:port
         self.direct_urls: dict[str, str] = {}     # node id -> http://host:port (checker)
         self.failpoints = tuple(failpoints)
+        self.disks = disks          # small tmpfs data dirs for the disk_full fault
         self.config_path = os.path.join(self.out_dir, "cluster.toml")
         self.code_path = snapshot_code(self.out_dir)
         self._layout()
@@ -113,6 +115,10 @@ class Cluster:
                         "TSCHED_CLOCK_OFFSET_FILE": node.clock_file,
                         "TSCHED_FAILPOINTS": ",".join(self.failpoints)}
         self._write_config()
+        if self.disks is not None:
+            for nid, node in self.nodes.items():
+                if not self.disks.mount(nid, node.data_dir):
+                    break
 
     def _write_config(self) -> None:
         lines = ["[cluster]", 'name = "jepsen"']
@@ -207,3 +213,5 @@ class Cluster:
             self.stop_all()
         finally:
             self.hub.stop()
+            if self.disks is not None:
+                self.disks.unmount_all()

@@ -19,7 +19,7 @@ from .history import OK, History
 from .workload import LEASE_S
 
 FAULTS = ("partition", "isolate_leader", "bridge", "one_way", "kill", "kill_all", "pause",
-          "clock", "delay", "client_reset", "corrupt")
+          "clock", "delay", "client_reset", "corrupt", "disk_full")
 QUIET_S = (2.0, 4.0)          # between faults
 HOLD_S = (3.0, 8.0)           # how long a fault lasts
 PAUSE_PAST_LEASE_S = (1.5, 3.0)
@@ -235,6 +235,25 @@ class Nemesis:
             if not self.cluster.nodes[nid].alive:
                 self.cluster.start(nid, "--rejoin-empty")
         return {"node": nid, "file": os.path.basename(target or ""), "offsets": offsets[:4]}, heal
+
+    async def _fault_disk_full(self):
+        """Fill one node's (small) disk: its next write fails and it must stop loudly (the
+        majority goes on); healing frees the space and starts it again."""
+        disks = self.cluster.disks
+        if disks is None or not disks.mounted:
+            reason = disks.refused if disks is not None else "no small disks"
+
+            async def nothing():
+                pass
+            return {"skipped": reason}, nothing
+        nid = self.rng.choice(sorted(disks.mounted))
+        written = await asyncio.to_thread(disks.fill, nid)
+
+        async def heal():
+            disks.free(nid)
+            if not self.cluster.nodes[nid].alive:
+                self.cluster.start(nid)
+        return {"node": nid, "filled_bytes": written}, heal
 
     def _flip(self, path: str) -> list[int]:
         size = os.path.getsize(path)

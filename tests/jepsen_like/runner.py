@@ -12,6 +12,7 @@ import aiohttp
 
 from . import checker
 from .cluster import Cluster
+from .disks import SmallDisks
 from .history import History, read
 from .nemesis import FAULTS, Nemesis
 from .workload import Api, Workload
@@ -156,7 +157,8 @@ async def final_tasks(cluster: Cluster, session) -> dict:
 async def _run(out_dir: str, duration_s: float, seed: int, n_nodes: int,
                failpoints: tuple[str, ...], faults: tuple[str, ...]) -> dict:
     rng = random.Random(seed)
-    cluster = Cluster(out_dir, n_nodes, failpoints)
+    cluster = Cluster(out_dir, n_nodes, failpoints,
+                      disks=SmallDisks() if "disk_full" in faults else None)
     history = History(os.path.join(out_dir, "history.jsonl"))
     final = {"tasks": {}, "digests": [], "converged": False}
     try:
