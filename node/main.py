@@ -146,6 +146,7 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
                 gc_policy.run(lambda: not replica.is_ready_leader())))
         await stop.wait()
         log.info("event=stopping")
+        replica.leaving = True     # no campaign, no leadership handed to it from now on
         await hand_over(replica)   # still serving: forwarded requests reach the successor
         for task in background:
             task.cancel()

@@ -235,10 +235,12 @@ def _bound(conn: TcpConnection, limit: int) -> None:
 
 class _GuardedTransport(TCPTransport):
     def __init__(self, syncObj, selfNode, otherNodes, *, journal, failpoints: Failpoints,
-                 message_bytes_max: int, gate: RejoinGate, prevote: PreVote | None):
+                 message_bytes_max: int, gate: RejoinGate, prevote: PreVote | None,
+                 may_lead: Callable[[], bool]):
         self._journal = journal
         self._gate = gate
         self._prevote = prevote
+        self._may_lead = may_lead
         self._failpoints = failpoints
         self._message_bytes_max = message_bytes_max
         super().__init__(syncObj, selfNode, otherNodes)
@@ -269,6 +271,8 @@ class _GuardedTransport(TCPTransport):
         if isinstance(message, dict):
             if message.get("type") == "request_vote" and not self._gate.may_vote():
                 return   # a node rejoining empty grants no vote (rejoin.py)
+            if message.get("type") == "timeout_now" and not self._may_lead():
+                return   # a stopping node takes no leadership handed over to it
             if self._prevote is not None and self._prevote.on_message(self._syncObj, node, message):
                 return
         super()._onMessageReceived(node, message)
@@ -477,6 +481,7 @@ class Replica:
         self.snapshot_stalls_ms: list[float] = []
         self.snapshots_written = 0
         self.rejoin = RejoinGate(self.data_dir)
+        self.leaving = False             # stopping: campaigns for nothing (handoff.py)
         self.prevote = PreVote(min_timeout_s=options.raft_min_timeout_s,
                                may_vote=self.rejoin.may_vote) if options.pre_vote else None
         self.watchdog = Watchdog(stall_ready_s=options.raft_max_timeout_s,
@@ -527,7 +532,8 @@ class Replica:
         transport = functools.partial(_GuardedTransport, journal=self._journal,
                                       failpoints=self.failpoints,
                                       message_bytes_max=self.options.message_bytes_max,
-                                      gate=self.rejoin, prevote=self.prevote)
+                                      gate=self.rejoin, prevote=self.prevote,
+                                      may_lead=lambda: not self.leaving)
         peers = [_DialNode(addr, self.dial_overrides.get(addr)) for addr in self.peers.values()]
         self_node = _DialNode(self.self_raft)
         self._obj = _RaftObject(self, self_node, peers, self._conf(), transport)
@@ -746,8 +752,9 @@ class Replica:
             self._ready_term = int(rid.rsplit(":", 1)[1])
 
     def _on_state_changed(self, old, new) -> None:
-        if new == 2:
-            self._propose_barrier(self._obj.raftCurrentTerm)
+        obj = self._obj                  # None once stop() began
+        if new == 2 and obj is not None:
+            self._propose_barrier(obj.raftCurrentTerm)
 
     def _propose_barrier(self, term: int) -> None:
         obj = self._obj
@@ -766,7 +773,7 @@ class Replica:
     def _before_tick(self, obj) -> None:
         """A node rejoining empty starts no election (and ends that once caught up); any
         other asks for a pre-vote before it campaigns."""
-        if self.rejoin.rejoining:
+        if self.rejoin.rejoining or self.leaving:
             obj._SyncObj__raftElectionDeadline = monotonicTime() + self.options.raft_max_timeout_s
             self.rejoin.check_caught_up(obj)
         elif self.prevote is not None:
