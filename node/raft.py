@@ -868,6 +868,7 @@ class Replica:
         log.info("raft: snapshot at index %d forked (Raft thread stalled %.1f ms)", prev[1], stall_ms)
 
     def _check_serializing(self):
+        self._unblock_snapshot_sending()
         if self._snap_abandoned:
             self._snap_abandoned = False
             return SERIALIZER_STATE.FAILED      # lets pysyncobj start the next one
@@ -886,6 +887,17 @@ class Replica:
             return SERIALIZER_STATE.FAILED
         self.snapshots_written += 1
         return SERIALIZER_STATE.SUCCESS
+
+    def _unblock_snapshot_sending(self) -> None:
+        """pysyncobj's Serializer, after calling `_serialize`, fails to rename a temp file
+        of its own and marks itself busy (pid -2) until the checker reports an outcome; while
+        busy it sends no snapshot to a follower that needs one. A follower catching up at
+        1,000,000 tasks thus waited for a whole snapshot to be written (tens of seconds)
+        before its transfer even started. Ours are written by our own child and published
+        by an atomic rename, so the snapshot file is always complete: let it be sent."""
+        serializer = getattr(self._obj, "_SyncObj__serializer", None)
+        if serializer is not None:
+            serializer._Serializer__pid = 0
 
     def _abandon_snapshot_child(self) -> None:
         if self._snap_pid is None:

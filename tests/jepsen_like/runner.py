@@ -55,17 +55,32 @@ async def wait_for_leader(cluster: Cluster, session) -> bool:
     return await _poll(ready, LEADER_WAIT_S)
 
 
+async def _ready_leader_url(cluster: Cluster, session) -> str | None:
+    for url in cluster.direct_urls.values():
+        status, st = await _get(session, url + "/v1/cluster/self")
+        if status == 200 and st.get("role") == "leader" and st.get("ready"):
+            return url
+    return None
+
+
 async def drain(cluster: Cluster, session) -> bool:
-    """True once no task is pending or running (workers finish what the run left)."""
+    """True once no task is pending or running (workers finish what the run left).
+
+    Both lists are read from the ready leader (a node rejoining empty has no tasks yet),
+    and count only when the leader applied nothing between the two reads: a lease expiring
+    in between moves a task from running to pending, and two separate empty answers would
+    then miss it."""
     async def empty():
-        url = cluster.direct_urls[cluster.ids[0]]
+        url = await _ready_leader_url(cluster, session)
+        if url is None:
+            return False
+        seqs = set()
         for state in ("pending", "running"):
-            # linearizable: a node still catching up (rejoined empty) has no tasks yet
-            status, body = await _get(
-                session, f"{url}/v1/tasks?state={state}&limit=1&consistency=linearizable")
+            status, body = await _get(session, f"{url}/v1/tasks?state={state}&limit=1")
             if status != 200 or body.get("tasks"):
                 return False
-        return True
+            seqs.add(body.get("applied_seq"))
+        return len(seqs) == 1
     return await _poll(empty, DRAIN_WAIT_S)
 
 
