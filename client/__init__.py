@@ -1,11 +1,28 @@
 """tsched client library, worker runtime and the tsctl CLI.
 
+    from tsched.client import App, AsyncApp, TaskFailed          # tasks as decorated functions
     from tsched.client import Client, AsyncClient, Worker, NonRetryable, ApiError
+
+`Worker` (and `tsworker`) load when first named: `python -m tsched.client.worker` runs that
+module as `__main__`, which must not be imported already by its package.
 """
+from typing import TYPE_CHECKING, Any
+
 from ._jobs import TaskContext
+from .app import App, AsyncApp
 from .client import AsyncClient, Client
 from .errors import ApiError, NonRetryable, Unavailable
-from .worker import Worker
+from .handles import TaskCancelled, TaskFailed
 
-__all__ = ["ApiError", "AsyncClient", "Client", "NonRetryable", "TaskContext", "Unavailable",
-           "Worker"]
+if TYPE_CHECKING:
+    from .worker import Worker
+
+__all__ = ["ApiError", "App", "AsyncApp", "AsyncClient", "Client", "NonRetryable",
+           "TaskCancelled", "TaskContext", "TaskFailed", "Unavailable", "Worker"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Worker":
+        from .worker import Worker
+        return Worker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

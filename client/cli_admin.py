@@ -3,9 +3,17 @@ from __future__ import annotations
 
 import click
 
+from tsched.statemachine.limits import API_LIMITS, LIMITS
+
 from . import render
-from .cli_common import State, json_option, cli, pass_state
+from .cli_common import State, json_option, cli, pass_state, time_option
 from .dev import DevError, run_dev
+
+# The API's bounds on a schedule's policies (node/api_schedules.py), checked before sending.
+CATCHUP_WINDOW_S_MAX = 7 * 86_400
+JITTER_S_MAX = 3_600
+OVERLAPS = ["allow", "skip", "buffer_one"]
+MISFIRES = ["run_all", "run_once", "skip"]
 
 
 @cli.group()
@@ -29,11 +37,24 @@ def schedules_list(st: State, tenant):
 @click.option("--task-type", required=True)
 @click.option("--payload", callback=json_option, help="Payload as JSON.")
 @click.option("--tenant")
+@click.option("--overlap", type=click.Choice(OVERLAPS),
+              help="A fire while the last one runs: allow (default), skip, buffer_one.")
+@click.option("--misfire", type=click.Choice(MISFIRES),
+              help="Fires missed without a leader: run_all (default), run_once, skip.")
+@click.option("--catchup-window", "catchup_window_s",
+              type=click.FloatRange(0, CATCHUP_WINDOW_S_MAX),
+              help="Seconds a missed fire may be late and still run (default 60).")
+@click.option("--priority", type=click.IntRange(0, 10), help="Of each fire's task: 0 (highest) "
+              ".. 10 (lowest).")
+@click.option("--jitter", "jitter_s", type=click.FloatRange(0, JITTER_S_MAX),
+              help="Up to this many seconds added to each fire (default 0).")
+@click.option("--start-at", callback=time_option, help="No fire before: RFC 3339 or epoch s.")
+@click.option("--end-at", callback=time_option, help="No fire after: RFC 3339 or epoch s.")
 @pass_state
-def put(st: State, schedule_id, cron, timezone, task_type, payload, tenant):
+def put(st: State, schedule_id, cron, timezone, task_type, payload, tenant, **policies):
     """Create or replace a schedule."""
     sched = st.client.put_schedule(schedule_id, cron, task_type, payload, timezone=timezone,
-                                   tenant=tenant)
+                                   tenant=tenant, **policies)
     st.show(sched, render.schedule_detail(sched))
 
 
@@ -59,7 +80,7 @@ schedules_delete = _schedule_verb("delete", "delete_schedule", "Delete a schedul
 @schedules.command()
 @click.argument("expr")
 @click.option("--tz", "timezone", help="IANA time zone (default UTC).")
-@click.option("--count", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option("--count", type=click.IntRange(1, API_LIMITS.cron_preview_fires_max), default=5, show_default=True)
 @pass_state
 def preview(st: State, expr, timezone, count):
     """Show the next fire times of a cron expression."""
@@ -82,8 +103,9 @@ def tenants_list(st: State):
 
 @tenants.command(name="set")
 @click.argument("tenant")
-@click.option("--max-running", type=click.IntRange(0, 1_000_000), help="0 = unlimited.")
-@click.option("--weight", type=click.IntRange(1, 1_000_000))
+@click.option("--max-running", type=click.IntRange(0, LIMITS.tenant_running_max),
+              help="0 = unlimited.")
+@click.option("--weight", type=click.IntRange(1, LIMITS.tenant_weight_max))
 @pass_state
 def tenants_set(st: State, tenant, max_running, weight):
     """Set a tenant's running cap and/or fair-share weight."""

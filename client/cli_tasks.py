@@ -7,6 +7,8 @@ import time
 
 import click
 
+from tsched.statemachine.limits import LIMITS, SECOND_MS
+
 from . import render
 from ._api import TERMINAL_STATES
 from .cli_common import State, json_option, time_option, cli, pass_state
@@ -22,10 +24,13 @@ STATES = ["pending", "running", "completed", "cancelled", "dead_letter"]
 @click.argument("task_type", required=False)
 @click.option("--payload", callback=json_option, help="Payload as JSON.")
 @click.option("--tenant", help="Tenant (default: default).")
-@click.option("--priority", type=click.IntRange(0, 10), help="0 (highest) .. 10 (lowest).")
+@click.option("--priority", type=click.IntRange(0, LIMITS.priority_max),
+              help=f"0 (highest) .. {LIMITS.priority_max} (lowest).")
 @click.option("--run-at", callback=time_option, help="RFC 3339 time or epoch seconds.")
-@click.option("--delay", type=click.FloatRange(0, 10 * 365 * 86400), help="Seconds from now.")
-@click.option("--max-retries", type=click.IntRange(0, 1000), help="Retries after the first run.")
+@click.option("--delay", type=click.FloatRange(0, LIMITS.run_at_ahead_ms_max / SECOND_MS),
+              help="Seconds from now.")
+@click.option("--max-retries", type=click.IntRange(0, LIMITS.max_retries_max),
+              help="Retries after the first run.")
 @click.option("--idempotency-key", help="Repeat submits with this key return the same task.")
 @click.option("--file", "file", type=click.File("r"),
               help="Bulk submit: JSON lines, one task object each.")

@@ -10,6 +10,8 @@ from typing import Any, AsyncIterator, Callable, Iterable, Iterator
 
 import httpx
 
+from tsched.statemachine.limits import API_LIMITS
+
 from . import _aio
 from ._api import ApiCalls
 from ._core import (TRANSPORT_ERRORS, Call, Rotation, SeqTracker, build_request, decode,
@@ -18,7 +20,7 @@ from ._core import (TRANSPORT_ERRORS, Call, Rotation, SeqTracker, build_request,
 CONNECT_TIMEOUT_S = 2.0    # a dead or unreachable node must not eat the whole deadline
 ATTEMPT_READ_S = 10.0      # longer than a node's own commit wait, shorter than the deadline
 PAGE_SIZE = 100
-PAGE_SIZE_MAX = 1000       # the API's bound on `limit`
+PAGE_SIZE_MAX = API_LIMITS.list_page_items_max   # the API's bound on `limit`
 
 
 class _Base(ApiCalls):

@@ -350,3 +350,8 @@ class Worker:
         except ApiError as exc:
             if exc.code not in LEASE_LOST_CODES:   # already someone else's: nothing to give
                 log.warning("task %s: could not give back: %s", job.ctx.task_id, exc)
+
+
+if __name__ == "__main__":   # `python -m tsched.client.worker` is `tsworker` (tsworker.py)
+    from .tsworker import main
+    main()

@@ -1,31 +1,30 @@
-"""An example producer: submits a few tasks and waits for their results.
+"""An example producer: submits through the decorated functions of `tasks` and waits for the
+results. Run it from this folder, next to `tsworker tasks`:
 
-    .venv/bin/python examples/producer.py [COUNT]
+    cd examples && ../.venv/bin/python producer.py [COUNT]
 """
-import os
+from __future__ import annotations
+
 import sys
-import time
 
-from tsched.client import Client
-
-URLS = os.environ.get(
-    "TSCTL_URL", "http://127.0.0.1:8701,http://127.0.0.1:8702,http://127.0.0.1:8703")
-TERMINAL = ("completed", "cancelled", "dead_letter")
+from tasks import add, app, send_email
+from tsched.client import TaskFailed
 
 
 def main(count: int) -> int:
-    with Client(URLS) as client:
-        ids = [client.submit("send_email", {"to": f"user{i}@example.com"}, priority=3)["task_id"]
-               for i in range(count)]
-        print(f"submitted {len(ids)} tasks")
-        deadline = time.monotonic() + 60
-        for task_id in ids:
-            task = client.get(task_id)
-            while task["state"] not in TERMINAL and time.monotonic() < deadline:
-                time.sleep(0.2)   # poll until the worker has finished it
-                task = client.get(task_id)
-            print(f"{task_id}  {task['state']}  {task.get('result')}")
-        return 0 if all(client.get(i)["state"] == "completed" for i in ids) else 1
+    with app:
+        handles = send_email.submit_many(
+            [([f"user{i}@example.com"], {"subject": "welcome"}) for i in range(count)])
+        print(f"submitted {len(handles)} emails")
+        for h in handles:
+            print(f"{h.task_id}  {h.result(timeout_s=60)}")
+        print(f"2 + 3 = {add.using(priority=0).submit(2, 3).result(timeout_s=60)}")
+        try:
+            send_email.submit("nobody").result(timeout_s=60)
+        except TaskFailed as exc:
+            print(f"refused as expected: {exc.last_error}")
+            return 0
+        return 1
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from tsched.statemachine import commands as c
+from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
 
 from . import cron, firing, present, validate
 from .api_common import before_read, json_body, node_of, propose_one, request_id, respond
@@ -23,9 +24,10 @@ routes = web.RouteTableDef()
 
 OVERLAPS = ("allow", "skip", "buffer_one")
 MISFIRES = ("run_all", "run_once", "skip")
-CATCHUP_WINDOW_S_MAX = 7 * 86_400
-JITTER_S_MAX = 3_600
-PREVIEW_COUNT_MAX = 100
+# Bounds from statemachine/limits.py, in the API's units.
+CATCHUP_WINDOW_S_MAX = LIMITS.catchup_window_ms_max // SECOND_MS
+JITTER_S_MAX = LIMITS.jitter_ms_max // SECOND_MS
+PREVIEW_COUNT_MAX = API_LIMITS.cron_preview_fires_max
 DEFAULT_TENANT = "default"
 # Read-only fields of a schedule as GET shows it: a PUT of that body back is accepted.
 _ECHOED = ("schedule_id", "next_fire_at", "fires", "created_at", "updated_at", "applied_seq")
@@ -62,11 +64,13 @@ def parse_spec(expr: Any, zone: Any, schedule_id: str = "") -> cron.CronSpec:
 def _template(value: Any) -> c.TaskTemplate:
     f = validate.Fields(value, "task")
     out = c.TaskTemplate(
-        task_type=validate.name(f.get("task_type"), "task.task_type"),
+        task_type=validate.name(f.get("task_type"), "task.task_type",
+                                validate.TASK_TYPE_CHARS_MAX),
         payload_json=validate.json_text(f.get("payload"), "task.payload"),
-        priority=validate.integer(f.get("priority"), "task.priority", 0, 10, default=5),
-        timeout_ms=validate.seconds_ms(f.get("timeout_s"), "task.timeout_s", 0.001,
-                                       validate.TIMEOUT_S_MAX, 300_000),
+        priority=validate.integer(f.get("priority"), "task.priority", 0,
+                                  validate.PRIORITY_MAX, default=5),
+        timeout_ms=validate.seconds_ms(f.get("timeout_s"), "task.timeout_s",
+                                       validate.TIMEOUT_S_MIN, validate.TIMEOUT_S_MAX, 300_000),
         max_retries=validate.integer(f.get("max_retries"), "task.max_retries", 0,
                                      validate.MAX_RETRIES_MAX, default=3),
         retry=validate.retry_policy(f.get("retry")),

@@ -24,8 +24,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from croniter import CroniterError
 
-EXPR_CHARS_MAX = 200
-ZONE_CHARS_MAX = 64
+from tsched.statemachine.limits import LIMITS
+
+EXPR_CHARS_MAX = LIMITS.cron_chars_max     # statemachine/limits.py: the one source
+ZONE_CHARS_MAX = LIMITS.timezone_chars_max
 HASH_ID_CHARS_MAX = 256
 # Without a year field every expression repeats within the 400-year Gregorian cycle, and in
 # practice within 28 years (Feb 29 on a given weekday); 2096 -> 2104 is the longest leap gap.

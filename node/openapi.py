@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from . import api_schedules as schedules_api
+from . import cron
 from . import validate as v
 from .errors import STATUS_BY_CODE
 
@@ -80,7 +81,13 @@ TIME_IN = {"oneOf": [{"type": "string", "format": "date-time"}, {"type": "number
 ANY_JSON = {"description": "any JSON value"}
 STATES = list(v.STATES)
 NAME = string(v.ID_CHARS_MAX, 1)
-TENANT = string(64, 1, pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+TENANT = string(v.TENANT_CHARS_MAX, 1, pattern=v._TENANT_RE.pattern)
+TASK_TYPE = string(v.TASK_TYPE_CHARS_MAX, 1)
+PRIORITY = {**integer(0, v.PRIORITY_MAX), "default": 5}
+TIMEOUT_S = number(v.TIMEOUT_S_MIN, v.TIMEOUT_S_MAX)
+FENCING_TOKEN = integer(0, v.FENCING_TOKEN_MAX)
+RESULT = {**ANY_JSON, "description": f"JSON, at most {v.RESULT_BYTES_MAX} bytes"}
+ERROR = string(v.ERROR_CHARS_MAX, description=f"at most {v.ERROR_BYTES_MAX} UTF-8 bytes")
 APPLIED_SEQ = integer(0, description="state machine batches applied on the answering node")
 
 
@@ -91,20 +98,22 @@ def _retry() -> Schema:
         "backoff": {"type": "string", "enum": ["exponential", "linear", "fixed"]},
         "base_s": number(0, v.RETRY_S_MAX),
         "max_s": number(0, v.RETRY_S_MAX),
-        "multiplier": number(1, v.MULTIPLIER_MAX),
-        "jitter": number(0, 1, "fraction of the delay subtracted at most"),
+        "multiplier": number(v.MULTIPLIER_MIN, v.MULTIPLIER_MAX),
+        "jitter": number(0, v.JITTER_MAX, "fraction of the delay subtracted at most"),
     }, closed=True)
 
 
 def _task_submit() -> Schema:
     return obj({
-        "task_type": NAME,
-        "payload": {**ANY_JSON, "description": f"JSON, at most {v.PAYLOAD_BYTES_MAX} bytes"},
+        "task_type": TASK_TYPE,
+        "payload": {**ANY_JSON, "description": f"JSON, at most {v.PAYLOAD_BYTES_MAX} bytes "
+                    "(larger: 413 too_large)"},
         "tenant": {**TENANT, "default": "default"},
-        "priority": {**integer(0, 10), "default": 5},
-        "run_at": TIME_IN,
+        "priority": PRIORITY,
+        "run_at": {**TIME_IN, "description": "RFC 3339 with an offset, or epoch seconds; at "
+                   f"most {v.DELAY_S_MAX} s ahead"},
         "delay_s": number(0, v.DELAY_S_MAX, "instead of run_at"),
-        "timeout_s": {**number(0.001, v.TIMEOUT_S_MAX), "default": 300},
+        "timeout_s": {**TIMEOUT_S, "default": 300},
         "max_retries": {**integer(0, v.MAX_RETRIES_MAX), "default": 3},
         "retry": ref("RetryPolicy"),
         "idempotency_key": string(v.IDEMPOTENCY_KEY_CHARS_MAX),
@@ -166,28 +175,28 @@ def _error() -> Schema:
 def _claim() -> Schema:
     return obj({
         "worker_id": NAME,
-        "task_types": {"type": "array", "items": NAME, "minItems": 1,
+        "task_types": {"type": "array", "items": TASK_TYPE, "minItems": 1,
                        "maxItems": v.TASK_TYPES_MAX},
         "max_tasks": {**integer(1, v.CLAIM_TASKS_MAX), "default": 1},
         "wait_s": {**number(0, v.WAIT_S_MAX), "default": 0},
-        "lease_s": {**number(1, v.LEASE_S_MAX), "default": 30},
+        "lease_s": {**number(v.LEASE_S_MIN, v.LEASE_S_MAX), "default": 30},
         "prefetch_ms": {**integer(0, v.PREFETCH_MS_MAX), "default": 0,
                         "description": "early dispatch: tasks due within this horizon"},
     }, ("worker_id", "task_types"), closed=True)
 
 
 def _heartbeat_item(batch: bool) -> Schema:
-    props = {"fencing_token": integer(0), "lease_s": {**number(1, v.LEASE_S_MAX), "default": 30}}
+    props = {"fencing_token": FENCING_TOKEN,
+             "lease_s": {**number(v.LEASE_S_MIN, v.LEASE_S_MAX), "default": 30}}
     if batch:
         props = {"task_id": NAME, **props}
     return obj(props, ("task_id", "fencing_token") if batch else ("fencing_token",), closed=True)
 
 
 def _completion_item() -> Schema:
-    done = obj({"task_id": NAME, "fencing_token": integer(0), "result": ANY_JSON},
+    done = obj({"task_id": NAME, "fencing_token": FENCING_TOKEN, "result": RESULT},
                ("task_id", "fencing_token"), closed=True)
-    failed = obj({"task_id": NAME, "fencing_token": integer(0),
-                  "error": string(v.ERROR_CHARS_MAX),
+    failed = obj({"task_id": NAME, "fencing_token": FENCING_TOKEN, "error": ERROR,
                   "retryable": {"type": "boolean", "default": True}},
                  ("task_id", "fencing_token"), closed=True)
     return {"oneOf": [done, failed]}
@@ -195,10 +204,10 @@ def _completion_item() -> Schema:
 
 def _schedule_put() -> Schema:
     template = obj({
-        "task_type": NAME,
-        "payload": ANY_JSON,
-        "priority": {**integer(0, 10), "default": 5},
-        "timeout_s": number(0.001, v.TIMEOUT_S_MAX),
+        "task_type": TASK_TYPE,
+        "payload": {**ANY_JSON, "description": f"JSON, at most {v.PAYLOAD_BYTES_MAX} bytes"},
+        "priority": PRIORITY,
+        "timeout_s": TIMEOUT_S,
         "max_retries": integer(0, v.MAX_RETRIES_MAX),
         "retry": ref("RetryPolicy"),
     }, ("task_type",), closed=True)
@@ -208,8 +217,9 @@ def _schedule_put() -> Schema:
     return obj({
         "schedule_id": {**NAME, "description": "must equal the path's, when given"},
         "tenant": {**TENANT, "default": "default"},
-        "cron": string(200, 1, "5 fields, or 6 with seconds first; @daily etc.; L W # H"),
-        "timezone": {**string(64, 1), "default": "UTC", "description": "IANA zone"},
+        "cron": string(cron.EXPR_CHARS_MAX, 1, "5 fields, or 6 with seconds first; @daily etc.; L W # H"),
+        "timezone": {**string(cron.ZONE_CHARS_MAX, 1), "default": "UTC",
+                     "description": "IANA zone"},
         "task": template,
         "overlap": {"type": "string", "enum": list(schedules_api.OVERLAPS),
                     "default": "allow"},
@@ -300,9 +310,9 @@ def components() -> dict[str, Schema]:
                                 "cancel_requested": {"type": "boolean"},
                                 "applied_seq": APPLIED_SEQ},
                                ("lease_expires_at", "cancel_requested")),
-        "CompleteRequest": obj({"fencing_token": integer(0), "result": ANY_JSON},
+        "CompleteRequest": obj({"fencing_token": FENCING_TOKEN, "result": RESULT},
                                ("fencing_token",), closed=True),
-        "FailRequest": obj({"fencing_token": integer(0), "error": string(v.ERROR_CHARS_MAX),
+        "FailRequest": obj({"fencing_token": FENCING_TOKEN, "error": ERROR,
                             "retryable": {"type": "boolean", "default": True}},
                            ("fencing_token",), closed=True),
         "SchedulePut": _schedule_put(),
@@ -410,7 +420,7 @@ def _task_paths() -> dict[str, Any]:
             "Fail a task", task, body=ref("FailRequest"), params=[TASK_ID],
             errors=WRITE_ERRORS, tag="workers")},
         "/v1/tasks/{task_id}/release": {"post": op(
-            "Release a task", task, body=obj({"fencing_token": integer(0)}, ("fencing_token",),
+            "Release a task", task, body=obj({"fencing_token": FENCING_TOKEN}, ("fencing_token",),
                                              closed=True,
                                              description="give a claimed task back unrun, "
                                                          "without using up a retry"),
@@ -462,8 +472,8 @@ def _schedule_paths() -> dict[str, Any]:
                 "cron": string(), "timezone": string(), "applied_seq": APPLIED_SEQ,
                 "fires": {"type": "array", "items": string(
                     description="RFC 3339 in the given zone, with its offset")}}, ("fires",)),
-            params=[{**query("cron", string(200, 1)), "required": True},
-                    query("timezone", {**string(64, 1), "default": "UTC"}),
+            params=[{**query("cron", string(cron.EXPR_CHARS_MAX, 1)), "required": True},
+                    query("timezone", {**string(cron.ZONE_CHARS_MAX, 1), "default": "UTC"}),
                     query("from", TIME_IN, "default: now"),
                     query("count", {**integer(1, schedules_api.PREVIEW_COUNT_MAX),
                                     "default": 10}),

@@ -13,35 +13,51 @@ from typing import Any, Mapping
 import orjson
 
 from tsched.statemachine import commands as c
+from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
 
 from .errors import ApiError, invalid
 
-PAYLOAD_BYTES_MAX = 256 * 1024
-ERROR_CHARS_MAX = 4096
-ID_CHARS_MAX = 128
-IDEMPOTENCY_KEY_CHARS_MAX = 256
-BATCH_MAX = 1000
-TASK_TYPES_MAX = 32
-CLAIM_TASKS_MAX = 100
-WAIT_S_MAX = 60
-LEASE_S_MAX = 3600
-PREFETCH_MS_MAX = 1000
-TIMEOUT_S_MAX = 7 * 86400
-DELAY_S_MAX = 10 * 366 * 86400
-MAX_RETRIES_MAX = 100
-RETRY_S_MAX = 86400
-MULTIPLIER_MAX = 100
-TENANT_RUNNING_MAX = 1_000_000
-TENANT_WEIGHT_MAX = 1000
-LIST_LIMIT_MAX = 1000
-# Nesting of a request body: Python's json (and so most clients) fails near 1000 levels,
-# so a payload nested that deep would be stored and then break every reader of the task.
-JSON_DEPTH_MAX = 64
-EPOCH_MS_MAX = 253402300799999      # 9999-12-31T23:59:59.999Z
+# Every bound comes from statemachine/limits.py (one place): the state machine's own bounds
+# (LIMITS), converted to the API's units, so that what the state machine would refuse is
+# refused here, before anything is proposed; and the bounds only the API has (API_LIMITS).
+# A cluster may set `[limits]`: the HTTP layer keeps the defaults, so a raised limit is
+# still refused here and a lowered one is refused by the state machine at apply.
+L, A = LIMITS, API_LIMITS
+PAYLOAD_BYTES_MAX = L.payload_bytes_max
+RESULT_BYTES_MAX = L.result_bytes_max
+ERROR_BYTES_MAX = L.error_bytes_max
+ERROR_CHARS_MAX = ERROR_BYTES_MAX        # characters of an error are bytes at most
+ID_CHARS_MAX = L.id_chars_max
+TENANT_CHARS_MAX = L.tenant_chars_max
+TASK_TYPE_CHARS_MAX = L.task_type_chars_max
+IDEMPOTENCY_KEY_CHARS_MAX = L.idempotency_key_chars_max
+BATCH_MAX = A.request_items_max
+TASK_TYPES_MAX = L.claim_task_types_max
+CLAIM_TASKS_MAX = L.claim_tasks_max
+WAIT_S_MAX = A.claim_wait_ms_max // SECOND_MS
+LEASE_S_MIN = L.lease_ms_min / SECOND_MS
+LEASE_S_MAX = L.lease_ms_max // SECOND_MS
+PREFETCH_MS_MAX = L.prefetch_ms_max
+PRIORITY_MAX = L.priority_max
+TIMEOUT_S_MIN = L.timeout_ms_min / SECOND_MS
+TIMEOUT_S_MAX = L.timeout_ms_max // SECOND_MS
+DELAY_S_MAX = L.run_at_ahead_ms_max // SECOND_MS
+MAX_RETRIES_MAX = L.max_retries_max
+RETRY_S_MAX = L.backoff_ms_max // SECOND_MS
+MULTIPLIER_MIN = L.multiplier_milli_min / 1000
+MULTIPLIER_MAX = L.multiplier_milli_max / 1000
+JITTER_MAX = L.jitter_permille_max / 1000
+FENCING_TOKEN_MAX = L.fencing_token_max
+TENANT_RUNNING_MAX = L.tenant_running_max
+TENANT_WEIGHT_MAX = L.tenant_weight_max
+LIST_LIMIT_MAX = A.list_page_items_max
+CURSOR_CHARS_MAX = A.cursor_chars_max
+JSON_DEPTH_MAX = A.json_depth_max
+EPOCH_MS_MAX = A.epoch_ms_max
 STATES = ("pending", "running", "completed", "cancelled", "dead_letter")
 
-_TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-_NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
+_TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,%d}$" % TENANT_CHARS_MAX)
+_NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]+$")   # lengths are checked by `text`
 
 
 class Fields:
@@ -117,11 +133,24 @@ def text(value: Any, name: str, hi: int, *, lo: int = 1, default: str | None = N
 
 
 def tenant(value: Any, name: str = "tenant", default: str | None = None) -> str:
-    return text(value, name, 64, default=default, pattern=_TENANT_RE)
+    return text(value, name, TENANT_CHARS_MAX, default=default, pattern=_TENANT_RE)
 
 
-def name(value: Any, field: str) -> str:
-    return text(value, field, ID_CHARS_MAX, pattern=_NAME_RE)
+def name(value: Any, field: str, hi: int = ID_CHARS_MAX) -> str:
+    return text(value, field, hi, pattern=_NAME_RE)
+
+
+def sized_text(value: Any, name: str, bytes_max: int) -> str:
+    """A string whose UTF-8 size is bounded (as the state machine counts it): too big is
+    413 `too_large`."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise invalid(f"{name} must be a string", field=name)
+    if len(value) > bytes_max or len(value.encode("utf-8", "surrogatepass")) > bytes_max:
+        raise ApiError("too_large", f"{name} is over {bytes_max} bytes, the limit",
+                       {"field": name, "limit": bytes_max})
+    return value
 
 
 def json_text(value: Any, name: str, limit: int = PAYLOAD_BYTES_MAX) -> str:
@@ -190,9 +219,9 @@ def retry_policy(value: Any) -> c.RetryPolicy:
         raise invalid("retry.backoff must be exponential, linear or fixed", field="retry.backoff")
     base_ms = seconds_ms(f.get("base_s"), "retry.base_s", 0, RETRY_S_MAX, d.base_ms)
     max_ms = seconds_ms(f.get("max_s"), "retry.max_s", 0, RETRY_S_MAX, d.max_ms)
-    mult = number(f.get("multiplier"), "retry.multiplier", 1, MULTIPLIER_MAX,
+    mult = number(f.get("multiplier"), "retry.multiplier", MULTIPLIER_MIN, MULTIPLIER_MAX,
                   d.multiplier_milli / 1000)
-    jitter = number(f.get("jitter"), "retry.jitter", 0, 1, d.jitter_permille / 1000)
+    jitter = number(f.get("jitter"), "retry.jitter", 0, JITTER_MAX, d.jitter_permille / 1000)
     f.done()
     if max_ms < base_ms:
         raise invalid("retry.max_s must be >= retry.base_s", field="retry.max_s")
@@ -207,17 +236,17 @@ def submit(body: Any, *, now_ms: int, request_id: str, task_id: str,
     if f.has("run_at") and f.has("delay_s"):
         raise invalid("give run_at or delay_s, not both", field="delay_s")
     if f.has("run_at"):
-        run_at_ms = instant_ms(f.get("run_at"), "run_at")
+        run_at_ms = run_at(f.get("run_at"), now_ms)
     elif f.has("delay_s"):
         run_at_ms = now_ms + seconds_ms(f.get("delay_s"), "delay_s", 0, DELAY_S_MAX, 0)
     cmd = c.SubmitTask(
         request_id=request_id, now_ms=now_ms, task_id=task_id,
-        task_type=name(f.get("task_type"), "task_type"),
+        task_type=name(f.get("task_type"), "task_type", TASK_TYPE_CHARS_MAX),
         tenant=tenant(f.get("tenant"), default="default"),
         payload_json=json_text(f.get("payload"), "payload"),
-        priority=integer(f.get("priority"), "priority", 0, 10, default=5),
+        priority=integer(f.get("priority"), "priority", 0, PRIORITY_MAX, default=5),
         run_at_ms=run_at_ms,
-        timeout_ms=seconds_ms(f.get("timeout_s"), "timeout_s", 0.001, TIMEOUT_S_MAX, 300_000),
+        timeout_ms=timeout_ms(f.get("timeout_s"), 300_000),
         max_retries=integer(f.get("max_retries"), "max_retries", 0, MAX_RETRIES_MAX, default=3),
         retry=retry_policy(f.get("retry")),
         idempotency_key=text(f.get("idempotency_key"), "idempotency_key",
@@ -225,6 +254,23 @@ def submit(body: Any, *, now_ms: int, request_id: str, task_id: str,
     )
     f.done()
     return cmd
+
+
+def run_at(value: Any, now_ms: int) -> int:
+    """An instant at most `DELAY_S_MAX` ahead of `now_ms` (the state machine's bound)."""
+    ms = instant_ms(value, "run_at")
+    if ms > now_ms + L.run_at_ahead_ms_max:
+        raise invalid(f"run_at is more than {DELAY_S_MAX // 86_400} days ahead",
+                      field="run_at")
+    return ms
+
+
+def timeout_ms(value: Any, default_ms: int) -> int:
+    return seconds_ms(value, "timeout_s", TIMEOUT_S_MIN, TIMEOUT_S_MAX, default_ms)
+
+
+def lease_ms(value: Any) -> int:
+    return seconds_ms(value, "lease_s", LEASE_S_MIN, LEASE_S_MAX, 30_000)
 
 
 def submit_batch(body: Any) -> list[Any] | None:
@@ -252,10 +298,11 @@ def claim(body: Any) -> dict[str, Any]:
                       field="task_types")
     out = {
         "worker_id": name(f.get("worker_id"), "worker_id"),
-        "task_types": tuple(sorted({name(t, "task_types[]") for t in types})),
+        "task_types": tuple(sorted({name(t, "task_types[]", TASK_TYPE_CHARS_MAX)
+                                    for t in types})),
         "max_tasks": integer(f.get("max_tasks"), "max_tasks", 1, CLAIM_TASKS_MAX, default=1),
         "wait_s": number(f.get("wait_s"), "wait_s", 0, WAIT_S_MAX, default=0),
-        "lease_ms": seconds_ms(f.get("lease_s"), "lease_s", 1, LEASE_S_MAX, 30_000),
+        "lease_ms": lease_ms(f.get("lease_s")),
         "prefetch_ms": integer(f.get("prefetch_ms"), "prefetch_ms", 0, PREFETCH_MS_MAX,
                                default=0),
     }
@@ -266,13 +313,13 @@ def claim(body: Any) -> dict[str, Any]:
 def fencing_token(value: Any) -> int:
     if value is None:
         raise invalid("fencing_token is required", field="fencing_token")
-    return integer(value, "fencing_token", 0, 2**63 - 1)
+    return integer(value, "fencing_token", 0, FENCING_TOKEN_MAX)
 
 
 def heartbeat(body: Any, where: str = "body") -> dict[str, Any]:
     f = Fields(body, where)
     out = {"fencing_token": fencing_token(f.get("fencing_token")),
-           "lease_ms": seconds_ms(f.get("lease_s"), "lease_s", 1, LEASE_S_MAX, 30_000)}
+           "lease_ms": lease_ms(f.get("lease_s"))}
     if where != "body":
         out["task_id"] = task_id(f.get("task_id"))
     f.done()
@@ -293,10 +340,10 @@ def completion(body: Any, where: str = "body", *, failing: bool | None = None) -
     if where != "body":
         out["task_id"] = task_id(f.get("task_id"))
     if failing:
-        out["error"] = text(f.get("error"), "error", ERROR_CHARS_MAX, lo=0, default="")
+        out["error"] = sized_text(f.get("error"), "error", ERROR_BYTES_MAX)
         out["retryable"] = boolean(f.get("retryable"), "retryable", True)
     else:
-        out["result_json"] = json_text(f.get("result"), "result")
+        out["result_json"] = json_text(f.get("result"), "result", RESULT_BYTES_MAX)
     f.done()
     return out
 
@@ -375,6 +422,6 @@ def task_filters(q: Mapping[str, str]) -> dict[str, Any]:
         "tenant": tenant(q["tenant"]) if "tenant" in q else None,
         "task_type": name(q["task_type"], "task_type") if "task_type" in q else None,
         "schedule_id": name(q["schedule_id"], "schedule_id") if "schedule_id" in q else None,
-        "cursor": text(q["cursor"], "cursor", 512) if "cursor" in q else None,
+        "cursor": text(q["cursor"], "cursor", CURSOR_CHARS_MAX) if "cursor" in q else None,
         "limit": query_int(q, "limit", 1, LIST_LIMIT_MAX, 100),
     }

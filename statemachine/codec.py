@@ -1,21 +1,14 @@
 """Bytes in and out of the state machine: command batches and snapshots (msgpack).
 
-This is the only module that uses msgpack. A batch is a msgpack list of
-`[type_tag, {field: value}]` pairs; `RetryPolicy` and `TaskTemplate` values travel as
-field maps too. Decoding checks the structure (known tags, known fields, required fields
-present) and raises `DecodeError` otherwise; field *values* are checked at apply time,
-where a bad one becomes an `invalid_argument` result.
+The only module that uses msgpack. A batch: see `BATCH_FORMAT`; decoding checks the
+structure and raises `DecodeError`; field *values* are checked at apply time.
 
-Records (`task_record`, ...) are flat msgpack arrays; `pack(record)` is their canonical
-encoding, which the digest hashes (digest.py). A snapshot (format 3) is a msgpack map of
-counters and plain lists in a canonical order (tenants and schedules sorted, the record
-counts, `tasks_sum`: the tasks' part of the digest), then the tasks in seq order in chunks
-of up to `TASK_CHUNK` rows (one C call decodes a chunk; repeated strings and retry
-policies are indexes into the chunk's tables, see `_task_chunk`), then an array of the
-request records in table order and their item hashes (one bin, 16 bytes each). So equal
-states encode to equal bytes. Restoring a million tasks is a decode and an object per
-task: no item hash is recomputed (digest.py says why that is safe). Formats 1 and 2 (one
-canonical record per task and request, hashed on load) are still read.
+`pack(record)` is the canonical encoding of a record (records.py), which the digest hashes
+(digest.py). A snapshot (format 3) is a msgpack map of counters and plain lists in a
+canonical order (tenants and schedules sorted, the record counts, `tasks_sum`: the tasks'
+part of the digest), then the tasks in seq order in chunks of up to `TASK_CHUNK` rows
+(`records.task_chunk`), then an array of the request records in table order and their item
+hashes (one bin, 16 bytes each): equal states encode to equal bytes. Formats 1, 2 read.
 """
 from __future__ import annotations
 
@@ -27,8 +20,16 @@ from itertools import islice
 import msgpack
 
 from . import commands as c
+from .errors import DecodeError
 from .limits import Limits
-from .model import STATES, Attempt, FireRecord, Schedule, Task, TenantView
+from .records import (retry_from, retry_record, schedule_from, schedule_record, task_chunk,
+                      task_from, task_record, tasks_of_chunk, template_from, template_record,
+                      tenant_from, tenant_record)
+
+__all__ = ["DecodeError", "encode_batch", "decode_batch", "encode_snapshot",
+           "decode_snapshot", "pack", "request_record", "retry_from", "retry_record",
+           "schedule_from", "schedule_record", "task_from", "task_record", "template_from",
+           "template_record", "tenant_from", "tenant_record"]
 
 SNAPSHOT_VERSION = 3
 SNAPSHOT_VERSIONS_READ = (1, 2, 3)   # 1: the tasks were a list inside the map; 2: one by one
@@ -36,8 +37,6 @@ TASK_CHUNK = 4096                    # task records per array in a format 3 snap
 BATCH_COMMANDS_MAX = Limits().batch_commands_max   # one bound for encode and decode
 
 
-class DecodeError(ValueError):
-    """The bytes are not a batch of known commands."""
 
 
 _TAGS: dict[str, type[c.Command]] = {cls.__name__: cls for cls in c.COMMAND_TYPES}
@@ -117,8 +116,8 @@ def _need(value, kind: type, name: str) -> None:
 def _retry(value) -> c.RetryPolicy:
     if not isinstance(value, dict) or not value.keys() <= _RETRY_FIELD_SET:
         raise DecodeError("retry must be a map of RetryPolicy fields")
-    if not _cacheable(value):
-        return c.RetryPolicy(**value)
+    if not all(type(v) is int or type(v) is str for v in value.values()):
+        return c.RetryPolicy(**value)   # 1, 1.0 and True are equal but must stay distinct
     key = tuple(value.items())
     policy = _retry_cache.get(key)
     if policy is None:
@@ -127,13 +126,6 @@ def _retry(value) -> c.RetryPolicy:
             _retry_cache.clear()
         _retry_cache[key] = policy
     return policy
-
-
-def _cacheable(value: dict) -> bool:
-    for v in value.values():
-        if type(v) is not int and type(v) is not str:
-            return False
-    return True
 
 
 def _template(value) -> c.TaskTemplate:
@@ -266,228 +258,13 @@ def _retry_positional(value) -> c.RetryPolicy:
     return policy
 
 
-# --- records (snapshot parts) --------------------------------------------------------------------
-
-def retry_record(p: c.RetryPolicy) -> list:
-    return [p.backoff, p.base_ms, p.max_ms, p.multiplier_milli, p.jitter_permille]
-
-
-def retry_from(r, cache: dict) -> c.RetryPolicy:
-    key = r if type(r) is tuple else tuple(r)
-    policy = cache.get(key)
-    if policy is None:
-        policy = cache[key] = c.RetryPolicy(backoff=r[0], base_ms=r[1], max_ms=r[2],
-                                            multiplier_milli=r[3], jitter_permille=r[4])
-    return policy
-
-
-def task_record(t: Task) -> list:
-    attempts = [[a.attempt, a.worker_id, a.fencing_token, a.started_at_ms, a.ended_at_ms,
-                 a.outcome, a.error] for a in t._attempts] if t._attempts else ()
-    return [t.seq, t.task_id, t.tenant, t.task_type, t.payload_json, t.priority, t.run_at_ms,
-            t.state, t.attempt, t.max_retries, retry_record(t.retry), t.timeout_ms,
-            t.idempotency_key, t.schedule_id, t.lease_expires_at_ms, t.fencing_token,
-            t.worker_id, t.cancel_requested, t.last_error, t.result_json, t.created_at_ms,
-            t.started_at_ms, t.completed_at_ms, t.failures, attempts]
-
-
-_new_task = Task.__new__
-_STATES = {state: state for state in STATES}   # one string object per state, not per task
-
-
-def task_from(r, cache: dict, intern=lambda s: s) -> Task:
-    """A Task from its record (a list or tuple), slot by slot: restore builds a million.
-    Equal times and timeouts share one int object (a decoded int is a fresh 32-byte object
-    per field, and created_at/run_at are mostly equal), as they do in a node that applied
-    the submits."""
-    (seq, task_id, tenant, task_type, payload_json, priority, run_at_ms, state, attempt,
-     max_retries, retry, timeout_ms, idempotency_key, schedule_id, lease_expires_at_ms,
-     fencing_token, worker_id, cancel_requested, last_error, result_json, created_at_ms,
-     started_at_ms, completed_at_ms, failures, attempts) = r
-    t = _new_task(Task)
-    t.task_id = task_id
-    t.tenant = intern(tenant)
-    t.task_type = intern(task_type)
-    t.payload_json = payload_json
-    t.priority = priority
-    shared = cache.get(created_at_ms)
-    if shared is None:
-        shared = _share(cache, created_at_ms)
-    t.created_at_ms = shared
-    t.run_at_ms = shared if run_at_ms == shared else run_at_ms
-    t.state = _STATES.get(state, state)
-    t.attempt = attempt
-    t.max_retries = max_retries
-    t.retry = retry_from(retry, cache)
-    t.timeout_ms = cache.get(timeout_ms) or _share(cache, timeout_ms)
-    t.idempotency_key = idempotency_key
-    t.schedule_id = schedule_id
-    t.lease_expires_at_ms = lease_expires_at_ms
-    t.fencing_token = fencing_token
-    t.worker_id = worker_id
-    t.cancel_requested = cancel_requested
-    t.last_error = last_error
-    t.result_json = result_json
-    t.started_at_ms = started_at_ms
-    t.completed_at_ms = completed_at_ms
-    t._attempts = [Attempt(*a) for a in attempts] if attempts else None
-    t.seq = seq
-    t.failures = failures
-    t.qver = 0
-    t.dh = None
-    return t
-
-
-_SHARED_INTS_MAX = 4096
-
-
-def _share(cache: dict, value):
-    """`value` as the object kept for it in `cache` (bounded: cleared when full). Only
-    exact ints are shared: True == 1 but must stay a bool."""
-    if type(value) is not int:
-        return value
-    if len(cache) >= _SHARED_INTS_MAX:
-        cache.clear()
-    cache[value] = value
-    return value
-
-
-# --- format 3 task rows: records with the repeated values as indexes -------------------------
-#
-# A chunk is [strings, retry records, rows]: tenant, task type, state, worker id and
-# schedule id are indexes into the chunk's strings (or nil), the retry policy an index into
-# its retry records, and run_at_ms is nil when it equals created_at_ms. Decoding then makes
-# a fresh object only for what is unique to a task (id, payload, seq, times).
-
-def _task_chunk(tasks: list[Task]) -> list:
-    """One chunk of rows. The lookups are inlined (a snapshot child runs this per task):
-    `sd(value, len(strs))` is the value's index, a new one for a value not seen yet."""
-    strs: dict[str, int] = {}
-    sd = strs.setdefault
-    retries: dict[tuple, int] = {}   # by exact field types and values (1 and True differ)
-    retry_of: dict[int, int] = {}    # id(policy) -> its index: tasks share a few policies
-    rows = []
-    append = rows.append
-    for t in tasks:
-        retry = retry_of.get(id(t.retry))
-        if retry is None:
-            key = tuple((type(v), v) for v in retry_record(t.retry))
-            retry = retry_of[id(t.retry)] = retries.setdefault(key, len(retries))
-        run_at, created, schedule_id, worker_id = (t.run_at_ms, t.created_at_ms,
-                                                   t.schedule_id, t.worker_id)
-        append([t.seq, t.task_id, sd(t.tenant, len(strs)), sd(t.task_type, len(strs)),
-                t.payload_json, t.priority, None if run_at == created else run_at,
-                sd(t.state, len(strs)), t.attempt, t.max_retries, retry, t.timeout_ms,
-                t.idempotency_key,
-                None if schedule_id is None else sd(schedule_id, len(strs)),
-                t.lease_expires_at_ms, t.fencing_token,
-                None if worker_id is None else sd(worker_id, len(strs)),
-                t.cancel_requested, t.last_error, t.result_json, created, t.started_at_ms,
-                t.completed_at_ms, t.failures,
-                [[a.attempt, a.worker_id, a.fencing_token, a.started_at_ms, a.ended_at_ms,
-                  a.outcome, a.error] for a in t._attempts] if t._attempts else ()])
-    return [list(strs), [[v for _, v in key] for key in retries], rows]
-
-
-def _tasks_of_chunk(chunk, cache: dict, intern) -> list[Task]:
-    """The Tasks of one format 3 chunk, slot by slot (a restore builds a million). It
-    repeats `task_from`'s slot assignments on purpose, with the chunk's tables looked up in
-    place: calling a helper per task would add a million calls to a 1M-task restore."""
-    try:
-        strs, retry_records, rows = chunk
-        strs = [intern(_STATES.get(v, v)) if type(v) is str else _bad(v) for v in strs]
-        retries = [retry_from(r, cache) for r in retry_records]
-        out = []
-        for (seq, task_id, tenant, task_type, payload_json, priority, run_at_ms, state,
-             attempt, max_retries, retry, timeout_ms, idempotency_key, schedule_id,
-             lease_expires_at_ms, fencing_token, worker_id, cancel_requested, last_error,
-             result_json, created_at_ms, started_at_ms, completed_at_ms, failures,
-             attempts) in rows:
-            t = _new_task(Task)
-            t.task_id = task_id
-            t.tenant = strs[tenant]
-            t.task_type = strs[task_type]
-            t.payload_json = payload_json
-            t.priority = priority
-            shared = cache.get(created_at_ms)
-            if shared is None:
-                shared = _share(cache, created_at_ms)
-            t.created_at_ms = shared
-            t.run_at_ms = shared if run_at_ms is None else run_at_ms
-            t.state = strs[state]
-            t.attempt = attempt
-            t.max_retries = max_retries
-            t.retry = retries[retry]
-            t.timeout_ms = cache.get(timeout_ms) or _share(cache, timeout_ms)
-            t.idempotency_key = idempotency_key
-            t.schedule_id = None if schedule_id is None else strs[schedule_id]
-            t.lease_expires_at_ms = lease_expires_at_ms
-            t.fencing_token = fencing_token
-            t.worker_id = None if worker_id is None else strs[worker_id]
-            t.cancel_requested = cancel_requested
-            t.last_error = last_error
-            t.result_json = result_json
-            t.started_at_ms = started_at_ms
-            t.completed_at_ms = completed_at_ms
-            t._attempts = [Attempt(*a) for a in attempts] if attempts else None
-            t.seq = seq
-            t.failures = failures
-            t.qver = 0
-            t.dh = None
-            out.append(t)
-        return out
-    except DecodeError:
-        raise
-    except (TypeError, ValueError, IndexError) as exc:
-        raise DecodeError(f"snapshot task rows: {exc.__class__.__name__}") from None
-
-
-def _bad(value):
-    raise DecodeError(f"snapshot strings: {type(value).__name__}")
-
-
-def template_record(t: c.TaskTemplate) -> list:
-    return [t.task_type, t.payload_json, t.priority, t.timeout_ms, t.max_retries,
-            retry_record(t.retry)]
-
-
-def template_from(r: list, cache: dict) -> c.TaskTemplate:
-    return c.TaskTemplate(task_type=r[0], payload_json=r[1], priority=r[2], timeout_ms=r[3],
-                          max_retries=r[4], retry=retry_from(r[5], cache))
-
-
-def schedule_record(s: Schedule) -> list:
-    return [s.tenant, s.schedule_id, s.cron, s.timezone, template_record(s.template), s.overlap,
-            s.misfire, s.catchup_window_ms, s.paused, s.start_at_ms, s.end_at_ms, s.jitter_ms,
-            s.next_fire_ms, s.created_at_ms, s.updated_at_ms,
-            [[f.fire_ms, f.outcome, f.task_id] for f in s.fires]]
-
-
-def schedule_from(r: list, cache: dict) -> Schedule:
-    (tenant, schedule_id, cron, tz, template, overlap, misfire, catchup, paused, start_at,
-     end_at, jitter, next_fire, created, updated, fires) = r
-    return Schedule(tenant, schedule_id, cron, tz, template_from(template, cache), overlap,
-                    misfire, catchup, paused, start_at, end_at, jitter, next_fire, created,
-                    updated, [FireRecord(*f) for f in fires])
-
-
-def tenant_record(v: TenantView) -> list:
-    return [v.tenant, v.max_running, v.weight, v.service]
-
-
-def tenant_from(r: list) -> TenantView:
-    view = TenantView(r[0], r[1], r[2])
-    view.service = r[3]
-    return view
+def pack(record) -> bytes:
+    """The canonical encoding of a record (what the digest hashes)."""
+    return msgpack.packb(record, use_bin_type=True)
 
 
 def request_record(request_id: str, rec: tuple) -> list:
     return [request_id, list(rec)]
-
-
-def pack(record) -> bytes:
-    """The canonical encoding of a record (what the digest hashes)."""
-    return msgpack.packb(record, use_bin_type=True)
 
 
 # --- snapshots ----------------------------------------------------------------------------------
@@ -506,10 +283,10 @@ def encode_snapshot(head: dict, tasks, requests, request_hashes) -> bytes:
     for task in tasks:
         chunk.append(task)
         if len(chunk) == TASK_CHUNK:
-            pack_one(_task_chunk(chunk))
+            pack_one(task_chunk(chunk))
             chunk = []
     if chunk:
-        pack_one(_task_chunk(chunk))
+        pack_one(task_chunk(chunk))
     pack_one([request_record(request_id, rec) for request_id, rec in requests.items()])
     pack_one(b"".join(h.to_bytes(16, "big") for h in request_hashes))
     return packer.bytes()
@@ -560,7 +337,7 @@ def _chunks(unpacker, count: int, cache: dict, intern):
             chunk = unpacker.unpack()
         except Exception as exc:
             raise DecodeError(f"snapshot records: {exc.__class__.__name__}") from None
-        tasks = _tasks_of_chunk(chunk, cache, intern)
+        tasks = tasks_of_chunk(chunk, cache, intern)
         if not 0 < len(tasks) <= min(left, TASK_CHUNK):
             raise DecodeError("snapshot task rows do not match their count")
         left -= len(tasks)

@@ -46,3 +46,7 @@ def ok(value: Any = None) -> Result:
 def reject(code: str, message: str, **details: Any) -> Result:
     assert code in CODES and code != OK, code
     return Result(code, message, None, details)
+
+
+class DecodeError(ValueError):
+    """The bytes are not a batch of known commands, or not a snapshot (codec.py)."""

@@ -1,14 +1,26 @@
-"""Limits: every bound of the replicated state, in one frozen dataclass.
+"""Limits: every bound of tsched, in one place, units last in every name.
 
-Every collection and every size in the state machine is bounded, so that a misbehaving or
-malicious client can only ever get a rejection code, never unbounded memory. The values are
-part of the replicas' configuration: all replicas of one cluster must use equal Limits,
-because a limit decides results (a 429 on one replica and a 201 on another would diverge).
+Two frozen dataclasses:
+
+- `Limits`: the bounds of the replicated state. Every collection and every size in the
+  state machine is bounded, so that a misbehaving or malicious client can only ever get a
+  rejection code, never unbounded memory. The values are part of the replicas'
+  configuration (`[limits]` in cluster.toml): all replicas of one cluster must use equal
+  Limits, because a limit decides results (a 429 on one replica and a 201 on another would
+  diverge).
+- `ApiLimits`: bounds that only the HTTP layer has (request sizes, waits, pages). They do
+  not decide replicated results, so they are not replica configuration.
+
+The HTTP layer (`node/validate.py`), its OpenAPI document (`node/openapi.py`) and `tsctl`
+(`client/cli*.py`) take their numbers from `LIMITS` and `API_LIMITS` below, so a request the
+state machine would refuse is refused before anything is proposed: nothing over a limit is
+written to the Raft log. This module imports nothing, so that the client can use it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+SECOND_MS = 1_000
 DAY_MS = 86_400_000
 
 
@@ -52,6 +64,11 @@ class Limits:
     multiplier_milli_min: int = 1_000        # backoff never shrinks
     multiplier_milli_max: int = 100_000
     jitter_permille_max: int = 1_000
+    fencing_token_max: int = 2 ** 63 - 1     # a signed 64-bit integer in every client
+
+    # --- tenants --------------------------------------------------------------------------
+    tenant_running_max: int = 1_000_000      # a tenant's max_running setting (0: no cap)
+    tenant_weight_max: int = 1_000           # a tenant's fair-share weight (at least 1)
 
     # --- leases ---------------------------------------------------------------------------
     lease_ms_min: int = 1_000                # shorter leases expire under normal GC pauses
@@ -67,3 +84,18 @@ class Limits:
     catchup_window_ms_max: int = 7 * DAY_MS
     jitter_ms_max: int = 3_600_000
     misfire_skip_grace_ms: int = 1_000       # misfire "skip": a fire later than this is skipped
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApiLimits:
+    request_items_max: int = 1_000           # tasks of a batch submit, items of a batch call
+    claim_wait_ms_max: int = 60_000          # how long a claim may long-poll
+    list_page_items_max: int = 1_000         # `limit` of a listing
+    json_depth_max: int = 64                 # nesting of a body (Python's json fails ~1000)
+    epoch_ms_max: int = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, any instant given
+    cron_preview_fires_max: int = 100        # `count` of GET /v1/cron/preview
+    cursor_chars_max: int = 512              # an opaque listing cursor
+
+
+LIMITS = Limits()          # the defaults: what a cluster without `[limits]` uses
+API_LIMITS = ApiLimits()

@@ -4,7 +4,7 @@ A `SeqIndex` holds tasks in blocks of 1,024 consecutive seqs, each block a list 
 seq. A page walks the blocks from the cursor downwards, so listing by state or by tenant
 costs the page plus at most a block, never a scan of every task. Insert and remove are a
 bisect in one block (at most 1,024 entries) plus a bisect on the (small) list of block ids;
-inserting in seq order, as submissions do, is an append.
+inserting in seq order, as submissions and restores do, is an append.
 
 Memory: a list slot is 8 bytes per task, where a dict keyed by seq cost about 36; the
 machine keeps three of these indexes over every task. Derived state: rebuilt from the tasks
@@ -41,25 +41,6 @@ class SeqIndex:
             block.append(task)
         else:
             block.insert(bisect_left(block, seq, key=_seq), task)
-        self.count += 1
-
-    def append(self, task: Task) -> None:
-        """`add`, faster for a task whose seq is above every seq held (a restore, in seq
-        order); any other task takes `add`."""
-        seq = task.seq
-        bid = seq >> _BLOCK_BITS
-        block = self.blocks.get(bid)
-        if block is None:
-            if self.block_ids and bid < self.block_ids[-1]:
-                self.add(task)
-                return
-            self.blocks[bid] = [task]
-            self.block_ids.append(bid)
-        elif block[-1].seq < seq:
-            block.append(task)
-        else:
-            self.add(task)
-            return
         self.count += 1
 
     def remove(self, task: Task) -> None:

@@ -1,26 +1,8 @@
-"""The task model and its transition table.
+"""The task model: the records the state machine owns.
 
-Theory of operation
--------------------
-A task is a small `__slots__` record owned by the state machine. Its `state` is one of five
-values, and it changes only through `transition(state, event)`, which looks the pair up in
-`TRANSITIONS` below. A pair missing from the table is illegal: the command that asked for it
-is answered `invalid_state` and nothing changes.
-
-    pending --claim--> running --complete--> completed
-       ^                  |  \\--retry / expire / release--> pending
-       |                  |  \\--dead_letter--> dead_letter
-       |                  \\--cancel--> cancelled   (a cancel-requested attempt ends)
-       |--cancel--> cancelled
-       |--dead_letter--> dead_letter (reserved: no command produces it yet)
-    dead_letter --replay--> pending ; dead_letter --discard--> (removed)
-
-`completed`, `cancelled` and `dead_letter` are terminal: they carry `completed_at_ms`, count
-towards retention, and only `dead_letter` has a way out (replay, discard).
-
-Cancelling a running task does not change its state: it sets `cancel_requested`, the lease
-is no longer renewed, and whatever ends the attempt next (fail, release, lease expiry,
-timeout) takes the `cancel` event instead of a retry. A completion still wins.
+A task's `state` is one of five values; how it changes is the lifecycle table's business
+(lifecycle.py). Cancelling a running task does not change its state: it sets
+`cancel_requested`, and whatever ends the attempt next takes the task to `cancelled`.
 
 Memory: a pending task must cost well under 1 KiB, so records use `__slots__`, strings that
 repeat (tenant, task type) are interned by the machine, `execution_id` is the task id (one
@@ -40,28 +22,6 @@ REMOVED = None  # a discarded task leaves the state
 STATES = (PENDING, RUNNING, COMPLETED, CANCELLED, DEAD_LETTER)
 TERMINAL = (COMPLETED, CANCELLED, DEAD_LETTER)
 LIVE = (PENDING, RUNNING)
-
-# (state, event) -> new state. The only place where a task's state may change.
-TRANSITIONS: dict[tuple[str, str], str | None] = {
-    (PENDING, "claim"): RUNNING,
-    (RUNNING, "retry"): PENDING,          # a retryable fail with retries left
-    (RUNNING, "expire"): PENDING,         # lease expiry or timeout with retries left
-    (RUNNING, "release"): PENDING,        # given back unrun; no retry used up
-    (RUNNING, "complete"): COMPLETED,
-    (RUNNING, "dead_letter"): DEAD_LETTER,    # retries exhausted or not retryable
-    (PENDING, "dead_letter"): DEAD_LETTER,    # reserved for an operator action
-    (PENDING, "cancel"): CANCELLED,
-    (RUNNING, "cancel"): CANCELLED,       # the attempt of a cancel-requested task ended
-    (DEAD_LETTER, "replay"): PENDING,
-    (DEAD_LETTER, "discard"): REMOVED,
-}
-
-ILLEGAL = object()  # what `transition` returns for a pair missing from the table
-
-
-def transition(state: str, event: str) -> str | None | object:
-    """The state after `event`, or `ILLEGAL` when the table has no such row."""
-    return TRANSITIONS.get((state, event), ILLEGAL)
 
 # Attempt outcomes
 ATTEMPT_OUTCOMES = ("completed", "failed", "lease_expired", "timed_out", "cancelled",

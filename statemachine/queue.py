@@ -44,52 +44,41 @@ class ClaimQueue:
     def __init__(self, aging_interval_ms: int) -> None:
         self.aging_ms = aging_interval_ms
         self.by_type: dict[str, dict[str, Bucket]] = {}
+        self.bulk = False
+        self.unsorted: dict[int, Bucket] = {}   # buckets appended to in bulk mode
 
     # --- membership -----------------------------------------------------------------------
     def push(self, task: Task, now_ms: int) -> None:
-        """Enqueue a task that just became pending."""
+        """Enqueue a task that just became pending. In bulk mode (a restore) the entry is
+        appended, and `end_bulk` orders each heap once."""
         task.qver += 1
-        buckets = self.by_type.setdefault(task.task_type, {})
+        buckets = self.by_type.get(task.task_type)
+        if buckets is None:
+            buckets = self.by_type[task.task_type] = {}
         bucket = buckets.get(task.tenant)
         if bucket is None:
             bucket = buckets[task.tenant] = Bucket(task.tenant, task.task_type)
-        if task.run_at_ms <= now_ms:
-            key = static_key(task.priority, task.run_at_ms, self.aging_ms)
-            heappush(bucket.ready, (key, task.run_at_ms, task.seq, task.qver, task))
+        run_at = task.run_at_ms
+        if run_at <= now_ms:
+            key = task.priority * self.aging_ms + run_at   # rules.static_key, inlined: a
+            if key < 0:                                    # restore pushes every task
+                key = 0
+            entry, heap = (key, run_at, task.seq, task.qver, task), bucket.ready
         else:
-            heappush(bucket.delayed, (task.run_at_ms, task.seq, task.qver, task))
+            entry, heap = (run_at, task.seq, task.qver, task), bucket.delayed
+        if self.bulk:
+            heap.append(entry)
+            self.unsorted[id(bucket)] = bucket
+        else:
+            heappush(heap, entry)
 
-    def load(self, tasks: list[Task], now_ms: int) -> None:
-        """Enqueue many pending tasks at once (a restore): appended, then heapified once.
-        Consecutive tasks mostly share a bucket (a restore walks them in seq order), so the
-        bucket is looked up again only when (task_type, tenant) changes; `static_key` is
-        inlined (a test compares the entries with `push`'s)."""
-        aging = self.aging_ms
-        touched: dict[int, Bucket] = {}
-        last_type = last_tenant = bucket = None
-        for task in tasks:
-            task_type, tenant = task.task_type, task.tenant
-            if task_type is not last_type or tenant is not last_tenant:
-                bucket = self._bucket(task_type, tenant)
-                touched[id(bucket)] = bucket
-                last_type, last_tenant = task_type, tenant
-            qver = task.qver = task.qver + 1
-            run_at = task.run_at_ms
-            if run_at <= now_ms:
-                key = task.priority * aging + run_at
-                bucket.ready.append((key if key > 0 else 0, run_at, task.seq, qver, task))
-            else:
-                bucket.delayed.append((run_at, task.seq, qver, task))
-        for bucket in touched.values():
+    def end_bulk(self) -> None:
+        """Order the heaps `push` appended to in bulk mode (a restore), each once."""
+        self.bulk = False
+        for bucket in self.unsorted.values():
             heapify(bucket.ready)
             heapify(bucket.delayed)
-
-    def _bucket(self, task_type: str, tenant: str) -> Bucket:
-        buckets = self.by_type.setdefault(task_type, {})
-        bucket = buckets.get(tenant)
-        if bucket is None:
-            bucket = buckets[tenant] = Bucket(tenant, task_type)
-        return bucket
+        self.unsorted.clear()
 
     def dropped(self, task: Task) -> None:
         """A task left pending by cancellation or the like: keep its bucket's tops live."""

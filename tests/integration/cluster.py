@@ -13,15 +13,16 @@
         print(c.log("n1"))                      # the node's log, for failure messages
 
 `env` adds environment variables to every node (e.g. TSCHED_FAILPOINTS);
-`node_env={"n1": {...}}` to one node. `dial_through` is left to fault-injection helpers.
+`node_env={"n1": {...}}` to one node; `command` is what starts a node (default: `tsnode`).
 Every process is in its own session and is killed (SIGKILL) on close, whatever happened.
+This is the suite's one real-cluster helper: the fault harness (tests/jepsen_like/cluster.py)
+builds on it, adding its proxies and clocks.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,26 +31,26 @@ from typing import Any
 
 import httpx
 
+from tests.net import free_port
+
 TSNODE = shutil.which("tsnode") or str(Path(sys.executable).with_name("tsnode"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Cluster:
     def __init__(self, tmp_path: Path, size: int = 3, *, env: dict[str, str] | None = None,
                  node_env: dict[str, dict[str, str]] | None = None, secret: str | None = None,
-                 extra_toml: str = "", status_token: str | None = None) -> None:
+                 extra_toml: str = "", status_token: str | None = None,
+                 name: str = "test") -> None:
         self.dir = Path(tmp_path)
+        self.name = name
+        self.command = [TSNODE]
         self.ids = [f"n{i + 1}" for i in range(size)]
         self.http = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
         self.raft = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
         self.env = dict(env or {})
         self.node_env = {k: dict(v) for k, v in (node_env or {}).items()}
         self.procs: dict[str, subprocess.Popen] = {}
+        self.paused: set[str] = set()   # stopped with SIGSTOP, not yet resumed
         self.config_path = self.dir / "cluster.toml"
         self._write_config(secret, extra_toml)
         self.client = httpx.Client(timeout=30)
@@ -59,7 +60,7 @@ class Cluster:
     # --- setup -----------------------------------------------------------------------------
 
     def _write_config(self, secret: str | None, extra_toml: str) -> None:
-        lines = ["[cluster]", 'name = "test"']
+        lines = ["[cluster]", f'name = "{self.name}"']
         if secret:
             lines.append(f'secret = "{secret}"')
         for i in self.ids:
@@ -97,20 +98,29 @@ class Cluster:
         env = {**os.environ, **self.env, **self.node_env.get(node_id, {})}
         out = open(self.log_path(node_id), "ab")
         self.procs[node_id] = subprocess.Popen(
-            [TSNODE, "--config", str(self.config_path), "--id", node_id, *args],
+            [*self.command, "--config", str(self.config_path), "--id", node_id, *args],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
+        self.paused.discard(node_id)
 
     def alive(self, node_id: str) -> bool:
         p = self.procs.get(node_id)
         return p is not None and p.poll() is None
 
+    def signal(self, node_id: str, sig: int) -> None:
+        """`sig` to the node's process group, if it runs (a race with its exit is fine)."""
+        if self.alive(node_id):
+            try:
+                os.killpg(self.procs[node_id].pid, sig)
+            except ProcessLookupError:
+                pass
+
     def kill(self, node_id: str) -> None:
         """SIGKILL: the node dies without any cleanup."""
-        p = self.procs[node_id]
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait(timeout=10)
+        self.signal(node_id, signal.SIGKILL)
+        if node_id in self.procs:
+            self.procs[node_id].wait(timeout=10)
+        self.paused.discard(node_id)
 
     def stop(self, node_id: str, timeout_s: float = 15) -> int:
         """SIGTERM and wait; returns the exit status."""
@@ -126,10 +136,31 @@ class Cluster:
                                  f"{self.log(node_id)}")
 
     def pause(self, node_id: str) -> None:
-        os.killpg(self.procs[node_id].pid, signal.SIGSTOP)
+        self.signal(node_id, signal.SIGSTOP)
+        self.paused.add(node_id)
 
     def resume(self, node_id: str) -> None:
-        os.killpg(self.procs[node_id].pid, signal.SIGCONT)
+        self.signal(node_id, signal.SIGCONT)
+        self.paused.discard(node_id)
+
+    def stop_all(self, timeout_s: float = 10) -> None:
+        """SIGTERM to every node at once (resumed first), SIGKILL to those still up after
+        `timeout_s`."""
+        for i in self.ids:
+            self.resume(i)
+            self.signal(i, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for i, p in self.procs.items():
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.signal(i, signal.SIGKILL)
+                p.wait(timeout=10)
+
+    def exited_unexpectedly(self) -> dict[str, int]:
+        """Nodes that exited by themselves with an error (not 0, not our SIGKILL)."""
+        return {i: p.returncode for i, p in self.procs.items()
+                if p.poll() not in (None, 0, -signal.SIGKILL)}
 
     def restart(self, node_id: str) -> None:
         if self.alive(node_id):

@@ -25,12 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.integration.test_raft_support import cluster_spec, wait_until  # noqa: E402
+from tests.integration.raft_support import cluster_spec, wait_until  # noqa: E402
 from tsched.node.proposer import Proposer  # noqa: E402
 from tsched.node.raft import RaftOptions, Replica  # noqa: E402
 from tsched.statemachine import StateMachine, commands  # noqa: E402
 
-SUPPORT = Path(__file__).with_name("test_raft_support.py")
+# The child replica: raft_support.py run as a module from the repository root.
+SUPPORT = ("-m", "tests.integration.raft_support")
+ROOT = Path(__file__).resolve().parents[2]
 PASSIVE = dataclasses.replace(RaftOptions(), raft_min_timeout_s=60.0, raft_max_timeout_s=61.0)
 
 
@@ -52,7 +54,7 @@ class BenchCluster:
             Path(spec["data_dir"]).parent.mkdir(parents=True, exist_ok=True)
             cfg.write_text(json.dumps({"spec": spec, "status_path": spec["data_dir"] + ".status",
                                        "options": dataclasses.asdict(PASSIVE), "kit": "real"}))
-            self.children.append(subprocess.Popen([sys.executable, str(SUPPORT), str(cfg)],
+            self.children.append(subprocess.Popen([sys.executable, *SUPPORT, str(cfg)], cwd=ROOT,
                                                   stdout=subprocess.DEVNULL))
         s = self.specs[0]
         self.leader = Replica(self_id=s["id"], self_raft=s["raft"], peers=s["peers"],

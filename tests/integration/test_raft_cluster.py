@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from tests.integration.test_raft_support import (FAST, cluster_spec, leader_of, make_replica,
+from tests.integration.raft_support import (FAST, cluster_spec, leader_of, make_replica,
                                                  mini_kit, propose_sync, submit, wait_until)
 from tsched.node.raft import RaftSecurityError, Replica
 

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from tests.integration.test_raft_support import (FAST, leader_of, propose_sync, real_replica,
+from tests.integration.raft_support import (FAST, leader_of, propose_sync, real_replica,
                                                  running_trio, submit, wait_until)
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_raft_support import (FAST, cluster_spec, leader_of, make_replica,
+from tests.integration.raft_support import (FAST, cluster_spec, leader_of, make_replica,
                                                  propose_sync, submit, wait_until)
 from tsched.node.failpoints import CRASH_EXIT_CODE
 from tsched.node.journal import read_entries
 
 pytestmark = pytest.mark.timeout(120)
-SUPPORT = Path(__file__).with_name("test_raft_support.py")
+# The child replica: raft_support.py run as a module from the repository root.
+SUPPORT = ("-m", "tests.integration.raft_support")
+ROOT = Path(__file__).resolve().parents[2]
 # The child never stands for election during the test, so it stays a follower.
 PASSIVE = dataclasses.replace(FAST, raft_min_timeout_s=60.0, raft_max_timeout_s=61.0)
 
@@ -39,7 +41,7 @@ def run_crash_after_ack(tmp_path: Path, failpoints: str) -> tuple[int, int, int]
         propose_sync(leader, [submit(f"pre{i}") for i in range(5)])
         leader_last = leader._journal[-1][1]
         with open(tmp_path / "child.err", "wb") as err:
-            child = subprocess.Popen([sys.executable, str(SUPPORT), str(config)], env=env,
+            child = subprocess.Popen([sys.executable, *SUPPORT, str(config)], env=env, cwd=ROOT,
                                      stdout=subprocess.DEVNULL, stderr=err)
         try:
             code = child.wait(timeout=30)    # it crashes on its first ack of new entries

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_raft_support import (FAST, cluster_spec, leader_of, mini_kit,
+from tests.integration.raft_support import (FAST, cluster_spec, leader_of, mini_kit,
                                                  propose_sync, submit, wait_until)
 from tsched.node.raft import Replica
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.integration.test_raft_support import (cluster_spec, leader_of, make_replica, submit,
+from tests.integration.raft_support import (cluster_spec, leader_of, make_replica, submit,
                                                  wait_until)
 from tsched.node.proposer import ProposalError, Proposer
 

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from tests.integration.test_raft_support import (leader_of, real_replica, running_trio, submit,
+from tests.integration.raft_support import (leader_of, real_replica, running_trio, submit,
                                                  wait_until)
 from tsched.node.proposer import Proposer
 

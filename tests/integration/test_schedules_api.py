@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from tests.unit.test_api_harness import Api, api, assert_error, replica  # noqa: F401 (fixtures)
+from tests.api_support import Api, assert_error
 
 
 @pytest.fixture

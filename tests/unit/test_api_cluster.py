@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from test_api_harness import Api, api, assert_error, replica  # noqa: F401  (fixtures)
+from tests.api_support import Api, assert_error
 
 
 async def test_tenant_settings_round_trip_with_counts(api: Api):

@@ -1,18 +1,11 @@
 """Task endpoints: submit, get, list, cancel, replay/discard; every bad input's 4xx."""
 from __future__ import annotations
 
-import uuid
 
 import pytest
 
 from tsched.node import api_common
-from test_api_harness import Api, api, assert_error, replica  # noqa: F401  (fixtures)
-
-
-@pytest.fixture
-def tt() -> str:
-    """A task type of this test only: the module shares one replica."""
-    return "t-" + uuid.uuid4().hex[:8]
+from tests.api_support import Api, assert_error
 
 
 async def test_submit_renders_defaults_and_reads_back(api: Api, tt):

@@ -2,16 +2,10 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
 
-from test_api_harness import Api, api, assert_error, replica  # noqa: F401  (fixtures)
-
-
-@pytest.fixture
-def tt() -> str:
-    return "w-" + uuid.uuid4().hex[:8]
+from tests.api_support import Api, assert_error
 
 
 async def test_claim_heartbeat_complete_and_complete_again(api: Api, tt):
@@ -101,7 +95,7 @@ BAD_CLAIMS = [
     {"worker_id": "w", "task_types": []},
     {"worker_id": "w", "task_types": "t"},
     {"worker_id": "w", "task_types": [""]},
-    {"worker_id": "w", "task_types": ["t"] * 33},
+    {"worker_id": "w", "task_types": [f"t{i}" for i in range(51)]},
     {"worker_id": "w", "task_types": ["t"], "max_tasks": 0},
     {"worker_id": "w", "task_types": ["t"], "max_tasks": 101},
     {"worker_id": "w", "task_types": ["t"], "wait_s": 61},
@@ -129,7 +123,8 @@ async def test_bad_claims_are_refused(api: Api, body):
     ("complete", {"fencing_token": 1, "result": "x" * 300_000}, 413, "too_large"),
     ("complete", {"fencing_token": 1, "error": "e"}, 400, "invalid_argument"),
     ("fail", {"fencing_token": 1, "retryable": "yes"}, 400, "invalid_argument"),
-    ("fail", {"fencing_token": 1, "error": "e" * 5000}, 400, "invalid_argument"),
+    ("fail", {"fencing_token": 1, "error": "e" * 8193}, 413, "too_large"),
+    ("fail", {"fencing_token": 1, "error": "\u00e9" * 4097}, 413, "too_large"),   # bytes count
     ("fail", {"fencing_token": 1, "result": {}}, 400, "invalid_argument"),
 ])
 async def test_bad_worker_calls_are_refused(api: Api, tt, verb, body, status, code):

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 from tsched.client.cli import cli
 
 try:
-    from test_client_support import FakeNode, dead_url, error
+    from client_support import FakeNode, dead_url, error
 except ImportError:  # collected as a package
-    from tests.unit.test_client_support import FakeNode, dead_url, error
+    from tests.unit.client_support import FakeNode, dead_url, error
 
 USAGE_ERRORS = [
     ["--url", "ftp://x", "list"],
@@ -187,3 +187,19 @@ def test_dev_without_a_config_file_is_an_error(tmp_path, monkeypatch):
     (tmp_path / ".git").mkdir()   # stop the upward search here
     result = run("dev")
     assert result.exit_code == 1 and "cluster.toml" in result.output
+
+
+def test_option_bounds_are_the_state_machine_limits():
+    """tsctl refuses locally what the API would refuse (statemachine/limits.py)."""
+    from tsched.statemachine.limits import LIMITS
+
+    submit = {p.name: p.type for p in cli.commands["submit"].params}
+    assert submit["max_retries"].max == LIMITS.max_retries_max
+    assert submit["priority"].max == LIMITS.priority_max
+    assert submit["delay"].max * 1000 == LIMITS.run_at_ahead_ms_max
+    tenant_set = {p.name: p.type for p in cli.commands["tenants"].commands["set"].params}
+    assert tenant_set["weight"].max == LIMITS.tenant_weight_max
+    assert tenant_set["max_running"].max == LIMITS.tenant_running_max
+    result = CliRunner().invoke(cli, ["--url", "http://127.0.0.1:9", "tenants", "set", "acme",
+                                      "--weight", "1001"])
+    assert result.exit_code == 2 and "1001" in result.output

@@ -10,9 +10,9 @@ import pytest
 from tsched.client import ApiError, AsyncClient, Client, Unavailable
 
 try:
-    from test_client_support import FakeNode, dead_url, error
+    from client_support import FakeNode, dead_url, error
 except ImportError:  # collected as a package
-    from tests.unit.test_client_support import FakeNode, dead_url, error
+    from tests.unit.client_support import FakeNode, dead_url, error
 
 
 @pytest.fixture

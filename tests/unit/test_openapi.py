@@ -112,3 +112,45 @@ def test_task_schema_names_every_field_of_the_contract():
               "attempts").split()
     props = openapi.document()["components"]["schemas"]["Task"]["properties"]
     assert [f for f in fields if f not in props] == []
+
+
+def test_document_states_the_bounds_of_limits():
+    """Every bound in the document is the state machine's (statemachine/limits.py), in the
+    API's units: the document refuses what the state machine would refuse."""
+    from tsched.statemachine.limits import API_LIMITS as A
+    from tsched.statemachine.limits import LIMITS as L
+
+    doc = openapi.document()
+    schemas = doc["components"]["schemas"]
+    submit, claim = schemas["TaskSubmit"]["properties"], schemas["ClaimRequest"]["properties"]
+    retry, tenant = schemas["RetryPolicy"]["properties"], schemas["SchedulePut"]["properties"]
+    assert str(L.payload_bytes_max) in submit["payload"]["description"]
+    assert submit["task_type"]["maxLength"] == L.task_type_chars_max
+    assert submit["tenant"]["maxLength"] == L.tenant_chars_max
+    assert submit["priority"]["maximum"] == L.priority_max
+    assert submit["delay_s"]["maximum"] * 1000 == L.run_at_ahead_ms_max
+    assert submit["timeout_s"]["minimum"] * 1000 == L.timeout_ms_min
+    assert submit["timeout_s"]["maximum"] * 1000 == L.timeout_ms_max
+    assert submit["max_retries"]["maximum"] == L.max_retries_max
+    assert submit["idempotency_key"]["maxLength"] == L.idempotency_key_chars_max
+    assert retry["base_s"]["maximum"] * 1000 == L.backoff_ms_max
+    assert retry["multiplier"]["minimum"] * 1000 == L.multiplier_milli_min
+    assert retry["multiplier"]["maximum"] * 1000 == L.multiplier_milli_max
+    assert retry["jitter"]["maximum"] * 1000 == L.jitter_permille_max
+    assert claim["task_types"]["maxItems"] == L.claim_task_types_max
+    assert claim["max_tasks"]["maximum"] == L.claim_tasks_max
+    assert claim["lease_s"]["minimum"] * 1000 == L.lease_ms_min
+    assert claim["lease_s"]["maximum"] * 1000 == L.lease_ms_max
+    assert claim["prefetch_ms"]["maximum"] == L.prefetch_ms_max
+    assert claim["wait_s"]["maximum"] * 1000 == A.claim_wait_ms_max
+    assert tenant["catchup_window_s"]["maximum"] * 1000 == L.catchup_window_ms_max
+    assert tenant["jitter_s"]["maximum"] * 1000 == L.jitter_ms_max
+    assert tenant["cron"]["maxLength"] == L.cron_chars_max
+    assert tenant["task"]["properties"]["timeout_s"]["minimum"] * 1000 == L.timeout_ms_min
+    fail = schemas["FailRequest"]["properties"]
+    assert str(L.error_bytes_max) in fail["error"]["description"]
+    assert fail["fencing_token"]["maximum"] == L.fencing_token_max
+    put = doc["paths"]["/v1/tenants/{tenant}"]["put"]["requestBody"]["content"]
+    settings = put["application/json"]["schema"]["properties"]
+    assert settings["weight"]["maximum"] == L.tenant_weight_max
+    assert settings["max_running"]["maximum"] == L.tenant_running_max

@@ -8,7 +8,8 @@ import pytest
 
 SM_DIR = Path(__file__).resolve().parents[2] / "statemachine"
 FORBIDDEN_MODULES = {"time", "random", "uuid", "os", "asyncio", "threading", "socket",
-                     "subprocess", "lmdb", "pysyncobj", "aiohttp", "secrets", "multiprocessing"}
+                     "subprocess", "lmdb", "pysyncobj", "aiohttp", "secrets", "multiprocessing",
+                     "gc"}   # the garbage collector is the node's business (node/gcpolicy.py)
 FORBIDDEN_CALLS = {"now", "utcnow", "today"}
 
 
@@ -53,3 +54,20 @@ def test_checker_catches(snippet: str) -> None:
 
 def test_checker_allows_pure_code() -> None:
     assert _violations("import hashlib\nimport heapq\nfrom .model import Task\nx.now_ms") == []
+
+
+def test_client_imports_nothing_of_the_node_and_only_limits_of_the_state_machine() -> None:
+    """tsctl and the Client take their bounds from statemachine/limits.py and nothing else
+    from the server side (DESIGN section 2: the client speaks only HTTP)."""
+    client_dir = SM_DIR.parent / "client"
+    for path in sorted(client_dir.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module if node.level == 0 else "." * node.level + node.module]
+            for name in names:
+                assert not name.startswith(("tsched.node", "..node")), (path.name, name)
+                if name.startswith("tsched.statemachine"):
+                    assert name == "tsched.statemachine.limits", (path.name, name)

@@ -1,7 +1,7 @@
 """Claim selection: order, aging, fair share, caps, prefetch, and the cheap peeks."""
 from __future__ import annotations
 
-from test_sm_support import T0, Driver
+from sm_support import T0, Driver
 
 from tsched.statemachine import Limits
 from tsched.statemachine import commands as c

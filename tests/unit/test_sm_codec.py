@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-from test_sm_support import T0, Driver
+from sm_support import T0, Driver
 
 from tsched.statemachine import StateMachine, codec
 from tsched.statemachine import commands as c

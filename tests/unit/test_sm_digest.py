@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import pytest
-from test_sm_support import T0, Driver
+from sm_support import T0, Driver
 
 from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine import commands as c

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tsched.statemachine.listing import SeqIndex
+from tsched.statemachine.rules import static_key
 from tsched.statemachine.model import Task
 from tsched.statemachine.queue import ClaimQueue
 from tsched.statemachine.commands import RetryPolicy
@@ -44,10 +45,10 @@ def test_seq_index_matches_a_sorted_list(ops, cursors) -> None:
     assert all(index.blocks.values())
 
 
-def test_seq_index_append_in_order_and_out_of_order() -> None:
+def test_seq_index_add_in_order_and_out_of_order() -> None:
     index = SeqIndex()
-    for seq in (5, 9, 2_000, 3):        # 3 is below the last block: falls back to add
-        index.append(_task(seq))
+    for seq in (5, 9, 2_000, 3):        # 3 is below the last block: a new first block
+        index.add(_task(seq))
     assert [t.seq for t in index.oldest_first()] == [3, 5, 9, 2_000]
 
 
@@ -61,7 +62,7 @@ def test_remove_of_a_task_not_held_is_an_error() -> None:
     raise AssertionError("removing an absent task must fail")
 
 
-def test_bulk_load_makes_the_entries_one_push_each_would() -> None:
+def test_bulk_push_makes_the_entries_one_ordered_push_each_would() -> None:
     now = 50_000
     tasks = [_task(i, tenant="ab"[i % 2], task_type="xy"[i % 3 % 2], priority=i % 11,
                    run_at_ms=now + (i % 7 - 3) * 10_000) for i in range(200)]
@@ -69,10 +70,21 @@ def test_bulk_load_makes_the_entries_one_push_each_would() -> None:
     pushed, loaded = ClaimQueue(60_000), ClaimQueue(60_000)
     for t in tasks:
         pushed.push(t, now)
-    loaded.load(twins, now)
+    loaded.bulk = True
+    for t in twins:
+        loaded.push(t, now)
+    loaded.end_bulk()
+    assert not loaded.bulk and not loaded.unsorted
 
     def entries(q):
         return {(tt, tn): (sorted(e[:-1] for e in b.ready), sorted(e[:-1] for e in b.delayed))
                 for tt, buckets in q.by_type.items() for tn, b in buckets.items()}
     assert entries(loaded) == entries(pushed)
+    for b in (b for buckets in pushed.by_type.values() for b in buckets.values()):
+        for key, run_at, _, _, task in b.ready:  # push inlines rules.static_key
+            assert key == static_key(task.priority, run_at, 60_000)
+    for q in (pushed, loaded):                   # every heap is ordered: its top is least
+        for buckets in q.by_type.values():
+            for b in buckets.values():
+                assert all(h[0] == min(h) for h in (b.ready, b.delayed) if h)
     assert all(a.qver == b.qver == 1 for a, b in zip(tasks, twins))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from test_sm_support import T0, Driver
+from sm_support import T0, Driver
 
 from tsched.statemachine import Limits
 from tsched.statemachine import commands as c

@@ -2,35 +2,12 @@
 from __future__ import annotations
 
 import pytest
-from test_sm_support import T0, Driver
+from sm_support import T0, Driver
 
-from tsched.statemachine import Limits, StateMachine, TRANSITIONS, transition
+from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine import commands as c
 from tsched.statemachine import errors as e
-from tsched.statemachine.model import ILLEGAL, STATES
 from tsched.statemachine.rules import backoff_ms
-
-
-# --- the transition table ---------------------------------------------------------------------
-
-def test_transition_table_rows() -> None:
-    assert TRANSITIONS == {
-        ("pending", "claim"): "running", ("running", "retry"): "pending",
-        ("running", "expire"): "pending", ("running", "release"): "pending",
-        ("running", "complete"): "completed", ("running", "dead_letter"): "dead_letter",
-        ("pending", "dead_letter"): "dead_letter", ("pending", "cancel"): "cancelled",
-        ("running", "cancel"): "cancelled", ("dead_letter", "replay"): "pending",
-        ("dead_letter", "discard"): None,
-    }
-
-
-def test_terminal_states_have_no_way_out_but_dead_letter_handling() -> None:
-    events = {ev for _, ev in TRANSITIONS}
-    for state in ("completed", "cancelled"):
-        assert all(transition(state, ev) is ILLEGAL for ev in events)
-    assert {ev for st, ev in TRANSITIONS if st == "dead_letter"} == {"replay", "discard"}
-    assert transition("pending", "complete") is ILLEGAL
-    assert set(STATES) == {"pending", "running", "completed", "cancelled", "dead_letter"}
 
 
 # --- submit -----------------------------------------------------------------------------------

@@ -12,9 +12,9 @@ import pytest
 from tsched.client import NonRetryable, Worker
 
 try:
-    from test_client_support import FakeNode, error
+    from client_support import FakeNode, error
 except ImportError:  # collected as a package
-    from tests.unit.test_client_support import FakeNode, error
+    from tests.unit.client_support import FakeNode, error
 
 DEADLINE_S = 10.0
 

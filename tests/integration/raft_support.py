@@ -1,19 +1,20 @@
 """Helpers for the Raft tests (no tests here): ports, waiting, clusters, a child process.
 
-Run as a script, it is one Replica in its own process (for crash tests):
-    python test_raft_support.py CONFIG_JSON
+Run as a module, it is one Replica in its own process (for crash tests):
+    python -m tests.integration.raft_support CONFIG_JSON
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 
 import msgpack
+
+from tests.net import free_port
 
 from tsched.node.failpoints import Failpoints
 from tsched.node.raft import MachineKit, RaftOptions, Replica
@@ -21,12 +22,6 @@ from tsched.statemachine import commands, errors
 
 FAST = RaftOptions(raft_min_timeout_s=0.4, raft_max_timeout_s=0.8, leader_fallback_timeout_s=0.4,
                    connection_retry_s=0.2, connection_timeout_s=1.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(cond, timeout_s: float = 10.0, what: str = "condition", step_s: float = 0.01):

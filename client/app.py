@@ -1,0 +1,221 @@
+"""`App` and `AsyncApp`: tasks as decorated Python functions (the Celery / Dramatiq / arq
+way), built on `Client` / `AsyncClient` and run by `tsworker` (a `Worker`).
+
+    app = App("http://127.0.0.1:8701,http://127.0.0.1:8702,http://127.0.0.1:8703")
+
+    @app.task(max_retries=5, priority=3, timeout_s=60, retry_on=(ConnectionError,))
+    def send_email(to: str, subject: str = "hi") -> dict: ...
+
+    @app.periodic("0 2 * * *", timezone="Europe/Berlin", id="nightly-interest")
+    def nightly_interest(ctx: TaskContext) -> None: ...
+
+    handle = send_email.submit("ada@example.com", subject="welcome", delay_s=10)
+    handle.result(timeout_s=30)     # {"sent_to": ...}, or raises TaskFailed
+
+A task's type is its name (default `module.function`); a call's arguments are its payload
+`{"args": [...], "kwargs": {...}}`. Calling a decorated function runs it here, as is.
+`AsyncApp` is the same with `await fn.submit(...)` over the AsyncClient.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, ParamSpec, TypedDict, TypeVar, Unpack, overload
+
+from ._core import parse_urls
+from .app_task import AnyTask, AsyncTask, Options, Periodic, Task, Time
+from .client import AsyncClient, Client
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T", bound=AnyTask)
+OVERLAPS = ("allow", "skip", "buffer_one")       # DESIGN.md section 5, Schedules
+MISFIRES = ("run_all", "run_once", "skip")
+# What a schedule's task gets when the task declares nothing (the cluster's defaults).
+TEMPLATE_DEFAULTS: dict[str, Any] = {"priority": 5, "timeout_s": 300, "max_retries": 3}
+TEMPLATE_FIELDS = ("priority", "timeout_s", "max_retries", "retry")
+NAME_CHARS_MAX = 128   # the API's bound on a task type and a schedule id
+
+
+class TaskOptions(TypedDict, total=False):
+    """`@app.task(...)`: the name (default `module.function`), the submit fields, and
+    `retry_on`, the only exceptions retried (default: every exception but NonRetryable)."""
+    name: str
+    tenant: str
+    priority: int
+    timeout_s: float
+    max_retries: int
+    retry: dict[str, Any]
+    retry_on: tuple[type[BaseException], ...]
+
+
+class PeriodicOptions(TaskOptions, total=False):
+    """`@app.periodic(cron, ...)`: the task's options and the schedule's (`id` default: the
+    task's name; the others default as the cluster does, DESIGN.md section 5)."""
+    timezone: str
+    id: str
+    overlap: str
+    misfire: str
+    catchup_window_s: float
+    jitter_s: float
+    start_at: Time
+    end_at: Time
+
+
+def _check_name(name: str, what: str) -> None:
+    """Refused here rather than by the cluster at the first submit or at tsworker's start."""
+    if not name or len(name) > NAME_CHARS_MAX:
+        raise ValueError(f"a {what} has 1 to {NAME_CHARS_MAX} characters: {name[:40]!r}...")
+
+
+class _AppBase:
+    """The registry of tasks and schedules, shared by both apps."""
+
+    def __init__(self, urls: str | Iterable[str], *, token: str | None = None,
+                 tenant: str | None = None, timeout_s: float = 30.0,
+                 ca_file: str | None = None) -> None:
+        self.urls = parse_urls(urls)
+        self.token, self.tenant, self.timeout_s, self.ca_file = token, tenant, timeout_s, ca_file
+        self.tasks: dict[str, AnyTask] = {}
+        self.periodics: dict[str, Periodic] = {}
+        self._made_client = False
+
+    def configure(self, urls: str | Iterable[str] | None = None,
+                  token: str | None = None) -> None:
+        """Point the app at other nodes or another token (tsworker's --url, --token);
+        only before its first call."""
+        if self._made_client:
+            raise RuntimeError("configure() comes before the app's first call")
+        if urls is not None:
+            self.urls = parse_urls(urls)
+        if token is not None:
+            self.token = token
+
+    def _identity(self, fn: Callable[..., Any],
+                  kw: TaskOptions) -> tuple[str, Options, tuple[type[BaseException], ...] | None]:
+        """A new task's name, options and retry_on; its name must be new."""
+        name = kw.get("name") or f"{fn.__module__}.{fn.__qualname__}"
+        _check_name(name, "task name")
+        if name in self.tasks:
+            raise ValueError(f"two tasks are named {name!r}: give one a name=")
+        options = Options(tenant=kw.get("tenant") or self.tenant, priority=kw.get("priority"),
+                          timeout_s=kw.get("timeout_s"), max_retries=kw.get("max_retries"),
+                          retry=kw.get("retry"))
+        return name, options, kw.get("retry_on")
+
+    def _register(self, task: T) -> T:
+        self.tasks[task.name] = task
+        return task
+
+    def _schedule(self, task: AnyTask, cron: str, kw: PeriodicOptions) -> None:
+        try:
+            task.signature.check([], {})
+        except TypeError:
+            raise TypeError(f"periodic task {task.name}: its schedule calls it without "
+                            "arguments; give every parameter but ctx a default") from None
+        overlap, misfire = kw.get("overlap", "allow"), kw.get("misfire", "run_all")
+        if overlap not in OVERLAPS or misfire not in MISFIRES:
+            raise ValueError(f"overlap is one of {OVERLAPS}, misfire one of {MISFIRES}")
+        sid = kw.get("id") or task.name
+        _check_name(sid, "schedule id")
+        if sid in self.periodics:
+            raise ValueError(f"two periodic tasks use the schedule id {sid!r}")
+        declared = task.options.fields()
+        template = {**TEMPLATE_DEFAULTS,
+                    **{k: declared[k] for k in TEMPLATE_FIELDS if k in declared}}
+        self.periodics[sid] = Periodic(
+            schedule_id=sid, task_type=task.name, cron=cron,
+            timezone=kw.get("timezone", "UTC"), tenant=task.options.tenant, overlap=overlap,
+            misfire=misfire, catchup_window_s=kw.get("catchup_window_s", 60),
+            jitter_s=kw.get("jitter_s", 0), start_at=kw.get("start_at"),
+            end_at=kw.get("end_at"), template=template)
+
+
+class App(_AppBase):
+    """Tasks submitted with the synchronous `Client`."""
+
+    _client: Client | None = None
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._made_client = True
+            self._client = Client(self.urls, token=self.token, timeout_s=self.timeout_s,
+                                  ca_file=self.ca_file)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def __enter__(self) -> "App":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, /, **kw: Unpack[TaskOptions]) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /,
+             **kw: Unpack[TaskOptions]) -> Any:
+        """Declare a task: `@app.task` or `@app.task(name=..., priority=..., ...)`."""
+        def decorate(f: Callable[P, R]) -> Task[P, R]:
+            return self._register(Task(self, f, *self._identity(f, kw)))
+        return decorate if fn is None else decorate(fn)
+
+    def periodic(self, cron: str, /,
+                 **kw: Unpack[PeriodicOptions]) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Declare a task that a cron schedule fires; `tsworker` puts the schedule."""
+        def decorate(f: Callable[P, R]) -> Task[P, R]:
+            task = self._register(Task(self, f, *self._identity(f, kw)))
+            self._schedule(task, cron, kw)
+            return task
+        return decorate
+
+
+class AsyncApp(_AppBase):
+    """Tasks submitted with the `AsyncClient`: `await fn.submit(...)`."""
+
+    _client: AsyncClient | None = None
+
+    @property
+    def client(self) -> AsyncClient:
+        if self._client is None:
+            self._made_client = True
+            self._client = AsyncClient(self.urls, token=self.token, timeout_s=self.timeout_s,
+                                       ca_file=self.ca_file)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> "AsyncApp":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> AsyncTask[P, R]: ...
+
+    @overload
+    def task(self, /, **kw: Unpack[TaskOptions]) -> Callable[[Callable[P, R]], AsyncTask[P, R]]: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /,
+             **kw: Unpack[TaskOptions]) -> Any:
+        """Declare a task, as `App.task` does."""
+        def decorate(f: Callable[P, R]) -> AsyncTask[P, R]:
+            return self._register(AsyncTask(self, f, *self._identity(f, kw)))
+        return decorate if fn is None else decorate(fn)
+
+    def periodic(self, cron: str, /, **kw: Unpack[PeriodicOptions]
+                 ) -> Callable[[Callable[P, R]], AsyncTask[P, R]]:
+        """Declare a task that a cron schedule fires, as `App.periodic` does."""
+        def decorate(f: Callable[P, R]) -> AsyncTask[P, R]:
+            task = self._register(AsyncTask(self, f, *self._identity(f, kw)))
+            self._schedule(task, cron, kw)
+            return task
+        return decorate

@@ -1,0 +1,145 @@
+"""Handlers that act on leases: claim, heartbeat, complete, fail, release, and the clock's
+lease expiry (Tick).
+
+A claim takes tasks from the claim queue (queue.py) in claim order and grants each a lease
+with a fresh fencing token (the cluster-wide `cluster_token`). Every later report carries
+that token: the lifecycle table (lifecycle.py) checks it, answers a repeated report with
+the first answer, and refuses a stale one. An attempt ends by completion, failure,
+release or expiry; a failed or expired one uses up a retry (a backoff delay, rules.py)
+unless a cancel was requested.
+"""
+from __future__ import annotations
+
+from heapq import heappop
+
+from . import commands as c
+from . import validate as V
+from .lifecycle import CLAIM, COMPLETE, EXPIRE, FAIL, HEARTBEAT, RELEASE, Row, decide
+from .model import CANCELLED, PENDING, Attempt, Task
+from .results import DONE, LeaseAnswer, TaskAnswer, TasksAnswer
+from .rules import backoff_ms
+from .tasks import evict, find
+
+
+def claim(sm, cmd: c.Claim) -> TasksAnswer:
+    V.claim(cmd, sm.limits)
+    tasks = sm.store.queue.select(cmd.task_types, cmd.tenant, sm.tenants, sm.now_ms,
+                                  cmd.prefetch_ms, cmd.max_tasks,
+                                  lambda task: _grant(sm, task, cmd))
+    return TasksAnswer([t.task_id for t in tasks])
+
+
+def _grant(sm, task: Task, cmd: c.Claim) -> None:
+    assert task.state == PENDING and task.run_at_ms <= sm.now_ms + cmd.prefetch_ms
+    row = decide(task, CLAIM)
+    sm._digest.tasks.mark(task.task_id, task)
+    view = sm.tenants[task.tenant]
+    sm._digest.tenants.mark(task.tenant, view)
+    sm.cluster_token += 1
+    start = max(sm.now_ms, task.run_at_ms)   # a prefetched lease counts from run_at
+    task.attempt += 1
+    task.fencing_token = sm.cluster_token
+    task.worker_id = cmd.worker_id
+    task.started_at_ms = start
+    task.lease_expires_at_ms = start + cmd.lease_ms
+    task.add_attempt(Attempt(task.attempt, cmd.worker_id, sm.cluster_token, start),
+                     sm.limits.attempts_kept_max)
+    view.service += 1
+    sm.store.move(task, row.new, sm.now_ms)   # running: the store watches the lease
+
+
+def heartbeat(sm, cmd: c.Heartbeat) -> LeaseAnswer:
+    """Renews the lease (bounded by the task's timeout), unless a cancel was requested: then
+    the lease runs out and the answer tells the worker to stop."""
+    V.heartbeat(cmd, sm.limits)
+    task = find(sm, cmd.task_id, cmd.tenant)
+    decide(task, HEARTBEAT, cmd.fencing_token)
+    if not task.cancel_requested:
+        store = sm.store
+        before = store.deadline(task)
+        task.lease_expires_at_ms = min(sm.now_ms + cmd.lease_ms,
+                                       task.started_at_ms + task.timeout_ms)
+        if store.deadline(task) != before:
+            store.watch_lease(task)
+    return LeaseAnswer(task.lease_expires_at_ms, task.cancel_requested)
+
+
+def complete(sm, cmd: c.Complete) -> TaskAnswer:
+    """A completion wins over a pending cancel request; a repeat returns the first."""
+    V.complete(cmd, sm.limits)
+    task = find(sm, cmd.task_id, cmd.tenant)
+    row = decide(task, COMPLETE, cmd.fencing_token)
+    if not row.repeat:
+        _end_attempt(sm, task, "completed")
+        task.result_json = cmd.result_json
+        sm.store.move(task, row.new, sm.now_ms)
+    return TaskAnswer(task.task_id)
+
+
+def fail(sm, cmd: c.Fail) -> TaskAnswer:
+    V.fail(cmd, sm.limits)
+    task = find(sm, cmd.task_id, cmd.tenant)
+    row = decide(task, FAIL, cmd.fencing_token, cmd.retryable)
+    if not row.repeat:
+        _end_attempt(sm, task, "failed", cmd.error)
+        task.last_error = cmd.error
+        _after_failure(sm, task, row)
+    return TaskAnswer(task.task_id)
+
+
+def release(sm, cmd: c.Release) -> TaskAnswer:
+    """Back to pending at its run_at (it keeps its place in the queue), no retry used."""
+    V.fenced(cmd, sm.limits)
+    task = find(sm, cmd.task_id, cmd.tenant)
+    row = decide(task, RELEASE, cmd.fencing_token)
+    if not row.repeat:
+        _end_attempt(sm, task, "released")
+        sm.store.move(task, row.new, sm.now_ms)
+    return TaskAnswer(task.task_id)
+
+
+def tick(sm, cmd: c.Tick):
+    """The clock: expire leases and timeouts that ended by now, then evict old tasks."""
+    _expire(sm)
+    evict(sm)
+    return DONE
+
+
+def _expire(sm) -> None:
+    store, now = sm.store, sm.now_ms
+    heap = store.leases
+    while heap and heap[0][0] <= now:
+        entry = heappop(heap)
+        if not store.lease_live(entry):
+            continue
+        task = entry[3]
+        if task.cancel_requested:
+            outcome = "cancelled"
+        elif task.started_at_ms + task.timeout_ms <= now:
+            outcome = "timed_out"
+        else:
+            outcome = "lease_expired"
+        row = decide(task, EXPIRE)
+        sm._digest.tasks.mark(task.task_id, task)
+        _end_attempt(sm, task, outcome)
+        task.last_error = outcome
+        _after_failure(sm, task, row)
+
+
+def _end_attempt(sm, task: Task, outcome: str, error: str | None = None) -> None:
+    attempt = task.current_attempt()
+    assert attempt is not None and attempt.outcome is None, task
+    attempt.ended_at_ms = sm.now_ms
+    attempt.outcome = outcome
+    attempt.error = error
+
+
+def _after_failure(sm, task: Task, row: Row) -> None:
+    """A failed or expired attempt: cancelled, or one retry used up (back to pending after
+    the backoff, or dead-lettered)."""
+    if row.new != CANCELLED:
+        task.failures += 1
+    if row.new == PENDING:
+        delay = backoff_ms(task.retry, task.failures, task.task_id, task.attempt)
+        task.run_at_ms = sm.now_ms + delay
+    sm.store.move(task, row.new, sm.now_ms)

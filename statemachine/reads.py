@@ -1,0 +1,124 @@
+"""Reads of the state: what the node's API and timer ask (docs/internals.md lists them).
+
+Callers hold the replica lock; returned objects are live records and must not be mutated.
+Reads change nothing, so they may take the caller's clock (`has_claimable`) where a command
+would take its own.
+"""
+from __future__ import annotations
+
+from heapq import heappop, heappush
+
+from .listing import SeqIndex
+from .model import STATES, Schedule, Task, TenantView
+
+CURSOR_CHARS_MAX = 300
+
+
+def get_task(sm, task_id: str, tenant: str | None = None) -> Task | None:
+    task = sm.tasks.get(task_id)
+    if task is None or (tenant is not None and task.tenant != tenant):
+        return None
+    return task
+
+
+def list_tasks(sm, state=None, tenant=None, task_type=None, schedule_id=None, cursor=None,
+               limit=100) -> tuple[list[Task], str | None]:
+    """Newest first. `cursor` is the opaque `next_cursor` of the previous page; a malformed
+    one raises ValueError (callers answer invalid_argument). The smallest of the state /
+    tenant indexes is walked; other filters are checked per task."""
+    before = _parse_cursor(cursor)
+    store = sm.store
+    if state is not None and state not in store.by_state:
+        raise ValueError(f"unknown state {state!r}")
+    candidates = [store.all]
+    if state is not None:
+        candidates.append(store.by_state[state])
+    if tenant is not None:
+        candidates.append(store.by_tenant.get(tenant, SeqIndex()))
+    index = min(candidates, key=len)
+    page: list[Task] = []
+    limit = max(1, int(limit))
+    for task in index.newest_first(before):
+        if ((state is None or task.state == state)
+                and (tenant is None or task.tenant == tenant)
+                and (task_type is None or task.task_type == task_type)
+                and (schedule_id is None or task.schedule_id == schedule_id)):
+            if len(page) == limit:
+                return page, str(page[-1].seq)
+            page.append(task)
+    return page, None
+
+
+def _parse_cursor(cursor) -> int | None:
+    if cursor is None:
+        return None
+    if type(cursor) is not str or not cursor.isdigit() or len(cursor) > 20:
+        raise ValueError("invalid cursor")
+    return int(cursor)
+
+
+def list_schedules(sm, tenant=None, cursor=None,
+                   limit=100) -> tuple[list[Schedule], str | None]:
+    """Sorted by (tenant, schedule_id); the cursor is the last key of the page."""
+    after = None
+    if cursor is not None:
+        if type(cursor) is not str or "\x1f" not in cursor or len(cursor) > CURSOR_CHARS_MAX:
+            raise ValueError("invalid cursor")
+        after = tuple(cursor.split("\x1f", 1))
+    keys = sorted(k for k in sm.schedules
+                  if (tenant is None or k[0] == tenant) and (after is None or k > after))
+    limit = max(1, int(limit))
+    page = [sm.schedules[k] for k in keys[:limit]]
+    more = len(keys) > limit
+    return page, ("\x1f".join(keys[limit - 1]) if more else None)
+
+
+def list_tenants(sm) -> list[TenantView]:
+    return [sm.tenants[name] for name in sorted(sm.tenants)]
+
+
+def next_timer_ms(sm) -> int | None:
+    """Earliest instant a Tick changes something: a lease expiry or task timeout, or a
+    retention eviction. (A retry's backoff end is the task's run_at: see next_due_ms.)"""
+    store, lim = sm.store, sm.limits
+    when = []
+    if store.leases:
+        when.append(store.leases[0][0])
+    if store.terminal_count > lim.terminal_tasks_max:
+        when.append(sm.now_ms)
+    elif store.terminal:
+        when.append(store.terminal[0][0] + lim.retention_ms)
+    return min(when) if when else None
+
+
+def due_fires(sm, now_ms: int) -> list[tuple[str, str, int]]:
+    """Active schedules whose next fire is at or before now_ms, earliest first: a walk of
+    the fire heap's entries up to now_ms (no pops: a read)."""
+    store = sm.store
+    heap, out, seen = store.fires, [], {}
+    frontier = [(heap[0], 0)] if heap else []
+    while frontier:
+        entry, i = heappop(frontier)
+        if entry[0] > now_ms:
+            break
+        if store.fire_live(entry) and entry not in seen:
+            seen[entry] = True
+            out.append((entry[1], entry[2], entry[0]))
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < len(heap):
+                heappush(frontier, (heap[child], child))
+    return out
+
+
+def stats(sm) -> dict:
+    store = sm.store
+    return {
+        "seq": sm.seq,
+        "now_ms": sm.now_ms,
+        "tasks_by_state": {s: len(store.by_state[s]) for s in STATES},
+        "pending_by_priority": dict(enumerate(store.pending_by_priority)),
+        "tenants": {v.tenant: {"pending": v.pending, "running": v.running}
+                    for v in list_tenants(sm)},
+        "schedules": len(sm.schedules),
+        "requests": len(sm.requests),
+    }

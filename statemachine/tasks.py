@@ -1,0 +1,119 @@
+"""Handlers that act on a task as a whole: submit, cancel, replay, discard, and the
+retention that evicts finished tasks; and the helpers every task handler uses.
+
+Each handler validates its command, finds the task (marking it for the digest: a command
+that finds a task may change it), asks the lifecycle table (lifecycle.py) which row the
+event takes, then makes that row's change through the store (store.py).
+"""
+from __future__ import annotations
+
+import sys
+from heapq import heappop
+
+from . import codec
+from . import commands as c
+from . import validate as V
+from .errors import CONFLICT, NOT_FOUND
+from .lifecycle import CANCEL, DISCARD, REPLAY, decide
+from .model import RUNNING, Task
+from .results import GoneTaskAnswer, TaskAnswer
+from .tenants import check_capacity, tenant
+from .validate import Rejected
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+def find(sm, task_id: str, scope: str | None) -> Task:
+    """The task, marked for the digest; `not_found` for another tenant's (scope given)."""
+    task = sm.tasks.get(task_id)
+    if task is None or (scope is not None and task.tenant != scope):
+        raise Rejected(NOT_FOUND, f"task {task_id} not found", task_id=task_id)
+    sm._digest.tasks.mark(task_id, task)
+    return task
+
+
+def add(sm, task: Task) -> None:
+    """A new task enters the state (submit, a schedule's fire)."""
+    sm._digest.tasks.mark(task.task_id, task)
+    tenant(sm, task.tenant)
+    sm.store.index(task, sm.now_ms)
+
+
+def remove(sm, task: Task) -> None:
+    """A terminal task leaves the state (discard, retention)."""
+    sm._digest.tasks.mark(task.task_id, task)
+    sm.store.unindex(task)
+
+
+# --- handlers --------------------------------------------------------------------------------
+
+def submit(sm, cmd: c.SubmitTask) -> TaskAnswer:
+    """A repeated idempotency_key returns the existing task with duplicate=True even if
+    the other fields differ: the key names the request, not its content."""
+    V.submit(cmd, sm.limits, sm.now_ms)
+    name = sys.intern(cmd.tenant)
+    if cmd.idempotency_key is not None:
+        existing = sm.store.idem.get((name, cmd.idempotency_key))
+        if existing is not None:
+            return TaskAnswer(existing.task_id, True)
+    if cmd.task_id in sm.tasks:
+        raise Rejected(CONFLICT, f"task {cmd.task_id} already exists", task_id=cmd.task_id)
+    check_capacity(sm, name)
+    sm.task_seq += 1
+    run_at = cmd.run_at_ms if cmd.run_at_ms is not None else sm.now_ms
+    task = Task(cmd.task_id, name, sys.intern(cmd.task_type), cmd.payload_json,
+                cmd.priority, run_at, cmd.max_retries, cmd.retry, cmd.timeout_ms,
+                cmd.idempotency_key, None, sm.now_ms, sm.task_seq)
+    add(sm, task)
+    return TaskAnswer(task.task_id, False)
+
+
+def cancel(sm, cmd: c.Cancel) -> TaskAnswer:
+    """Pending: cancelled now. Running: cancel requested; the attempt's end cancels it."""
+    V.task_ref(cmd, sm.limits)
+    task = find(sm, cmd.task_id, cmd.tenant)
+    row = decide(task, CANCEL)
+    if row.new == RUNNING:
+        task.cancel_requested = True
+    else:
+        sm.store.move(task, row.new, sm.now_ms)
+    return TaskAnswer(task.task_id)
+
+
+def replay(sm, cmd: c.Replay) -> TaskAnswer:
+    """A dead letter back to pending, due now, with its retry budget restored."""
+    V.task_ref(cmd, sm.limits)
+    task = find(sm, cmd.task_id, cmd.tenant)
+    row = decide(task, REPLAY)
+    check_capacity(sm, task.tenant)
+    task.failures = 0
+    task.cancel_requested = False
+    task.run_at_ms = sm.now_ms
+    sm.store.move(task, row.new, sm.now_ms)
+    return TaskAnswer(task.task_id)
+
+
+def discard(sm, cmd: c.Discard) -> GoneTaskAnswer:
+    V.task_ref(cmd, sm.limits)
+    task = find(sm, cmd.task_id, cmd.tenant)
+    decide(task, DISCARD)
+    record = codec.task_record(task)
+    remove(sm, task)
+    return GoneTaskAnswer(record)
+
+
+def evict(sm) -> None:
+    """Retention (on Tick): finished tasks older than `retention_ms`, or the oldest beyond
+    `terminal_tasks_max`, at most `evictions_per_tick_max` per tick."""
+    store, lim = sm.store, sm.limits
+    heap = store.terminal
+    cutoff = sm.now_ms - lim.retention_ms
+    budget = lim.evictions_per_tick_max
+    while heap and budget > 0:
+        if not store.terminal_live(heap[0]):
+            heappop(heap)
+            continue
+        if heap[0][0] > cutoff and store.terminal_count <= lim.terminal_tasks_max:
+            break
+        remove(sm, heappop(heap)[3])
+        budget -= 1

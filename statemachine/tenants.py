@@ -1,0 +1,50 @@
+"""Handlers and helpers that act on tenants: settings, and the capacity every new live task
+needs (DESIGN section 5: per-tenant and global limits, refused with `tenant_limit`)."""
+from __future__ import annotations
+
+import sys
+
+from . import commands as c
+from . import validate as V
+from .errors import TENANT_LIMIT
+from .model import TenantView
+from .results import TenantAnswer
+from .validate import Rejected
+
+
+def tenant(sm, name: str) -> TenantView:
+    """The tenant's view, made on first use; marked for the digest (it is about to change)."""
+    view = sm.tenants.get(name)
+    if view is None:
+        view = sm.tenants[name] = TenantView(name)
+    sm._digest.tenants.mark(name, view)
+    return view
+
+
+def check_capacity(sm, name: str) -> None:
+    """Refuse (`tenant_limit`) one more live task of tenant `name`, before any change."""
+    lim = sm.limits
+    view = sm.tenants.get(name)
+    if view is None and len(sm.tenants) >= lim.tenants_max:
+        raise Rejected(TENANT_LIMIT, f"at most {lim.tenants_max} tenants",
+                       limit=lim.tenants_max)
+    if sm.store.live >= lim.live_tasks_max:
+        raise Rejected(TENANT_LIMIT, f"at most {lim.live_tasks_max} live tasks",
+                       limit=lim.live_tasks_max)
+    if view is not None and view.live >= lim.live_tasks_per_tenant_max:
+        raise Rejected(TENANT_LIMIT, f"tenant {name} has "
+                       f"{lim.live_tasks_per_tenant_max} live tasks",
+                       limit=lim.live_tasks_per_tenant_max)
+
+
+def set_tenant(sm, cmd: c.SetTenant) -> TenantAnswer:
+    V.set_tenant(cmd, sm.limits)
+    if cmd.tenant not in sm.tenants and len(sm.tenants) >= sm.limits.tenants_max:
+        raise Rejected(TENANT_LIMIT, f"at most {sm.limits.tenants_max} tenants",
+                       limit=sm.limits.tenants_max)
+    view = tenant(sm, sys.intern(cmd.tenant))
+    if cmd.max_running is not None:
+        view.max_running = cmd.max_running
+    if cmd.weight is not None:
+        view.weight = cmd.weight
+    return TenantAnswer(view.tenant)

@@ -1,0 +1,58 @@
+"""Fixtures shared by the whole suite.
+
+- `replica`: a real single-node Raft cluster in this process (short election timeouts, no
+  fsync), one per test module: every write goes through Raft, the LMDB log and the state
+  machine;
+- `api`: the node's real aiohttp app on that replica, through aiohttp's test client
+  (`tests.api_support.Api`);
+- `tt`: a task type of one test only (modules share one replica).
+
+Real multi-node clusters of `tsnode` processes: tests/integration/cluster.py (`Cluster`)
+and the `cluster` / `fresh_cluster` fixtures of tests/integration/conftest.py.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from tests.api_support import Api
+from tests.net import free_port
+from tsched.node.api_common import Node
+from tsched.node.app import make_app
+from tsched.node.clock import Clock
+from tsched.node.config import ClusterConfig, NodeConfig
+from tsched.node.raft import RaftOptions, Replica
+
+FAST = RaftOptions(raft_min_timeout_s=0.05, raft_max_timeout_s=0.1,
+                   leader_fallback_timeout_s=0.1, fsync=False)
+
+
+@pytest.fixture(scope="module")
+def replica(tmp_path_factory):
+    data = tmp_path_factory.mktemp("replica")
+    raft = f"127.0.0.1:{free_port()}"
+    r = Replica(self_id="n1", self_raft=raft, peers={}, data_dir=data, options=FAST)
+    r.start()
+    deadline = time.monotonic() + 10
+    while not r.is_ready_leader():
+        assert time.monotonic() < deadline, "single node did not become a ready leader"
+        time.sleep(0.01)
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+async def api(replica, aiohttp_client):
+    me = NodeConfig(id="n1", raft=replica.self_raft, http="127.0.0.1:1", data_dir="/nonexistent")
+    node = Node(node_id="n1", config=ClusterConfig(name="t", nodes=(me,)), replica=replica,
+                clock=Clock())
+    client = await aiohttp_client(make_app(node))
+    yield Api(client, node)
+
+
+@pytest.fixture
+def tt() -> str:
+    """A task type of this test only: the module shares one replica."""
+    return "t-" + uuid.uuid4().hex[:8]

@@ -1,0 +1,38 @@
+"""statemachine/ stays a house a newcomer can walk: small modules, short functions."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SM_DIR = Path(__file__).resolve().parents[2] / "statemachine"
+MODULE_LINES_MAX = 400
+FUNCTION_LINES_MAX = 60
+
+
+def _modules() -> list[Path]:
+    return sorted(SM_DIR.glob("*.py"))
+
+
+def _long_functions(source: str, limit: int) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = node.end_lineno - node.lineno + 1
+            if lines > limit:
+                out.append(f"{node.name} (line {node.lineno}): {lines} lines")
+    return out
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: p.name)
+def test_module_is_short_and_so_are_its_functions(path: Path) -> None:
+    source = path.read_text()
+    assert len(source.splitlines()) <= MODULE_LINES_MAX
+    assert _long_functions(source, FUNCTION_LINES_MAX) == []
+
+
+def test_checker_counts_a_long_function() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(FUNCTION_LINES_MAX))
+    assert _long_functions(f"def f():\n{body}\n", FUNCTION_LINES_MAX) == ["f (line 1): 61 lines"]
+    assert _long_functions("def g():\n    pass\n", FUNCTION_LINES_MAX) == []
