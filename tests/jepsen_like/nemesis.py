@@ -221,9 +221,9 @@ class Nemesis:
         as before; never serve from a diverged state (the digest and read checks)."""
         nid = self.rng.choice(self.cluster.ids)
         self.cluster.kill(nid)
-        node = self.cluster.nodes[nid]
-        files = [os.path.join(node.data_dir, "raft-log", "data.mdb"),
-                 os.path.join(node.data_dir, "snapshot.bin")]
+        data_dir = str(self.cluster.data_dir(nid))
+        files = [os.path.join(data_dir, "raft-log", "data.mdb"),
+                 os.path.join(data_dir, "snapshot.bin")]
         files = [f for f in files if os.path.exists(f)]
         target = self.rng.choice(files) if files else None
         offsets = self._flip(target) if target else []
@@ -233,7 +233,7 @@ class Nemesis:
             # It stopped on the damage (or crashed in LMDB): bring it back as an operator
             # would, empty (`tsnode --rejoin-empty`).
             if not self.cluster.nodes[nid].alive:
-                self.cluster.start(nid, "--rejoin-empty")
+                self.cluster.start_node(nid, "--rejoin-empty")
         return {"node": nid, "file": os.path.basename(target or ""), "offsets": offsets[:4]}, heal
 
     async def _fault_disk_full(self):
