@@ -152,6 +152,9 @@ async def before_read(request: web.Request, node: Node, extra: tuple[str, ...] =
     validate.query(q, ("min_seq", "consistency") + extra)
     mode = validate.consistency(q)
     min_seq = validate.query_int(q, "min_seq", 0, SEQ_MAX, 0)
+    unhealthy = getattr(node.replica, "unhealthy_reason", lambda: None)()
+    if unhealthy is not None:     # a stuck Raft thread: the state may be far behind
+        raise ApiError("unavailable", unhealthy, {"node": node.node_id})
     if mode == "linearizable":
         if not node.replica.is_ready_leader():
             return await relay_to_leader(request, node)

@@ -58,6 +58,9 @@ async def readyz(request: web.Request) -> web.Response:
 def not_ready_reason(replica) -> str | None:
     """None when the node serves current data: it sees a leader with a quorum, and has
     applied (nearly) all it knows to be committed; else why not."""
+    unhealthy = getattr(replica, "unhealthy_reason", lambda: None)()
+    if unhealthy is not None:
+        return unhealthy
     leader = replica.leader_id()
     if leader is None:
         return "no leader with a quorum is reachable"

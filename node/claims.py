@@ -6,6 +6,13 @@ batch may have made work claimable (or the timer says a task fell due), asks
 batch; the state machine picks the tasks at apply time, so two waiters never share a task.
 A waiter whose HTTP connection is gone when its claim commits gets its tasks released.
 Elsewhere, `claim()` forwards the request to the leader and follows leader changes.
+
+A claim whose answer was lost (the leader died after its Claim committed) is asked again by
+the client with the same Idempotency-Key, at another node: the Claims of a waiter take
+their request ids from that key (`<key digest>.0`, `.1`, ... in the order the waiter
+proposes them), so the new leader's first Claim for the retry is answered from the request
+table with the tasks the lost one took, rather than leaving them leased to nobody until
+their lease runs out. Only tasks still leased to the same worker id are handed out again.
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ LEADER_WAIT_S = 0.1        # pause before asking again who leads, while there is
 # one that has not been the ready leader for this long hands them back.
 UNREADY_GRACE_S = 2.0
 FORWARD_MARGIN_S = 5.0     # a forwarded wait's HTTP timeout beyond its wait_s
+KEY_HEADER = "Idempotency-Key"
 
 # Commands whose application can make a task claimable (a new or returned task, a freed
 # tenant slot, time passing). A batch of only Claims/Heartbeats/Barriers cannot.
@@ -78,6 +86,23 @@ class Waiter:
     id: int = 0
     completions: Completions | None = None   # not yet proposed while `.results` is None
     carried: int = 0        # completion commands proposed ahead of its Claim in flight
+    rid_base: str | None = None   # from the client's Idempotency-Key: retries replay Claims
+    claims_made: int = 0
+
+    def peek_request_id(self) -> str:
+        return f"{self.rid_base}.{self.claims_made}"
+
+    def next_request_id(self) -> str:
+        if self.rid_base is None:
+            return _new_id()
+        rid = self.peek_request_id()
+        self.claims_made += 1
+        return rid
+
+    def still_its(self, tasks: list[dict]) -> list[dict]:
+        """A replayed Claim's tasks that are still leased to this worker id."""
+        me = self.params["worker_id"]
+        return [t for t in tasks if t.get("state") == "running" and t.get("worker_id") == me]
 
 
 class _WaiterTable(dict):
@@ -198,7 +223,8 @@ class ClaimHub:
 
     # -- a waiting request --
     async def wait(self, params: dict, tenant: str | None, is_gone: Callable[[], bool],
-                   completions: Completions | None = None) -> tuple[list[dict], int | None]:
+                   completions: Completions | None = None, rid_base: str | None = None
+                   ) -> tuple[list[dict], int | None]:
         """(claimed tasks, applied seq); `completions.results` is set before it returns."""
         if len(self._waiters) >= WAITERS_MAX:
             raise ApiError("unavailable", f"too many waiting claims (limit {WAITERS_MAX})",
@@ -206,7 +232,8 @@ class ClaimHub:
         self._waiters.check_share(params["worker_id"], tenant)
         loop = asyncio.get_running_loop()
         w = Waiter(params, tenant, is_gone, loop.create_future(), id=next(self._ids),
-                   completions=completions if completions and completions.cmds else None)
+                   completions=completions if completions and completions.cmds else None,
+                   rid_base=rid_base)
         self._waiters[w.id] = w
         try:
             await self._dispatch([w])  # claimable now: a Claim is on its way even if wait_s is 0
@@ -241,13 +268,16 @@ class ClaimHub:
                 log.exception("event=claim_dispatch_failed")
 
     def _ready(self, candidates) -> list[Waiter]:
-        """Idle waiters with claimable work, at most the kind's fan-out of each kind."""
+        """Idle waiters with claimable work, at most the kind's fan-out of each kind; and
+        retried waiters whose next Claim is in the request table (its answer was lost)."""
+        candidates = [w for w in candidates if not w.busy and not w.future.done()]
+        replays = self._replays(candidates)
         kinds: dict[tuple, list[Waiter]] = {}
         for w in candidates:
-            if not w.busy and not w.blocked and not w.future.done():
+            if not w.blocked and w not in replays:
                 kinds.setdefault(_kind(w), []).append(w)
         if not kinds:
-            return []
+            return replays
         in_flight: dict[tuple, int] = {}    # Claims of a kind not yet answered count too
         for w in self._waiters.values():
             if w.busy:
@@ -260,7 +290,14 @@ class ClaimHub:
                 room = self._fanout.get(kind, 1) - in_flight.get(kind, 0)
                 if room > 0 and sm.has_claimable(types, tenant, prefetch_ms, now):
                     ready += waiters[:room]
-        return ready
+        return replays + ready
+
+    def _replays(self, candidates: list[Waiter]) -> list[Waiter]:
+        keyed = [w for w in candidates if w.rid_base is not None]
+        if not keyed:
+            return []
+        with self.node.replica.read() as sm:
+            return [w for w in keyed if sm.knows_request(w.peek_request_id())]
 
     async def _dispatch(self, candidates: list[Waiter] | None = None) -> None:
         """Propose Claims for the ready waiters; never awaits, so it runs atomically."""
@@ -275,7 +312,8 @@ class ClaimHub:
             if _uncarried(w):
                 w.carried = len(w.completions.cmds)
                 cmds += w.completions.cmds
-            cmds.append(c.Claim(request_id=_new_id(), now_ms=now, worker_id=w.params["worker_id"],
+            cmds.append(c.Claim(request_id=w.next_request_id(), now_ms=now,
+                                worker_id=w.params["worker_id"],
                                 task_types=w.params["task_types"], max_tasks=w.params["max_tasks"],
                                 lease_ms=w.params["lease_ms"], prefetch_ms=w.params["prefetch_ms"],
                                 tenant=w.tenant))
@@ -297,10 +335,11 @@ class ClaimHub:
                 pos, w.carried = pos + w.carried, 0
             answers.append(all_answers[pos])
             pos += 1
+        self._maybe_crash_after_claim(answers)
         releases = []
         for w, answer in zip(ready, answers):
             w.busy = False
-            got = answer if isinstance(answer, list) else []
+            got = w.still_its(answer) if isinstance(answer, list) else []
             if w.abandoned and not got:
                 if not w.future.done():
                     w.future.set_exception(NotLeader())
@@ -319,6 +358,11 @@ class ClaimHub:
         # Claims may have left work behind (max_tasks reached, other waiters).
         self.wake(new_work=False)
 
+
+    def _maybe_crash_after_claim(self, answers: list) -> None:
+        failpoints = self.node.replica.failpoints
+        if failpoints.on("crash_after_claim") and any(isinstance(a, list) and a for a in answers):
+            failpoints.crash_once("a Claim committed, its answer not sent")
 
     def _adapt_fanout(self, ready: list[Waiter], answers: list) -> None:
         tally: dict[tuple, list[int]] = {}     # kind -> [dispatched, full, got any]
@@ -394,9 +438,11 @@ async def claim(node, request, params: dict, tenant: str | None, body: bytes,
 
 async def _claim(node, request, params: dict, tenant: str | None, body: bytes,
                  completions: Completions | None) -> tuple[list[dict], int]:
+    from .api_common import request_id
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params["wait_s"]
     forwarded = bool(request.headers.get("X-Tsched-Forwarded"))
+    rid_base = request_id(request, "#claim") if request.headers.get(KEY_HEADER) else None
     is_gone = lambda: request.transport is None or request.transport.is_closing()  # noqa: E731
     leader_seen = False
     while True:
@@ -409,7 +455,7 @@ async def _claim(node, request, params: dict, tenant: str | None, body: bytes,
             leader_seen = True
             try:
                 tasks, seq = await node.claims.wait(dict(params, wait_s=remaining), tenant,
-                                                    is_gone, completions)
+                                                    is_gone, completions, rid_base)
                 return tasks, seq if seq is not None else replica.applied_seq
             except NotLeader:
                 if forwarded:
@@ -458,7 +504,7 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
         status, raw = await node.forwarder.send(
             node.config.node(leader).url, "POST", "/v1/claims", orjson.dumps(payload),
             timeout_s=remaining + FORWARD_MARGIN_S,
-            headers=_auth_headers(request))
+            headers=_forwarded_headers(request))
     except ApiError:
         return None
     try:
@@ -480,8 +526,7 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
                    err.get("details") if isinstance(err.get("details"), dict) else {})
 
 
-def _auth_headers(request) -> dict[str, str]:
-    """The caller's token, and its Idempotency-Key: the leader derives the request ids of
-    the carried completions from it, so a retried claim applies them at most once."""
-    return {k: request.headers[k] for k in ("Authorization", "Idempotency-Key")
-            if request.headers.get(k)}
+def _forwarded_headers(request) -> dict[str, str]:
+    """What the leader needs of the caller's headers: its token, and its Idempotency-Key
+    (the leader derives the Claims' request ids from it)."""
+    return {h: request.headers[h] for h in ("Authorization", KEY_HEADER) if h in request.headers}

@@ -10,6 +10,9 @@ Names:
   current fencing token (as this node's replica knows it) instead of the caller's, so the
   state machine's stale-token check never fires. Exists so that the fault harness can prove
   that it detects a zombie worker's accepted result.
+- `crash_after_claim`: the leader exits right after a Claim that took tasks commits, before
+  the claim is answered (the answer is lost with the leader). Once per `record_path`: a
+  node started with the file already written does not crash, so the next leader answers.
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ from pathlib import Path
 
 ENV_NAMES = "TSCHED_FAILPOINTS"
 ENV_RECORD = "TSCHED_FAILPOINTS_RECORD"
-KNOWN = frozenset({"skip_sync_before_send", "crash_after_ack", "accept_stale_tokens"})
+KNOWN = frozenset({"skip_sync_before_send", "crash_after_ack", "accept_stale_tokens",
+                   "crash_after_claim"})
 CRASH_EXIT_CODE = 75
 
 
@@ -58,6 +62,13 @@ class Failpoints:
             finally:
                 os.close(fd)
         os._exit(CRASH_EXIT_CODE)
+
+    def crash_once(self, record: str) -> None:
+        """`crash`, unless a crash was already recorded in `record_path`."""
+        if self.record_path is not None and self.record_path.exists() \
+                and self.record_path.stat().st_size:
+            return
+        self.crash(record)
 
 
 NONE = Failpoints()

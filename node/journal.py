@@ -7,8 +7,13 @@ one LMDB write transaction when `sync()` is called: the transport calls it befor
 replication message leaves the node, so one fsync covers every entry appended meanwhile.
 Term and vote are made durable at once, because a vote must never be forgotten.
 
-Layout: database `log` maps an 8-byte big-endian index to an 8-byte term plus the entry's
-bytes; database `meta` holds `term`, `vote` and `commit`.
+Layout: database `log` maps an 8-byte big-endian index to a 4-byte CRC32C, an 8-byte term
+and the entry's bytes; the CRC covers the key, the term and the bytes, so a flipped byte in
+any of them (or an entry moved to another key) is found when the log is loaded at start,
+which is the only time this module reads LMDB (pysyncobj reads the in-memory mirror).
+Database `meta` holds `term`, `vote`, `commit` and `format` (`LOG_FORMAT`). A log without
+`format` was written before checksums (format 1: term plus bytes): it is rewritten with
+checksums, in one transaction, when it is opened.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import os
 import struct
 from pathlib import Path
 
+import crc32c
 import lmdb
 import msgpack
 from pysyncobj import journal as _pysyncobj_journal
@@ -27,7 +33,62 @@ log = logging.getLogger(__name__)
 MAP_SIZE_BYTES = 64 << 30        # sparse: LMDB only reserves address space
 _KEY = struct.Struct(">Q")
 _TERM = struct.Struct(">Q")
+_CRC = struct.Struct(">I")
+LOG_FORMAT = 2                   # 1: term + bytes (no checksum); 2: crc32c + term + bytes
 STORAGE_ERROR_EXIT_CODE = 74
+STORAGE_CORRUPT_EXIT_CODE = 76
+
+
+class CorruptStorage(ValueError):
+    """A checksum or structure check failed on data this node wrote: the file and where."""
+
+    def __init__(self, file: str | os.PathLike, where: str, detail: str) -> None:
+        super().__init__(f"{file}: {where}: {detail}")
+        self.file, self.where, self.detail = str(file), where, detail
+
+
+def fatal_corruption(exc: CorruptStorage) -> None:
+    """Damaged data must never be served or voted with: stop loudly, naming the damage
+    and the way back (`tsnode --rejoin-empty`)."""
+    log.critical("storage corrupt: %s; stopping the node (discard this node's data and "
+                 "rejoin with `tsnode --rejoin-empty`)", exc)
+    logging.shutdown()
+    os._exit(STORAGE_CORRUPT_EXIT_CODE)
+
+
+def _log_value(key: bytes, term: int, command: bytes) -> bytes:
+    body = _TERM.pack(term) + command
+    return _CRC.pack(crc32c.crc32c(body, crc32c.crc32c(key))) + body
+
+
+def _format_of(meta: dict, entries: int) -> int:
+    """The log's format: a log with entries or a term but no `format` predates checksums."""
+    if b"format" in meta:
+        return msgpack.unpackb(meta[b"format"])
+    return 1 if entries or b"term" in meta else LOG_FORMAT
+
+
+def _parse_value(file, key: bytes, value: bytes, fmt: int) -> tuple[int, bytes]:
+    """(term, command) of a stored entry; raises CorruptStorage on a checksum mismatch."""
+    idx = _KEY.unpack(key)[0] if len(key) == _KEY.size else key.hex()
+    if fmt >= 2:
+        if len(value) < _CRC.size + _TERM.size:
+            raise CorruptStorage(file, f"log index {idx}", f"entry of {len(value)} bytes is too short")
+        (stored,) = _CRC.unpack_from(value)
+        body = value[_CRC.size:]
+        if crc32c.crc32c(body, crc32c.crc32c(key)) != stored:
+            raise CorruptStorage(file, f"log index {idx}", "checksum mismatch")
+        value = body
+    return _TERM.unpack_from(value)[0], bytes(value[_TERM.size:])
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename or unlink in `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def fatal_storage_error(what: str, exc: BaseException) -> None:
@@ -48,6 +109,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
                               sync=fsync, metasync=fsync, subdir=True, lock=True)
         self._log_db = self._env.open_db(b"log")
         self._meta_db = self._env.open_db(b"meta")
+        self._format = LOG_FORMAT
         self._entries: list[tuple[bytes, int, int]] = []
         self.bytes_held = 0              # command bytes in `_entries` (compaction by size)
         self._term = 0
@@ -67,22 +129,68 @@ class LmdbJournal(_pysyncobj_journal.Journal):
 
     # --- loading ---------------------------------------------------------------------
 
+    @property
+    def data_file(self) -> Path:
+        return self.path / "data.mdb"
+
     def _load(self) -> None:
+        try:
+            self._read_all()
+        except lmdb.Error as exc:     # a damaged page: LMDB's own structure check
+            raise CorruptStorage(self.data_file, "log", repr(exc)) from exc
+        if self._format < LOG_FORMAT:
+            self._migrate()
+
+    def _read_all(self) -> None:
         with self._env.begin() as txn:
-            for key, value in txn.cursor(db=self._log_db):
-                idx = _KEY.unpack(key)[0]
-                term = _TERM.unpack_from(value)[0]
-                self._entries.append((bytes(value[_TERM.size:]), idx, term))
             meta = {bytes(k): bytes(v) for k, v in txn.cursor(db=self._meta_db)}
+            self._format = _format_of(meta, txn.stat(self._log_db)["entries"])
+            for key, value in txn.cursor(db=self._log_db):
+                term, command = _parse_value(self.data_file, key, value, self._format)
+                self._entries.append((command, _KEY.unpack(key)[0], term))
+        for prev, cur in zip(self._entries, self._entries[1:]):
+            if cur[1] != prev[1] + 1:
+                raise CorruptStorage(self.data_file, f"log index {prev[1]}",
+                                     f"gap: the next entry is {cur[1]}")
+        if self._format >= 2:
+            self._read_state(meta)
+        else:
+            self._read_legacy_meta(meta)
+        self.bytes_held = _bytes_of(self._entries)
+
+    def _read_state(self, meta: dict) -> None:
+        """Term, vote, commit and the log's first and last index, checksummed together:
+        a damaged page that hides the log's tail (acknowledged entries) is found here."""
+        if b"state" not in meta:
+            if self._entries:
+                raise CorruptStorage(self.data_file, "log state", "missing")
+            return
+        raw = meta[b"state"]
+        if len(raw) < _CRC.size or crc32c.crc32c(raw[_CRC.size:]) != _CRC.unpack_from(raw)[0]:
+            raise CorruptStorage(self.data_file, "log state", "checksum mismatch")
+        self._term, self._vote, self._commit, first, last = msgpack.unpackb(raw[_CRC.size:])
+        held = (self._entries[0][1], self._entries[-1][1]) if self._entries else (0, 0)
+        if held != (first, last):
+            raise CorruptStorage(self.data_file, f"log index {held[1]}",
+                                 f"the log holds {held[0]}..{held[1]}, written as {first}..{last}")
+
+    def _read_legacy_meta(self, meta: dict) -> None:
         if b"term" in meta:
             self._term = msgpack.unpackb(meta[b"term"])
             self._vote = msgpack.unpackb(meta[b"vote"])
         if b"commit" in meta:
             self._commit = msgpack.unpackb(meta[b"commit"])
-        for prev, cur in zip(self._entries, self._entries[1:]):
-            if cur[1] != prev[1] + 1:
-                raise RuntimeError(f"journal {self.path} has a gap between {prev[1]} and {cur[1]}")
-        self.bytes_held = _bytes_of(self._entries)
+
+    def _migrate(self) -> None:
+        """Rewrite a format-1 log (no checksums) with checksums, in one transaction."""
+        log.info("raft log %s has format %d; adding checksums to its %d entries",
+                    self.path, self._format, len(self._entries))
+        with self._env.begin(write=True) as txn:
+            for command, idx, term in self._entries:
+                key = _KEY.pack(idx)
+                txn.put(key, _log_value(key, term, command), db=self._log_db)
+            self._write_meta(txn)
+        self._format = LOG_FORMAT
 
     def trim_front_to(self, idx: int) -> None:
         """Drop entries before `idx` when `idx` is in the log (a snapshot covers them).
@@ -220,12 +328,17 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             self._delete_from(txn, self._dirty_from_idx)
             start = self._position_of(self._dirty_from_idx)
             for command, idx, term in self._entries[start:]:
-                txn.put(_KEY.pack(idx), _TERM.pack(term) + command, db=self._log_db)
+                key = _KEY.pack(idx)
+                txn.put(key, _log_value(key, term, command), db=self._log_db)
         if self._front_trimmed and self._entries:
             self._delete_before(txn, self._entries[0][1])
-        txn.put(b"term", msgpack.packb(self._term), db=self._meta_db)
-        txn.put(b"vote", msgpack.packb(self._vote), db=self._meta_db)
-        txn.put(b"commit", msgpack.packb(self._commit), db=self._meta_db)
+        self._write_meta(txn)
+
+    def _write_meta(self, txn) -> None:
+        span = (self._entries[0][1], self._entries[-1][1]) if self._entries else (0, 0)
+        state = msgpack.packb([self._term, self._vote, self._commit, *span])
+        txn.put(b"state", _CRC.pack(crc32c.crc32c(state)) + state, db=self._meta_db)
+        txn.put(b"format", msgpack.packb(LOG_FORMAT), db=self._meta_db)
 
     def _position_of(self, idx: int) -> int:
         if not self._entries:

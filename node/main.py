@@ -22,6 +22,8 @@ from .api_common import Node
 from .app import make_app
 from .clock import Clock
 from .gcpolicy import GcPolicy
+from .handoff import hand_over
+from .journal import CorruptStorage, fatal_corruption
 
 log = logging.getLogger("tsched.node")
 
@@ -36,7 +38,12 @@ SHUTDOWN_S = 3.0     # in-flight requests get this long to finish on SIGTERM
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--shard", type=int, default=None, hidden=True,
               help="run one shard replica (started by the node's supervisor)")
-def cli(config_path: str, node_id: str, log_format: str, shard: int | None) -> None:
+@click.option("--rejoin-empty", is_flag=True,
+              help="discard this node's Raft log and snapshot (damaged data) and rejoin: it "
+                   "votes in no election until caught up from the leader (with shards: every "
+                   "local shard replica's)")
+def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
+        rejoin_empty: bool) -> None:
     from . import shards
     try:
         cfg = config_mod.load(config_path)
@@ -57,13 +64,31 @@ def cli(config_path: str, node_id: str, log_format: str, shard: int | None) -> N
     if shard is None and not shards.is_single_group(cfg):
         from .supervisor import run_supervisor
         setup_logging(node_id, log_format)
+        if rejoin_empty:
+            _discard_local_data(cfg, me, shard)
         _use_uvloop()
         sys.exit(asyncio.run(run_supervisor(cfg, node_id, config_path, log_format)))
     log_context = setup_logging(node_id if shard is None else f"{node_id}/s{shard}", log_format)
+    if rejoin_empty:
+        _discard_local_data(cfg, me, shard)
     _use_uvloop()
     gc_policy = GcPolicy()
     gc_policy.install()
     sys.exit(asyncio.run(serve(cfg, node_id, clock, log_context, gc_policy, shard=shard)))
+
+
+def _discard_local_data(cfg, me, shard: int | None) -> None:
+    """`--rejoin-empty`: this replica's data, or, on a supervisor, every local shard
+    replica's (each child then starts as a rejoining replica)."""
+    from pathlib import Path
+
+    from . import shards
+    from .rejoin import discard_data
+    if shard is not None or shards.is_single_group(cfg):
+        discard_data(Path(me.data_dir))
+        return
+    for s in shards.local_shards(cfg, me.id):
+        discard_data(Path(shards.shard_data_dir(cfg, me, s)))
 
 
 def _check_http_exposure(cfg, me) -> None:
@@ -125,7 +150,10 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
     replica = build_replica(cfg, node_id)
     if log_context is not None:
         log_context.term_of = lambda: replica.term
-    replica.start()
+    try:
+        replica.start()
+    except CorruptStorage as exc:
+        fatal_corruption(exc)          # before HTTP is up: never serve damaged data
     node = Node(node_id=node_id, config=cfg, replica=replica, clock=clock, gc_policy=gc_policy,
                 shard=shard)
     if "propose_s" in cfg.timeouts:
@@ -153,6 +181,8 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
                 gc_policy.run(lambda: not replica.is_ready_leader())))
         await stop.wait()
         log.info("event=stopping")
+        replica.leaving = True     # no campaign, no leadership handed to it from now on
+        await hand_over(replica)   # still serving: forwarded requests reach the successor
         for task in background:
             task.cancel()
         node.stop_event.set()

@@ -466,6 +466,10 @@ def _raft_families(replica) -> Iterable:
                 1 if leader is not None else 0)
     yield gauge("tsched_raft_is_leader", "1 when this node is the ready leader",
                 1 if replica.is_ready_leader() else 0)
+    connected = getattr(replica, "connected_peers", None)
+    if connected is not None:   # a rolling restart waits for all before the next stop
+        yield gauge("tsched_raft_peers_connected", "Raft peers this node is connected to",
+                    len(connected))
     written = getattr(replica, "snapshots_written", None)
     if written is not None:
         yield CounterMetricFamily("tsched_raft_snapshots", "Snapshots written", value=written)

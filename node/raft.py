@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+import crc32c
 import msgpack
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
@@ -42,6 +43,9 @@ from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from . import journal as journal_mod
+from .prevote import PreVote
+from .rejoin import RejoinGate
+from .watchdog import Watchdog
 from .failpoints import NONE as NO_FAILPOINTS
 from .failpoints import Failpoints
 from .gcpolicy import GcPolicy
@@ -55,7 +59,8 @@ DIGEST_SLICE_ITEMS = 1024
 DIGEST_SLICES_MAX = 64
 
 STATE_MACHINE_BUG_EXIT_CODE = 70
-SNAPSHOT_MAGIC = b"TSCHSNP1"
+SNAPSHOT_MAGIC = b"TSCHSNP2"
+SNAPSHOT_MAGIC_V1 = b"TSCHSNP1"     # no header checksum; SHA-256 of the state
 _U32 = struct.Struct(">I")
 
 # Messages that reflect the log, term or vote: the journal is synced before each leaves.
@@ -100,6 +105,13 @@ class RaftOptions:
     bind_retries_max: int = 10
     bind_retry_s: float = 0.5
     fsync: bool = True
+    # The watchdog (watchdog.py): the node stops when its Raft thread shows no progress
+    # this long (longer than any election timeout: /readyz is false from the election
+    # timeout on), or fails this many ticks in a row.
+    watchdog_stall_exit_s: float = 10.0
+    watchdog_tick_failures_max: int = 50
+    # Ask before campaigning (prevote.py); off only to measure what it saves.
+    pre_vote: bool = True
 
 
 @dataclass(frozen=True)
@@ -156,6 +168,7 @@ class _View(NamedTuple):
     connected: frozenset = frozenset()   # raft addresses of connected peers
     commit_index: int = 0
     last_applied: int = 0
+    commit_term: int = 0               # term of the entry at commit_index (0: not in the log)
 
 
 # --- transport ---------------------------------------------------------------------------
@@ -223,9 +236,13 @@ def _bound(conn: TcpConnection, limit: int) -> None:
 
 class _GuardedTransport(TCPTransport):
     def __init__(self, syncObj, selfNode, otherNodes, *, journal, failpoints: Failpoints,
-                 message_bytes_max: int, replication: ReplicationStats):
+                 message_bytes_max: int, replication: ReplicationStats, gate: RejoinGate,
+                 prevote: PreVote | None, may_lead: Callable[[], bool]):
         self._journal = journal
         self._replication = replication
+        self._gate = gate
+        self._prevote = prevote
+        self._may_lead = may_lead
         self._failpoints = failpoints
         self._message_bytes_max = message_bytes_max
         super().__init__(syncObj, selfNode, otherNodes)
@@ -251,6 +268,16 @@ class _GuardedTransport(TCPTransport):
         if not isinstance(message, str) or message not in self._nodeAddrToNode:
             return self._refuse(conn, f"identity {str(message)[:64]!r}")
         return super()._onIncomingMessageReceived(conn, message)
+
+    def _onMessageReceived(self, node, message):
+        if isinstance(message, dict):
+            if message.get("type") == "request_vote" and not self._gate.may_vote():
+                return   # a node rejoining empty grants no vote (rejoin.py)
+            if message.get("type") == "timeout_now" and not self._may_lead():
+                return   # a stopping node takes no leadership handed over to it
+            if self._prevote is not None and self._prevote.on_message(self._syncObj, node, message):
+                return
+        super()._onMessageReceived(node, message)
 
     def _refuse(self, conn, what: str) -> None:
         log.warning("raft: refused %s on an incoming connection", what)
@@ -317,6 +344,16 @@ class _RaftObject(WastelessAppendEntries, SyncObj):
         super().__init__(self_node, peers, conf, nodeClass=_DialNode,
                          transportClass=transport_class)
 
+    def _onTick(self, timeToWait=0.0):
+        # Hooks around pysyncobj's tick: the rejoin gate before it, the watchdog after.
+        self._replica._before_tick(self)
+        try:
+            super()._onTick(timeToWait)
+        except Exception as exc:
+            self._replica.watchdog.tick_failed(exc)
+            raise
+        self._replica.watchdog.tick_ok()
+
     @replicated
     def apply(self, blob):
         # The only replicated method (pysyncobj numbers them by name): never add another.
@@ -325,21 +362,21 @@ class _RaftObject(WastelessAppendEntries, SyncObj):
 
 # --- snapshots ---------------------------------------------------------------------------
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_fsync_dir = journal_mod.fsync_dir
 
 
 def write_snapshot(path: Path, raft_data: list, state: bytes) -> Path:
-    """Write and fsync `path`'s temp file; `publish_snapshot` renames it into place."""
+    """Write and fsync `path`'s temp file; `publish_snapshot` renames it into place.
+
+    Format 2: magic, header length, CRC32C of the header, header (msgpack: raft data,
+    state length, CRC32C of the state), state. Format 1 (magic TSCHSNP1, a SHA-256 of the
+    state and no header checksum) is still read."""
     header = msgpack.packb({"raft": raft_data, "state_len": len(state),
-                            "state_sha256": hashlib.sha256(state).hexdigest()})
+                            "state_crc32c": crc32c.crc32c(state)})
     tmp = snapshot_tmp_path(path)
     with open(tmp, "wb") as f:
-        f.write(SNAPSHOT_MAGIC + _U32.pack(len(header)) + header)
+        f.write(SNAPSHOT_MAGIC + _U32.pack(len(header)) + _U32.pack(crc32c.crc32c(header)))
+        f.write(header)
         f.write(state)
         f.flush()
         os.fsync(f.fileno())
@@ -356,26 +393,51 @@ def publish_snapshot(path: Path) -> None:
     _fsync_dir(path.parent)
 
 
+def _parse_snapshot_header(path: Path, data: bytes) -> tuple[dict, int]:
+    """(header, offset of the state); raises CorruptStorage naming the file."""
+    magic = data[:len(SNAPSHOT_MAGIC)]
+    if magic not in (SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_V1):
+        raise journal_mod.CorruptStorage(path, "snapshot header", "not a tsched snapshot")
+    at = len(SNAPSHOT_MAGIC)
+    try:
+        (size,) = _U32.unpack_from(data, at)
+        at += _U32.size
+        if magic == SNAPSHOT_MAGIC:
+            (crc,) = _U32.unpack_from(data, at)
+            at += _U32.size
+            if len(data) < at + size or crc32c.crc32c(data[at:at + size]) != crc:
+                raise journal_mod.CorruptStorage(path, "snapshot header", "checksum mismatch")
+        header = msgpack.unpackb(data[at:at + size])
+        return header, at + size
+    except (struct.error, ValueError, msgpack.UnpackException) as exc:
+        raise journal_mod.CorruptStorage(path, "snapshot header", repr(exc)) from exc
+
+
 def read_snapshot_header(path: Path) -> dict:
+    """The header alone (a start reads it to trim the log), checked as `read_snapshot` does."""
     with open(path, "rb") as f:
-        head = f.read(len(SNAPSHOT_MAGIC) + _U32.size)
-        if head[:len(SNAPSHOT_MAGIC)] != SNAPSHOT_MAGIC:
-            raise ValueError(f"{path} is not a tsched snapshot")
-        (size,) = _U32.unpack(head[len(SNAPSHOT_MAGIC):])
-        return msgpack.unpackb(f.read(size))
+        head = f.read(len(SNAPSHOT_MAGIC) + 2 * _U32.size)
+        if len(head) < len(SNAPSHOT_MAGIC) + 2 * _U32.size:
+            raise journal_mod.CorruptStorage(path, "snapshot header", "truncated")
+        size = _U32.unpack_from(head, len(SNAPSHOT_MAGIC))[0]
+        return _parse_snapshot_header(path, head + f.read(size))[0]
 
 
 def read_snapshot(path: Path) -> tuple[list, bytes]:
     with open(path, "rb") as f:
         data = f.read()
-    if data[:len(SNAPSHOT_MAGIC)] != SNAPSHOT_MAGIC:
-        raise ValueError(f"{path} is not a tsched snapshot")
-    start = len(SNAPSHOT_MAGIC) + _U32.size
-    (size,) = _U32.unpack(data[len(SNAPSHOT_MAGIC):start])
-    header = msgpack.unpackb(data[start:start + size])
-    state = data[start + size:]
-    if len(state) != header["state_len"] or hashlib.sha256(state).hexdigest() != header["state_sha256"]:
-        raise ValueError(f"{path} is truncated or corrupt")
+    header, start = _parse_snapshot_header(path, data)
+    state = data[start:]
+    try:
+        index = header["raft"][1][1]
+        intact = len(state) == header["state_len"] and (
+            crc32c.crc32c(state) == header["state_crc32c"] if "state_crc32c" in header
+            else hashlib.sha256(state).hexdigest() == header["state_sha256"])
+    except (KeyError, IndexError, TypeError) as exc:
+        raise journal_mod.CorruptStorage(path, "snapshot header", repr(exc)) from exc
+    if not intact:
+        raise journal_mod.CorruptStorage(path, f"snapshot at log index {index}",
+                                         "truncated or checksum mismatch")
     return header["raft"], state
 
 
@@ -424,6 +486,13 @@ class Replica:
         self.snapshot_stalls_ms: list[float] = []
         self.snapshots_written = 0
         self.replication = ReplicationStats()
+        self.rejoin = RejoinGate(self.data_dir)
+        self.leaving = False             # stopping: campaigns for nothing (handoff.py)
+        self.prevote = PreVote(min_timeout_s=options.raft_min_timeout_s,
+                               may_vote=self.rejoin.may_vote) if options.pre_vote else None
+        self.watchdog = Watchdog(stall_ready_s=options.raft_max_timeout_s,
+                                 stall_exit_s=options.watchdog_stall_exit_s,
+                                 tick_failures_max=options.watchdog_tick_failures_max)
 
     @classmethod
     def from_config(cls, cluster, node_id: str, failpoints: Failpoints | None = None,
@@ -469,13 +538,16 @@ class Replica:
         transport = functools.partial(_GuardedTransport, journal=self._journal,
                                       failpoints=self.failpoints,
                                       message_bytes_max=self.options.message_bytes_max,
-                                      replication=self.replication)
+                                      replication=self.replication,
+                                      gate=self.rejoin, prevote=self.prevote,
+                                      may_lead=lambda: not self.leaving)
         peers = [_DialNode(addr, self.dial_overrides.get(addr)) for addr in self.peers.values()]
         self_node = _DialNode(self.self_raft)
         self._obj = _RaftObject(self, self_node, peers, self._conf(), transport)
         self._waker = _Waker()
         self._tick_tasks.append(lambda: self._waker.subscribe(self._obj._poller))
         self._obj.addOnTickCallback(self._on_tick)
+        self.watchdog.start()
         try:
             self._obj.waitBinded()
         except Exception as exc:
@@ -514,6 +586,7 @@ class Replica:
         )
 
     def stop(self) -> None:
+        self.watchdog.stop()
         obj, self._obj = self._obj, None
         if obj is not None:
             obj.destroy_synchronous()      # closes the transport and the journal
@@ -570,6 +643,25 @@ class Replica:
         if v.leader not in v.connected:
             return None
         return self._id_by_addr.get(v.leader)
+
+    def unhealthy_reason(self) -> str | None:
+        """Why this node must not serve at all (watchdog.py), or None."""
+        return self.watchdog.reason()
+
+    def leader_committed_in_its_term(self) -> bool:
+        """The commit index holds an entry of the current term: the leader of this term
+        has committed its barrier (a new leader commits nothing before one)."""
+        v = self._view
+        return v.commit_term == v.term and v.term > 0
+
+    @property
+    def connected_peers(self) -> list[str]:
+        """Ids of the peers with a live Raft connection (sampled each tick)."""
+        return sorted(self._id_by_addr[a] for a in self._view.connected if a in self._id_by_addr)
+
+    def is_leader_role(self) -> bool:
+        """Raft's own view (sampled each tick), whatever the quorum."""
+        return self._view.role == 2
 
     def is_ready_leader(self) -> bool:
         v = self._view
@@ -639,6 +731,7 @@ class Replica:
     # --- the Raft thread -----------------------------------------------------------------
 
     def _apply_blob(self, blob: bytes) -> None:
+        self.watchdog.progress()   # a long catch-up tick is work, not a stall
         try:
             cmds = self._kit.decode_batch(blob)
         except Exception as exc:  # a junk blob decodes the same everywhere: skip it
@@ -666,9 +759,10 @@ class Replica:
             self._ready_term = int(rid.rsplit(":", 1)[1])
 
     def _on_state_changed(self, old, new) -> None:
-        if new == 2:
+        obj = self._obj                  # None once stop() began
+        if new == 2 and obj is not None:
             self.replication.on_leadership()
-            self._propose_barrier(self._obj.raftCurrentTerm)
+            self._propose_barrier(obj.raftCurrentTerm)
 
     def _propose_barrier(self, term: int) -> None:
         obj = self._obj
@@ -683,6 +777,15 @@ class Replica:
                 self._propose_barrier(term)
 
         obj.apply(blob, callback=done)
+
+    def _before_tick(self, obj) -> None:
+        """A node rejoining empty starts no election (and ends that once caught up); any
+        other asks for a pre-vote before it campaigns."""
+        if self.rejoin.rejoining or self.leaving:
+            obj._SyncObj__raftElectionDeadline = monotonicTime() + self.options.raft_max_timeout_s
+            self.rejoin.check_caught_up(obj)
+        elif self.prevote is not None:
+            self.prevote.before_tick(obj)
 
     def _on_tick(self) -> None:
         while self._tick_tasks:
@@ -701,8 +804,16 @@ class Replica:
             connected=frozenset(n.id for n in peers if obj.isNodeConnected(n)),
             commit_index=obj.raftCommitIndex,
             last_applied=obj.raftLastApplied,
+            commit_term=self._term_at(obj.raftCommitIndex),
         )
         self._compact_when_log_large(obj)
+
+    def _term_at(self, idx: int) -> int:
+        journal = self._journal
+        if journal is None or not len(journal):
+            return 0
+        pos = idx - journal[0][1]
+        return journal[pos][2] if 0 <= pos < len(journal) else 0
 
     def _compact_when_log_large(self, obj) -> None:
         """pysyncobj compacts by entry count and age only; also compact by the bytes a
@@ -765,6 +876,7 @@ class Replica:
         log.info("raft: snapshot at index %d forked (Raft thread stalled %.1f ms)", prev[1], stall_ms)
 
     def _check_serializing(self):
+        self._unblock_snapshot_sending()
         if self._snap_abandoned:
             self._snap_abandoned = False
             return SERIALIZER_STATE.FAILED      # lets pysyncobj start the next one
@@ -783,6 +895,17 @@ class Replica:
             return SERIALIZER_STATE.FAILED
         self.snapshots_written += 1
         return SERIALIZER_STATE.SUCCESS
+
+    def _unblock_snapshot_sending(self) -> None:
+        """pysyncobj's Serializer, after calling `_serialize`, fails to rename a temp file
+        of its own and marks itself busy (pid -2) until the checker reports an outcome; while
+        busy it sends no snapshot to a follower that needs one. A follower catching up at
+        1,000,000 tasks thus waited for a whole snapshot to be written (tens of seconds)
+        before its transfer even started. Ours are written by our own child and published
+        by an atomic rename, so the snapshot file is always complete: let it be sent."""
+        serializer = getattr(self._obj, "_SyncObj__serializer", None)
+        if serializer is not None:
+            serializer._Serializer__pid = 0
 
     def _abandon_snapshot_child(self) -> None:
         if self._snap_pid is None:
@@ -843,10 +966,14 @@ class Replica:
                 os.close(fd)
             _fsync_dir(path.parent)
             started = time.perf_counter()
-            raft_data, state = read_snapshot(path)
-            sm = self._restore_frozen(state)
+            with self.watchdog.busy("restoring a snapshot"):
+                raft_data, state = read_snapshot(path)
+                sm = self._restore_frozen(state)
             log.info("raft: snapshot at index %d restored in %.2f s (%d bytes)",
                      raft_data[1][1], time.perf_counter() - started, len(state))
+        except journal_mod.CorruptStorage as exc:
+            self.watchdog.mark_fatal(str(exc))
+            journal_mod.fatal_corruption(exc)
         except Exception as exc:
             # pysyncobj would log this and carry on with an empty state: never do that.
             journal_mod.fatal_storage_error(f"loading snapshot {path}", exc)

@@ -7,6 +7,11 @@ doubles up to `RESTART_BACKOFF_MAX_S` (and starts over once it has run for
 `RESTART_RESET_S`). SIGTERM/SIGINT stop the router, then every shard process. Shard
 processes end themselves when the supervisor dies, even by SIGKILL: the kernel sends them
 SIGTERM (PR_SET_PDEATHSIG on Linux) and each also watches its parent's pid.
+
+A shard process that stops on damaged or full storage (its exit codes in `FATAL_EXIT_CODES`)
+is not started again: starting it would only fail the same way. The whole node stops with
+that code, loudly, as a single-group node does, so that an operator repairs it (for damage,
+`tsnode --rejoin-empty`).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from aiohttp import web
 from . import shards as shards_mod
 from . import tls
 from .leader_spread import SPREAD_CHECK_S, Spreader
+from .journal import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
 from .router import Router, make_router_app
 from .upstream import Upstreams
 
@@ -35,14 +41,17 @@ PARENT_CHECK_S = 1.0
 SUPERVISOR_PID_ENV = "TSCHED_SUPERVISOR_PID"
 SHUTDOWN_S = 3.0
 _PR_SET_PDEATHSIG = 1
+FATAL_EXIT_CODES = (STORAGE_ERROR_EXIT_CODE, STORAGE_CORRUPT_EXIT_CODE)
 
 
 class ShardProcess:
     """One local shard replica's process, started again whenever it dies."""
 
-    def __init__(self, shard: int, argv: list[str], spreader: Spreader | None = None) -> None:
+    def __init__(self, shard: int, argv: list[str], spreader: Spreader | None = None,
+                 on_fatal=None) -> None:
         self.shard, self.argv = shard, argv
         self.spreader = spreader
+        self.on_fatal = on_fatal        # called with the exit code of a storage failure
         self.proc: asyncio.subprocess.Process | None = None
         self.restarts = 0
         self.stopping = False
@@ -66,6 +75,13 @@ class ShardProcess:
             if self.spreader is not None:
                 self.spreader.forget(self.shard)
             if self.stopping:
+                break
+            if code in FATAL_EXIT_CODES:
+                log.critical("event=shard_storage_failed shard=%d pid=%d code=%d: stopping "
+                             "the node (see the shard's log for the file)", self.shard,
+                             self.proc.pid, code)
+                if self.on_fatal is not None:
+                    self.on_fatal(code)
                 break
             if loop.time() - started >= RESTART_RESET_S:
                 backoff = RESTART_BACKOFF_FIRST_S
@@ -119,10 +135,15 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str) -
     local = shards_mod.local_shards(cfg, node_id)
     spreader = Spreader(node_id, shards_mod.shards_of(cfg), len(cfg.nodes),
                         {s: [n.id for n in shards_mod.placement(cfg, s)] for s in local})
-    procs = {s: ShardProcess(s, shard_argv(config_path, node_id, s, log_format), spreader)
-             for s in local}
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    fatal: list[int] = []
+
+    def on_fatal(code: int) -> None:
+        fatal.append(code)
+        stop.set()
+    procs = {s: ShardProcess(s, shard_argv(config_path, node_id, s, log_format), spreader,
+                             on_fatal) for s in local}
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     runs = [loop.create_task(p.run(), name=f"shard-{p.shard}") for p in procs.values()]
@@ -145,7 +166,7 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str) -
             t.cancel()
         await asyncio.gather(*runs, return_exceptions=True)
     log.info("event=stopped")
-    return 0
+    return fatal[0] if fatal else 0
 
 
 async def _keep_spread(spreader: Spreader, procs: dict[int, ShardProcess]) -> None:

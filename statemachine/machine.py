@@ -145,6 +145,10 @@ class StateMachine:
     def list_tenants(self) -> list[TenantView]:
         return reads.list_tenants(self)
 
+    def knows_request(self, request_id: str) -> bool:
+        """A command with this request id was applied (and its result is still recorded)."""
+        return request_id in self.requests
+
     def has_claimable(self, task_types, tenant, prefetch_ms, now_ms) -> bool:
         return self.store.queue.has_claimable(task_types, tenant, self.tenants,
                                               max(now_ms, self.now_ms), prefetch_ms)

@@ -102,12 +102,13 @@ class Cluster:
             self.start_node(i)
         return self
 
-    def start_node(self, node_id: str) -> None:
+    def start_node(self, node_id: str, *args: str) -> None:
+        """Start one node; `args` are extra tsnode options (e.g. "--rejoin-empty")."""
         assert node_id not in self.procs or self.procs[node_id].poll() is not None, node_id
         env = {**os.environ, **self.env, **self.node_env.get(node_id, {})}
         out = open(self.log_path(node_id), "ab")
         self.procs[node_id] = subprocess.Popen(
-            [*self.command, "--config", str(self.config_path), "--id", node_id],
+            [*self.command, "--config", str(self.config_path), "--id", node_id, *args],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
         self.paused.discard(node_id)

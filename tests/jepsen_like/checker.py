@@ -20,7 +20,7 @@ from .timefmt import to_ms
 
 TERMINAL = ("completed", "cancelled", "dead_letter")
 CHECKS = ("lost", "stale_accepted", "double_lease", "cap_exceeded", "cancel_violations",
-          "missed_fires", "duplicate_fires", "digest_mismatch", "unconverged")
+          "missed_fires", "duplicate_fires", "digest_mismatch", "unconverged", "diverged_reads")
 FIRE_START_WINDOW_MS = 5_000      # a fire in quiet time must start this soon after its time
 FAULT_GRACE_MS = 8_000            # election (<= 2.5 s) + reconnect + catch-up after a heal
 UNAVAILABLE_GAP_S = 1.0           # no acknowledged write for this long is an outage
@@ -361,6 +361,15 @@ def check_digests(final: dict) -> tuple[list[dict], list[dict]]:
     return mismatch, unconverged
 
 
+def check_diverged_reads(final: dict) -> list[dict]:
+    """A node that had applied a task's acknowledged submit (its applied_seq just before
+    the read was at least the ack's) answered that the task does not exist, with no restart
+    in between (its seq did not go back): it serves from a replica that diverged."""
+    return [r for r in final.get("reads") or []
+            if r["status"] == 404 and r["seq_before"] >= r["ack_seq"] > 0
+            and (r["seq_after"] or 0) >= r["seq_before"]]
+
+
 def unavailability(model: Model, gap_s: float = UNAVAILABLE_GAP_S) -> list[dict]:
     """Stretches of the run with write attempts but no acknowledged write."""
     writes = sorted((o for o in model.ops if o.f == "submit"), key=lambda o: o.invoke_mono)
@@ -393,6 +402,7 @@ def check(entries: list[dict], final: dict) -> dict:
         "duplicate_fires": duplicate,
         "digest_mismatch": mismatch,
         "unconverged": unconverged,
+        "diverged_reads": check_diverged_reads(final),
     }
     nemesis = defaultdict(int)
     for op in model.ops:

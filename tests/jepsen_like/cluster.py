@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tests.integration.cluster import Cluster as ProcessCluster
 
+from .disks import SmallDisks
 from .proxy import ProxyHub
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -64,7 +65,8 @@ class NodeView:
 
 class Cluster(ProcessCluster):
     def __init__(self, out_dir: str, n_nodes: int = 3, failpoints: tuple[str, ...] = (),
-                 hub: ProxyHub | None = None, shards: int = 1) -> None:
+                 hub: ProxyHub | None = None, shards: int = 1,
+                 disks: SmallDisks | None = None) -> None:
         out = os.path.abspath(out_dir)
         os.makedirs(out, exist_ok=True)
         self.hub = hub or ProxyHub()
@@ -77,6 +79,11 @@ class Cluster(ProcessCluster):
         self.client_urls: dict[str, str] = {}     # node id -> proxied http://host:port
         self.direct_urls: dict[str, str] = {}     # node id -> http://host:port (checker)
         self._links()
+        self.disks = disks          # small tmpfs data dirs for the disk_full fault
+        if disks is not None:
+            for nid in self.ids:
+                if not disks.mount(nid, str(self.data_dir(nid))):
+                    break
 
     def _links(self) -> None:
         dial: dict[str, list[str]] = {nid: [] for nid in self.ids}
@@ -150,3 +157,5 @@ class Cluster(ProcessCluster):
                 super().close()
             finally:
                 self.hub.stop()
+                if self.disks is not None:
+                    self.disks.unmount_all()

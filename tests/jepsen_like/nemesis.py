@@ -8,6 +8,7 @@ knows when faults were active.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from collections import Counter
 
@@ -18,13 +19,15 @@ from .history import OK, History
 from .workload import LEASE_S
 
 FAULTS = ("partition", "isolate_leader", "bridge", "one_way", "kill", "kill_all", "pause",
-          "clock", "delay", "client_reset")
+          "clock", "delay", "client_reset", "corrupt", "disk_full")
 QUIET_S = (2.0, 4.0)          # between faults
 HOLD_S = (3.0, 8.0)           # how long a fault lasts
 PAUSE_PAST_LEASE_S = (1.5, 3.0)
 CLOCK_JUMPS_MS = (-20_000, -5_000, 5_000, 20_000, 40_000)
 DELAY_MS = (20, 150)
 STATUS_TIMEOUT_S = 1.0
+CORRUPT_BYTES = 20             # flipped in a stopped node's log or snapshot
+LMDB_META_BYTES = 2 * 4096     # LMDB's two meta pages: the flips go past them
 
 
 class Nemesis:
@@ -211,3 +214,57 @@ class Nemesis:
         link = self.cluster.http_link(nid)
         self.cluster.hub.set(link, "reset")
         return {"node": nid}, self._restore([link])
+
+    async def _fault_corrupt(self):
+        """Kill a node, flip bytes in its Raft log or its snapshot, start it again: it must
+        stop on the damage (then it is reset) or, when the bytes missed live data, run on
+        as before; never serve from a diverged state (the digest and read checks)."""
+        nid = self.rng.choice(self.cluster.ids)
+        self.cluster.kill(nid)
+        data_dir = self.cluster.data_dir(nid)
+        dirs = [data_dir] + sorted(data_dir.glob("shard-*"))    # with shards: one per replica
+        files = [str(f) for d in dirs for f in (d / "raft-log" / "data.mdb", d / "snapshot.bin")
+                 if f.exists()]
+        target = self.rng.choice(files) if files else None
+        offsets = self._flip(target) if target else []
+        self.cluster.start(nid)
+
+        async def heal():
+            # It stopped on the damage (or crashed in LMDB): bring it back as an operator
+            # would, empty (`tsnode --rejoin-empty`).
+            if not self.cluster.nodes[nid].alive:
+                self.cluster.start_node(nid, "--rejoin-empty")
+        return {"node": nid, "file": os.path.basename(target or ""), "offsets": offsets[:4]}, heal
+
+    async def _fault_disk_full(self):
+        """Fill one node's (small) disk: its next write fails and it must stop loudly (the
+        majority goes on); healing frees the space and starts it again."""
+        disks = self.cluster.disks
+        if disks is None or not disks.mounted:
+            reason = disks.refused if disks is not None else "no small disks"
+
+            async def nothing():
+                pass
+            return {"skipped": reason}, nothing
+        nid = self.rng.choice(sorted(disks.mounted))
+        written = await asyncio.to_thread(disks.fill, nid)
+
+        async def heal():
+            disks.free(nid)
+            if not self.cluster.nodes[nid].alive:
+                self.cluster.start(nid)
+        return {"node": nid, "filled_bytes": written}, heal
+
+    def _flip(self, path: str) -> list[int]:
+        size = os.path.getsize(path)
+        low = LMDB_META_BYTES if path.endswith(".mdb") else 0
+        if size <= low:
+            return []
+        offsets = sorted(self.rng.randrange(low, size) for _ in range(CORRUPT_BYTES))
+        with open(path, "r+b") as f:
+            for at in offsets:
+                f.seek(at)
+                byte = f.read(1)
+                f.seek(at)
+                f.write(bytes([byte[0] ^ 0xFF]))
+        return offsets

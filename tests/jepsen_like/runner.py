@@ -12,6 +12,7 @@ import aiohttp
 
 from . import checker
 from .cluster import Cluster
+from .disks import SmallDisks
 from .history import History, read
 from .nemesis import FAULTS, Nemesis
 from .workload import TENANT_CAPS, Api, Workload
@@ -23,6 +24,7 @@ POLL_S = 0.2
 LIST_PAGE = 1000
 HTTP_TIMEOUT_S = 5.0
 DIGEST_SAMPLE_EVERY_S = 2.0
+READ_SAMPLE_EVERY_S = 0.5      # one read of an acknowledged task per live node
 
 
 async def _get(session, url: str):
@@ -77,15 +79,40 @@ async def replica_states(cluster: Cluster, session, via: str, timeout_s: float =
             for s in body["shards"] for n in s["nodes"] if n.get("digest")]
 
 
+async def _ready_leader_url(cluster: Cluster, session) -> str | None:
+    """The ready leader's address; with shards, a ready router's (it reads every shard at
+    its leader)."""
+    if cluster.shards != 1:
+        for url in cluster.direct_urls.values():
+            status, _ = await _get(session, url + "/readyz")
+            if status == 200:
+                return url
+        return None
+    for url in cluster.direct_urls.values():
+        status, st = await _get(session, url + "/v1/cluster/self")
+        if status == 200 and st.get("role") == "leader" and st.get("ready"):
+            return url
+    return None
+
+
 async def drain(cluster: Cluster, session) -> bool:
-    """True once no task is pending or running (workers finish what the run left)."""
+    """True once no task is pending or running (workers finish what the run left).
+
+    Both lists are read from the ready leader (a node rejoining empty has no tasks yet),
+    and count only when the leader applied nothing between the two reads: a lease expiring
+    in between moves a task from running to pending, and two separate empty answers would
+    then miss it."""
     async def empty():
-        url = cluster.direct_urls[cluster.ids[0]]
+        url = await _ready_leader_url(cluster, session)
+        if url is None:
+            return False
+        seqs = set()
         for state in ("pending", "running"):
             status, body = await _get(session, f"{url}/v1/tasks?state={state}&limit=1")
             if status != 200 or body.get("tasks"):
                 return False
-        return True
+            seqs.add(body.get("applied_seq") or tuple(sorted((body.get("applied_seqs") or {}).items())))
+        return len(seqs) == 1
     return await _poll(empty, DRAIN_WAIT_S)
 
 
@@ -138,6 +165,39 @@ async def sample_digests(cluster: Cluster, session, samples: list, stop: asyncio
             pass
 
 
+async def _status_seq(session, url: str) -> int | None:
+    try:
+        async with session.get(url + "/v1/cluster/self",
+                               timeout=aiohttp.ClientTimeout(total=1.0)) as r:
+            return (await r.json(content_type=None))["applied_seq"] if r.status == 200 else None
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, OSError):
+        return None
+
+
+async def sample_reads(cluster: Cluster, session, acked_seq: dict, rng: random.Random,
+                       samples: list, stop: asyncio.Event) -> None:
+    """Read acknowledged tasks from every node directly, with the node's applied_seq just
+    before the read: a node that had applied a task's submit and then says it does not
+    exist serves from a diverged replica (checker.check_diverged_reads)."""
+    while not stop.is_set():
+        ids = list(acked_seq)
+        for nid, url in cluster.direct_urls.items():
+            node = cluster.nodes[nid]
+            if not ids or not node.alive or node.paused:
+                continue
+            tid = rng.choice(ids)
+            before = await _status_seq(session, url)
+            status, body = await _get(session, f"{url}/v1/tasks/{tid}")
+            if before is not None and status in (200, 404):
+                samples.append({"node": nid, "task_id": tid, "ack_seq": acked_seq[tid],
+                                "seq_before": before, "status": status,
+                                "seq_after": (body or {}).get("applied_seq")})
+        try:
+            await asyncio.wait_for(stop.wait(), READ_SAMPLE_EVERY_S)
+        except asyncio.TimeoutError:
+            pass
+
+
 async def final_tasks(cluster: Cluster, session) -> dict:
     url = cluster.direct_urls[cluster.ids[0]]
     tasks, cursor = {}, None
@@ -156,7 +216,8 @@ async def final_tasks(cluster: Cluster, session) -> dict:
 async def _run(out_dir: str, duration_s: float, seed: int, n_nodes: int,
                failpoints: tuple[str, ...], faults: tuple[str, ...], shards: int) -> dict:
     rng = random.Random(seed)
-    cluster = Cluster(out_dir, n_nodes, failpoints, shards=shards)
+    cluster = Cluster(out_dir, n_nodes, failpoints, shards=shards,
+                      disks=SmallDisks() if "disk_full" in faults else None)
     history = History(os.path.join(out_dir, "history.jsonl"))
     final = {"tasks": {}, "digests": [], "converged": False}
     try:
@@ -175,11 +236,16 @@ async def _run(out_dir: str, duration_s: float, seed: int, n_nodes: int,
             sampling = asyncio.Event()
             sampler = asyncio.ensure_future(
                 sample_digests(cluster, session, final["digests"], sampling))
+            final["reads"] = []
+            reader = asyncio.ensure_future(sample_reads(
+                cluster, session, workload.shared.acked_seq, random.Random(rng.random()),
+                final["reads"], sampling))
             await asyncio.sleep(duration_s)
             nemesis.stop()
             await nemesis_task
             sampling.set()
             await sampler
+            await reader
             await nemesis.heal_everything()
             history.event("nemesis", "healed", "note")
             await workload.stop_schedule()

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from .checker import CHECKS, check
+from .checker import CHECKS, check, check_diverged_reads
 from .timefmt import to_rfc3339
 
 T0_MS = 1_800_000_000_000     # server time of the first operation
@@ -332,3 +332,13 @@ def test_retried_fire_without_a_record_covers_one_gap_only():
     # both fires (3 s and 4 s) are uncovered; each stand-in was created after 3 s only
     report = check(h.entries, final)
     assert report["checks"]["missed_fires"] == 1, report["violations"]
+
+
+def test_a_read_of_an_applied_task_that_says_not_found_is_a_diverged_read():
+    def read(status, before, after, ack=10):
+        return {"node": "n2", "task_id": "t1", "ack_seq": ack, "seq_before": before,
+                "status": status, "seq_after": after}
+    final = {"reads": [read(404, 12, 12), read(404, 9, 9), read(200, 12, 12),
+                       read(404, 12, 3)]}   # behind / found / restarted in between: fine
+    found = check_diverged_reads(final)
+    assert found == [read(404, 12, 12)]

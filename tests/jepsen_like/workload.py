@@ -33,6 +33,7 @@ HEARTBEAT_EVERY_S = 0.4
 class Shared:
     """What the workload's processes learn from each other."""
     acked: list = field(default_factory=list)           # task ids of acknowledged submits
+    acked_seq: dict = field(default_factory=dict)       # task id -> applied_seq of its ack
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     producing: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -232,10 +233,12 @@ class Workload:
             for _ in range(SUBMIT_RETRIES):
                 kind, data = await self.api.call(
                     f"p{i}", "submit", self.node(), "POST", "/v1/tasks", body,
-                    extract=lambda d: {"task_id": d.get("task_id"), "duplicate": d.get("duplicate")},
+                    extract=lambda d: {"task_id": d.get("task_id"), "duplicate": d.get("duplicate"),
+                                       "applied_seq": d.get("applied_seq")},
                     idempotency_key=key, tenant=body["tenant"])
                 if kind == OK:
                     self.shared.acked.append(data["task_id"])
+                    self.shared.acked_seq[data["task_id"]] = data.get("applied_seq") or 0
                 if kind != INFO:
                     break
                 await asyncio.sleep(0.2)

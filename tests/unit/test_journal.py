@@ -1,9 +1,13 @@
 """The LMDB Raft journal: pysyncobj's Journal contract, durability and group commit."""
 from __future__ import annotations
 
+import struct
+
+import lmdb
+import msgpack
 import pytest
 
-from tsched.node.journal import LmdbJournal, read_entries
+from tsched.node.journal import CorruptStorage, LmdbJournal, read_entries
 
 
 def entries(n, start=1, term=1):
@@ -204,3 +208,63 @@ def test_applied_bytes_counts_only_entries_up_to_the_applied_index(path):
     # A node far behind (more unapplied entries than it scans) compacts later.
     assert j.applied_bytes(2, scan_max=4) == 0
     j.close()
+
+
+def _flip_in_file(file, needle: bytes) -> None:
+    """Flip a bit in every copy of `needle` (LMDB's copy-on-write leaves old pages)."""
+    data = bytearray(file.read_bytes())
+    at = data.find(needle)
+    assert at >= 0
+    while at >= 0:
+        data[at + 1] ^= 0x20
+        at = data.find(needle, at + 1)
+    file.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_in_an_entry_is_found_at_open_naming_the_file_and_index(path):
+    j = LmdbJournal(path)
+    for i in range(1, 6):
+        j.add(b"entry-%d-" % i + b"x" * 40, i, 1)
+    j.sync()
+    j.close()
+    _flip_in_file(path / "data.mdb", b"entry-3-")
+    with pytest.raises(CorruptStorage, match=r"log/data.mdb: log index 3: checksum mismatch"):
+        LmdbJournal(path)
+
+
+def test_a_log_written_before_checksums_opens_and_is_rewritten_with_them(path):
+    """Format 1 (no `format` key, values term + bytes): what older nodes left on disk."""
+    env = lmdb.open(str(path), max_dbs=2, subdir=True)
+    log_db, meta_db = env.open_db(b"log"), env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        for cmd, idx, term in entries(3):
+            txn.put(struct.pack(">Q", idx), struct.pack(">Q", term) + cmd, db=log_db)
+        txn.put(b"term", msgpack.packb(4), db=meta_db)
+        txn.put(b"vote", msgpack.packb(None), db=meta_db)
+        txn.put(b"commit", msgpack.packb(3), db=meta_db)
+    env.close()
+    assert read_entries(path) == entries(3)
+    env = lmdb.open(str(path), max_dbs=2, subdir=True)
+    meta_db = env.open_db(b"meta")
+    with env.begin() as txn:
+        assert msgpack.unpackb(txn.get(b"format", db=meta_db)) == 2
+    env.close()
+    _flip_in_file(path / "data.mdb", b"cmd-2")   # checksummed now
+    with pytest.raises(CorruptStorage, match="log index 2: checksum mismatch"):
+        LmdbJournal(path)
+
+
+def test_a_lost_tail_is_found_at_open(path):
+    """Damage that hides the last entries (acknowledged ones) fails the checksummed span."""
+    j = LmdbJournal(path)
+    for e in entries(5):
+        j.add(*e)
+    j.sync()
+    j.close()
+    env = lmdb.open(str(path), max_dbs=2, subdir=True)
+    log_db = env.open_db(b"log")
+    with env.begin(write=True) as txn:
+        txn.delete(struct.pack(">Q", 5), db=log_db)
+    env.close()
+    with pytest.raises(CorruptStorage, match=r"log index 4: the log holds 1..4, written as 1..5"):
+        LmdbJournal(path)

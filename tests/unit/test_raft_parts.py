@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tsched.node.failpoints import Failpoints
+from tsched.node.journal import CorruptStorage
 from tsched.node.raft import (RaftSecurityError, check_raft_security, publish_snapshot,
                               read_snapshot, read_snapshot_header, snapshot_tmp_path,
                               write_snapshot)
@@ -33,17 +34,24 @@ def test_snapshot_round_trip_is_published_only_by_rename(tmp_path):
     assert read_snapshot_header(path)["raft"][1][1] == 8
 
 
-def test_a_corrupt_snapshot_is_detected(tmp_path):
+def test_a_corrupt_snapshot_is_detected_naming_the_file_and_the_index(tmp_path):
     path = tmp_path / "snapshot.bin"
-    write_snapshot(path, [[b"", 2, 1], [b"", 1, 1], []], b"abcdef" * 100)
+    write_snapshot(path, [[b"", 2, 1], [b"", 7, 1], []], b"abcdef" * 100)
     publish_snapshot(path)
     data = bytearray(path.read_bytes())
     data[-3] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match="corrupt"):
+    with pytest.raises(CorruptStorage, match=r"snapshot.bin: snapshot at log index 7: .*checksum"):
         read_snapshot(path)
     path.write_bytes(bytes(data[:-10]))
-    with pytest.raises(ValueError, match="corrupt"):
+    with pytest.raises(CorruptStorage, match="truncated"):
+        read_snapshot(path)
+    header = bytearray(path.read_bytes())
+    header[20] ^= 0x01      # inside the msgpack header, past magic, length and CRC
+    path.write_bytes(bytes(header))
+    with pytest.raises(CorruptStorage, match="snapshot header: checksum mismatch"):
+        read_snapshot_header(path)
+    with pytest.raises(CorruptStorage, match="snapshot header: checksum mismatch"):
         read_snapshot(path)
     path.write_bytes(b"garbage")
     with pytest.raises(ValueError, match="not a tsched snapshot"):

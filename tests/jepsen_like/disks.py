@@ -1,0 +1,56 @@
+"""Small disks for the `disk_full` fault: a tmpfs mounted on each node's data dir.
+
+Mounting needs the right to (root, as in the development containers); where it is refused
+there are no small disks and the nemesis records the fault as skipped, with the reason.
+Filling writes one file until the disk reports ENOSPC; freeing deletes it.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+
+DISK_BYTES = 256 << 20
+FILL_CHUNK_BYTES = 1 << 20
+FILLER_NAME = "FILLER"
+
+
+class SmallDisks:
+    def __init__(self, size_bytes: int = DISK_BYTES) -> None:
+        self.size_bytes = size_bytes
+        self.mounted: dict[str, str] = {}     # node id -> mount point (its data dir)
+        self.refused: str | None = None
+
+    def mount(self, nid: str, path: str) -> bool:
+        os.makedirs(path, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size_bytes}", "tmpfs",
+                            path], capture_output=True, text=True)
+        if r.returncode != 0:
+            self.refused = (r.stderr or "").strip() or f"mount exited {r.returncode}"
+            return False
+        self.mounted[nid] = path
+        return True
+
+    def fill(self, nid: str) -> int:
+        """Write until the disk is full; the bytes written."""
+        written = 0
+        chunk = b"\0" * FILL_CHUNK_BYTES
+        with open(os.path.join(self.mounted[nid], FILLER_NAME), "ab", buffering=0) as f:
+            while True:
+                try:
+                    written += f.write(chunk)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    return written
+
+    def free(self, nid: str) -> None:
+        try:
+            os.unlink(os.path.join(self.mounted[nid], FILLER_NAME))
+        except FileNotFoundError:
+            pass
+
+    def unmount_all(self) -> None:
+        for path in self.mounted.values():
+            subprocess.run(["umount", "-l", path], capture_output=True)
+        self.mounted.clear()
