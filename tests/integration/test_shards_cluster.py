@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tsched.client import Client, Worker
@@ -282,3 +283,32 @@ def test_a_claim_carries_completions_of_tasks_on_every_shard(sharded):
     for d in done:
         status, task = sharded.call("n1", "GET", f"/v1/tasks/{d['task_id']}")
         assert status == 200 and task["state"] == "completed" and task["result"] == d["result"]
+
+
+def test_a_damaged_shard_replica_stops_its_node_and_rejoin_empty_restores_every_shard(sharded):
+    """A shard replica that stops on damaged storage is not restarted in a loop: the whole
+    node stops loudly, and `--rejoin-empty` on the node empties each local replica, which
+    catch up from their leaders."""
+    from .test_storage_faults import STOP_WAIT_S, flip_every_copy
+    tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 2)
+    with Client([sharded.url("n1")], timeout_s=30) as c:
+        made = [c.submit("t", tenant=tenant, payload={"mark": f"dmg-{i:03d}"}) for i in range(20)]
+    wait_for(lambda: all(sharded.call("n3", "GET", f"/v1/tasks/{t['task_id']}")[0] == 200
+                         for t in made), "n3 holds every task")
+    assert sharded.stop("n3") == 0
+    data_mdb = sharded.data_dir("n3") / "shard-2" / "raft-log" / "data.mdb"
+    assert flip_every_copy(data_mdb, b"dmg-010") >= 1
+    sharded.start_node("n3")
+    code = sharded.procs["n3"].wait(timeout=STOP_WAIT_S)
+    log = sharded.log("n3", 100_000)
+    assert code == 76, log
+    assert "storage corrupt" in log and "event=shard_storage_failed shard=2" in log, log
+    sharded.start_node("n3", "--rejoin-empty")
+
+    def serves_every_task() -> bool:
+        try:
+            return all(sharded.call("n3", "GET", f"/v1/tasks/{t['task_id']}")[0] == 200
+                       for t in made)
+        except httpx.HTTPError:        # not listening yet
+            return False
+    wait_for(serves_every_task, "the rejoined node serves every task")
