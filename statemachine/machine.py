@@ -30,7 +30,7 @@ from . import commands as c
 from . import leases, reads, schedules, snapshot, tasks, tenants
 from . import validate as V
 from . import digest as D
-from .errors import INVALID_ARGUMENT, Result
+from .errors import INVALID_ARGUMENT, OK, Result
 from .limits import Limits
 from .model import Schedule, Task, TenantView
 from .results import DONE, Refused, render
@@ -49,6 +49,13 @@ HANDLERS = {
     c.Barrier: lambda sm, cmd: DONE,
 }
 UNRECORDED = (c.Tick, c.Barrier)   # repeating them is harmless: not in the request table
+# A successful Complete is not recorded either: its task is then completed for good with
+# that token (no row leaves `completed` but eviction), so a repeat takes the lifecycle's
+# repeat row and gets the same answer as the recorded one would give (not_found once the
+# task is evicted, as a recorded answer naming a gone task does). A refused one is recorded
+# (its answer could change: a token issued later). Saves a request-table entry, and an
+# eviction, per lifecycle.
+RECORDED_WHEN_REFUSED = (c.Complete,)
 
 
 class StateMachine:
@@ -108,7 +115,7 @@ class StateMachine:
             row = handler(self, cmd)
         except Rejected as r:
             row = Refused(r.code, r.message, r.details)
-        if recorded:
+        if recorded and (row[0] != OK or type(cmd) not in RECORDED_WHEN_REFUSED):
             self._remember(cmd.request_id, row)
         return render(self, row)
 
