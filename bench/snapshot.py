@@ -72,7 +72,7 @@ def level(tasks: int) -> None:
     _, claim_ms = timed(sm.digest)
     print(f"digest: first {first_ms:.1f} ms; after one submit {again_ms:.2f} ms; "
           f"after a 10-task claim {claim_ms:.2f} ms")
-    full = getattr(sm, "_full_digest", None)   # the from-scratch reference, where it exists
+    full = getattr(sm, "state_digest", None)   # the from-scratch state digest, where it exists
     if full is not None:
         _, full_ms = timed(full)
         print(f"digest from scratch (reference, not on any request path): {full_ms:.0f} ms")

@@ -74,7 +74,7 @@ def not_ready_reason(replica) -> str | None:
 
 def _raft_applied_index(replica) -> int | None:
     # The Raft index last applied, as sampled on the Raft thread's tick (Replica._view).
-    # status() would also do, but it hashes the whole state for its digest.
+    # status() would also do, but it takes the replica lock.
     view = getattr(replica, "_view", None)
     return getattr(view, "last_applied", None)
 

@@ -110,10 +110,12 @@ def _use_uvloop() -> None:
 
 
 def build_replica(cfg, node_id: str):
-    from .failpoints import Failpoints
+    from .failpoints import Failpoints, diverging_kit
     from .raft import Replica
-    return Replica.from_config(cfg, node_id, failpoints=Failpoints.from_env(),
-                               limits=_limits(cfg), dial_overrides=raft_dial_from_env())
+    failpoints, limits = Failpoints.from_env(), _limits(cfg)
+    kit = {"machine": diverging_kit(limits)} if failpoints.on("diverge_apply") else {}
+    return Replica.from_config(cfg, node_id, failpoints=failpoints, limits=limits,
+                               dial_overrides=raft_dial_from_env(), **kit)
 
 
 RAFT_DIAL_ENV = "TSCHED_RAFT_DIAL"

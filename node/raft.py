@@ -55,8 +55,6 @@ log = logging.getLogger(__name__)
 
 # `digest()` and `status()` fold the digest's pending changes this many at a time (a few ms
 # under the lock each), for at most this many slices, before the final fold.
-DIGEST_SLICE_ITEMS = 1024
-DIGEST_SLICES_MAX = 64
 
 STATE_MACHINE_BUG_EXIT_CODE = 70
 SNAPSHOT_MAGIC = b"TSCHSNP2"
@@ -620,18 +618,8 @@ class Replica:
         return self._view.last_applied
 
     def digest(self) -> str:
-        self._fold_digest_in_slices()
         with self._lock:
             return self._sm.digest()
-
-    def _fold_digest_in_slices(self) -> None:
-        """Bring the digest nearly up to date a slice per lock hold, so the Raft thread
-        applies in between instead of waiting for a whole window's hashing (~0.1 s)."""
-        for _ in range(DIGEST_SLICES_MAX):
-            with self._lock:
-                fold = getattr(self._sm, "fold_digest", None)
-                if fold is None or fold(DIGEST_SLICE_ITEMS) <= DIGEST_SLICE_ITEMS:
-                    return
 
     def leader_id(self) -> str | None:
         """The leader this node can reach, or None (cut off, or the leader lost quorum)."""
@@ -669,7 +657,6 @@ class Replica:
 
     def status(self) -> dict:
         v = self._view
-        self._fold_digest_in_slices()
         with self._lock:
             applied, digest = self._sm.seq, self._sm.digest()
         return {

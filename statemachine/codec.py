@@ -3,12 +3,13 @@
 The only module that uses msgpack. A batch: see `BATCH_FORMAT`; decoding checks the
 structure and raises `DecodeError`; field *values* are checked at apply time.
 
-`pack(record)` is the canonical encoding of a record (records.py), which the digest hashes
-(digest.py). A snapshot (format 3) is a msgpack map of counters and plain lists in a
-canonical order (tenants and schedules sorted, the record counts, `tasks_sum`: the tasks'
-part of the digest), then the tasks in seq order in chunks of up to `TASK_CHUNK` rows
-(`records.task_chunk`), then an array of the request records in table order and their item
-hashes (one bin, 16 bytes each): equal states encode to equal bytes. Formats 1, 2 read.
+`pack(record)` is the canonical encoding of a record (records.py), which the state digest
+hashes (digest.py). A snapshot (format 4) is a msgpack map of counters and plain lists in a
+canonical order (tenants and schedules sorted, the record counts, the digest's `roll` and
+the `state_digest`), then the tasks in seq order in chunks of up to `TASK_CHUNK` rows
+(`records.task_chunk`), then an array of the request records in table order: equal states
+encode to equal bytes. Formats 1-3 are read (3: the head has `tasks_sum` instead of the
+roll, and the request records are followed by their item hashes, one bin of 16 bytes each).
 """
 from __future__ import annotations
 
@@ -22,18 +23,19 @@ import msgpack
 from . import commands as c
 from .errors import DecodeError
 from .limits import Limits
-from .records import (retry_from, retry_record, schedule_from, schedule_record, task_chunk,
-                      task_from, task_record, tasks_of_chunk, template_from, template_record,
-                      tenant_from, tenant_record)
+from .commands import Batch
+from .records import (request_record, retry_from, retry_record, schedule_from,
+                      schedule_record, task_chunk, task_from, task_record, tasks_of_chunk,
+                      template_from, template_record, tenant_from, tenant_record)
 
 __all__ = ["DecodeError", "encode_batch", "decode_batch", "encode_snapshot",
            "decode_snapshot", "pack", "request_record", "retry_from", "retry_record",
            "schedule_from", "schedule_record", "task_from", "task_record", "template_from",
            "template_record", "tenant_from", "tenant_record"]
 
-SNAPSHOT_VERSION = 3
-SNAPSHOT_VERSIONS_READ = (1, 2, 3)   # 1: the tasks were a list inside the map; 2: one by one
-TASK_CHUNK = 4096                    # task records per array in a format 3 snapshot
+SNAPSHOT_VERSION = 4
+SNAPSHOT_VERSIONS_READ = (1, 2, 3, 4)   # 1: the tasks were a list inside the map; 2: one by one
+TASK_CHUNK = 4096                    # task records per array in a format 3 or 4 snapshot
 BATCH_COMMANDS_MAX = Limits().batch_commands_max   # one bound for encode and decode
 
 
@@ -181,7 +183,7 @@ def _shared_timeout(value):
     return shared
 
 
-def decode_batch(blob: bytes) -> list[c.Command]:
+def decode_batch(blob: bytes) -> Batch:
     try:
         items = msgpack.unpackb(blob, raw=False, strict_map_key=True, use_list=True)
     except Exception as exc:  # msgpack raises several unrelated types on junk
@@ -193,10 +195,13 @@ def decode_batch(blob: bytes) -> list[c.Command]:
             raise DecodeError(f"unknown batch format {items[0]}")
         if len(items) - 1 > BATCH_COMMANDS_MAX:
             raise DecodeError(f"a batch holds at most {BATCH_COMMANDS_MAX} commands")
-        return [_positional(item) for item in islice(items, 1, None)]
-    if len(items) > BATCH_COMMANDS_MAX:
+        batch = Batch([_positional(item) for item in islice(items, 1, None)])
+    elif len(items) > BATCH_COMMANDS_MAX:
         raise DecodeError(f"a batch holds at most {BATCH_COMMANDS_MAX} commands")
-    return [_command(item) for item in items]
+    else:
+        batch = Batch([_command(item) for item in items])
+    batch.raw = blob
+    return batch
 
 
 def _maker(cls):
@@ -263,19 +268,14 @@ def pack(record) -> bytes:
     return msgpack.packb(record, use_bin_type=True)
 
 
-def request_record(request_id: str, rec: tuple) -> list:
-    return [request_id, list(rec)]
-
-
 # --- snapshots ----------------------------------------------------------------------------------
 
-def encode_snapshot(head: dict, tasks, requests, request_hashes) -> bytes:
+def encode_snapshot(head: dict, tasks, requests) -> bytes:
     """`head`: {"v", "seq", "now_ms", "cluster_token", "task_seq", "tenants", "schedules",
-    "tasks_sum"} with record lists in canonical order; `tasks`: a sized iterable of Tasks in
-    seq order; `requests`: the request table (an ordered mapping) and `request_hashes` their
-    item hashes in the same order. One Packer appends everything to one buffer: the head
-    (with both counts), the tasks in chunks of `TASK_CHUNK` rows, an array of the request
-    records, their hashes as one bin of 16 bytes each."""
+    "roll", "state_digest"} with record lists in canonical order; `tasks`: a sized iterable
+    of Tasks in seq order; `requests`: the request table (an ordered mapping). One Packer
+    appends everything to one buffer: the head (with both counts), the tasks in chunks of
+    `TASK_CHUNK` rows, an array of the request records."""
     packer = msgpack.Packer(use_bin_type=True, autoreset=False)
     packer.pack(dict(head, task_count=len(tasks), request_count=len(requests)))
     pack_one = packer.pack
@@ -288,15 +288,14 @@ def encode_snapshot(head: dict, tasks, requests, request_hashes) -> bytes:
     if chunk:
         pack_one(task_chunk(chunk))
     pack_one([request_record(request_id, rec) for request_id, rec in requests.items()])
-    pack_one(b"".join(h.to_bytes(16, "big") for h in request_hashes))
     return packer.bytes()
 
 
 def decode_snapshot(blob: bytes, intern=lambda s: s) -> tuple[dict, object, object]:
     """(head, tasks, requests): two iterators, to be consumed in that order. `tasks` yields
     (Tasks, encodings): a list of Tasks in seq order, and their records' canonical bytes
-    (memoryviews) when the format has them (1 and 2), else None; `requests` yields
-    (record, its item hash as an int (3) or its canonical bytes (1, 2)). `intern` is
+    (memoryviews) when the format has them (1 and 2), else None; `requests` yields the
+    request records (formats 1-3 with item hashes, which are checked and dropped). `intern` is
     applied to repeated strings. They raise DecodeError on a malformed or truncated
     blob."""
     if not isinstance(blob, (bytes, bytearray, memoryview)):
@@ -315,19 +314,20 @@ def decode_snapshot(blob: bytes, intern=lambda s: s) -> tuple[dict, object, obje
     cache: dict = {}
     if head["v"] == 1:
         return (head, _chunked(_records_v1(head.get("tasks", ())), cache, intern),
-                _records_v1(head.get("requests", ())))
+                (r for r, _ in _records_v1(head.get("requests", ()))))
     counts = head.get("task_count"), head.get("request_count")
     if any(type(n) is not int or n < 0 for n in counts):
         raise DecodeError("snapshot without record counts")
     view = memoryview(blob)
     if head["v"] == 2:
         tasks = _chunked(_records(unpacker, view, counts[0], False), cache, intern)
-    else:
-        if not isinstance(head.get("tasks_sum"), bytes) or len(head["tasks_sum"]) != 16:
-            raise DecodeError("snapshot without the tasks' digest sum")
+    else:   # 3 carried the tasks' digest sum, 4 carries the roll (digest.py)
+        key = "tasks_sum" if head["v"] == 3 else "roll"
+        if not isinstance(head.get(key), bytes) or len(head[key]) != 16:
+            raise DecodeError(f"snapshot without the digest's {key}")
         return (head, _chunks(unpacker, counts[0], cache, intern),
-                _requests(unpacker, counts[1]))
-    return head, tasks, _records(unpacker, view, counts[1], True)
+                _requests(unpacker, counts[1], hashed=head["v"] == 3))
+    return head, tasks, (r for r, _ in _records(unpacker, view, counts[1], True))
 
 
 def _chunks(unpacker, count: int, cache: dict, intern):
@@ -344,9 +344,10 @@ def _chunks(unpacker, count: int, cache: dict, intern):
         yield tasks, None
 
 
-def _requests(unpacker, count: int):
+def _requests(unpacker, count: int, hashed: bool):
     try:
-        records, hashes = unpacker.unpack(), unpacker.unpack()
+        records = unpacker.unpack()
+        hashes = unpacker.unpack() if hashed else b"\0" * (16 * count)
     except Exception as exc:
         raise DecodeError(f"snapshot requests: {exc.__class__.__name__}") from None
     if type(records) is not tuple or len(records) != count or type(hashes) is not bytes \
@@ -354,8 +355,7 @@ def _requests(unpacker, count: int):
         raise DecodeError("snapshot requests do not match their count")
     if _left(unpacker):
         raise DecodeError("trailing bytes after the snapshot's records")
-    for i, record in enumerate(records):
-        yield record, int.from_bytes(hashes[16 * i:16 * i + 16], "big")
+    yield from records
 
 
 def _left(unpacker) -> bool:

@@ -215,3 +215,8 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     SubmitTask, Claim, Heartbeat, Complete, Fail, Release, Cancel, Replay, Discard,
     SetTenant, PutSchedule, DeleteSchedule, PauseSchedule, ResumeSchedule, Fire, Tick, Barrier,
 )
+
+
+class Batch(list):
+    """A decoded batch and its bytes (`raw`: the digest's roll hashes them, digest.py)."""
+    __slots__ = ("raw",)

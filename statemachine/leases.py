@@ -32,9 +32,7 @@ def claim(sm, cmd: c.Claim) -> TasksAnswer:
 def _grant(sm, task: Task, cmd: c.Claim) -> None:
     assert task.state == PENDING and task.run_at_ms <= sm.now_ms + cmd.prefetch_ms
     row = decide(task, CLAIM)
-    sm._digest.tasks.mark(task.task_id, task)
     view = sm.tenants[task.tenant]
-    sm._digest.tenants.mark(task.tenant, view)
     sm.cluster_token += 1
     start = max(sm.now_ms, task.run_at_ms)   # a prefetched lease counts from run_at
     task.attempt += 1
@@ -120,7 +118,6 @@ def _expire(sm) -> None:
         else:
             outcome = "lease_expired"
         row = decide(task, EXPIRE)
-        sm._digest.tasks.mark(task.task_id, task)
         _end_attempt(sm, task, outcome)
         task.last_error = outcome
         _after_failure(sm, task, row)

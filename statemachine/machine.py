@@ -14,38 +14,28 @@ Where things are (each module readable on its own):
 - lifecycle.py: the table every change of a task's state goes through.
 - store.py: every derived index (claim queue, heaps, listings, counters).
 - reads.py and snapshot.py: reads, and snapshot/restore.
-- digest.py: the incremental state digest; codec.py: bytes in and out.
+- digest.py: the rolling digest and the state digest; codec.py: bytes in and out.
 
 Replicated state: tasks, tenants, schedules, the request table and four counters (seq,
-now_ms, cluster_token, task_seq). Everything else is derived (the store, the digest's
-bookkeeping) and rebuilt by `restore`.
-
-Digest marks: every change to a task, tenant or schedule is announced to the digest first:
-`tasks.find` / `tasks.add` / `tasks.remove`, a claim's grant and a lease's expiry (tasks);
-`tenants.tenant` and the grant (tenants); `schedules.find` and `put_schedule` (schedules);
-`_remember` counts request-table evictions.
+now_ms, cluster_token, task_seq), and the digest's `roll` (a hash of every batch applied and
+its result codes, digest.py). Everything else is derived (the store) and rebuilt by
+`restore`.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 
+from . import codec
 from . import commands as c
 from . import leases, reads, schedules, snapshot, tasks, tenants
 from . import validate as V
-from .digest import StateDigest, full_hexdigest
-from .errors import INVALID_ARGUMENT, Result
+from . import digest as D
+from .errors import INVALID_ARGUMENT, OK, Result
 from .limits import Limits
 from .model import Schedule, Task, TenantView
 from .results import DONE, Refused, render
 from .store import Store
 from .validate import Rejected
-
-# Digest changes left unfolded (digest.py): tasks changed since they were last hashed, the
-# oldest beyond this window folded at the end of each batch. A wide window hashes a task
-# once for its submit, claim and completion (bench: 2.25 -> ~1 hash per task at a 5,000-task
-# backlog); `digest()` folds what is left, and the node does that in slices (raft.py).
-DIGEST_DIRTY_MAX = 16_384
-DIGEST_REQUESTS_UNFOLDED_MAX = 4_096   # request-table entries (each is hashed once anyway)
 
 HANDLERS = {
     c.SubmitTask: tasks.submit, c.Cancel: tasks.cancel, c.Replay: tasks.replay,
@@ -59,6 +49,13 @@ HANDLERS = {
     c.Barrier: lambda sm, cmd: DONE,
 }
 UNRECORDED = (c.Tick, c.Barrier)   # repeating them is harmless: not in the request table
+# A successful Complete is not recorded either: its task is then completed for good with
+# that token (no row leaves `completed` but eviction), so a repeat takes the lifecycle's
+# repeat row and gets the same answer as the recorded one would give (not_found once the
+# task is evicted, as a recorded answer naming a gone task does). A refused one is recorded
+# (its answer could change: a token issued later). Saves a request-table entry, and an
+# eviction, per lifecycle.
+RECORDED_WHEN_REFUSED = (c.Complete,)
 
 
 class StateMachine:
@@ -74,20 +71,24 @@ class StateMachine:
         self.schedules: dict[tuple[str, str], Schedule] = {}
         # OrderedDict: popping a plain dict's oldest key is O(deleted keys) until it resizes
         self.requests: OrderedDict[str, tuple] = OrderedDict()
+        self.roll = D.ROLL_START          # digest.py: every batch and its result codes
         # derived
         self.store = Store(self.limits, self.tasks, self.tenants, self.schedules)
         self._queue = self.store.queue    # read by the node's metrics
-        self._digest = StateDigest(self)
 
     # --- applying commands ----------------------------------------------------------------
     def apply_batch(self, cmds) -> list[Result]:
+        """`cmds` as `codec.decode_batch` returns them (a `Batch` that keeps its bytes for
+        the roll), or any list of commands (encoded here for the roll)."""
         apply = self._apply_untidy
         results = [apply(cmd) for cmd in cmds] if isinstance(cmds, (list, tuple)) else []
         # Handlers check the liveness of every heap entry they use, so only readers need
         # live tops: tidying once per batch does the same pops for less.
         self.store.tidy()
         self.seq += 1
-        self._fold_now_and_then()
+        raw = getattr(cmds, "raw", None)
+        self.roll = D.roll_step(self.roll, _bytes_of(cmds) if raw is None else raw,
+                                [r.code for r in results])
         return results
 
     def apply(self, cmd) -> Result:
@@ -114,7 +115,7 @@ class StateMachine:
             row = handler(self, cmd)
         except Rejected as r:
             row = Refused(r.code, r.message, r.details)
-        if recorded:
+        if recorded and (row[0] != OK or type(cmd) not in RECORDED_WHEN_REFUSED):
             self._remember(cmd.request_id, row)
         return render(self, row)
 
@@ -122,7 +123,6 @@ class StateMachine:
         self.requests[request_id] = row
         if len(self.requests) > self.limits.requests_max:
             self.requests.popitem(last=False)   # FIFO: oldest first
-            self._digest.requests.evicted()
 
     # --- reads (reads.py; callers hold the replica lock) ----------------------------------
     def get_task(self, task_id: str, tenant: str | None = None) -> Task | None:
@@ -182,26 +182,18 @@ class StateMachine:
         return snapshot.head(self)
 
     def digest(self) -> str:
-        """O(changes since the last call): see digest.py."""
-        return self._digest.hexdigest()
+        """The rolling digest, O(1): what replicas compare (digest.py)."""
+        return D.hexdigest(self)
 
-    def _full_digest(self) -> str:
-        """The digest recomputed from scratch (tests compare it with `digest()`)."""
-        return full_hexdigest(self)
+    def state_digest(self) -> str:
+        """The state digest, a hash over every record: O(state) (digest.py)."""
+        return D.full_hexdigest(self)
 
-    def _fold_now_and_then(self) -> None:
-        """Folds the changes beyond the window, so that no `digest()` call ever has more
-        than a bounded amount of work to catch up on."""
-        d = self._digest
-        over = len(d.tasks.dirty) - DIGEST_DIRTY_MAX
-        if over > 0:
-            d.tasks.fold(over)
-        if d.requests.unfolded() >= DIGEST_REQUESTS_UNFOLDED_MAX:
-            d.tenants.fold()
-            d.schedules.fold()
-            d.requests.fold()
 
-    def fold_digest(self, items_max: int) -> int:
-        """Fold up to about `items_max` of the digest's oldest pending changes; returns how
-        many are left. Lets the node bring `digest()` up to date in short lock holds."""
-        return self._digest.fold_some(items_max)
+def _bytes_of(cmds) -> bytes:
+    """The bytes of a batch given as commands (tests, tools): as a log would hold them, or,
+    for what no log can hold (junk a fuzz test applies directly), their repr."""
+    try:
+        return codec.encode_batch(list(cmds))
+    except (TypeError, ValueError, OverflowError):
+        return repr(cmds).encode()

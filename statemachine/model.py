@@ -55,14 +55,13 @@ class Attempt:
 class Task:
     """A task record. `seq` is its submission order; `failures` counts failed attempts since
     submission or the last replay (the retry budget); `qver` is bookkeeping of the claim
-    queue and `dh` of the digest (the task's hash as last folded in; see digest.py): neither
-    is replicated state."""
+    queue, not replicated state."""
 
     __slots__ = ("task_id", "tenant", "task_type", "payload_json", "priority", "run_at_ms",
                  "state", "attempt", "max_retries", "retry", "timeout_ms", "idempotency_key",
                  "schedule_id", "lease_expires_at_ms", "fencing_token", "worker_id",
                  "cancel_requested", "last_error", "result_json", "created_at_ms",
-                 "started_at_ms", "completed_at_ms", "_attempts", "seq", "failures", "qver", "dh")
+                 "started_at_ms", "completed_at_ms", "_attempts", "seq", "failures", "qver")
 
     def __init__(self, task_id: str, tenant: str, task_type: str, payload_json: str,
                  priority: int, run_at_ms: int, max_retries: int, retry: RetryPolicy,
@@ -94,7 +93,6 @@ class Task:
         self.seq = seq
         self.failures = 0
         self.qver = 0
-        self.dh = None
 
     @property
     def execution_id(self) -> str:
@@ -134,7 +132,7 @@ class FireRecord:
 class Schedule:
     __slots__ = ("tenant", "schedule_id", "cron", "timezone", "template", "overlap", "misfire",
                  "catchup_window_ms", "paused", "start_at_ms", "end_at_ms", "jitter_ms",
-                 "next_fire_ms", "fires", "created_at_ms", "updated_at_ms", "dh")
+                 "next_fire_ms", "fires", "created_at_ms", "updated_at_ms")
 
     def __init__(self, tenant: str, schedule_id: str, cron: str, timezone: str,
                  template: TaskTemplate, overlap: str, misfire: str, catchup_window_ms: int,
@@ -157,7 +155,6 @@ class Schedule:
         self.fires = fires if fires is not None else []
         self.created_at_ms = created_at_ms
         self.updated_at_ms = updated_at_ms
-        self.dh = None   # digest bookkeeping, as on Task
 
     def __repr__(self) -> str:
         return f"Schedule({self.tenant!r}, {self.schedule_id!r}, next={self.next_fire_ms})"
@@ -167,7 +164,7 @@ class TenantView:
     """A tenant's settings and counts. `service` (claims granted) drives weighted fair
     share; `live` counts its pending + running tasks (the per-tenant limit)."""
 
-    __slots__ = ("tenant", "max_running", "weight", "running", "pending", "service", "dh")
+    __slots__ = ("tenant", "max_running", "weight", "running", "pending", "service")
 
     def __init__(self, tenant: str, max_running: int = 0, weight: int = 1) -> None:
         self.tenant = tenant
@@ -176,7 +173,6 @@ class TenantView:
         self.running = 0
         self.pending = 0
         self.service = 0
-        self.dh = None   # digest bookkeeping, as on Task
 
     @property
     def live(self) -> int:

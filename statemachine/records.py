@@ -78,7 +78,6 @@ def task_from(r, cache: dict, intern=lambda s: s) -> Task:
     t.seq = seq
     t.failures = failures
     t.qver = 0
-    t.dh = None
     return t
 
 
@@ -177,7 +176,6 @@ def tasks_of_chunk(chunk, cache: dict, intern) -> list[Task]:
             t.seq = seq
             t.failures = failures
             t.qver = 0
-            t.dh = None
             out.append(t)
         return out
     except DecodeError:
@@ -223,3 +221,7 @@ def tenant_from(r: list) -> TenantView:
     view = TenantView(r[0], r[1], r[2])
     view.service = r[3]
     return view
+
+
+def request_record(request_id: str, rec: tuple) -> list:
+    return [request_id, list(rec)]

@@ -22,13 +22,12 @@ from .validate import Rejected
 
 
 def find(sm, cmd) -> Schedule:
-    """The command's schedule, marked for the digest (the command may change it)."""
+    """The command's schedule."""
     V.schedule_ref(cmd, sm.limits)
     sched = sm.schedules.get((cmd.tenant, cmd.schedule_id))
     if sched is None:
         raise Rejected(NOT_FOUND, f"schedule {cmd.schedule_id} not found",
                        schedule_id=cmd.schedule_id)
-    sm._digest.schedules.mark((sched.tenant, sched.schedule_id), sched)
     return sched
 
 
@@ -55,9 +54,6 @@ def put_schedule(sm, cmd: c.PutSchedule) -> ScheduleAnswer:
                      cmd.paused, cmd.start_at_ms, cmd.end_at_ms, cmd.jitter_ms,
                      cmd.next_fire_ms, old.created_at_ms if old else sm.now_ms,
                      sm.now_ms, old.fires if old else None)
-    if old is not None:
-        sm._digest.schedules.mark(key, old)
-    sm._digest.schedules.mark(key, sched)
     if old is None:
         sm.store.index_schedule(sched)
     else:

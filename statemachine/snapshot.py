@@ -1,10 +1,13 @@
-"""Snapshots: the replicated state to bytes (format 3, codec.py) and back.
+"""Snapshots: the replicated state to bytes (format 4, codec.py) and back.
 
 Written: the counters, tenants and schedules in canonical order, the tasks in seq order,
-the request table in its order, and the digest's sums and request hashes (so that a
-restore need not re-hash a million records: digest.py says why that is safe). Read back:
-the records are decoded, every task goes through the store's `index` (in bulk mode: each
-heap ordered once), and every derived index is rebuilt. Formats 1 and 2 are still read.
+the request table in its order, the digest's roll (so that a restored replica continues
+the value its peers have) and the state digest (computed here, by the node's forked
+snapshot child, off the apply path; digest.py). Read back: the records are decoded, every
+task goes through the store's `index` (in bulk mode: each heap ordered once), and every
+derived index is rebuilt. Formats 1-3 are still read; they carry no roll, so the restored
+roll is the hash of the snapshot's bytes (`digest.roll_from_blob`): replicas that restore
+the same snapshot agree.
 
 The garbage collector is the node's business (node/raft.py restores with collections
 paused and the result frozen, node/gcpolicy.py): nothing here touches it.
@@ -12,10 +15,9 @@ paused and the result frozen, node/gcpolicy.py): nothing here touches it.
 from __future__ import annotations
 
 import sys
-from itertools import repeat
 
 from . import codec
-from .digest import UNHASHED, item_hash
+from .digest import full_hexdigest, roll_from_blob
 from .model import STATES
 from .reads import list_tenants
 
@@ -26,19 +28,18 @@ def head(sm) -> dict:
         "cluster_token": sm.cluster_token, "task_seq": sm.task_seq,
         "tenants": [codec.tenant_record(v) for v in list_tenants(sm)],
         "schedules": [codec.schedule_record(sm.schedules[k]) for k in sorted(sm.schedules)],
-        "tasks_sum": sm._digest.tasks.acc.to_bytes(16, "big"),
+        "roll": sm.roll,
     }
 
 
 def snapshot(sm) -> bytes:
-    sm._digest.fold()   # the sums and hashes written must be those of the records
     tasks = _Sized(sm.store.all.oldest_first(), len(sm.tasks))
-    return codec.encode_snapshot(head(sm), tasks, sm.requests, sm._digest.requests.hashes)
+    top = dict(head(sm), state_digest=full_hexdigest(sm))
+    return codec.encode_snapshot(top, tasks, sm.requests)
 
 
 def restore(sm, blob: bytes):
-    """Fills `sm`, a new StateMachine, from `blob`; folds the digest in as it goes, so the
-    first `digest()` afterwards is cheap."""
+    """Fills `sm`, a new StateMachine, from `blob`."""
     top, tasks, requests = codec.decode_snapshot(blob, sys.intern)
     sm.seq, sm.now_ms = top["seq"], top["now_ms"]
     sm.cluster_token, sm.task_seq = top["cluster_token"], top["task_seq"]
@@ -46,46 +47,32 @@ def restore(sm, blob: bytes):
         view = codec.tenant_from(r)
         view.tenant = sys.intern(view.tenant)
         sm.tenants[view.tenant] = view
-    summed = _index_tasks(sm, tasks)
-    sm._digest.tasks.loaded(summed if summed is not None
-                            else int.from_bytes(top["tasks_sum"], "big"))
+    _index_tasks(sm, tasks)
+    sm.roll = top["roll"] if top["v"] >= 4 else roll_from_blob(top["v"], blob)
     cache: dict = {}
     for r in top["schedules"]:
         sched = codec.schedule_from(r, cache)
         sched.tenant = sys.intern(sched.tenant)
         sm.store.index_schedule(sched)
-    for (rid, rec), h in requests:   # h: the item hash, or the bytes to hash (1, 2)
+    for rid, rec in requests:
         sm.requests[rid] = tuple(rec)
-        sm._digest.requests.add_folded(h if type(h) is int else item_hash(h))
     sm.store.tidy()
-    sm._digest.mark_all()
-    sm._digest.fold()
     return sm
 
 
-def _index_tasks(sm, chunks) -> int | None:
+def _index_tasks(sm, chunks) -> None:
     """Tasks in seq order from a snapshot, chunk by chunk, through the store's `index` in
-    bulk mode. Returns the sum of the tasks' item hashes when the format has their
-    encodings (1, 2), else None: format 3 carries the sum, and the tasks stay `UNHASHED`
-    (digest.py)."""
+    bulk mode."""
     store, now_ms, index = sm.store, sm.now_ms, sm.store.index
-    summed = None
     store.begin_bulk()
-    for chunk, encodings in chunks:
-        if encodings is None:
-            hashes = repeat(UNHASHED, len(chunk))
-        else:
-            hashes = [item_hash(e) for e in encodings]
-            summed = (summed or 0) + sum(hashes)
-        for task, h in zip(chunk, hashes):
+    for chunk, _encodings in chunks:
+        for task in chunk:
             if task.state not in STATES:
                 raise codec.DecodeError(f"snapshot: task {task.task_id!r} is {task.state!r}")
-            task.dh = h
             index(task, now_ms)
     store.end_bulk()
     if len(sm.tasks) != len(store.all):   # checked once here rather than per task
         raise codec.DecodeError("snapshot: a task id appears twice")
-    return summed
 
 
 class _Sized:

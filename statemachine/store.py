@@ -17,8 +17,6 @@ million tasks in `bulk` mode: heap entries are appended and each heap is ordered
 `end_bulk`, instead of pushed one by one. The heaps are deleted from lazily: an entry is
 live while it matches its task (`lease_live`, ...), and `tidy` pops dead tops so that reads
 peeking at a top see a live one.
-
-The store never marks the digest: a handler marks what it changes (digest.py).
 """
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Handlers that act on a task as a whole: submit, cancel, replay, discard, and the
 retention that evicts finished tasks; and the helpers every task handler uses.
 
-Each handler validates its command, finds the task (marking it for the digest: a command
-that finds a task may change it), asks the lifecycle table (lifecycle.py) which row the
+Each handler validates its command, finds the task, asks the lifecycle table (lifecycle.py) which row the
 event takes, then makes that row's change through the store (store.py).
 """
 from __future__ import annotations
@@ -24,24 +23,21 @@ from .validate import Rejected
 # --- helpers ---------------------------------------------------------------------------------
 
 def find(sm, task_id: str, scope: str | None) -> Task:
-    """The task, marked for the digest; `not_found` for another tenant's (scope given)."""
+    """The task; `not_found` for another tenant's (scope given)."""
     task = sm.tasks.get(task_id)
     if task is None or (scope is not None and task.tenant != scope):
         raise Rejected(NOT_FOUND, f"task {task_id} not found", task_id=task_id)
-    sm._digest.tasks.mark(task_id, task)
     return task
 
 
 def add(sm, task: Task) -> None:
     """A new task enters the state (submit, a schedule's fire)."""
-    sm._digest.tasks.mark(task.task_id, task)
     tenant(sm, task.tenant)
     sm.store.index(task, sm.now_ms)
 
 
 def remove(sm, task: Task) -> None:
     """A terminal task leaves the state (discard, retention)."""
-    sm._digest.tasks.mark(task.task_id, task)
     sm.store.unindex(task)
 
 

@@ -13,11 +13,10 @@ from .validate import Rejected
 
 
 def tenant(sm, name: str) -> TenantView:
-    """The tenant's view, made on first use; marked for the digest (it is about to change)."""
+    """The tenant's view, made on first use."""
     view = sm.tenants.get(name)
     if view is None:
         view = sm.tenants[name] = TenantView(name)
-    sm._digest.tenants.mark(name, view)
     return view
 
 

@@ -1,26 +1,27 @@
-"""The incremental digest: equal to a from-scratch digest after every command type, equal
-for equal states whatever their history, and proportional to the changes, not the state."""
+"""The digests (digest.py): the state digest sees every command type's change and equal
+states whatever their history; the rolling digest is equal for replicas that applied the
+same batches (restored ones included) and differs once one of them answered differently."""
 from __future__ import annotations
-
-from collections import OrderedDict
 
 import pytest
 from sm_support import T0, Driver
 
 from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine import commands as c
-from tsched.statemachine.digest import FifoHash, full_hexdigest
+from tsched.statemachine import codec
+from tsched.statemachine.digest import full_hexdigest, roll_from_blob
 
 SMALL = Limits(requests_max=4, terminal_tasks_max=2, attempts_kept_max=2, fires_kept=2,
                retention_ms=60_000)
 
 
 def _checked(d: Driver) -> str:
-    """The digest, after checking it against a from-scratch one and a restored twin's."""
-    digest = d.sm.digest()
-    assert digest == d.sm._full_digest() == full_hexdigest(d.sm)
+    """The state digest, after checking both digests against a restored twin's."""
+    digest = d.sm.state_digest()
+    assert digest == full_hexdigest(d.sm)
     twin = StateMachine.restore(d.sm.snapshot(), limits=d.sm.limits)
-    assert twin.digest() == digest == twin._full_digest()
+    assert twin.state_digest() == digest
+    assert twin.digest() == d.sm.digest() and twin.roll == d.sm.roll
     return digest
 
 
@@ -36,8 +37,7 @@ def _seeded(limits: Limits | None = None) -> Driver:
 
 
 def _running(d: Driver):
-    """A claimed task, folded into the digest already (so the case's own change must be
-    marked on its own)."""
+    """A claimed task (checked before the case's own change)."""
     task = d.claim_one()
     _checked(d)
     return task
@@ -112,7 +112,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_each_command_keeps_the_incremental_digest_exact(name: str) -> None:
+def test_each_command_changes_the_state_digest_and_a_twin_agrees(name: str) -> None:
     d = _seeded()
     before = _checked(d)
     CASES[name](d)
@@ -128,7 +128,7 @@ def test_cases_cover_every_command_type() -> None:
         assert snake.replace("_task", "") in names, cls.__name__
 
 
-def test_request_table_eviction_keeps_the_digest_exact() -> None:
+def test_request_table_eviction_keeps_twins_equal() -> None:
     d = _seeded(SMALL)
     for i in range(7):   # each submit records a request and evicts the oldest
         d.add(f"e{i}", tenant="acme")
@@ -136,64 +136,17 @@ def test_request_table_eviction_keeps_the_digest_exact() -> None:
         _checked(d)
 
 
-def test_many_evictions_between_two_digests() -> None:
-    d = _seeded(SMALL)
-    for i in range(11):
-        d.add(f"e{i}")
-    _checked(d)
-
-
-def test_equal_states_have_equal_digests_whatever_the_calls_in_between() -> None:
+def test_equal_states_have_equal_state_digests_whatever_the_calls_in_between() -> None:
     a, b = _seeded(), _seeded()
     for d, look in ((a, True), (b, False)):
         task = d.claim_one()
         if look:
-            d.sm.digest()
+            d.sm.state_digest()
         d.ok(c.Heartbeat, task_id=task.task_id, fencing_token=task.fencing_token)
         if look:
             d.sm.digest()
         d.ok(c.Complete, task_id=task.task_id, fencing_token=task.fencing_token)
-    assert a.sm.digest() == b.sm.digest()
-
-
-def test_a_restored_twin_stays_in_step() -> None:
-    d = _seeded(SMALL)
-    twin = Driver(limits=SMALL)
-    twin.sm = StateMachine.restore(d.sm.snapshot(), limits=SMALL)
-    twin.n, twin.now = d.n, d.now
-    for drv in (d, twin):
-        task = drv.claim_one()
-        drv.ok(c.Fail, task_id=task.task_id, fencing_token=task.fencing_token, error="e")
-        drv.add("late", tenant="b")
-    assert twin.sm.digest() == d.sm.digest() == twin.sm._full_digest()
-
-
-def test_digest_work_follows_the_changes_not_the_state() -> None:
-    d = Driver()
-    for i in range(300):
-        d.add(f"bulk{i}")
-    d.sm.digest()
-    task = d.claim_one()
-    d.ok(c.Heartbeat, task_id=task.task_id, fencing_token=task.fencing_token)
-    assert list(d.sm._digest.tasks.dirty) == [task.task_id]
-    assert d.sm.digest() == d.sm._full_digest()
-    assert not d.sm._digest.tasks.dirty
-
-
-def test_request_order_counts() -> None:
-    a = FifoHash(OrderedDict([("r1", (1,)), ("r2", (2,))]))
-    b = FifoHash(OrderedDict([("r2", (2,)), ("r1", (1,))]))
-    a.fold(), b.fold()
-    assert a.acc != b.acc
-
-
-def test_task_hash_depends_on_every_replicated_field() -> None:
-    d = _seeded()
-    before = _checked(d)
-    task = d.sm.tasks["t0"]
-    task.payload_json = '"changed"'          # a change behind the machine's back...
-    assert d.sm.digest() == before            # ...is invisible to the incremental digest
-    assert d.sm._full_digest() != before      # but the reference sees it (the tests' net)
+    assert a.sm.state_digest() == b.sm.state_digest()
 
 
 def _submits(prefix: str, n: int) -> list:
@@ -201,49 +154,64 @@ def _submits(prefix: str, n: int) -> list:
                          tenant="t", task_type="x") for i in range(n)]
 
 
-def test_a_batch_folds_the_oldest_changes_beyond_the_window(monkeypatch) -> None:
-    from tsched.statemachine import machine
-    monkeypatch.setattr(machine, "DIGEST_DIRTY_MAX", 3)
-    sm = StateMachine()
-    sm.apply_batch(_submits("a", 2))
-    assert list(sm._digest.tasks.dirty) == ["a0", "a1"]     # within the window: left
-    sm.apply_batch(_submits("b", 2))
-    assert list(sm._digest.tasks.dirty) == ["a1", "b0", "b1"]   # the oldest one folded
-    assert sm.digest() == sm._full_digest()
-    assert not sm._digest.tasks.dirty
+def _committed(sm: StateMachine, cmds: list) -> list:
+    """As a node applies an entry: decoded from its bytes (the roll hashes those)."""
+    return sm.apply_batch(codec.decode_batch(codec.encode_batch(cmds)))
 
 
-def test_a_task_changed_again_moves_to_the_back_and_is_hashed_once(monkeypatch) -> None:
-    from tsched.statemachine import digest as digest_mod, machine
-    monkeypatch.setattr(machine, "DIGEST_DIRTY_MAX", 2)
-    sm = StateMachine()
-    hashed = []
-    sm._digest.tasks.hash_of = lambda t: hashed.append(t.task_id) or digest_mod.task_hash(t)
-    sm.apply_batch(_submits("a", 2))
-    sm.apply_batch([c.Cancel(request_id="x", now_ms=T0, task_id="a0")])   # a0 again
-    assert list(sm._digest.tasks.dirty) == ["a1", "a0"]
-    sm.apply_batch(_submits("b", 1))
-    assert hashed == ["a1"]                     # the oldest change, not the task that moved
-    assert sm.digest() == sm._full_digest()
-    assert sorted(hashed) == ["a0", "a1", "b0"]  # each hashed once
+def test_a_restored_twin_stays_in_step() -> None:
+    sm = StateMachine(limits=SMALL)
+    _committed(sm, _submits("a", 3))
+    twin = StateMachine.restore(sm.snapshot(), limits=SMALL)
+    for m in (sm, twin):
+        _committed(m, [c.Claim(request_id="c", now_ms=T0 + 1, worker_id="w",
+                               task_types=("x",), max_tasks=2, lease_ms=10_000)])
+        _committed(m, _submits("b", 2))
+    assert twin.digest() == sm.digest() and twin.state_digest() == sm.state_digest()
+    assert sm.roll != bytes(16)
 
 
-def test_the_digest_can_be_brought_up_to_date_in_slices() -> None:
-    sm = StateMachine()
-    sm.apply_batch(_submits("a", 10))
-    assert sm.fold_digest(4) == sm._digest.backlog() > 0
-    left = sm.fold_digest(4)
-    assert left == sm._digest.backlog()
-    while sm.fold_digest(4):
-        pass
-    assert sm._digest.backlog() == 0
-    assert sm.digest() == sm._full_digest()
+def test_the_roll_covers_every_batch_and_each_result_code() -> None:
+    a, b = StateMachine(), StateMachine()
+    _committed(a, _submits("a", 2))
+    _committed(b, _submits("a", 2))
+    assert a.digest() == b.digest()
+    _committed(a, [c.Cancel(request_id="x", now_ms=T0, task_id="a0")])
+    before = b.digest()
+    _committed(b, [c.Cancel(request_id="x", now_ms=T0, task_id="a0")])
+    assert b.digest() != before                 # every batch moves the roll
+    assert a.digest() == b.digest()
+    # The same bytes answered differently (a replica that diverged): found from then on.
+    b.tasks["a1"].state = "completed"           # behind the machine's back
+    cmd = [c.Cancel(request_id="y", now_ms=T0, task_id="a1")]
+    codes = [r.code for r in _committed(a, cmd)], [r.code for r in _committed(b, cmd)]
+    assert codes[0] != codes[1]
+    assert a.digest() != b.digest()
+    _committed(a, _submits("z", 1)), _committed(b, _submits("z", 1))
+    assert a.digest() != b.digest()
 
 
-def test_a_format_1_snapshot_restores_to_the_same_digest() -> None:
+def test_a_change_behind_the_machines_back_is_seen_by_the_state_digest() -> None:
+    d = _seeded()
+    before, rolling = _checked(d), d.sm.digest()
+    d.sm.tasks["t0"].payload_json = '"changed"'   # no result code shows it...
+    assert d.sm.digest() == rolling                # ...so the rolling digest cannot
+    assert d.sm.state_digest() != before           # but the state digest does
+
+
+def test_a_snapshot_carries_its_state_digest() -> None:
+    import msgpack
+    d = _seeded()
+    head = msgpack.Unpacker(raw=False)
+    head.feed(d.sm.snapshot())
+    top = head.unpack()
+    assert top["v"] == 4 and top["state_digest"] == d.sm.state_digest()
+    assert top["roll"] == d.sm.roll
+
+
+def test_a_format_1_snapshot_restores_to_the_same_state() -> None:
     import msgpack
 
-    from tsched.statemachine import codec
     d = _seeded(SMALL)
     d.claim_one()
     sm = d.sm
@@ -251,9 +219,12 @@ def test_a_format_1_snapshot_restores_to_the_same_digest() -> None:
                 tasks=[codec.task_record(t) for t in sorted(sm.tasks.values(),
                                                             key=lambda t: t.seq)],
                 requests=[codec.request_record(r, rec) for r, rec in sm.requests.items()])
-    old = StateMachine.restore(msgpack.packb(head, use_bin_type=True), limits=SMALL)
-    assert old.digest() == sm.digest() == old._full_digest()
-    assert old.snapshot() == sm.snapshot()
+    head.pop("roll")
+    blob = msgpack.packb(head, use_bin_type=True)
+    old = StateMachine.restore(blob, limits=SMALL)
+    assert old.state_digest() == sm.state_digest()
+    assert old.roll == roll_from_blob(1, blob)   # no roll in it: the same for every reader
+    assert StateMachine.restore(blob, limits=SMALL).digest() == old.digest()
 
 
 @pytest.mark.parametrize("cut", ["truncated", "trailing", "count"])

@@ -1,5 +1,5 @@
-"""Snapshot format 3: tasks in chunks of rows with per-chunk tables, the tasks' digest sum
-and the request hashes carried instead of re-hashed, older formats still read."""
+"""Snapshot format 4: tasks in chunks of rows with per-chunk tables, the digest's roll and
+the state digest in the head, older formats still read."""
 from __future__ import annotations
 
 import msgpack
@@ -9,7 +9,7 @@ from sm_support import T0, Driver
 from tsched.statemachine import StateMachine, codec
 from tsched.statemachine import commands as c
 from tsched.statemachine.codec import DecodeError
-from tsched.statemachine.digest import UNHASHED, full_hexdigest
+from tsched.statemachine.digest import full_hexdigest
 
 
 @pytest.fixture
@@ -56,7 +56,8 @@ def test_round_trip_over_many_chunks_keeps_digest_bytes_and_reads(small_chunks) 
     d = _mixed()
     blob = d.sm.snapshot()
     twin = StateMachine.restore(blob)
-    assert twin.digest() == d.sm.digest() == full_hexdigest(twin) == d.sm._full_digest()
+    assert twin.digest() == d.sm.digest()
+    assert full_hexdigest(twin) == twin.state_digest() == d.sm.state_digest()
     assert twin.snapshot() == blob                      # byte-identical re-encoding
     for task in d.sm.tasks.values():                    # every replicated field, exactly
         assert codec.task_record(twin.tasks[task.task_id]) == codec.task_record(task)
@@ -66,11 +67,10 @@ def test_round_trip_over_many_chunks_keeps_digest_bytes_and_reads(small_chunks) 
     assert twin.next_timer_ms() == d.sm.next_timer_ms()
 
 
-def test_restored_tasks_are_hashed_when_first_changed_not_on_load(small_chunks) -> None:
+def test_a_restored_twin_stays_in_step(small_chunks) -> None:
     d = _mixed()
     twin = Driver()
     twin.sm, twin.n, twin.now = StateMachine.restore(d.sm.snapshot()), d.n, d.now
-    assert all(t.dh is UNHASHED for t in twin.sm.tasks.values())
     # The same commands on both: claims, completions, cancels, expiry, retention eviction.
     for drv in (d, twin):
         drv.now = T0 + 100_000
@@ -80,24 +80,8 @@ def test_restored_tasks_are_hashed_when_first_changed_not_on_load(small_chunks) 
         drv.now = T0 + 10 ** 9                           # leases expire, retention evicts
         drv.ok(c.Tick)
         drv.add("fresh")
-    assert twin.sm.digest() == d.sm.digest() == twin.sm._full_digest()
-    changed = [t for t in twin.sm.tasks.values() if t.dh is not UNHASHED]
-    assert changed and len(changed) < len(twin.sm.tasks)   # only what changed was hashed
-
-
-def test_a_folded_sum_that_disagrees_with_the_records_shows_in_the_digest() -> None:
-    """The tasks' sum is trusted, not re-derived: the reference digest is what catches a
-    writer whose sum was wrong (tests compare both after every command)."""
-    d = _mixed(40)
-    unpacker = msgpack.Unpacker(raw=False)
-    blob = d.sm.snapshot()
-    unpacker.feed(blob)
-    head = unpacker.unpack()
-    wrong = (int.from_bytes(head["tasks_sum"], "big") + 1) % (1 << 128)
-    forged = msgpack.packb(dict(head, tasks_sum=wrong.to_bytes(16, "big")),
-                           use_bin_type=True) + blob[unpacker.tell():]
-    twin = StateMachine.restore(forged)
-    assert twin.digest() != d.sm.digest() and twin._full_digest() == d.sm.digest()
+    assert twin.sm.state_digest() == d.sm.state_digest()
+    assert twin.sm.digest() == d.sm.digest()
 
 
 def test_shared_values_cost_one_object(small_chunks) -> None:
@@ -112,7 +96,7 @@ def test_shared_values_cost_one_object(small_chunks) -> None:
 
 def _format_2(sm: StateMachine) -> bytes:
     """What the previous release wrote: one canonical record per task and per request."""
-    head = {k: v for k, v in sm._head().items() if k != "tasks_sum"}
+    head = {k: v for k, v in sm._head().items() if k != "roll"}
     packer = msgpack.Packer(use_bin_type=True, autoreset=False)
     packer.pack(dict(head, v=2, task_count=len(sm.tasks), request_count=len(sm.requests)))
     for task in sorted(sm.tasks.values(), key=lambda t: t.seq):
@@ -125,16 +109,15 @@ def _format_2(sm: StateMachine) -> bytes:
 def test_a_format_2_snapshot_restores_to_the_same_state() -> None:
     d = _mixed(100)
     old = StateMachine.restore(_format_2(d.sm))
-    assert old.digest() == d.sm.digest() == old._full_digest()
-    assert all(t.dh is not UNHASHED for t in old.tasks.values())   # hashed as decoded
-    assert old.snapshot() == d.sm.snapshot()
+    assert old.state_digest() == d.sm.state_digest()
+    assert StateMachine.restore(old.snapshot()).state_digest() == d.sm.state_digest()
 
 
 def _parts(sm: StateMachine) -> list:
-    """A snapshot of under one chunk: [head, chunk, request records, request hashes]."""
+    """A snapshot of under one chunk: [head, chunk, request records]."""
     unpacker = msgpack.Unpacker(raw=False, use_list=True)
     unpacker.feed(sm.snapshot())
-    return [unpacker.unpack() for _ in range(4)]
+    return [unpacker.unpack() for _ in range(3)]
 
 
 def _packed(parts: list) -> bytes:
@@ -147,21 +130,21 @@ def test_the_parts_repacked_restore() -> None:
 
 
 @pytest.mark.parametrize("damage, match", [
-    ("version", "unknown snapshot version 4"), ("no_sum", "digest sum"),
+    ("version", "unknown snapshot version 5"), ("no_roll", "roll"),
     ("short_row", "rows"), ("count", "task rows"), ("requests", "requests"),
     ("strings", "strings"), ("duplicate", "twice"), ("trailing", "trailing")])
-def test_a_bad_format_3_snapshot_is_a_decode_error(damage: str, match: str) -> None:
-    head, chunk, records, hashes = parts = _parts(_mixed(20).sm)
+def test_a_bad_format_4_snapshot_is_a_decode_error(damage: str, match: str) -> None:
+    head, chunk, records = parts = _parts(_mixed(20).sm)
     if damage == "version":
-        head["v"] = 4
-    elif damage == "no_sum":
-        del head["tasks_sum"]
+        head["v"] = 5
+    elif damage == "no_roll":
+        del head["roll"]
     elif damage == "short_row":
         chunk[2][0] = chunk[2][0][:-1]
     elif damage == "count":
         head["task_count"] += 1
     elif damage == "requests":
-        parts[3] = hashes[:-16]
+        parts[2] = records[:-1]
     elif damage == "strings":
         chunk[0][0] = 5
     elif damage == "duplicate":
