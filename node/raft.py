@@ -53,8 +53,6 @@ from .replication import ReplicationStats, WastelessAppendEntries
 
 log = logging.getLogger(__name__)
 
-# `digest()` and `status()` fold the digest's pending changes this many at a time (a few ms
-# under the lock each), for at most this many slices, before the final fold.
 
 STATE_MACHINE_BUG_EXIT_CODE = 70
 SNAPSHOT_MAGIC = b"TSCHSNP2"
