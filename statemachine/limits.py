@@ -95,6 +95,11 @@ class ApiLimits:
     epoch_ms_max: int = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, any instant given
     cron_preview_fires_max: int = 100        # `count` of GET /v1/cron/preview
     cursor_chars_max: int = 512              # an opaque listing cursor
+    # A failure's detail (DESIGN 13.1): stored as JSON text inside `error_bytes_max`, so the
+    # three together, escaped, stay under it.
+    error_type_chars_max: int = 256          # the exception's class name
+    error_message_chars_max: int = 2_048
+    traceback_chars_max: int = 4_096         # the Worker keeps the last ones (the raise)
 
 
 LIMITS = Limits()          # the defaults: what a cluster without `[limits]` uses

@@ -10,13 +10,12 @@ from __future__ import annotations
 import sys
 from heapq import heappop
 
-from . import codec
 from . import commands as c
 from . import validate as V
 from .errors import CONFLICT, NOT_FOUND
 from .lifecycle import CANCEL, DISCARD, REPLAY, decide
 from .model import RUNNING, Task
-from .results import GoneTaskAnswer, TaskAnswer
+from .results import TaskAnswer
 from .tenants import check_capacity, tenant
 from .validate import Rejected
 
@@ -93,13 +92,15 @@ def replay(sm, cmd: c.Replay) -> TaskAnswer:
     return TaskAnswer(task.task_id)
 
 
-def discard(sm, cmd: c.Discard) -> GoneTaskAnswer:
+def discard(sm, cmd: c.Discard) -> TaskAnswer:
+    """A dead letter to `discarded`: kept, with its attempts, for audit until retention
+    (counted from now) evicts it. (A discard answered before this state existed was a
+    `GoneTaskAnswer`; the request table may still hold one: results.py renders it.)"""
     V.task_ref(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
-    decide(task, DISCARD)
-    record = codec.task_record(task)
-    remove(sm, task)
-    return GoneTaskAnswer(record)
+    row = decide(task, DISCARD)
+    sm.store.move(task, row.new, sm.now_ms)
+    return TaskAnswer(task.task_id)
 
 
 def evict(sm) -> None:

@@ -359,9 +359,15 @@ def test_replay_and_discard() -> None:
     assert (t.state, t.run_at_ms, t.failures, t.completed_at_ms) == ("pending", T0 + 100, 0, None)
     t = d.claim_one()
     d.ok(c.Fail, task_id="a", fencing_token=t.fencing_token, retryable=False)
-    gone = d.ok(c.Discard, task_id="a")["task"]
-    assert gone.task_id == "a" and gone.state == "dead_letter" and d.sm.get_task("a") is None
-    assert len(gone.attempts) == 2
+    d.now += 50
+    kept = d.ok(c.Discard, task_id="a")["task"]
+    # kept for audit, attempts and all; retention counts from the discard
+    assert kept is d.sm.get_task("a") and kept.state == "discarded"
+    assert len(kept.attempts) == 2 and kept.completed_at_ms == T0 + 150
+    assert d.run(c.Discard, task_id="a").code == e.INVALID_STATE
+    d.now += d.sm.limits.retention_ms
+    d.ok(c.Tick)
+    assert d.sm.get_task("a") is None                       # evicted like any terminal task
 
 
 def test_replay_respects_tenant_limit() -> None:
