@@ -185,4 +185,4 @@ class ApiCalls:
         return self._run(Call("POST", "/v1/cluster/transfer-leadership", body=body, write=True))
 
 
-TERMINAL_STATES = ("completed", "cancelled", "dead_letter")
+TERMINAL_STATES = ("completed", "cancelled", "dead_letter", "discarded")

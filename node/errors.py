@@ -14,6 +14,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "invalid_state": 409,
     "too_large": 413,
     "tenant_limit": 429,
+    "overloaded": 429,          # shed or a full proposal queue: comes with Retry-After
     "internal": 500,
     "no_leader": 503,
     "unavailable": 503,
