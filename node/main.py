@@ -100,10 +100,22 @@ def _limits(cfg):
     if not cfg.limits:
         return None
     from tsched.statemachine import Limits
+    fields = dict(cfg.limits)
+    if "shed_above" in fields:
+        fields["shed_above_permille"] = _shed_permille(fields.pop("shed_above"))
     try:
-        return Limits(**dict(cfg.limits))
+        return Limits(**fields)
     except TypeError as e:
         raise config_mod.ConfigError(f"[limits]: {e}") from None
+
+
+def _shed_permille(value) -> int:
+    """`[limits] shed_above` (a fraction of live_tasks_max, 0 < f <= 1) as the state
+    machine's integer permille (DESIGN 13.2)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise config_mod.ConfigError(f"[limits] shed_above must be a fraction in (0, 1], "
+                                     f"not {value!r}")
+    return round(value * 1000)
 
 
 async def serve(cfg, node_id: str, clock: Clock, log_context=None,

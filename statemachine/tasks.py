@@ -16,7 +16,7 @@ from .errors import CONFLICT, NOT_FOUND
 from .lifecycle import CANCEL, DISCARD, REPLAY, decide
 from .model import RUNNING, Task
 from .results import TaskAnswer
-from .tenants import check_capacity, tenant
+from .tenants import check_admission, check_capacity, tenant
 from .validate import Rejected
 
 
@@ -57,6 +57,7 @@ def submit(sm, cmd: c.SubmitTask) -> TaskAnswer:
             return TaskAnswer(existing.task_id, True)
     if cmd.task_id in sm.tasks:
         raise Rejected(CONFLICT, f"task {cmd.task_id} already exists", task_id=cmd.task_id)
+    check_admission(sm, cmd.priority)
     check_capacity(sm, name)
     sm.task_seq += 1
     run_at = cmd.run_at_ms if cmd.run_at_ms is not None else sm.now_ms

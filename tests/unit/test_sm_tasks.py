@@ -412,3 +412,19 @@ def test_apply_batch_counts_seq() -> None:
     results = sm.apply_batch([c.Barrier(request_id="b", now_ms=5), c.Tick(request_id="t", now_ms=7)])
     assert [r.code for r in results] == ["ok", "ok"] and sm.seq == 1 and sm.now_ms == 7
     assert sm.apply_batch("junk") == [] and sm.seq == 2
+
+
+def test_low_priority_submits_are_shed_above_the_threshold_and_high_ones_go_in() -> None:
+    # live_tasks_max 10, shed above 0.5: from 5 live tasks, priorities 6..10 are shed
+    d = Driver(Limits(live_tasks_max=10, shed_above_permille=500, shed_priority_above=5))
+    for i in range(5):
+        d.add(f"low{i}", priority=9)                      # below the threshold: admitted
+    shed = d.submit("low5", priority=6)
+    assert shed.code == e.OVERLOADED and "low5" not in d.sm.tasks
+    assert shed.details == {"live": 5, "shed_above": 5, "priority": 6}
+    for i in range(5):
+        d.add(f"high{i}", priority=5)                     # priority <= 5: up to the hard limit
+    assert d.submit("high5", priority=0).code == e.TENANT_LIMIT
+    t = d.claim_one()                                    # running still counts as live
+    d.ok(c.Complete, task_id=t.task_id, fencing_token=t.fencing_token)
+    assert d.submit("low6", priority=10).code == e.OVERLOADED    # 9 live, still above 5
