@@ -124,6 +124,11 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
     replica = build_replica(cfg, node_id)
     if log_context is not None:
         log_context.term_of = lambda: replica.term
+    if cfg.archive_dir is not None:   # before start: the log's replay archives too
+        from .archive import Archive, archive_dir
+        where = archive_dir(cfg.archive_dir, me.data_dir)
+        replica.add_apply_listener(Archive(where).on_apply)
+        log.info("event=archive_enabled dir=%s", where)
     replica.start()
     node = Node(node_id=node_id, config=cfg, replica=replica, clock=clock, gc_policy=gc_policy)
     if "propose_s" in cfg.timeouts:

@@ -104,18 +104,23 @@ def discard(sm, cmd: c.Discard) -> TaskAnswer:
     return TaskAnswer(task.task_id)
 
 
-def evict(sm) -> None:
+def evict(sm) -> list[Task]:
     """Retention (on Tick): finished tasks older than `retention_ms`, or the oldest beyond
-    `terminal_tasks_max`, at most `evictions_per_tick_max` per tick."""
+    `terminal_tasks_max`, at most `evictions_per_tick_max` per tick. Returns them, oldest
+    first (the node archives them)."""
     store, lim = sm.store, sm.limits
     heap = store.terminal
     cutoff = sm.now_ms - lim.retention_ms
     budget = lim.evictions_per_tick_max
+    evicted: list[Task] = []
     while heap and budget > 0:
         if not store.terminal_live(heap[0]):
             heappop(heap)
             continue
         if heap[0][0] > cutoff and store.terminal_count <= lim.terminal_tasks_max:
             break
-        remove(sm, heappop(heap)[3])
+        task = heappop(heap)[3]
+        remove(sm, task)
+        evicted.append(task)
         budget -= 1
+    return evicted
