@@ -124,11 +124,11 @@ async def offer(api: Api, cluster: LocalCluster, task_type: str, rate: float,
 
 
 async def main_async(args: argparse.Namespace, report: Report) -> None:
-    with LocalCluster(nodes=3, keep=args.keep) as cluster:
-        with open(cluster.config_path, "a") as f:
-            f.write(f"\n[limits]\nlive_tasks_max = {args.live_max}\n"
-                    f"shed_above = {args.shed_above}\n")
-        cluster.start()
+    cluster = LocalCluster(nodes=3, keep=args.keep)
+    with open(cluster.config_path, "a") as f:   # before the nodes start (entering starts)
+        f.write(f"\n[limits]\nlive_tasks_max = {args.live_max}\n"
+                f"shed_above = {args.shed_above}\n")
+    with cluster:
         cluster.wait_writable()
         task_type = f"ovl-{uuid.uuid4().hex[:6]}"
         async with Api(connections=512) as api:
