@@ -111,7 +111,7 @@ class ApiLimits:
     # node keeps waiting for commit before it answers new submits with it.
     shed_retry_after_s: int = 5              # the state machine shed a low priority
     queue_full_retry_after_s: int = 1        # this node's proposal queue was full
-    proposals_waiting_max: int = 20_000
+    proposals_waiting_max: int = 1_000       # ~ its commit rate x the wait a submit may take
 
 
 LIMITS = Limits()          # the defaults: what a cluster without `[limits]` uses
