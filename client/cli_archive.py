@@ -8,6 +8,8 @@ import json
 import click
 
 from . import render
+from .archive import Query
+from .archive import search as run_search
 from .cli_common import cli, time_option
 
 ARCHIVE_COLUMNS = [("task_id", "TASK_ID"), ("task_type", "TYPE"), ("tenant", "TENANT"),
@@ -43,8 +45,6 @@ def archive():
 @click.pass_context
 def search(ctx, directory, task_id, tenant, task_type, from_, to, as_json):
     """Find archived tasks. A corrupt or truncated file is reported and skipped."""
-    from tsched.node.archive import Query
-    from tsched.node.archive import search as run_search
     as_json = as_json or bool(ctx.find_root().params.get("as_json"))
     found = run_search(directory, Query(task_id=task_id, tenant=tenant, task_type=task_type,
                                         from_ms=_ms(from_), to_ms=_ms(to)))

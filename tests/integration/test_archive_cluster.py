@@ -5,30 +5,19 @@ and `tsctl archive search` finds them."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from click.testing import CliRunner
 
 from tests.integration.cluster import Cluster
+from tests.integration.raft_support import wait_until
 from tsched.client import ApiError, Client
 from tsched.client.cli import cli
-from tsched.node.archive import Query, search
+from tsched.client.archive import Query, search
 
 pytestmark = pytest.mark.slow
 RETENTION_MS = 2_000
 TOML = f'\n[archive]\ndir = "archive"\n\n[limits]\nretention_ms = {RETENTION_MS}\n'
-
-
-def wait_for(cond, what: str, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -59,7 +48,7 @@ def test_evicted_tasks_are_archived_by_every_node_and_searchable(archiving):
                             retryable=False)
         want = sorted([done["task_id"], dead["task_id"]])
         for node in cluster.ids:      # retention evicts on every replica; each archives
-            wait_for(lambda: archived_ids(cluster, node) == want, f"{node}'s archive")
+            wait_until(lambda: archived_ids(cluster, node) == want, 60, f"{node}'s archive")
         with pytest.raises(ApiError) as gone:
             client.get(done["task_id"])          # gone from the state
         assert gone.value.code == "not_found"

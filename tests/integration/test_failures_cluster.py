@@ -5,13 +5,10 @@ letter as `discarded`."""
 from __future__ import annotations
 
 import json
-import threading
-import time
-from contextlib import contextmanager
-
 import pytest
 from click.testing import CliRunner
 
+from tests.integration.test_worker_cluster import running, wait_for
 from tsched.client import Client, Worker
 from tsched.client.cli import cli
 
@@ -32,29 +29,6 @@ def settle(handler_calls: list, task_id: str):
             raise PartnerBankUnreachable(f"partner bank for {payload['iban']} did not answer")
         raise ValueError(f"malformed amount {payload['amount']!r}")
     return handler
-
-
-def wait_for(cond, what: str, timeout_s: float = DEADLINE_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-@contextmanager
-def running(worker: Worker):
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(DEADLINE_S)
-        assert not thread.is_alive(), "worker did not stop"
 
 
 def tsctl(cluster, *args: str) -> str:

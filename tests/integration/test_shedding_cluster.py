@@ -5,12 +5,12 @@ and the Client waits Retry-After and sends the same submit again."""
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import pytest
 
 from tests.integration.cluster import Cluster
+from tests.integration.raft_support import wait_until
 from tsched.client import Client, Overloaded
 from tsched.statemachine.limits import API_LIMITS
 
@@ -32,14 +32,6 @@ def shed_count(cluster, node: str) -> float:
     line = next(x for x in text.splitlines()
                 if x.startswith('tsched_submits_shed_total{reason="priority"}'))
     return float(line.split()[-1])
-
-
-def wait_for(cond, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_low_priorities_are_shed_past_the_threshold_and_the_client_waits(small_cluster):
@@ -77,7 +69,7 @@ def test_low_priorities_are_shed_past_the_threshold_and_the_client_waits(small_c
         waiting = threading.Thread(
             target=lambda: answer.update(client.submit("report", {"late": True}, priority=9)))
         waiting.start()
-        wait_for(lambda: shed_count(cluster, leader) == 4.0, "the patient submit shed once")
+        wait_until(lambda: shed_count(cluster, leader) == 4.0, 30, "the patient submit shed once")
         done = 0
         while done < 3:                                       # 11 live -> 8: below 10
             for task in client.claim("w1", ["report"], max_tasks=3 - done, wait_s=5):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import gzip
 
 from tests.unit.sm_support import T0, Driver
-from tsched.node.archive import Archive, Query, file_name, search
+from tsched.client.archive import Query, file_name, search
+from tsched.node.archive import Archive
 from tsched.statemachine import commands as c
 
 DAY_MS = 86_400_000
