@@ -118,6 +118,7 @@ ROWS = (
     Row(DEAD_LETTER, FAIL, DEAD_LETTER, _repeat_of(FAIL)),
     Row(DEAD_LETTER, REPLAY, PENDING),
     Row(DEAD_LETTER, DISCARD, DISCARDED),        # kept for audit until retention
+    Row(DISCARDED, FAIL, DISCARDED, _repeat_of(FAIL)),   # the dead-lettering report again
 )
 
 TABLE: dict[tuple[str, str], tuple[Row, ...]] = {}
