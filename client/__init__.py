@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 from ._jobs import TaskContext
 from .app import App, AsyncApp
 from .client import AsyncClient, Client
-from .errors import ApiError, NonRetryable, Unavailable
+from .errors import ApiError, NonRetryable, Overloaded, Unavailable
 from .handles import TaskCancelled, TaskFailed
 
 if TYPE_CHECKING:
     from .worker import Worker
 
-__all__ = ["ApiError", "App", "AsyncApp", "AsyncClient", "Client", "NonRetryable",
+__all__ = ["ApiError", "App", "AsyncApp", "AsyncClient", "Client", "NonRetryable", "Overloaded",
            "TaskCancelled", "TaskContext", "TaskFailed", "Unavailable", "Worker"]
 
 

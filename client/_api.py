@@ -70,7 +70,7 @@ class ApiCalls:
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/replay", write=True))
 
     def discard(self, task_id: str):
-        """Drop a dead-lettered task for good."""
+        """Discard a dead-lettered task: it stays, `discarded`, for audit until retention."""
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/discard", write=True))
 
     # --- worker calls --------------------------------------------------------------
@@ -201,4 +201,4 @@ class ApiCalls:
         return self._run(Call("POST", "/v1/cluster/transfer-leadership", body=body, write=True))
 
 
-TERMINAL_STATES = ("completed", "cancelled", "dead_letter")
+TERMINAL_STATES = ("completed", "cancelled", "dead_letter", "discarded")

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import httpx
 
-from .errors import ApiError, Unavailable
+from .errors import ApiError, Overloaded, Unavailable
 
 # Answers that mean "this node cannot serve now, another one (or a later try) may":
 # 503 no_leader/unavailable, 502 from a proxy, 504 timeout (an ambiguous write is safe to
@@ -24,6 +24,8 @@ BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 1.0
 ERROR_TEXT_MAX_CHARS = 300     # of a non-JSON error body kept in an ApiError message
 ERROR_CHARS_MAX = 4096         # the API's bound on a failure's error text
+OVERLOAD_RETRIES_MAX = 3       # waits of Retry-After before an `overloaded` is raised
+RETRY_AFTER_S_MAX = 60         # a Retry-After longer than this is taken as this
 
 
 def parse_urls(urls: str | Iterable[str]) -> list[str]:
@@ -182,11 +184,42 @@ def decode(resp: httpx.Response) -> Any:
 
 def error_from(resp: httpx.Response, body: Any) -> ApiError:
     err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict) and err.get("code") == "overloaded":
+        return Overloaded(str(err.get("message") or ""), err.get("details") or {},
+                          retry_after_s(resp) or 1.0)
     if isinstance(err, dict) and err.get("code"):
         return ApiError(str(err["code"]), str(err.get("message") or ""),
                         err.get("details") or {}, resp.status_code)
     text = resp.text[:ERROR_TEXT_MAX_CHARS]
     return ApiError(f"http_{resp.status_code}", text, {}, resp.status_code)
+
+
+def retry_after_s(resp: httpx.Response) -> float | None:
+    """A 429's `Retry-After` in seconds (DESIGN 14.2), capped; None when absent or bad."""
+    if resp.status_code != 429:
+        return None
+    value = resp.headers.get("Retry-After", "")
+    if not value.isdigit():
+        return None
+    return float(min(int(value), RETRY_AFTER_S_MAX))
+
+
+def overload_wait_s(call: Call, resp: httpx.Response, waited: int,
+                    remaining_s: float) -> float | None:
+    """How long to wait before sending an `overloaded` request again, or None: not an
+    overload, out of retries (`OVERLOAD_RETRIES_MAX`), or past the call's deadline.
+
+    A submit the state machine shed (reason `priority`) was refused under its request id,
+    and the cluster answers a repeated id with the first answer: the retry takes a new key
+    (safe: nothing was applied under the old one). A full queue proposed nothing and
+    recorded nothing, so that retry keeps its key (an earlier try may have gone in)."""
+    wait = retry_after_s(resp)
+    if wait is None or waited >= OVERLOAD_RETRIES_MAX or wait >= remaining_s:
+        return None
+    details = (error_from(resp, decode(resp)).details or {})
+    if details.get("reason") == "priority" and call.write:
+        call.key = new_key()
+    return wait
 
 
 def is_retryable_status(resp: httpx.Response) -> bool:

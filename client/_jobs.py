@@ -5,11 +5,19 @@ import datetime as _dt
 import json
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from tsched.statemachine.limits import API_LIMITS, LIMITS
+
 from ._core import ERROR_CHARS_MAX
 from .errors import NonRetryable
+
+ERROR_TYPE_CHARS_MAX = API_LIMITS.error_type_chars_max
+ERROR_MESSAGE_CHARS_MAX = API_LIMITS.error_message_chars_max
+TRACEBACK_CHARS_MAX = API_LIMITS.traceback_chars_max
+ERROR_BYTES_MAX = LIMITS.error_bytes_max
 
 # Answers meaning the lease is no longer ours: stop, drop any late result.
 LEASE_LOST_CODES = frozenset({"stale_token", "not_found", "invalid_state"})
@@ -76,7 +84,41 @@ class Job:
         return max(0.0, self.ctx.run_at.timestamp() - time.time())
 
 
-def outcome_of(result: Any = None, exc: BaseException | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RetryRule:
+    """Which exceptions of one task type are retried (DESIGN 14.1), by class name; an
+    exception matches a name when its class or one of its bases has it. `no_retry_on` wins;
+    with `retry_on` given only matching exceptions are retried; neither: all are."""
+    retry_on: tuple[str, ...] = ()
+    no_retry_on: tuple[str, ...] = ()
+
+    def retryable(self, exc: BaseException) -> bool:
+        if isinstance(exc, NonRetryable):
+            return False
+        names = {cls.__name__ for cls in type(exc).__mro__}
+        if names.intersection(self.no_retry_on):
+            return False
+        return not self.retry_on or bool(names.intersection(self.retry_on))
+
+
+RETRY_ALL = RetryRule()
+
+
+def error_detail(exc: BaseException) -> dict[str, str]:
+    """`{type, message, traceback}` within the API's bounds: the traceback keeps its last
+    characters (where the exception was raised), trimmed further until the whole detail,
+    as the node stores it (compact JSON, UTF-8), fits `error_bytes_max`."""
+    detail = {"type": type(exc).__name__[:ERROR_TYPE_CHARS_MAX],
+              "message": str(exc)[:ERROR_MESSAGE_CHARS_MAX],
+              "traceback": "".join(traceback.format_exception(exc))[-TRACEBACK_CHARS_MAX:]}
+    while len(json.dumps(detail, separators=(",", ":"), ensure_ascii=False)
+              .encode("utf-8", "surrogatepass")) > ERROR_BYTES_MAX:
+        detail["traceback"] = detail["traceback"][len(detail["traceback"]) // 4 + 1:]
+    return detail
+
+
+def outcome_of(result: Any = None, exc: BaseException | None = None,
+               rule: RetryRule = RETRY_ALL) -> dict[str, Any]:
     """The completion item (without task_id/token) for a handler's return value or exception."""
     if exc is None:
         try:
@@ -85,9 +127,7 @@ def outcome_of(result: Any = None, exc: BaseException | None = None) -> dict[str
             return {"error": f"result is not JSON-serialisable: {err!r}"[:ERROR_CHARS_MAX],
                     "retryable": False}
         return {"result": result}
-    if isinstance(exc, NonRetryable):
-        return {"error": repr(exc)[:ERROR_CHARS_MAX], "retryable": False}
-    return {"error": repr(exc)[:ERROR_CHARS_MAX], "retryable": True}
+    return {"error": error_detail(exc), "retryable": rule.retryable(exc)}
 
 
 def error_code_of(answer: Any) -> str | None:

@@ -16,7 +16,8 @@ from .cli_common import State, json_option, time_option, cli, pass_state
 SUBMIT_BATCH_MAX = 100        # tasks per request in `submit --file`
 FILE_TASKS_MAX = 1_000_000    # lines read from one --file
 WAIT_POLL_S = 0.5             # `get --wait` asks this often
-STATES = ["pending", "running", "completed", "cancelled", "dead_letter"]
+STATES = ["pending", "retrying", "running", "completed", "cancelled", "dead_letter",
+          "discarded"]   # `retrying`: a view of pending (DESIGN 14.1)
 
 
 # --- tasks --------------------------------------------------------------------------
@@ -170,6 +171,6 @@ def replay(st: State, task_id):
 @click.argument("task_id")
 @pass_state
 def discard(st: State, task_id):
-    """Drop a dead-lettered task."""
+    """Discard a dead-lettered task (kept as `discarded` for audit until retention)."""
     task = st.client.discard(task_id)
     st.show(task, f"{task.get('task_id')}  discarded")

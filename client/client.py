@@ -15,7 +15,8 @@ from tsched.statemachine.limits import API_LIMITS
 from . import _aio
 from ._api import ApiCalls
 from ._core import (TRANSPORT_ERRORS, Call, Rotation, SeqTracker, build_request, decode,
-                    describe_failure, error_from, is_retryable_status, parse_urls, unavailable)
+                    describe_failure, error_from, is_retryable_status, overload_wait_s, parse_urls,
+                    unavailable)
 
 CONNECT_TIMEOUT_S = 2.0    # a dead or unreachable node must not eat the whole deadline
 ATTEMPT_READ_S = 10.0      # longer than a node's own commit wait, shorter than the deadline
@@ -96,7 +97,7 @@ class Client(_Base):
 
     def _send(self, call: Call) -> Any:
         deadline = self._deadline(call)
-        last = None
+        last, overloads = None, 0
         for url, delay in self._rotation.attempts():
             if time.monotonic() + delay >= deadline:
                 break
@@ -113,6 +114,11 @@ class Client(_Base):
                 continue
             if is_retryable_status(resp):
                 last = describe_failure(None, resp)
+                continue
+            wait = overload_wait_s(call, resp, overloads, deadline - time.monotonic())
+            if wait is not None:   # 429 overloaded: wait as told, then the same request again
+                overloads += 1
+                time.sleep(wait)
                 continue
             return self._answer(url, resp)
         raise unavailable(call, last)
@@ -175,7 +181,7 @@ class AsyncClient(_Base):
 
     async def _send(self, call: Call) -> Any:
         deadline = self._deadline(call)
-        last = None
+        last, overloads = None, 0
         for url, delay in self._rotation.attempts():
             if time.monotonic() + delay >= deadline:
                 break
@@ -191,6 +197,11 @@ class AsyncClient(_Base):
                 continue
             if is_retryable_status(resp):
                 last = describe_failure(None, resp)
+                continue
+            wait = overload_wait_s(call, resp, overloads, deadline - time.monotonic())
+            if wait is not None:   # 429 overloaded: wait as told, then the same request again
+                overloads += 1
+                await asyncio.sleep(wait)
                 continue
             return self._answer(url, resp)
         raise unavailable(call, last)

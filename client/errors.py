@@ -23,5 +23,15 @@ class Unavailable(ApiError):
         super().__init__("unavailable", message, details, status=None)
 
 
+class Overloaded(ApiError):
+    """429 `overloaded` (DESIGN 14.2), still refused after the client waited `Retry-After`
+    as often as it may. `retry_after_s`: the cluster's last advice."""
+
+    def __init__(self, message: str = "", details: dict | None = None,
+                 retry_after_s: float = 1.0) -> None:
+        super().__init__("overloaded", message, details, status=429)
+        self.retry_after_s = retry_after_s
+
+
 class NonRetryable(Exception):
     """Raised by a handler: the task fails at once and goes to `dead_letter`, no retry."""

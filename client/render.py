@@ -7,7 +7,7 @@ from typing import Any, Iterable, Sequence
 CELL_CHARS_MAX = 60   # long payloads and errors are cut in tables; --json shows everything
 
 TASK_COLUMNS = [("task_id", "TASK_ID"), ("task_type", "TYPE"), ("tenant", "TENANT"),
-                ("state", "STATE"), ("priority", "PRI"), ("attempt", "ATTEMPT"),
+                ("status", "STATE"), ("priority", "PRI"), ("attempt", "ATTEMPT"),
                 ("run_at", "RUN_AT")]
 ATTEMPT_COLUMNS = [("attempt", "ATTEMPT"), ("worker_id", "WORKER"), ("fencing_token", "TOKEN"),
                    ("started_at", "STARTED"), ("ended_at", "ENDED"), ("outcome", "OUTCOME"),
@@ -21,6 +21,7 @@ TENANT_COLUMNS = [("tenant", "TENANT"), ("max_running", "MAX_RUNNING"), ("weight
 NODE_COLUMNS = [("id", "ID"), ("role", "ROLE"), ("http", "HTTP"), ("raft", "RAFT"),
                 ("commit_index", "COMMIT"), ("applied_seq", "APPLIED"), ("reachable", "REACHABLE")]
 HIDDEN_KEYS = frozenset({"attempts", "fires", "applied_seq"})
+TRACEBACK_INDENT = "    "
 
 
 def cell(value: Any) -> str:
@@ -58,7 +59,18 @@ def task_detail(task: dict) -> str:
     out = fields(task)
     if task.get("attempts"):
         out += "\n\nattempts:\n" + table(task["attempts"], ATTEMPT_COLUMNS)
+        out += "".join(_traceback(a) for a in task["attempts"])
     return out
+
+
+def _traceback(attempt: dict) -> str:
+    """A failed attempt's traceback in full (the table cuts its error to one cell)."""
+    detail = attempt.get("error_detail")
+    if not isinstance(detail, dict) or not detail.get("traceback"):
+        return ""
+    body = "\n".join(TRACEBACK_INDENT + line for line in detail["traceback"].splitlines())
+    return (f"\n\nattempt {attempt.get('attempt')} {detail.get('type')}: "
+            f"{detail.get('message')}\n{body}")
 
 
 def schedule_detail(schedule: dict) -> str:

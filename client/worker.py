@@ -29,9 +29,10 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from ._jobs import LEASE_LOST_CODES, Job, error_code_of, outcome_of
+from ._jobs import (LEASE_LOST_CODES, RETRY_ALL, Job, RetryRule, error_code_of,
+                    outcome_of)
 from ._outbox import LINGER_S, Outbox
 from ._window import HELD_MAX_DEFAULT, Window
 from .client import AsyncClient
@@ -63,6 +64,20 @@ def _in_thread(handler: Callable, payload: Any, job: Job) -> Any:
     return handler(payload, job.ctx)
 
 
+def retry_rules(handlers: dict, retry_on: dict, no_retry_on: dict) -> dict[str, RetryRule]:
+    """The RetryRule of each task type named in `retry_on` / `no_retry_on` (lists of
+    exception class names); naming a task type without a handler is a mistake."""
+    unknown = sorted((set(retry_on) | set(no_retry_on)) - set(handlers))
+    if unknown:
+        raise ValueError(f"retry_on/no_retry_on name task types without a handler: {unknown}")
+    for lists in (retry_on, no_retry_on):
+        for names in lists.values():
+            if isinstance(names, str):
+                raise ValueError("retry_on/no_retry_on values are lists of class names")
+    return {t: RetryRule(tuple(retry_on.get(t, ())), tuple(no_retry_on.get(t, ())))
+            for t in sorted(set(retry_on) | set(no_retry_on))}
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -73,7 +88,9 @@ class Worker:
                  worker_id: str | None = None, grace_s: float = 30.0,
                  wait_s: float = CLAIM_WAIT_S_MAX, timeout_s: float = 30.0,
                  claim_ahead: int | None = None, ca_file: str | None = None,
-                 held_max: int | None = None, carry_completions: bool = True) -> None:
+                 held_max: int | None = None, carry_completions: bool = True,
+                 retry_on: dict[str, Iterable[str]] | None = None,
+                 no_retry_on: dict[str, Iterable[str]] | None = None) -> None:
         if not handlers:
             raise ValueError("handlers: at least one task type is needed")
         if concurrency < 1:
@@ -83,6 +100,8 @@ class Worker:
         self.urls, self.token, self.timeout_s = urls, token, timeout_s
         self.ca_file = ca_file     # CA bundle for https:// nodes
         self.handlers = dict(handlers)
+        # Per task type: which exception class names are retried (DESIGN 14.1).
+        self.retry_rules = retry_rules(self.handlers, retry_on or {}, no_retry_on or {})
         self.concurrency, self.lease_s, self.prefetch_ms = concurrency, lease_s, prefetch_ms
         self.grace_s, self.wait_s = grace_s, min(wait_s, CLAIM_WAIT_S_MAX)
         # Tasks held beyond those running, so a claim round trip never leaves a thread idle
@@ -304,7 +323,7 @@ class Worker:
             raise
         except BaseException as exc:   # noqa: BLE001 - every handler failure is reported
             log.info("task %s failed: %r", job.ctx.task_id, exc)
-            return outcome_of(exc=exc)
+            return outcome_of(exc=exc, rule=self.retry_rules.get(job.ctx.task_type, RETRY_ALL))
         return outcome_of(result)
 
     # --- heartbeats ------------------------------------------------------------------

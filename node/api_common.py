@@ -12,6 +12,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from tsched.statemachine.limits import API_LIMITS
+
 from . import validate
 from .auth import SCOPE_KEY
 from .errors import ApiError
@@ -115,6 +117,9 @@ def respond(body: dict, seq: int, status: int = 200) -> web.Response:
 def error_response(err: ApiError, seq: int | None) -> web.Response:
     body = err.body()
     headers = {}
+    if err.code == "overloaded":   # DESIGN 14.2: every overloaded answer says when to retry
+        headers["Retry-After"] = str(err.details.get("retry_after_s")
+                                     or API_LIMITS.shed_retry_after_s)
     if seq is not None:
         body["applied_seq"] = seq
         headers["X-Applied-Seq"] = str(seq)
@@ -124,20 +129,25 @@ def error_response(err: ApiError, seq: int | None) -> web.Response:
 
 # --- writes --------------------------------------------------------------------------------
 
-async def propose(node: Node, cmds: list) -> tuple[list, int]:
-    """Commit `cmds`: (one rendered result per command, or an ApiError; applied seq)."""
+async def propose(node: Node, cmds: list, *, sheddable: bool = False) -> tuple[list, int]:
+    """Commit `cmds`: (one rendered result per command, or an ApiError; applied seq).
+    `sheddable`: a full proposal queue answers 429 `overloaded` (DESIGN 14.2)."""
     from .proposer import ProposalError
     try:
-        return await node.proposer.propose(cmds, node.propose_timeout_s)
+        return await node.proposer.propose(cmds, node.propose_timeout_s, sheddable=sheddable)
     except ProposalError as e:
+        if e.code == "overloaded":
+            raise ApiError("overloaded", f"this node is overloaded: {e}",
+                           {"reason": "queue_full",
+                            "retry_after_s": API_LIMITS.queue_full_retry_after_s}) from None
         code = "no_leader" if e.code == "no_leader" else "timeout"
         raise ApiError(code, f"the write was not committed in time: {e}",
                        {"outcome": "not_committed" if code == "no_leader" else "unknown"}
                        ) from None
 
 
-async def propose_one(node: Node, cmd) -> tuple[Any, int]:
-    (value,), seq = await propose(node, [cmd])
+async def propose_one(node: Node, cmd, *, sheddable: bool = False) -> tuple[Any, int]:
+    (value,), seq = await propose(node, [cmd], sheddable=sheddable)
     if isinstance(value, ApiError):
         raise value
     return value, seq

@@ -37,7 +37,7 @@ async def submit(request: web.Request) -> web.Response:
         cmd = validate.submit(_scoped(body, scope), now_ms=now, request_id=request_id(request),
                               task_id=node.new_task_id())
         _check_tenant(request, cmd.tenant)
-        task, seq = await propose_one(node, cmd)
+        task, seq = await propose_one(node, cmd, sheddable=True)
         return respond(task, seq, status=201)
     cmds = [validate.submit(_scoped(item, scope), now_ms=now,
                             request_id=request_id(request, f"#{i}"), task_id=node.new_task_id(),
@@ -45,7 +45,7 @@ async def submit(request: web.Request) -> web.Response:
             for i, item in enumerate(items)]
     for cmd in cmds:
         _check_tenant(request, cmd.tenant)
-    answers, seq = await propose(node, cmds)
+    answers, seq = await propose(node, cmds, sheddable=True)
     return respond({"tasks": [a.body() if isinstance(a, ApiError) else a for a in answers]},
                    seq, status=201)
 

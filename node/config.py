@@ -57,6 +57,7 @@ class ClusterConfig:
     compaction: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     auth: Mapping[str, Any] | None = None       # kept for the auth layer
     limits: Mapping[str, Any] | None = None     # kept for state machine limits
+    archive_dir: str | None = None   # [archive] dir: relative to each node's data_dir
     path: str | None = None
     ca_file: str | None = None   # CA bundle (absolute path) for HTTPS between nodes
     shards: int = 1              # Raft groups (DESIGN.md section 13); fixed for life
@@ -98,8 +99,23 @@ def load(path: str) -> ClusterConfig:
     return parse(doc, base_dir=base, path=os.path.abspath(path))
 
 
+def _archive_dir(table: Any) -> str | None:
+    """`[archive] dir = "archive"` (DESIGN 14.3); no table: no archive."""
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ConfigError("[archive] must be a table")
+    extra = sorted(set(table) - {"dir"})
+    if extra:
+        raise ConfigError(f"[archive] unknown keys: {', '.join(extra)}")
+    value = table.get("dir")
+    if not isinstance(value, str) or not value:
+        raise ConfigError("[archive] dir must be a non-empty path")
+    return value
+
+
 def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> ClusterConfig:
-    unknown = sorted(set(doc) - {"cluster", "node", "auth", "limits"})
+    unknown = sorted(set(doc) - {"cluster", "node", "auth", "limits", "archive"})
     if unknown:
         raise ConfigError(f"unknown top-level keys: {', '.join(unknown)}")
     cluster = _table(doc, "cluster", "[cluster]")
@@ -123,6 +139,7 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
         compaction=MappingProxyType(_compaction(cluster.get("compaction"))),
         auth=MappingProxyType(auth) if auth is not None else None,
         limits=MappingProxyType(limits) if limits is not None else None,
+        archive_dir=_archive_dir(doc.get("archive")),
         path=path, ca_file=_path(cluster, "ca_file", "[cluster]", base_dir),
         shards=_shards(cluster), replicas=_replicas(cluster))
     _check_raft_security(cfg)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tsched.statemachine.limits import API_LIMITS
+
 STATUS_BY_CODE: dict[str, int] = {
     "invalid_argument": 400,
     "unauthenticated": 401,
@@ -14,6 +16,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "invalid_state": 409,
     "too_large": 413,
     "tenant_limit": 429,
+    "overloaded": 429,          # shed or a full proposal queue: comes with Retry-After
     "internal": 500,
     "no_leader": 503,
     "unavailable": 503,
@@ -44,9 +47,13 @@ def error_body(code: str, message: str, details: dict | None = None) -> dict[str
 
 
 def from_result(result) -> ApiError:
-    """A state machine rejection (statemachine.errors.Result) as an ApiError."""
+    """A state machine rejection (statemachine.errors.Result) as an ApiError. A shed
+    submit (`overloaded`) says when to retry (details and the Retry-After header)."""
     code = result.code if result.code in STATUS_BY_CODE else "invalid_state"
-    return ApiError(code, result.message or code, dict(result.details or {}))
+    details = dict(result.details or {})
+    if code == "overloaded":
+        details.update(reason="priority", retry_after_s=API_LIMITS.shed_retry_after_s)
+    return ApiError(code, result.message or code, details)
 
 
 def invalid(message: str, **details: Any) -> ApiError:

@@ -140,10 +140,22 @@ def _limits(cfg):
     if not cfg.limits:
         return None
     from tsched.statemachine import Limits
+    fields = dict(cfg.limits)
+    if "shed_above" in fields:
+        fields["shed_above_permille"] = _shed_permille(fields.pop("shed_above"))
     try:
-        return Limits(**dict(cfg.limits))
+        return Limits(**fields)
     except TypeError as e:
         raise config_mod.ConfigError(f"[limits]: {e}") from None
+
+
+def _shed_permille(value) -> int:
+    """`[limits] shed_above` (a fraction of live_tasks_max, 0 < f <= 1) as the state
+    machine's integer permille (DESIGN 14.2)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise config_mod.ConfigError(f"[limits] shed_above must be a fraction in (0, 1], "
+                                     f"not {value!r}")
+    return round(value * 1000)
 
 
 async def serve(cfg, node_id: str, clock: Clock, log_context=None,
@@ -152,6 +164,11 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
     replica = build_replica(cfg, node_id)
     if log_context is not None:
         log_context.term_of = lambda: replica.term
+    if cfg.archive_dir is not None:   # before start: the log's replay archives too
+        from .archive import Archive, archive_dir
+        where = archive_dir(cfg.archive_dir, me.data_dir)
+        replica.add_apply_listener(Archive(where).on_apply)
+        log.info("event=archive_enabled dir=%s", where)
     try:
         replica.start()
     except CorruptStorage as exc:

@@ -32,9 +32,10 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from tsched.statemachine import commands as c
+from tsched.statemachine.errors import OVERLOADED
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-STATES = ("pending", "running", "completed", "cancelled", "dead_letter")
+STATES = ("pending", "running", "completed", "cancelled", "dead_letter", "discarded")
 PRIORITIES = tuple(range(11))
 
 # Lateness of a claimed task: early dispatch aims at a few ms, plain claims at tens of ms,
@@ -237,6 +238,7 @@ class NodeMetrics:
         self._snapshots_seen = 0
         self.attempts = AttemptTracker()   # Raft thread only
         self.events = EventCounts()        # Raft thread writes
+        self.shed_priority = 0             # submits the state machine shed (Raft thread)
         self.lateness = BucketHistogram(
             "tsched_scheduling_lateness_seconds",
             "Claim time minus run_at, per claimed task (0 when handed out early by prefetch)",
@@ -299,6 +301,8 @@ class NodeMetrics:
             handler = _EVENTS.get(type(cmd))
             if handler is not None and res.ok:
                 handler(self, cmd, res.value)
+            elif res.code == OVERLOADED:
+                self.shed_priority += 1
 
     def _now(self, stamp_ms: int | None) -> bool:
         """Did the transition stamped `stamp_ms` happen at this command? (A repeated
@@ -422,6 +426,8 @@ class _ScrapeCollector(Collector):
     def collect(self):
         m = self.m
         yield from m.events.families()
+        yield _shed_family(m.shed_priority, getattr(getattr(m._node, "proposer", None),
+                                                    "refused_full", 0))
         for histogram in (m.lateness, m.apply_latency, m.apply_commands):
             yield histogram.family()
         replica = getattr(m._node, "replica", None)
@@ -439,6 +445,16 @@ class _ScrapeCollector(Collector):
             yield GaugeMetricFamily("tsched_waiting_claims",
                                     "Long-poll claims waiting at this node (the leader's hub)",
                                     value=waiting)
+
+
+def _shed_family(priority: int, queue_full: int) -> CounterMetricFamily:
+    """Submits answered 429 `overloaded` (DESIGN 14.2): shed by the state machine for their
+    priority (the same on every node), or refused by this node's full proposal queue."""
+    family = CounterMetricFamily("tsched_submits_shed", "Submits refused as overloaded",
+                                 labels=["reason"])
+    family.add_metric(["priority"], priority)
+    family.add_metric(["queue_full"], queue_full)
+    return family
 
 
 def _gc_families(policy) -> Iterable:

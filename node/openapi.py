@@ -80,6 +80,7 @@ TIME_IN = {"oneOf": [{"type": "string", "format": "date-time"}, {"type": "number
            "description": "RFC 3339 with an offset, or epoch seconds"}
 ANY_JSON = {"description": "any JSON value"}
 STATES = list(v.STATES)
+LISTED_STATES = list(v.LISTED_STATES)   # and the `retrying` view
 NAME = string(v.ID_CHARS_MAX, 1)
 TENANT = string(v.TENANT_CHARS_MAX, 1, pattern=v._TENANT_RE.pattern)
 TASK_TYPE = string(v.TASK_TYPE_CHARS_MAX, 1)
@@ -87,7 +88,16 @@ PRIORITY = {**integer(0, v.PRIORITY_MAX), "default": 5}
 TIMEOUT_S = number(v.TIMEOUT_S_MIN, v.TIMEOUT_S_MAX)
 FENCING_TOKEN = integer(0, v.FENCING_TOKEN_MAX)
 RESULT = {**ANY_JSON, "description": f"JSON, at most {v.RESULT_BYTES_MAX} bytes"}
-ERROR = string(v.ERROR_CHARS_MAX, description=f"at most {v.ERROR_BYTES_MAX} UTF-8 bytes")
+ERROR_DETAIL = obj({
+    "type": string(v.ERROR_DETAIL_CHARS_MAX["type"], description="the exception's class name"),
+    "message": string(v.ERROR_DETAIL_CHARS_MAX["message"], 0),
+    "traceback": string(v.ERROR_DETAIL_CHARS_MAX["traceback"], 0,
+                        description="its last characters (where the exception was raised)"),
+}, ("type",), closed=True, description="a failure's detail (DESIGN 14.1); stored as compact "
+                                       f"JSON of at most {v.ERROR_BYTES_MAX} UTF-8 bytes")
+ERROR = {"oneOf": [string(v.ERROR_CHARS_MAX, 0,
+                          description=f"at most {v.ERROR_BYTES_MAX} UTF-8 bytes"),
+                   ERROR_DETAIL]}
 APPLIED_SEQ = integer(0, description="state machine batches applied on the answering node")
 # With several shards (DESIGN.md section 13) an answer names its shard; answers merged from
 # several shards carry each one's applied_seq instead of one.
@@ -136,7 +146,8 @@ def _attempt() -> Schema:
         "ended_at": nullable(TIME),
         "outcome": nullable({"type": "string", "enum": [
             "completed", "failed", "lease_expired", "timed_out", "cancelled", "released"]}),
-        "error": nullable(string()),
+        "error": nullable(string(description='"Type: message" for a detailed error')),
+        "error_detail": nullable(ERROR_DETAIL),
     })
 
 
@@ -146,6 +157,11 @@ def _task() -> Schema:
         "tenant": string(),
         "task_type": string(),
         "state": {"type": "string", "enum": STATES},
+        "status": {"type": "string", "enum": LISTED_STATES, "description":
+                   "the state, or `retrying` for a pending task whose last attempt failed "
+                   "or expired (a view, not a state)"},
+        "next_retry_at": nullable({**TIME, "description": "a retrying task's run_at: the end "
+                                   "of its backoff"}),
         "payload": ANY_JSON,
         "priority": integer(0, 10),
         "run_at": TIME,
@@ -361,6 +377,8 @@ def _errors(*statuses: int) -> dict[str, Any]:
         codes = sorted(c for c, s in STATUS_BY_CODE.items() if s == status)
         out[str(status)] = {"description": ", ".join(codes) or "error",
                             "content": _json(ref("Error"))}
+        if status == 429:
+            out["429"]["headers"] = {"Retry-After": RETRY_AFTER}
     return out
 
 
@@ -392,6 +410,8 @@ def query(name: str, schema: Schema, description: str = "") -> dict[str, Any]:
     return out
 
 
+RETRY_AFTER = {"description": "with `overloaded`: whole seconds to wait before retrying "
+               "(DESIGN 14.2)", "schema": integer(1)}
 READ_PARAMS = [
     query("min_seq", integer(0), "wait until this node has applied this sequence number "
           "(with several shards also `shard:seq` pairs, comma-separated: each read takes "
@@ -423,7 +443,8 @@ def _task_paths() -> dict[str, Any]:
         "/v1/tasks": {
             "post": op("Submit tasks", submitted, status=201, body=submit, errors=WRITE_ERRORS),
             "get": op("List tasks", ref("TaskList"), params=[
-                query("state", {"type": "string", "enum": STATES}),
+                query("state", {"type": "string", "enum": LISTED_STATES},
+                      "`retrying`: the pending tasks whose last attempt failed or expired"),
                 query("tenant", TENANT), query("task_type", NAME), query("schedule_id", NAME),
                 query("limit", {**integer(1, v.LIST_LIMIT_MAX), "default": 100}),
                 query("cursor", string(512), "next_cursor of the previous page"),

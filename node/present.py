@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from tsched.statemachine.reads import retrying, status
+
 from .errors import from_result
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
@@ -56,6 +58,32 @@ def retry(policy) -> dict[str, Any]:
     }
 
 
+_DETAIL_KEYS = ("type", "message", "traceback")
+
+
+def error_detail(text: str | None) -> dict[str, str] | None:
+    """A stored error's detail `{type, message, traceback}` (DESIGN 14.1), or None for a
+    plain string: the node stores a detailed error as the compact JSON of exactly these
+    keys, in this order (validate.error_text)."""
+    if not text or not text.startswith('{"type":'):
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict) or tuple(value) != _DETAIL_KEYS:
+        return None
+    return value
+
+
+def error_line(text: str | None) -> str | None:
+    """A stored error as one readable string: "Type: message" for a detailed one."""
+    detail = error_detail(text)
+    if detail is None:
+        return text
+    return f"{detail['type']}: {detail['message']}" if detail["message"] else detail["type"]
+
+
 def attempt(a) -> dict[str, Any]:
     return {
         "attempt": a.attempt,
@@ -64,7 +92,8 @@ def attempt(a) -> dict[str, Any]:
         "started_at": rfc3339(a.started_at_ms),
         "ended_at": rfc3339(a.ended_at_ms),
         "outcome": a.outcome,
-        "error": a.error,
+        "error": error_line(a.error),
+        "error_detail": error_detail(a.error),
     }
 
 
@@ -74,6 +103,8 @@ def task(t, *, duplicate: bool | None = None) -> dict[str, Any]:
         "tenant": t.tenant,
         "task_type": t.task_type,
         "state": t.state,
+        "status": status(t),
+        "next_retry_at": rfc3339(t.run_at_ms) if retrying(t) else None,
         "payload": json_value(t.payload_json),
         "priority": t.priority,
         "run_at": rfc3339(t.run_at_ms),
@@ -88,7 +119,7 @@ def task(t, *, duplicate: bool | None = None) -> dict[str, Any]:
         "fencing_token": t.fencing_token,
         "worker_id": t.worker_id,
         "cancel_requested": bool(t.cancel_requested),
-        "last_error": t.last_error,
+        "last_error": error_line(t.last_error),
         "result": json_value(t.result_json),
         "created_at": rfc3339(t.created_at_ms),
         "started_at": rfc3339(t.started_at_ms),

@@ -13,6 +13,8 @@ import asyncio
 import logging
 from typing import Any, Callable
 
+from tsched.statemachine.limits import API_LIMITS
+
 log = logging.getLogger(__name__)
 
 
@@ -49,7 +51,8 @@ class Proposer:
                  render: Callable[[Any, Any], Any] | None = None,
                  batch_commands_max: int = 1000, batch_bytes_max: int | None = None,
                  retry_backoff_s: float = 0.05, repropose_after_s: float = 3.0,
-                 leader_poll_s: float = 0.05) -> None:
+                 leader_poll_s: float = 0.05,
+                 waiting_max: int = API_LIMITS.proposals_waiting_max) -> None:
         """`render(cmd, result)` runs on the Raft thread under the replica lock, straight
         after apply (results hold live references); its value is what `propose` returns."""
         self._replica = replica
@@ -60,6 +63,8 @@ class Proposer:
         self._retry_backoff_s = retry_backoff_s
         self._repropose_after_s = repropose_after_s
         self._leader_poll_s = leader_poll_s
+        self._waiting_max = waiting_max
+        self.refused_full = 0              # sheddable proposals refused, queue full (metrics)
         self._waiters: dict[str, list[asyncio.Future]] = {}
         self._queue: list[tuple[Any, _Call]] = []
         self._flush_scheduled = False
@@ -68,10 +73,20 @@ class Proposer:
 
     # --- the loop side -------------------------------------------------------------------
 
-    async def propose(self, cmds: list, timeout_s: float) -> tuple[list, int]:
-        """Commit and apply `cmds`; return (one result per command, applied seq)."""
+    async def propose(self, cmds: list, timeout_s: float, *,
+                      sheddable: bool = False) -> tuple[list, int]:
+        """Commit and apply `cmds`; return (one result per command, applied seq).
+
+        `sheddable` (client submits): refused at once with `overloaded` when this node
+        already waits for `waiting_max` commands, so that an overload is a fast 429 with
+        Retry-After rather than latency growing without bound (DESIGN 14.2). Reports,
+        claims and the timer's commands are never shed: they drain the load."""
         if not cmds:
             return [], self._replica.applied_seq
+        if sheddable and len(self._waiters) + len(cmds) > self._waiting_max:
+            self.refused_full += len(cmds)
+            raise ProposalError("overloaded", f"{len(self._waiters)} commands wait for "
+                                f"commit at this node (at most {self._waiting_max})")
         deadline = self._loop.time() + timeout_s
         futures = [self._wait_for(cmd.request_id) for cmd in cmds]
         try:

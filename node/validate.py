@@ -54,7 +54,8 @@ LIST_LIMIT_MAX = A.list_page_items_max
 CURSOR_CHARS_MAX = A.cursor_chars_max
 JSON_DEPTH_MAX = A.json_depth_max
 EPOCH_MS_MAX = A.epoch_ms_max
-STATES = ("pending", "running", "completed", "cancelled", "dead_letter")
+STATES = ("pending", "running", "completed", "cancelled", "dead_letter", "discarded")
+LISTED_STATES = STATES + ("retrying",)   # `retrying`: a view of pending (DESIGN 14.1)
 
 _TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,%d}$" % TENANT_CHARS_MAX)
 _NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]+$")   # lengths are checked by `text`
@@ -151,6 +152,27 @@ def sized_text(value: Any, name: str, bytes_max: int) -> str:
         raise ApiError("too_large", f"{name} is over {bytes_max} bytes, the limit",
                        {"field": name, "limit": bytes_max})
     return value
+
+
+ERROR_DETAIL_CHARS_MAX = {"type": API_LIMITS.error_type_chars_max,
+                          "message": API_LIMITS.error_message_chars_max,
+                          "traceback": API_LIMITS.traceback_chars_max}
+
+
+def error_text(value: Any) -> str:
+    """A failure's `error`: a string, or `{type, message, traceback}` (DESIGN 14.1) kept as
+    its compact JSON text (keys in that order), so the replicated attempt keeps one string
+    bounded by `error_bytes_max`."""
+    if not isinstance(value, dict):
+        return sized_text(value, "error", ERROR_BYTES_MAX)
+    f = Fields(value, "error")
+    detail = {}
+    for key, chars_max in ERROR_DETAIL_CHARS_MAX.items():
+        optional = key != "type"
+        detail[key] = text(f.get(key), f"error.{key}", chars_max, lo=0 if optional else 1,
+                           default="" if optional else None)
+    f.done()
+    return sized_text(orjson.dumps(detail).decode(), "error", ERROR_BYTES_MAX)
 
 
 def json_text(value: Any, name: str, limit: int = PAYLOAD_BYTES_MAX) -> str:
@@ -354,7 +376,7 @@ def completion(body: Any, where: str = "body", *, failing: bool | None = None) -
     if where != "body":
         out["task_id"] = task_id(f.get("task_id"))
     if failing:
-        out["error"] = sized_text(f.get("error"), "error", ERROR_BYTES_MAX)
+        out["error"] = error_text(f.get("error"))
         out["retryable"] = boolean(f.get("retryable"), "retryable", True)
     else:
         out["result_json"] = json_text(f.get("result"), "result", RESULT_BYTES_MAX)
@@ -429,8 +451,8 @@ def consistency(q: Mapping[str, str]) -> str:
 
 def task_filters(q: Mapping[str, str]) -> dict[str, Any]:
     state = q.get("state")
-    if state is not None and state not in STATES:
-        raise invalid(f"state must be one of {', '.join(STATES)}", field="state")
+    if state is not None and state not in LISTED_STATES:
+        raise invalid(f"state must be one of {', '.join(LISTED_STATES)}", field="state")
     return {
         "state": state,
         "tenant": tenant(q["tenant"]) if "tenant" in q else None,

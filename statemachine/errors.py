@@ -20,9 +20,10 @@ CONFLICT = "conflict"                   # 409: e.g. an idempotency key reused wi
 INVALID_STATE = "invalid_state"         # 409: the transition is illegal in the task's state
 TOO_LARGE = "too_large"                 # 413: a payload, result or batch exceeds its limit
 TENANT_LIMIT = "tenant_limit"           # 429: a per-tenant or global count limit is reached
+OVERLOADED = "overloaded"               # 429: a low-priority submit shed under load
 
 CODES = (OK, INVALID_ARGUMENT, NOT_FOUND, STALE_TOKEN, CONFLICT, INVALID_STATE, TOO_LARGE,
-         TENANT_LIMIT)
+         TENANT_LIMIT, OVERLOADED)
 
 
 @dataclass(frozen=True, slots=True)

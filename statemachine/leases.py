@@ -16,7 +16,7 @@ from . import commands as c
 from . import validate as V
 from .lifecycle import CLAIM, COMPLETE, EXPIRE, FAIL, HEARTBEAT, RELEASE, Row, decide
 from .model import CANCELLED, PENDING, Attempt, Task
-from .results import DONE, LeaseAnswer, TaskAnswer, TasksAnswer
+from .results import DONE, EvictedAnswer, LeaseAnswer, TaskAnswer, TasksAnswer
 from .rules import backoff_ms
 from .tasks import evict, find
 
@@ -97,10 +97,11 @@ def release(sm, cmd: c.Release) -> TaskAnswer:
 
 
 def tick(sm, cmd: c.Tick):
-    """The clock: expire leases and timeouts that ended by now, then evict old tasks."""
+    """The clock: expire leases and timeouts that ended by now, then evict old tasks (the
+    answer lists them, for the node's archive)."""
     _expire(sm)
-    evict(sm)
-    return DONE
+    evicted = evict(sm)
+    return EvictedAnswer(evicted) if evicted else DONE
 
 
 def _expire(sm) -> None:

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A task is in one of five states. A command (or the clock) that acts on a task names an
+A task is in one of six states. A command (or the clock) that acts on a task names an
 *event*. `decide(task, event, token, retryable)` looks up the rows of `(task.state, event)`
 in `TABLE` and returns the first whose guards all hold; the handler then makes the change
 the row names (the new state, through `Store.move`, and the row's effects). It is the only
@@ -13,13 +13,15 @@ way a task changes state, and every handler goes through it.
        |                  |  \\--fail (not retryable or none left), expire--> dead_letter
        |                  \\--fail, release, expire (cancel requested)--> cancelled
        |--cancel--> cancelled
-    dead_letter --replay--> pending ; dead_letter --discard--> (removed)
+    dead_letter --replay--> pending ; dead_letter --discard--> discarded
 
     running --heartbeat--> running (lease renewed) ; running --cancel--> running
     (cancel requested: the lease is no longer renewed, the attempt's end cancels the task)
 
-`completed`, `cancelled` and `dead_letter` are terminal: they carry `completed_at_ms`, count
-towards retention, and only `dead_letter` has a way out (replay, discard).
+`completed`, `cancelled`, `dead_letter` and `discarded` are terminal: they carry
+`completed_at_ms`, count towards retention, and only `dead_letter` has a way out (replay,
+discard). `retrying` is not a state: it is how a pending task with failures reads
+(reads.py), so no row names it.
 
 Guards (each a predicate of the task and the command, below):
 - `token`: the command carries the task's current fencing token (it holds the lease);
@@ -38,7 +40,7 @@ running ones, so they have no refusal.
 from __future__ import annotations
 
 from .errors import INVALID_STATE, STALE_TOKEN
-from .model import CANCELLED, COMPLETED, DEAD_LETTER, PENDING, REMOVED, RUNNING, Task
+from .model import CANCELLED, COMPLETED, DEAD_LETTER, DISCARDED, PENDING, RUNNING, Task
 from .validate import Rejected
 
 # Events: what a command or the clock does to a task.
@@ -115,7 +117,8 @@ ROWS = (
     Row(CANCELLED, RELEASE, CANCELLED, _repeat_of(RELEASE)),
     Row(DEAD_LETTER, FAIL, DEAD_LETTER, _repeat_of(FAIL)),
     Row(DEAD_LETTER, REPLAY, PENDING),
-    Row(DEAD_LETTER, DISCARD, REMOVED),
+    Row(DEAD_LETTER, DISCARD, DISCARDED),        # kept for audit until retention
+    Row(DISCARDED, FAIL, DISCARDED, _repeat_of(FAIL)),   # the dead-lettering report again
 )
 
 TABLE: dict[tuple[str, str], tuple[Row, ...]] = {}

@@ -54,6 +54,13 @@ class Limits:
     batch_commands_max: int = 10_000         # commands in one Raft entry (codec)
     evictions_per_tick_max: int = 10_000     # bounded work per Tick
 
+    # --- load shedding (DESIGN 14.2): past this share of live_tasks_max, submits of a
+    # priority numerically greater than shed_priority_above are refused (`overloaded`).
+    # Permille, not a float: replicas must decide alike to the bit. ([limits] shed_above
+    # in cluster.toml is the fraction; the node converts it.)
+    shed_above_permille: int = 800
+    shed_priority_above: int = 5
+
     # --- task fields ----------------------------------------------------------------------
     priority_max: int = 10                   # 0 highest .. 10 lowest
     max_retries_max: int = 100
@@ -95,6 +102,16 @@ class ApiLimits:
     epoch_ms_max: int = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, any instant given
     cron_preview_fires_max: int = 100        # `count` of GET /v1/cron/preview
     cursor_chars_max: int = 512              # an opaque listing cursor
+    # A failure's detail (DESIGN 14.1): stored as JSON text inside `error_bytes_max`, so the
+    # three together, escaped, stay under it.
+    error_type_chars_max: int = 256          # the exception's class name
+    error_message_chars_max: int = 2_048
+    traceback_chars_max: int = 4_096         # the Worker keeps the last ones (the raise)
+    # Overload (DESIGN 14.2): the Retry-After of a 429 `overloaded`, and how many writes a
+    # node keeps waiting for commit before it answers new submits with it.
+    shed_retry_after_s: int = 5              # the state machine shed a low priority
+    queue_full_retry_after_s: int = 1        # this node's proposal queue was full
+    proposals_waiting_max: int = 1_000       # ~ its commit rate x the wait a submit may take
 
 
 LIMITS = Limits()          # the defaults: what a cluster without `[limits]` uses

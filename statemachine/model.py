@@ -17,10 +17,11 @@ RUNNING = "running"
 COMPLETED = "completed"
 CANCELLED = "cancelled"
 DEAD_LETTER = "dead_letter"
-REMOVED = None  # a discarded task leaves the state
+DISCARDED = "discarded"   # a dead letter an operator discarded: kept for audit until retention
+RETRYING = "retrying"     # a view of pending (failures > 0), never a task's `state`
 
-STATES = (PENDING, RUNNING, COMPLETED, CANCELLED, DEAD_LETTER)
-TERMINAL = (COMPLETED, CANCELLED, DEAD_LETTER)
+STATES = (PENDING, RUNNING, COMPLETED, CANCELLED, DEAD_LETTER, DISCARDED)
+TERMINAL = (COMPLETED, CANCELLED, DEAD_LETTER, DISCARDED)
 LIVE = (PENDING, RUNNING)
 
 # Attempt outcomes

@@ -9,7 +9,7 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 from .listing import SeqIndex
-from .model import STATES, Schedule, Task, TenantView
+from .model import PENDING, RETRYING, STATES, Schedule, Task, TenantView
 
 CURSOR_CHARS_MAX = 300
 
@@ -21,13 +21,28 @@ def get_task(sm, task_id: str, tenant: str | None = None) -> Task | None:
     return task
 
 
+def retrying(task: Task) -> bool:
+    """The `retrying` view (DESIGN 14.1): a pending task whose retry budget is partly used,
+    waiting for its backoff (its run_at, `next_retry_at`) or a worker. Not a state."""
+    return task.state == PENDING and task.failures > 0
+
+
+def status(task: Task) -> str:
+    """How a task reads in listings: its state, or `retrying`."""
+    return RETRYING if retrying(task) else task.state
+
+
 def list_tasks(sm, state=None, tenant=None, task_type=None, schedule_id=None, cursor=None,
                limit=100) -> tuple[list[Task], str | None]:
     """Newest first. `cursor` is the opaque `next_cursor` of the previous page; a malformed
     one raises ValueError (callers answer invalid_argument). The smallest of the state /
-    tenant indexes is walked; other filters are checked per task."""
+    tenant indexes is walked; other filters are checked per task. `state` may be the view
+    `retrying`: the pending index is walked and kept are the tasks that read so."""
     before = _parse_cursor(cursor)
     store = sm.store
+    view = state == RETRYING
+    if view:
+        state = PENDING
     if state is not None and state not in store.by_state:
         raise ValueError(f"unknown state {state!r}")
     candidates = [store.all]
@@ -42,7 +57,8 @@ def list_tasks(sm, state=None, tenant=None, task_type=None, schedule_id=None, cu
         if ((state is None or task.state == state)
                 and (tenant is None or task.tenant == tenant)
                 and (task_type is None or task.task_type == task_type)
-                and (schedule_id is None or task.schedule_id == schedule_id)):
+                and (schedule_id is None or task.schedule_id == schedule_id)
+                and (not view or task.failures > 0)):
             if len(page) == limit:
                 return page, str(page[-1].seq)
             page.append(task)

@@ -124,6 +124,18 @@ class GoneScheduleAnswer(Answer):
         return tuple.__new__(cls, (OK, "", None, "gone_schedule", record))
 
 
+class EvictedAnswer(Answer):
+    """A Tick that evicted finished tasks: the records that left the state, so that a node
+    can archive them (DESIGN 14.3) without the state machine doing I/O. Only Ticks answer
+    so, and Ticks are never recorded in the request table: these rows are never stored."""
+
+    __slots__ = ()
+    KIND = "evicted"
+
+    def __new__(cls, tasks: list):
+        return tuple.__new__(cls, (OK, "", None, "evicted", tasks))
+
+
 DONE = Done()
 
 
@@ -175,6 +187,10 @@ def _gone_task(sm, data) -> Result:
     return Result(OK, "", {"task": codec.task_from(data, {})}, {})
 
 
+def _evicted(sm, data) -> Result:
+    return Result(OK, "", {"evicted": data}, {})
+
+
 def _gone_schedule(sm, data) -> Result:
     return Result(OK, "", {"schedule": codec.schedule_from(data, {})}, {})
 
@@ -196,4 +212,4 @@ def _fire(sm, data) -> Result:
 
 _RENDER = {None: _done, "task": _task, "tasks": _tasks, "lease": _lease, "tenant": _tenant,
            "gone_task": _gone_task, "gone_schedule": _gone_schedule, "schedule": _schedule,
-           "fire": _fire}
+           "fire": _fire, "evicted": _evicted}

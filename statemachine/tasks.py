@@ -9,14 +9,13 @@ from __future__ import annotations
 import sys
 from heapq import heappop
 
-from . import codec
 from . import commands as c
 from . import validate as V
 from .errors import CONFLICT, NOT_FOUND
 from .lifecycle import CANCEL, DISCARD, REPLAY, decide
 from .model import RUNNING, Task
-from .results import GoneTaskAnswer, TaskAnswer
-from .tenants import check_capacity, tenant
+from .results import TaskAnswer
+from .tenants import check_admission, check_capacity, tenant
 from .validate import Rejected
 
 
@@ -54,6 +53,7 @@ def submit(sm, cmd: c.SubmitTask) -> TaskAnswer:
             return TaskAnswer(existing.task_id, True)
     if cmd.task_id in sm.tasks:
         raise Rejected(CONFLICT, f"task {cmd.task_id} already exists", task_id=cmd.task_id)
+    check_admission(sm, cmd.priority)
     check_capacity(sm, name)
     sm.task_seq += 1
     run_at = cmd.run_at_ms if cmd.run_at_ms is not None else sm.now_ms
@@ -89,27 +89,34 @@ def replay(sm, cmd: c.Replay) -> TaskAnswer:
     return TaskAnswer(task.task_id)
 
 
-def discard(sm, cmd: c.Discard) -> GoneTaskAnswer:
+def discard(sm, cmd: c.Discard) -> TaskAnswer:
+    """A dead letter to `discarded`: kept, with its attempts, for audit until retention
+    (counted from now) evicts it. (A discard answered before this state existed was a
+    `GoneTaskAnswer`; the request table may still hold one: results.py renders it.)"""
     V.task_ref(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
-    decide(task, DISCARD)
-    record = codec.task_record(task)
-    remove(sm, task)
-    return GoneTaskAnswer(record)
+    row = decide(task, DISCARD)
+    sm.store.move(task, row.new, sm.now_ms)
+    return TaskAnswer(task.task_id)
 
 
-def evict(sm) -> None:
+def evict(sm) -> list[Task]:
     """Retention (on Tick): finished tasks older than `retention_ms`, or the oldest beyond
-    `terminal_tasks_max`, at most `evictions_per_tick_max` per tick."""
+    `terminal_tasks_max`, at most `evictions_per_tick_max` per tick. Returns them, oldest
+    first (the node archives them)."""
     store, lim = sm.store, sm.limits
     heap = store.terminal
     cutoff = sm.now_ms - lim.retention_ms
     budget = lim.evictions_per_tick_max
+    evicted: list[Task] = []
     while heap and budget > 0:
         if not store.terminal_live(heap[0]):
             heappop(heap)
             continue
         if heap[0][0] > cutoff and store.terminal_count <= lim.terminal_tasks_max:
             break
-        remove(sm, heappop(heap)[3])
+        task = heappop(heap)[3]
+        remove(sm, task)
+        evicted.append(task)
         budget -= 1
+    return evicted

@@ -6,7 +6,7 @@ import sys
 
 from . import commands as c
 from . import validate as V
-from .errors import TENANT_LIMIT
+from .errors import OVERLOADED, TENANT_LIMIT
 from .model import TenantView
 from .results import TenantAnswer
 from .validate import Rejected
@@ -34,6 +34,24 @@ def check_capacity(sm, name: str) -> None:
         raise Rejected(TENANT_LIMIT, f"tenant {name} has "
                        f"{lim.live_tasks_per_tenant_max} live tasks",
                        limit=lim.live_tasks_per_tenant_max)
+
+
+def shed_at(limits) -> int:
+    """Live tasks from which low-priority submits are shed (integers only: deterministic)."""
+    return limits.live_tasks_max * limits.shed_above_permille // 1000
+
+
+def check_admission(sm, priority: int) -> None:
+    """Shed (`overloaded`) a submit of priority numerically greater than
+    `shed_priority_above` once live tasks reach `shed_at` (DESIGN 14.2). Only client
+    submits are shed: a schedule's fire, a replay and higher priorities go on to the hard
+    limits of check_capacity."""
+    lim = sm.limits
+    threshold = shed_at(lim)
+    if priority > lim.shed_priority_above and sm.store.live >= threshold:
+        raise Rejected(OVERLOADED, f"{sm.store.live} live tasks: submits of priority "
+                       f"{priority} are shed above {threshold}", live=sm.store.live,
+                       shed_above=threshold, priority=priority)
 
 
 def set_tenant(sm, cmd: c.SetTenant) -> TenantAnswer:

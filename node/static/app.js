@@ -6,7 +6,9 @@
   const REFRESH_MS = 2000;
   const CLUSTER_REFRESH_MS = 10000;
   const LIST_LIMIT = 50;
-  const STATES = ["pending", "running", "completed", "cancelled", "dead_letter"];
+  const STATES = ["pending", "running", "completed", "cancelled", "dead_letter", "discarded"];
+  // what the task filter offers: `retrying` is a view of pending (failures waiting to retry)
+  const FILTER_STATES = ["pending", "retrying", "running", "completed", "cancelled", "dead_letter", "discarded"];
   // The API token lives for this tab only (sessionStorage): closing it forgets the token.
   const TOKEN_KEY = "tsched.token";
   const $ = (id) => document.getElementById(id);
@@ -230,9 +232,17 @@
       onclick: () => { view.selected = t.task_id; refreshSoon(); },
     },
     h("td", null, shortId(t.task_id)), h("td", null, t.tenant), h("td", null, t.task_type),
-    h("td", null, badge(t.state)), h("td", { class: "num" }, t.priority),
+    h("td", null, badge(t.status || t.state)), h("td", { class: "num" }, t.priority),
     h("td", { class: "num" }, t.attempt), h("td", null, when(t.run_at)))), 7, "no matching tasks");
     if (view.selected) await loadDetail(view.selected);
+  }
+
+  // An attempt's error: one line, and its traceback folded under it (DESIGN 14.1).
+  function errorCell(a) {
+    const d = a.error_detail;
+    if (!d) return a.error || "";
+    return h("details", null, h("summary", null, a.error || d.type),
+      h("pre", { class: "traceback" }, d.traceback || "(no traceback)"));
   }
 
   async function loadDetail(id) {
@@ -251,11 +261,12 @@
     const attempts = (t.attempts || []).map((a) => h("tr", null,
       h("td", { class: "num" }, a.attempt), h("td", null, a.worker_id), h("td", { class: "num" }, a.fencing_token),
       h("td", null, when(a.started_at)), h("td", null, a.outcome || "running"),
-      h("td", { title: a.error || "" }, a.error || "")));
+      h("td", { class: "attempt-error", title: a.error || "" }, errorCell(a))));
     $("task-detail").replaceChildren(
       h("h3", null, "Task ", h("code", null, t.task_id)),
       h("dl", null,
-        row("state", badge(t.state)), row("tenant", t.tenant),
+        row("state", badge(t.status || t.state)), row("tenant", t.tenant),
+        row("next retry", t.next_retry_at ? when(t.next_retry_at) : null),
         row("type", t.task_type), row("priority", t.priority),
         row("attempt", `${t.attempt} of ${t.max_retries + 1}`), row("run at", when(t.run_at)),
         row("worker", t.worker_id), row("token", t.fencing_token),
@@ -400,7 +411,7 @@
   function refreshSoon() { clearTimeout(view.timer); view.timer = setTimeout(refresh, 0); }
 
   function wire() {
-    for (const s of STATES) $("f-state").append(h("option", { value: s }, s));
+    for (const s of FILTER_STATES) $("f-state").append(h("option", { value: s }, s));
     for (const b of document.querySelectorAll(".tabs button")) {
       b.addEventListener("click", () => {
         view.tab = b.dataset.tab;

@@ -191,7 +191,7 @@ async def browser_page(tmp_path: Path):
         browser.close()
 
 
-def dead_letter(c: Cluster, node: str, tenant: str, error: str) -> str:
+def dead_letter(c: Cluster, node: str, tenant: str, error) -> str:
     s, b = c.call(node, "POST", "/v1/tasks", {"task_type": "flaky", "tenant": tenant,
                                               "max_retries": 0})
     assert s == 201, b
@@ -214,7 +214,10 @@ def seed(c: Cluster, leader: str) -> tuple[str, str]:
                                                         "priority": i * 3, "payload": {"i": i}})
             assert s == 201, b
     to_discard = dead_letter(c, leader, "acme", "payload rejected")
-    to_replay = dead_letter(c, leader, "globex", "upstream said no")
+    to_replay = dead_letter(c, leader, "globex", {
+        "type": "PartnerBankUnreachable", "message": "upstream said no",
+        "traceback": 'Traceback (most recent call last):\n  File "bank.py", line 7, in settle\n'
+                     'PartnerBankUnreachable: upstream said no\n'})
     # A schedule makes the schedules tab worth a look (optional: only where it is served).
     c.call(leader, "PUT", "/v1/schedules/nightly-report",
            {"tenant": "globex", "cron": "0 3 * * *", "timezone": "Europe/Paris",
@@ -277,7 +280,10 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
         return await page.eval("document.querySelectorAll('#attempts tbody tr').length === 1 &&"
                                " document.querySelector('#task-detail').textContent")
     text = await until("the task detail with its attempt", detail)
-    assert "upstream said no" in text and "w1" in text
+    assert "PartnerBankUnreachable: upstream said no" in text and "w1" in text
+    traceback = await page.eval("document.querySelector('#attempts details pre.traceback')"
+                                ".textContent")
+    assert 'File "bank.py", line 7, in settle' in traceback
     await page.screenshot(shots / "dashboard-task-detail.png")
 
     # Dead letters: replay from the page.
@@ -309,9 +315,9 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
     await page.click(other)
 
     async def discarded():
-        s, _ = await asyncio.to_thread(c.call, node, "GET", f"/v1/tasks/{discard_id}")
-        return s == 404
-    await until("the discarded task to be gone", discarded)
+        s, b = await asyncio.to_thread(c.call, node, "GET", f"/v1/tasks/{discard_id}")
+        return s == 200 and b["state"] == "discarded"
+    await until("the task to be kept as discarded", discarded)
     await until("the discarded row to leave the list",
                 lambda: gone_from_page(f"#dlq tbody tr[data-task-id='{discard_id}']"))
 

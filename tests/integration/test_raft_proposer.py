@@ -91,3 +91,22 @@ async def test_timeout_when_a_leader_exists_but_nothing_commits(trio):
     with pytest.raises(ProposalError) as e:
         await proposer.propose([submit("lost")], 0.4)
     assert e.value.code == "timeout"
+
+
+async def test_a_full_queue_refuses_sheddable_proposals_at_once_and_never_the_others(trio):
+    leader = await wait_leader(trio)
+    proposer = Proposer(leader, asyncio.get_running_loop(), waiting_max=5)
+    waiting = [asyncio.ensure_future(proposer.propose([submit(f"w{i}")], 10, sheddable=True))
+               for i in range(5)]
+    await asyncio.sleep(0)     # the five are waiting for their commit
+    with pytest.raises(ProposalError) as refused:
+        await proposer.propose([submit("one-too-many")], 10, sheddable=True)
+    assert refused.value.code == "overloaded" and proposer.refused_full == 1
+    # a proposal that drains the load (not sheddable) still goes in over the bound
+    (drained,), _ = await proposer.propose([submit("report")], 10)
+    assert drained.ok
+    for fut in waiting:
+        (result,), _ = await fut
+        assert result.ok
+    (after,), _ = await proposer.propose([submit("after")], 10, sheddable=True)
+    assert after.ok                 # the queue drained: admitted again

@@ -81,7 +81,8 @@ def test_exception_is_retried_then_dead_lettered(cluster, client):
     task = client.get(task_id)
     assert calls == [1, 2, 3]
     assert [a["outcome"] for a in task["attempts"]] == ["failed"] * 3
-    assert "ValueError('broken on attempt 3')" in task["last_error"]
+    assert task["last_error"] == "ValueError: broken on attempt 3"   # "Type: message"
+    assert task["attempts"][0]["error_detail"]["message"] == "broken on attempt 1"
     assert task_id in [t["task_id"] for t in client.dlq_list()]
 
 

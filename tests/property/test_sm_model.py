@@ -189,7 +189,7 @@ class Reference:
             return ("not_found", None)
         if t.state != "dead_letter":
             return ("invalid_state", None)
-        self.tasks.remove(t)
+        t.state = "discarded"      # kept for audit until retention (DESIGN 14.1)
         return ("ok", t.id)
 
     def set_tenant(self, tenant, max_running, weight):

@@ -108,10 +108,12 @@ async def test_replay_and_discard_a_dead_letter(api: Api, tt):
     (claimed,) = await api.claim([tt])
     await api.call("POST", f"/v1/tasks/{t['task_id']}/fail",
                    {"fencing_token": claimed["fencing_token"], "retryable": False})
-    status, gone = await api.call("POST", f"/v1/tasks/{t['task_id']}/discard")
-    assert status == 200
-    status, body = await api.call("GET", f"/v1/tasks/{t['task_id']}")
-    assert_error(status, body, 404, "not_found")
+    status, kept = await api.call("POST", f"/v1/tasks/{t['task_id']}/discard")
+    assert status == 200 and kept["state"] == kept["status"] == "discarded"
+    status, got = await api.call("GET", f"/v1/tasks/{t['task_id']}")
+    assert status == 200 and got["state"] == "discarded" and len(got["attempts"]) == 2
+    status, listed = await api.call("GET", f"/v1/tasks?state=discarded&task_type={tt}")
+    assert [x["task_id"] for x in listed["tasks"]] == [t["task_id"]]
 
 
 async def test_linearizable_read_commits_a_barrier_first(api: Api, tt):

@@ -148,7 +148,11 @@ def test_document_states_the_bounds_of_limits():
     assert tenant["cron"]["maxLength"] == L.cron_chars_max
     assert tenant["task"]["properties"]["timeout_s"]["minimum"] * 1000 == L.timeout_ms_min
     fail = schemas["FailRequest"]["properties"]
-    assert str(L.error_bytes_max) in fail["error"]["description"]
+    plain, detail = fail["error"]["oneOf"]
+    assert str(L.error_bytes_max) in plain["description"]
+    assert str(L.error_bytes_max) in detail["description"]
+    assert detail["properties"]["traceback"]["maxLength"] == A.traceback_chars_max
+    assert detail["properties"]["message"]["maxLength"] == A.error_message_chars_max
     assert fail["fencing_token"]["maximum"] == L.fencing_token_max
     put = doc["paths"]["/v1/tenants/{tenant}"]["put"]["requestBody"]["content"]
     settings = put["application/json"]["schema"]["properties"]

@@ -359,9 +359,15 @@ def test_replay_and_discard() -> None:
     assert (t.state, t.run_at_ms, t.failures, t.completed_at_ms) == ("pending", T0 + 100, 0, None)
     t = d.claim_one()
     d.ok(c.Fail, task_id="a", fencing_token=t.fencing_token, retryable=False)
-    gone = d.ok(c.Discard, task_id="a")["task"]
-    assert gone.task_id == "a" and gone.state == "dead_letter" and d.sm.get_task("a") is None
-    assert len(gone.attempts) == 2
+    d.now += 50
+    kept = d.ok(c.Discard, task_id="a")["task"]
+    # kept for audit, attempts and all; retention counts from the discard
+    assert kept is d.sm.get_task("a") and kept.state == "discarded"
+    assert len(kept.attempts) == 2 and kept.completed_at_ms == T0 + 150
+    assert d.run(c.Discard, task_id="a").code == e.INVALID_STATE
+    d.now += d.sm.limits.retention_ms
+    d.ok(c.Tick)
+    assert d.sm.get_task("a") is None                       # evicted like any terminal task
 
 
 def test_replay_respects_tenant_limit() -> None:
@@ -406,3 +412,19 @@ def test_apply_batch_counts_seq() -> None:
     results = sm.apply_batch([c.Barrier(request_id="b", now_ms=5), c.Tick(request_id="t", now_ms=7)])
     assert [r.code for r in results] == ["ok", "ok"] and sm.seq == 1 and sm.now_ms == 7
     assert sm.apply_batch("junk") == [] and sm.seq == 2
+
+
+def test_low_priority_submits_are_shed_above_the_threshold_and_high_ones_go_in() -> None:
+    # live_tasks_max 10, shed above 0.5: from 5 live tasks, priorities 6..10 are shed
+    d = Driver(Limits(live_tasks_max=10, shed_above_permille=500, shed_priority_above=5))
+    for i in range(5):
+        d.add(f"low{i}", priority=9)                      # below the threshold: admitted
+    shed = d.submit("low5", priority=6)
+    assert shed.code == e.OVERLOADED and "low5" not in d.sm.tasks
+    assert shed.details == {"live": 5, "shed_above": 5, "priority": 6}
+    for i in range(5):
+        d.add(f"high{i}", priority=5)                     # priority <= 5: up to the hard limit
+    assert d.submit("high5", priority=0).code == e.TENANT_LIMIT
+    t = d.claim_one()                                    # running still counts as live
+    d.ok(c.Complete, task_id=t.task_id, fencing_token=t.fencing_token)
+    assert d.submit("low6", priority=10).code == e.OVERLOADED    # 9 live, still above 5

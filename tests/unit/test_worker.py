@@ -193,10 +193,47 @@ def test_exceptions_are_retryable_and_nonretryable_is_not(fake):
     with Running(make(fake, {"boom": boom, "stop": stop, "set": unserialisable})):
         wait_for(lambda: len(fake.reports) == 3, "three reports")
     a, b, c = fake.report("a"), fake.report("b"), fake.report("c")
-    assert a["retryable"] is True and a["error"].startswith("ValueError('bad input")
-    assert len(a["error"]) <= 4096 and "result" not in a
-    assert b["retryable"] is False and "never again" in b["error"]
+    err = a["error"]
+    assert a["retryable"] is True and err["type"] == "ValueError" and "result" not in a
+    assert err["message"].startswith("bad input") and len(err["message"]) == 2048
+    # the traceback keeps its last characters: here the tail of the long message line
+    assert len(err["traceback"]) == 4096 and err["traceback"].endswith("xxx\n")
+    assert b["retryable"] is False and b["error"]["message"] == "never again"
+    assert b["error"]["type"] == "NonRetryable"
+    assert b["error"]["traceback"].startswith("Traceback (most recent call last)")
+    assert 'raise NonRetryable("never again")' in b["error"]["traceback"]
     assert c["retryable"] is False and "JSON" in c["error"]
+
+
+class Unreachable(ConnectionError):
+    pass
+
+
+def test_retry_on_and_no_retry_on_pick_retryable_by_class_name(fake):
+    def raise_(exc):
+        def handler(payload, ctx):
+            raise exc
+        return handler
+    handlers = {"net": raise_(Unreachable("partner bank down")), "bad": raise_(KeyError("x")),
+                "only": raise_(ValueError("not listed")), "any": raise_(KeyError("y"))}
+    for tid, ttype in (("n", "net"), ("b", "bad"), ("o", "only"), ("a", "any")):
+        fake.add(tid, ttype)
+    retry_on = {"net": ["ConnectionError"], "only": ["TimeoutError"]}
+    no_retry_on = {"bad": ["LookupError"], "net": ["ValueError"]}
+    with Running(make(fake, handlers, retry_on=retry_on, no_retry_on=no_retry_on)):
+        wait_for(lambda: len(fake.reports) == 4, "four reports")
+    assert fake.report("n")["retryable"] is True      # a base class's name matches
+    assert fake.report("b")["retryable"] is False     # KeyError is a LookupError
+    assert fake.report("o")["retryable"] is False     # retry_on given, not listed
+    assert fake.report("a")["retryable"] is True      # no rule: every exception retried
+    assert fake.report("n")["error"]["type"] == "Unreachable"
+
+
+def test_retry_rules_must_name_handled_task_types(fake):
+    with pytest.raises(ValueError, match="without a handler"):
+        make(fake, {"t": print}, retry_on={"other": ["ValueError"]})
+    with pytest.raises(ValueError, match="lists of class names"):
+        make(fake, {"t": print}, no_retry_on={"t": "ValueError"})
 
 
 def test_async_handlers_run_on_the_loop(fake):

@@ -1,0 +1,44 @@
+"""The shipped alert rules (deploy/alerts.yml, DESIGN 14.4) pass their own unit tests with
+Prometheus' promtool, and alert on the metrics the node exports."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tsched.node.metrics import NodeMetrics
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def test_promtool_accepts_the_rules_and_their_tests_pass() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool is missing in CI: .ci/run installs Debian's prometheus")
+        pytest.skip("promtool is not installed (Debian package prometheus); .ci/run installs it")
+    check = subprocess.run([promtool, "check", "rules", "alerts.yml"], cwd=DEPLOY,
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
+    test = subprocess.run([promtool, "test", "rules", "alerts_test.yml"], cwd=DEPLOY,
+                          capture_output=True, text=True, timeout=120)
+    assert test.returncode == 0, test.stdout + test.stderr
+
+
+def test_every_metric_the_rules_use_is_exported_by_a_node() -> None:
+    rules = (DEPLOY / "alerts.yml").read_text()
+    used = set(re.findall(r"\b(tsched_[a-z_]+)", rules))
+    exported = NodeMetrics().render().decode()
+    names = set(re.findall(r"^# TYPE (\S+) ", exported, re.M))
+    names |= {n + "_total" for n in names}
+    # gauges computed from a replica appear once a node is attached: the queue and Raft ones
+    attached_only = {"tsched_tenant_tasks", "tsched_oldest_claimable_task_age_seconds",
+                     "tsched_raft_has_leader"}
+    assert used - attached_only <= names, used - attached_only - names
+    source = (Path(__file__).resolve().parents[2] / "node" / "metrics.py").read_text()
+    for name in attached_only:
+        assert f'"{name}"' in source
