@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from dataclasses import dataclass, field
 
 import aiohttp
 
 from .history import FAIL, INFO, OK, History
+from .timefmt import to_ms
 
 LEASE_S = 3                    # short, so expiries and zombies happen within a short run
 CLAIM_WAIT_S = 1.0
@@ -25,6 +27,8 @@ SCHEDULE_ID, SCHEDULE_TENANT = "every-second", "t3"
 SUBMIT_RETRIES = 3
 FIRST_FIRE_WAIT_S = 5.0
 SCHEDULE_READ_EVERY_S = 2.0      # a schedule keeps its last 20 fire records: 20 s at 1/s
+FIRES_CATCH_UP_S = 30.0         # after healing: how long the leader gets to make the fires it owes
+CAUGHT_UP_SLACK_MS = 1_000      # a next fire this far in the past still counts as caught up
 FATES = (("ok", 80), ("fail", 6), ("crash", 6), ("zombie", 8))
 HEARTBEAT_EVERY_S = 0.4
 
@@ -186,7 +190,29 @@ class Workload:
             await asyncio.sleep(SCHEDULE_READ_EVERY_S)
             await self.read_schedule()
 
+    async def fires_caught_up(self, timeout_s: float = FIRES_CATCH_UP_S) -> bool:
+        """Wait, bounded, until the schedule's next fire is no longer in the past: the
+        leader has made every fire due by now. Right after healing, a new leader may still
+        be making the fires it owes for the time the group had none (misfire `run_all`);
+        a stop that lands first turns those into fires that are never made, which is the
+        stop's doing, not a loss. Past the bound the stop goes ahead and the checker
+        reports whatever is missing."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            kind, data = await self.api.call(
+                "s0", "read_schedule", self.node(), "GET",
+                f"/v1/schedules/{SCHEDULE_ID}?tenant={SCHEDULE_TENANT}", None,
+                extract=lambda d: {"fires": d.get("fires", [])},
+                tenant=SCHEDULE_TENANT, schedule_id=SCHEDULE_ID)
+            next_ms = to_ms((data or {}).get("next_fire_at")) if kind == OK else None
+            if next_ms is not None and next_ms >= time.time() * 1000 - CAUGHT_UP_SLACK_MS:
+                return True
+            await asyncio.sleep(0.2)
+        return False
+
     async def stop_schedule(self) -> None:
+        if self.schedule_enabled:
+            await self.fires_caught_up()
         for _ in range(50):
             if not self.schedule_enabled:
                 return
