@@ -14,20 +14,15 @@ import pytest
 
 from tsched.client import Client, NonRetryable, Worker
 
+from .raft_support import wait_until
+
 pytestmark = pytest.mark.slow
 DEADLINE_S = 60.0
 FAST_RETRY = {"backoff": "fixed", "base_s": 0.1, "max_s": 0.1, "jitter": 0}
 
 
 def wait_for(cond, what: str, timeout_s: float = DEADLINE_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return wait_until(cond, timeout_s=timeout_s, what=what, step_s=0.05)
 
 
 @contextmanager
