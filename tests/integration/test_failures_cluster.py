@@ -8,7 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from tests.integration.test_worker_cluster import running, wait_for
+from tests.integration.worker_support import running, wait_for
 from tsched.client import Client, Worker
 from tsched.client.cli import cli
 

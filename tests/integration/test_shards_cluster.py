@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -17,7 +16,7 @@ from tsched.client import Client, Worker
 from tsched.node.shards import shard_of_tenant
 
 from .cluster import TSNODE, Cluster
-from .test_worker_cluster import running, wait_for
+from .worker_support import running, wait_for
 
 pytestmark = pytest.mark.slow
 SHARDS = 3

@@ -8,33 +8,15 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
 
 from tsched.client import Client, NonRetryable, Worker
 
-from .raft_support import wait_until
+from .worker_support import DEADLINE_S, running, wait_for
 
 pytestmark = pytest.mark.slow
-DEADLINE_S = 60.0
 FAST_RETRY = {"backoff": "fixed", "base_s": 0.1, "max_s": 0.1, "jitter": 0}
-
-
-def wait_for(cond, what: str, timeout_s: float = DEADLINE_S):
-    return wait_until(cond, timeout_s=timeout_s, what=what, step_s=0.05)
-
-
-@contextmanager
-def running(worker: Worker):
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(DEADLINE_S)
-        assert not thread.is_alive(), "worker did not stop"
 
 
 def state_of(client: Client, task_id: str) -> str:
