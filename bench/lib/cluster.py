@@ -95,10 +95,11 @@ def _is_free(port: int) -> bool:
 
 
 def node_addresses(ids: list[str], shards: int) -> tuple[dict[str, str], dict[str, str]]:
-    """({id: raft host:port}, {id: http host:port}) for a cluster of `shards` shards."""
-    if shards == 1:
-        return ({i: f"127.0.0.1:{free_port()}" for i in ids},
-                {i: f"127.0.0.1:{free_port()}" for i in ids})
+    """({id: raft host:port}, {id: http host:port}) for a cluster of `shards` shards.
+
+    One checked block below the ephemeral range for every shard count: ports drawn one at
+    a time from the OS can repeat within a cluster, and an ephemeral one can be taken by an
+    outgoing connection before its node binds it (both were seen in test runs)."""
     rafts, https = free_shard_ports(len(ids), shards)
     return ({i: f"127.0.0.1:{p}" for i, p in zip(ids, rafts)},
             {i: f"127.0.0.1:{p}" for i, p in zip(ids, https)})
