@@ -79,11 +79,14 @@ class Proposer:
 
         `sheddable` (client submits): refused at once with `overloaded` when this node
         already waits for `waiting_max` commands, so that an overload is a fast 429 with
-        Retry-After rather than latency growing without bound (DESIGN 14.2). Reports,
-        claims and the timer's commands are never shed: they drain the load."""
+        Retry-After rather than latency growing without bound (DESIGN 14.2). A batch is
+        admitted whole while the queue is not full (the bound is overshot by at most one
+        batch): counting the batch itself would refuse a full-size batch beside any
+        other, on an idle cluster. Reports, claims and the timer's commands are never
+        shed: they drain the load."""
         if not cmds:
             return [], self._replica.applied_seq
-        if sheddable and len(self._waiters) + len(cmds) > self._waiting_max:
+        if sheddable and len(self._waiters) >= self._waiting_max:
             self.refused_full += len(cmds)
             raise ProposalError("overloaded", f"{len(self._waiters)} commands wait for "
                                 f"commit at this node (at most {self._waiting_max})")

@@ -110,3 +110,14 @@ async def test_a_full_queue_refuses_sheddable_proposals_at_once_and_never_the_ot
         assert result.ok
     (after,), _ = await proposer.propose([submit("after")], 10, sheddable=True)
     assert after.ok                 # the queue drained: admitted again
+
+
+async def test_a_batch_larger_than_the_room_left_is_admitted_while_the_queue_is_not_full(trio):
+    leader = await wait_leader(trio)
+    proposer = Proposer(leader, asyncio.get_running_loop(), waiting_max=5)
+    first = asyncio.ensure_future(proposer.propose(
+        [submit(f"a{i}") for i in range(4)], 10, sheddable=True))
+    await asyncio.sleep(0)     # four wait: one short of the bound
+    results, _ = await proposer.propose([submit(f"b{i}") for i in range(5)], 10, sheddable=True)
+    assert all(r.ok for r in results) and proposer.refused_full == 0
+    assert all(r.ok for r in (await first)[0])
