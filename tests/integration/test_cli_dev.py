@@ -84,6 +84,19 @@ def processes_using(path: Path) -> list[int]:
     return out
 
 
+def kill_left(proc: subprocess.Popen, config: Path) -> None:
+    """After a failed step: the dev process and every node it started (each node has a
+    session of its own, so killing dev's process group is not enough)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    for pid in processes_using(config):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_dev_runs_the_cluster_until_sigint(tmp_path):
     https = write_repo(tmp_path)
     proc = subprocess.Popen([TSCTL, "dev"], cwd=tmp_path, stdout=subprocess.PIPE,
@@ -102,11 +115,12 @@ def test_dev_runs_the_cluster_until_sigint(tmp_path):
         assert proc.wait(30) == 0
         rest = wait_line(out, "stopped every node", timeout_s=5)
         assert rest
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    assert processes_using(tmp_path / "cluster.toml") == []
+    except BaseException:
+        kill_left(proc, tmp_path / "cluster.toml")
+        raise
+    left = processes_using(tmp_path / "cluster.toml")
+    kill_left(proc, tmp_path / "cluster.toml")       # so that a failed check leaves no node running
+    assert left == []
     assert not any(answers(h) for h in https)
     assert (tmp_path / ".tsched" / "data" / "n1").is_dir()   # data went where the file says
     status = subprocess.run(["git", "status", "--porcelain"], cwd=tmp_path, check=True,
@@ -137,11 +151,12 @@ def test_dev_with_shards_runs_every_shard_and_leaves_the_file_s_data_alone(tmp_p
         assert len(processes_using(derived)) == 3 + 3 * 2     # supervisors + shard processes
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    assert processes_using(derived) == []
+    except BaseException:
+        kill_left(proc, derived)
+        raise
+    left = processes_using(derived)
+    kill_left(proc, derived)       # so that a failed check leaves no node running
+    assert left == []
     assert (tmp_path / ".tsched" / "data" / "n1-shards2" / "shard-1").is_dir()
     assert not (tmp_path / ".tsched" / "data" / "n1").exists()   # the file's own data dir
     assert (tmp_path / ".tsched" / "logs" / "n1.log").is_file()
