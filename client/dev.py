@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-LEADER_WAIT_S = 15.0
+LEADER_WAIT_S = 60.0   # every shard elects; a loaded laptop may take a while: wait, then give up
 STOP_WAIT_S = 10.0          # per node, after SIGTERM, before SIGKILL
 POLL_S = 0.2                # how often the leader wait asks the nodes
 

@@ -103,7 +103,7 @@ def test_dev_runs_the_cluster_until_sigint(tmp_path):
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out = lines_of(proc)
-        seen = wait_line(out, "leader", timeout_s=30)   # dev itself gives up after 15 s
+        seen = wait_line(out, "leader", timeout_s=90)   # dev itself gives up after 60 s
         assert "leader n" in seen[-1], seen
         banner = wait_line(out, "Ctrl-C", timeout_s=5)
         assert any(https[0] in line for line in banner)
@@ -143,7 +143,7 @@ def test_dev_with_shards_runs_every_shard_and_leaves_the_file_s_data_alone(tmp_p
     derived = tmp_path / ".tsched" / "cluster-shards2.toml"
     try:
         out = lines_of(proc)
-        seen = wait_line(out, "leader", timeout_s=40)
+        seen = wait_line(out, "leader", timeout_s=90)
         assert "2 shards" in seen[-1], seen
         wait_line(out, "Ctrl-C", timeout_s=5)
         shards = httpx.get(f"http://127.0.0.1:{https[0]}/v1/cluster", timeout=10).json()["shards"]
