@@ -13,6 +13,11 @@ paused process) did exactly that over and over: 21-23 elections while one node c
 - `on_message`: a node grants a pre-vote only if it has not heard from a leader within the
   minimum election timeout (nor leads one itself), is not rejoining, and the asker's log is
   at least as up to date as its own. Granting changes nothing: no term, no vote.
+- Every answer carries the answerer's own term, and an asker behind it takes that term (as
+  any Raft message with a higher term does; etcd raft does the same). Without this, pre-vote
+  can deadlock a live majority forever: of two nodes left, one with the higher term and the
+  shorter log (it campaigned once and lost) refuses the other's pre-vote for its term, and
+  the other refuses it for its log, so neither ever campaigns.
 """
 from __future__ import annotations
 
@@ -65,12 +70,24 @@ class PreVote:
         if kind == PRE_VOTE:
             obj._SyncObj__transport.send(node, {"type": PRE_VOTE_RESPONSE,
                                                 "term": message["term"],
-                                                "granted": self._grants(obj, message)})
+                                                "granted": self._grants(obj, message),
+                                                "current_term": obj.raftCurrentTerm})
             return True
         if kind == PRE_VOTE_RESPONSE:
+            self._catch_up_term(obj, message.get("current_term", 0))
             self._count(obj, node, message)
             return True
         return False
+
+    @staticmethod
+    def _catch_up_term(obj, term: int) -> None:
+        """A peer is in a later term: take it, as a follower with no vote and no leader
+        (what pysyncobj does on a request_vote of a higher term)."""
+        if not isinstance(term, int) or term <= obj.raftCurrentTerm:
+            return
+        obj._SyncObj__setCurrentTerm(term, None)
+        obj._SyncObj__setState(_FOLLOWER)
+        obj._SyncObj__raftLeader = None
 
     # --- a round -----------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from .history import INFO, OK, pairs
 from .timefmt import to_ms
+from tsched.node.timer import FIRE_LEAD_MS   # a fire is made this long before it is due
 
 TERMINAL = ("completed", "cancelled", "dead_letter")
 CHECKS = ("lost", "stale_accepted", "double_lease", "cap_exceeded", "cancel_violations",
@@ -302,7 +303,8 @@ def _first_start(task: dict | None) -> int | None:
 def check_fires(model: Model, skip=frozenset()) -> tuple[list[dict], list[dict]]:
     """Each fire time of a per-period schedule: exactly one task, started on time when no
     fault was near. A task whose fire time is unknown (retried, and its fire record not
-    seen) may stand in for one uncovered fire at or before its creation."""
+    seen) may stand in for one uncovered fire at or before its creation (the leader makes
+    a fire up to FIRE_LEAD_MS before it is due)."""
     missed, duplicate = [], []
     records = fire_records(model)
     for sched in schedule_windows(model):
@@ -321,7 +323,7 @@ def check_fires(model: Model, skip=frozenset()) -> tuple[list[dict], list[dict]]
         for fire_ms in range(sched["first_ms"], sched["stop_ms"] - 2_000 + 1, sched["every_ms"]):
             ids = by_fire.get(fire_ms)
             if not ids:
-                usable = [c for c in spare if c >= fire_ms]
+                usable = [c for c in spare if c >= fire_ms - FIRE_LEAD_MS]
                 if usable and not (outcomes.get(fire_ms, set()) - {"ran"}):
                     spare.remove(usable[0])
                     continue

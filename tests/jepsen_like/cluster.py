@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from tests.integration.cluster import Cluster as ProcessCluster
+from tsched.node.journal import STORAGE_CORRUPT_EXIT_CODE
 
 from .disks import SmallDisks
 from .proxy import ProxyHub
@@ -141,6 +142,16 @@ class Cluster(ProcessCluster):
 
     def start_all(self) -> None:
         self.start()
+
+    def start_node(self, node_id: str, *args: str) -> None:
+        """A node that stopped on damaged storage comes back as an operator brings it back:
+        emptied (`tsnode --rejoin-empty`). Started as it was, it would only stop again on
+        the same damage, and a run could end with a majority gone for no fault of its own."""
+        proc = self.procs.get(node_id)
+        if proc is not None and proc.poll() == STORAGE_CORRUPT_EXIT_CODE \
+                and "--rejoin-empty" not in args:
+            args = (*args, "--rejoin-empty")
+        super().start_node(node_id, *args)
 
     def set_clock_offset(self, nid: str, offset_ms: int) -> None:
         """Atomic replace, so the node never reads a half-written number."""

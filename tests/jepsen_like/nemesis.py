@@ -26,6 +26,8 @@ PAUSE_PAST_LEASE_S = (1.5, 3.0)
 CLOCK_JUMPS_MS = (-20_000, -5_000, 5_000, 20_000, 40_000)
 DELAY_MS = (20, 150)
 STATUS_TIMEOUT_S = 1.0
+START_WAIT_S = 30.0            # a restarted node reads its storage within this, loaded or not
+POLL_S = 0.2
 CORRUPT_BYTES = 20             # flipped in a stopped node's log or snapshot
 LMDB_META_BYTES = 2 * 4096     # LMDB's two meta pages: the flips go past them
 
@@ -62,6 +64,18 @@ class Nemesis:
 
     async def leader_or_any(self) -> str:
         return await self.leader() or self.rng.choice(self.cluster.ids)
+
+    async def _serving_or_stopped(self, nid: str) -> None:
+        """Until `nid` answers HTTP (it read its storage: the log is checked at start, the
+        snapshot restored, before the node listens) or has exited; at most START_WAIT_S."""
+        end = asyncio.get_running_loop().time() + START_WAIT_S
+        while self.cluster.nodes[nid].alive and asyncio.get_running_loop().time() < end:
+            try:
+                async with self.session.get(self.cluster.direct_urls[nid] + "/healthz",
+                                            timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_S)):
+                    return
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                await asyncio.sleep(POLL_S)
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -230,8 +244,10 @@ class Nemesis:
         self.cluster.start(nid)
 
         async def heal():
-            # It stopped on the damage (or crashed in LMDB): bring it back as an operator
-            # would, empty (`tsnode --rejoin-empty`).
+            # It stops on the damage when it reads it, which may be after this heal is
+            # due (a slow start): wait, bounded, until it serves or has stopped. Stopped, it
+            # is brought back as an operator would, empty (`tsnode --rejoin-empty`).
+            await self._serving_or_stopped(nid)
             if not self.cluster.nodes[nid].alive:
                 self.cluster.start_node(nid, "--rejoin-empty")
         return {"node": nid, "file": os.path.basename(target or ""), "offsets": offsets[:4]}, heal

@@ -95,6 +95,10 @@ async def _ready_leader_url(cluster: Cluster, session) -> str | None:
     return None
 
 
+async def _has_ready_leader(cluster: Cluster, session) -> bool:
+    return await _ready_leader_url(cluster, session) is not None
+
+
 async def drain(cluster: Cluster, session) -> bool:
     """True once no task is pending or running (workers finish what the run left).
 
@@ -199,7 +203,13 @@ async def sample_reads(cluster: Cluster, session, acked_seq: dict, rng: random.R
 
 
 async def final_tasks(cluster: Cluster, session) -> dict:
-    url = cluster.direct_urls[cluster.ids[0]]
+    """Every task, read from the ready leader (a node may have stopped on damaged storage,
+    and one rejoining empty has no tasks yet)."""
+    url = None
+    if await _poll(lambda: _has_ready_leader(cluster, session), LEADER_WAIT_S):
+        url = await _ready_leader_url(cluster, session)
+    if url is None:
+        raise RuntimeError("listing tasks failed: no ready leader at the end of the run")
     tasks, cursor = {}, None
     while True:
         q = f"?limit={LIST_PAGE}" + (f"&cursor={cursor}" if cursor else "")

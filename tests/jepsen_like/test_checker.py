@@ -5,6 +5,8 @@ import copy
 
 import pytest
 
+from tsched.node.timer import FIRE_LEAD_MS
+
 from .checker import CHECKS, check, check_diverged_reads
 from .timefmt import to_rfc3339
 
@@ -342,3 +344,15 @@ def test_a_read_of_an_applied_task_that_says_not_found_is_a_diverged_read():
                        read(404, 12, 3)]}   # behind / found / restarted in between: fine
     found = check_diverged_reads(final)
     assert found == [read(404, 12, 12)]
+
+
+def test_a_retried_fire_made_ahead_of_its_time_covers_its_gap():
+    fires = [s * 1000 for s in range(1, 11)]
+    h, final = schedule_run(fires)
+    moved = final["tasks"]["f3"]           # the 4 s occurrence, made 200 ms early by the leader
+    moved["attempts"] = [attempt(600, 4100, 4200, "lease_expired"),
+                         attempt(601, 9000, 9100, "completed")]
+    moved["run_at"] = ts(8_500)
+    moved["created_at"] = ts(4_000 - FIRE_LEAD_MS)
+    report = check(h.entries, final)
+    assert report["valid"], report["violations"]

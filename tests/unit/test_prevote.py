@@ -22,6 +22,13 @@ class FakeObj:
         setattr(self, "_SyncObj__transport",
                 SimpleNamespace(send=lambda node, msg: self.sent.append((node, msg))))
 
+    def _SyncObj__setCurrentTerm(self, term, voted_for):
+        self.raftCurrentTerm = term
+        setattr(self, "_SyncObj__votedForNodeId", voted_for)
+
+    def _SyncObj__setState(self, state):
+        setattr(self, "_SyncObj__raftState", state)
+
     @property
     def deadline(self) -> float:
         return getattr(self, "_SyncObj__raftElectionDeadline")
@@ -75,3 +82,30 @@ def test_an_election_asked_for_by_the_leader_needs_no_pre_vote(quiet):
     setattr(obj, "_SyncObj__transferInProgress", True)
     quiet.before_tick(obj)
     assert obj.sent == [] and obj.deadline < monotonic()
+
+
+def test_two_nodes_that_refuse_each_other_agree_once_the_lower_term_is_caught_up():
+    """The deadlock a long fault run found: n2 gone; n1 is in term 31 with the shorter log
+    (it campaigned and lost), n3 in term 30 with the longer one. n1's pre-vote is refused
+    for its log, n3's for its term: with no term carried back neither ever campaigned."""
+    n1, n3 = FakeObj(term=31, log_tail=(b"", 100, 29)), FakeObj(term=30, log_tail=(b"", 120, 30))
+    p1, p3 = (pv.PreVote(min_timeout_s=1.0, may_vote=lambda: True) for _ in range(2))
+    for p in (p1, p3):
+        p._leader_heard_at = monotonic() - 10
+    p3.before_tick(n3)                                 # n3 asks for term 31
+    request = n3.sent[-1][1]
+    assert answer(p1, n1, request) is False            # refused: n1 is in term 31 already
+    p3.on_message(n3, SimpleNamespace(id="n1"), n1.sent[-1][1])
+    assert n3.raftCurrentTerm == 31 and n3.deadline > 0   # took n1's term; no campaign yet
+    setattr(n3, "_SyncObj__raftElectionDeadline", monotonic() - 1)
+    p3.before_tick(n3)                                 # next round: term 32
+    assert answer(p1, n1, n3.sent[-1][1]) is True      # n3's longer log wins n1's grant
+    p3.on_message(n3, SimpleNamespace(id="n1"), n1.sent[-1][1])
+    assert n3.deadline == 0                            # 2 of 3: n3 campaigns
+
+
+def test_an_answer_in_an_older_term_changes_nothing(quiet):
+    obj = FakeObj(term=5)
+    quiet.on_message(obj, SimpleNamespace(id="b"), {"type": pv.PRE_VOTE_RESPONSE, "term": 6,
+                                                    "granted": False, "current_term": 4})
+    assert obj.raftCurrentTerm == 5
