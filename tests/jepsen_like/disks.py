@@ -32,17 +32,23 @@ class SmallDisks:
         return True
 
     def fill(self, nid: str) -> int:
-        """Write until the disk is full; the bytes written."""
+        """Write until the disk is full; the bytes written. Only ever on its own small
+        mount and never more than its size: a data dir whose tmpfs is gone (unmounted
+        under a run) is on the machine's real disk, which this must never fill."""
+        path = self.mounted[nid]
+        if not os.path.ismount(path):
+            raise RuntimeError(f"{path} is no longer a mount point: not filling the disk under it")
         written = 0
         chunk = b"\0" * FILL_CHUNK_BYTES
-        with open(os.path.join(self.mounted[nid], FILLER_NAME), "ab", buffering=0) as f:
-            while True:
+        with open(os.path.join(path, FILLER_NAME), "ab", buffering=0) as f:
+            while written <= self.size_bytes:
                 try:
                     written += f.write(chunk)
                 except OSError as e:
                     if e.errno != errno.ENOSPC:
                         raise
                     return written
+        raise RuntimeError(f"{path} took {written} bytes without filling: not a small disk")
 
     def free(self, nid: str) -> None:
         try:

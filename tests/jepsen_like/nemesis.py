@@ -14,6 +14,9 @@ from collections import Counter
 
 import aiohttp
 
+from tsched.node.journal import STORAGE_CORRUPT_EXIT_CODE
+from tsched.node.rejoin import MARKER_NAME
+
 from .cluster import Cluster
 from .history import OK, History
 from .workload import LEASE_S
@@ -232,7 +235,17 @@ class Nemesis:
     async def _fault_corrupt(self):
         """Kill a node, flip bytes in its Raft log or its snapshot, start it again: it must
         stop on the damage (then it is reset) or, when the bytes missed live data, run on
-        as before; never serve from a diverged state (the digest and read checks)."""
+        as before; never serve from a diverged state (the digest and read checks).
+
+        Only while every other node holds its data: a node rejoining empty (or stopped on
+        damage) counts as damaged, and damage to a majority at once is outside what Raft
+        survives (it may hold the only copies of committed entries), so the cluster would
+        rightly stay without a leader. Then the fault is skipped."""
+        damaged = [n for n in self.cluster.ids if self._damaged(n)]
+        if (len(damaged) + 1) * 2 >= len(self.cluster.ids):
+            async def nothing():
+                pass
+            return {"skipped": f"damaged already: {damaged}"}, nothing
         nid = self.rng.choice(self.cluster.ids)
         self.cluster.kill(nid)
         data_dir = self.cluster.data_dir(nid)
@@ -270,6 +283,15 @@ class Nemesis:
             if not self.cluster.nodes[nid].alive:
                 self.cluster.start(nid)
         return {"node": nid, "filled_bytes": written}, heal
+
+    def _damaged(self, nid: str) -> bool:
+        """Stopped on damaged storage, or rejoining empty and not yet caught up."""
+        if self.cluster.procs.get(nid) is not None \
+                and self.cluster.procs[nid].poll() == STORAGE_CORRUPT_EXIT_CODE:
+            return True
+        data_dir = self.cluster.data_dir(nid)
+        dirs = [data_dir] + sorted(data_dir.glob("shard-*"))
+        return any((d / MARKER_NAME).exists() for d in dirs)
 
     def _flip(self, path: str) -> list[int]:
         size = os.path.getsize(path)
