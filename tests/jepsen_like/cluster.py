@@ -71,6 +71,7 @@ class Cluster(ProcessCluster):
         out = os.path.abspath(out_dir)
         os.makedirs(out, exist_ok=True)
         self.hub = hub or ProxyHub()
+        self.rejoin_started: set[str] = set()     # started with --rejoin-empty (nemesis)
         self.failpoints = tuple(failpoints)
         self.code_path = snapshot_code(out)
         super().__init__(Path(out), n_nodes, name="jepsen", shards=shards)
@@ -151,6 +152,8 @@ class Cluster(ProcessCluster):
         if proc is not None and proc.poll() == STORAGE_CORRUPT_EXIT_CODE \
                 and "--rejoin-empty" not in args:
             args = (*args, "--rejoin-empty")
+        if "--rejoin-empty" in args:
+            self.rejoin_started.add(node_id)    # damaged until seen serving with no marker
         super().start_node(node_id, *args)
 
     def set_clock_offset(self, nid: str, offset_ms: int) -> None:

@@ -73,12 +73,9 @@ class Nemesis:
         snapshot restored, before the node listens) or has exited; at most START_WAIT_S."""
         end = asyncio.get_running_loop().time() + START_WAIT_S
         while self.cluster.nodes[nid].alive and asyncio.get_running_loop().time() < end:
-            try:
-                async with self.session.get(self.cluster.direct_urls[nid] + "/healthz",
-                                            timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_S)):
-                    return
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                await asyncio.sleep(POLL_S)
+            if await self._answers(nid):
+                return
+            await asyncio.sleep(POLL_S)
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -241,7 +238,7 @@ class Nemesis:
         damage) counts as damaged, and damage to a majority at once is outside what Raft
         survives (it may hold the only copies of committed entries), so the cluster would
         rightly stay without a leader. Then the fault is skipped."""
-        damaged = [n for n in self.cluster.ids if self._damaged(n)]
+        damaged = [n for n in self.cluster.ids if await self._damaged(n)]
         if (len(damaged) + 1) * 2 >= len(self.cluster.ids):
             async def nothing():
                 pass
@@ -284,14 +281,32 @@ class Nemesis:
                 self.cluster.start(nid)
         return {"node": nid, "filled_bytes": written}, heal
 
-    def _damaged(self, nid: str) -> bool:
-        """Stopped on damaged storage, or rejoining empty and not yet caught up."""
+    async def _damaged(self, nid: str) -> bool:
+        """Stopped on damaged storage, or rejoining empty and not yet caught up. A node
+        started with --rejoin-empty writes its marker only once it runs (slowly, on a busy
+        machine): until it is seen serving without the marker it counts as damaged."""
         if self.cluster.procs.get(nid) is not None \
                 and self.cluster.procs[nid].poll() == STORAGE_CORRUPT_EXIT_CODE:
             return True
         data_dir = self.cluster.data_dir(nid)
         dirs = [data_dir] + sorted(data_dir.glob("shard-*"))
-        return any((d / MARKER_NAME).exists() for d in dirs)
+        if any((d / MARKER_NAME).exists() for d in dirs):
+            return True
+        if nid not in self.cluster.rejoin_started:
+            return False
+        if self.cluster.nodes[nid].alive and await self._answers(nid) \
+                and not any((d / MARKER_NAME).exists() for d in dirs):
+            self.cluster.rejoin_started.discard(nid)     # caught up: the marker is gone
+            return False
+        return True
+
+    async def _answers(self, nid: str) -> bool:
+        try:
+            async with self.session.get(self.cluster.direct_urls[nid] + "/healthz",
+                                        timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_S)):
+                return True
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return False
 
     def _flip(self, path: str) -> list[int]:
         size = os.path.getsize(path)

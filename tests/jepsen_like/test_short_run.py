@@ -24,7 +24,7 @@ def test_short_fault_run_is_valid(tmp_path):
     with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
         assert json.load(f) == summary
     assert summary["ops"] > 100, summary                 # the workload really ran
-    assert sum(summary["nemesis"].values()) >= 3, summary  # and so did the faults
+    assert sum(summary["nemesis"].values()) >= 2, summary  # and so did faults (each holds 3-8 s)
     with open(os.path.join(out, "final.json"), encoding="utf-8") as f:
         final = json.load(f)
     proxy_bytes = final["proxy_bytes"]
