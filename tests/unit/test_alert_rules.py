@@ -36,7 +36,7 @@ def test_every_metric_the_rules_use_is_exported_by_a_node() -> None:
     names = set(re.findall(r"^# TYPE (\S+) ", exported, re.M))
     names |= {n + "_total" for n in names}
     # gauges computed from a replica appear once a node is attached: the queue and Raft ones
-    attached_only = {"tsched_tenant_tasks", "tsched_oldest_claimable_task_age_seconds",
+    attached_only = {"tsched_tenant_tasks", "tsched_tenant_oldest_due_task_age_seconds",
                      "tsched_raft_has_leader"}
     assert used - attached_only <= names, used - attached_only - names
     source = (Path(__file__).resolve().parents[2] / "node" / "metrics.py").read_text()
