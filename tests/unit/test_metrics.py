@@ -393,3 +393,15 @@ async def test_openapi_route(client):
     r = await client.get("/v1/openapi.json")
     assert r.status == 200
     assert (await r.json())["openapi"].startswith("3.1")
+
+
+async def test_timeseries_route(client, replica):
+    r = await client.get("/v1/timeseries", params={"step_s": "1"})
+    body = await r.json()
+    assert r.status == 200 and body["step_s"] == 1 and body["points_max"] == 3600
+    assert set(body) >= {"start", "submitted", "completed", "failed", "dead_lettered",
+                         "lateness_p50_ms", "lateness_p99_ms", "queue_depth"}
+    assert (await (await client.get("/v1/timeseries")).json())["step_s"] == 60
+    for bad in ({"step_s": "7"}, {"step_s": "x"}, {"bogus": "1"}):
+        r = await client.get("/v1/timeseries", params=bad)
+        assert r.status == 400 and (await r.json())["error"]["code"] == "invalid_argument"
