@@ -23,7 +23,10 @@ from .errors import ApiError, invalid
 # up (a restart replaying its log, or a slow disk): not ready.
 READY_LAG_ENTRIES_MAX = 1000
 
-STATIC_TYPES = {"app.js": "text/javascript", "app.css": "text/css"}
+STATIC_TYPES = {"app.js": "text/javascript", "app.css": "text/css", "charts.js": "text/javascript",
+                # uPlot 1.6.32 (MIT, uPlot.LICENSE.txt), vendored from npm's `uplot` dist/
+                "uPlot.iife.min.js": "text/javascript", "uPlot.min.css": "text/css",
+                "uPlot.LICENSE.txt": "text/plain"}
 # Assets are re-validated on each load so that a node upgrade shows at once.
 STATIC_HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
 # The dashboard runs only its own script and talks only to its own origin.

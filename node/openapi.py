@@ -599,7 +599,9 @@ def _admin_paths() -> dict[str, Any]:
                                content_type="text/plain")},
         "/": {"get": op("Dashboard", text, tag="operations", content_type="text/html")},
         "/static/{name}": {"get": op(
-            "Dashboard asset", text, params=[path_param("name", "app.js or app.css")],
+            "Dashboard asset", text, params=[path_param(
+                "name", "app.js, app.css, charts.js, uPlot.iife.min.js, uPlot.min.css or "
+                        "uPlot.LICENSE.txt")],
             errors=(404,), tag="operations", content_type="text/plain")},
     }
 

@@ -384,6 +384,9 @@ async def test_dashboard_and_assets(client):
     assert r.status == 200 and r.content_type == "text/javascript"
     assert "refresh" in await r.text()
     assert (await client.get("/static/app.css")).content_type == "text/css"
+    for asset in ("/static/charts.js", "/static/uPlot.iife.min.js", "/static/uPlot.min.css"):
+        assert asset in html and (await client.get(asset)).status == 200, asset
+    assert "MIT" in await (await client.get("/static/uPlot.LICENSE.txt")).text()
     for bad in ("/static/index.html", "/static/..%2Fmetrics.py", "/static/nope.js"):
         r = await client.get(bad)
         assert r.status == 404, bad
