@@ -50,7 +50,9 @@ class TimeSeries:
     def sample(self, now_s: int, queue_depth: int | None) -> None:
         """Record what happened since the previous sample in the point of second `now_s`."""
         counts, lateness = self._cumulative()
-        last = self._last or (counts, lateness)
+        # The first point holds what the counters counted before it, since the node started:
+        # the graphs add up to the /metrics counters.
+        last = self._last or ([0] * len(counts), [0] * len(lateness))
         self._last = counts, lateness
         slot = now_s % self.points_max
         if self._stamp[slot] != now_s:

@@ -26,6 +26,13 @@ window.TschedCharts = (() => {
     return [xs, ...chart.series.map(([key]) => answer[key])];
   }
 
+  // Dots where values are few (a lone claim between empty seconds draws no line), none
+  // where they are many.
+  function sparse(u, seriesIdx) {
+    const values = u.data[seriesIdx].filter((v) => v != null).length;
+    return values * 8 < u.width;
+  }
+
   function options(chart, width) {
     const per = step === 1 ? "second" : "minute";
     return {
@@ -37,6 +44,7 @@ window.TschedCharts = (() => {
       },
       series: [{}, ...chart.series.map(([, label, stroke]) => ({
         label, stroke, width: 1.5, spanGaps: !!chart.gaps,
+        points: { show: sparse, size: 5, fill: stroke },
       }))],
       axes: [{}, { size: 56 }],
     };

@@ -6,14 +6,12 @@ Set TSCHED_SCREENSHOT_DIR to keep the screenshot."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from pathlib import Path
 
 import pytest
 
 from .cluster import Cluster
-from .test_dashboard import browser_page, needs_chromium, until
+from .test_dashboard import browser_page, leader_cluster, needs_chromium, screenshot_dir, until
 
 pytestmark = pytest.mark.slow
 LOAD_S = 4.0          # how long the load runs: several one-second points
@@ -62,12 +60,8 @@ def run_load(c: Cluster, node: str) -> dict:
 
 @needs_chromium
 async def test_graphs_draw_the_last_hour_of_a_short_load(tmp_path):
-    shots = Path(os.environ.get("TSCHED_SCREENSHOT_DIR") or tmp_path)
-    shots.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "cluster").mkdir()
-    with Cluster(tmp_path / "cluster") as c:
-        c.start()
-        leader = c.wait_leader()
+    shots = screenshot_dir(tmp_path)
+    with leader_cluster(tmp_path) as (c, leader):
         follower = c.followers(leader)[0]
         async with browser_page(tmp_path) as page:
             await page.navigate(c.url(follower) + "/")

@@ -18,7 +18,7 @@ def m() -> NodeMetrics:
 
 def test_each_point_holds_what_happened_since_the_previous_sample(m):
     ts = TimeSeries(m)
-    m.events.submitted = 10               # before the first sample: not drawn
+    m.events.submitted = 10               # counted since start: in the first point
     ts.sample(T, queue_depth=10)
     m.events.submitted += 3
     m.events.dead += 1
@@ -29,7 +29,7 @@ def test_each_point_holds_what_happened_since_the_previous_sample(m):
     ts.sample(T + 3, queue_depth=9)       # the sampler missed T + 2
     out = ts.read(T + 3)
     assert out["start"] == T and out["step_s"] == 1 and out["points_max"] == 3600
-    assert out["submitted"] == [0, 3, 0, 0]
+    assert out["submitted"] == [10, 3, 0, 0]
     assert out["completed"] == [0, 0, 0, 2]
     assert out["dead_lettered"] == [0, 1, 0, 0]
     assert out["queue_depth"] == [10, 12, None, 9]
