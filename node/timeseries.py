@@ -1,7 +1,7 @@
 """The last hour of a node's activity, for the dashboard's graphs (DESIGN 14.5).
 
-A ring of `POINTS_MAX` one-second points, fixed in size when the node starts (arrays of
-ints: about 100 KiB, whatever the load). Once a second a sampler takes the difference of
+A ring of `POINTS_MAX` one-second points and a ring of as many minutes, fixed in size
+when the node starts (arrays of numbers: about 200 KiB, whatever the load). Once a second a sampler takes the difference of
 the metrics' cumulative counters (submitted, completed, failed attempts, dead-lettered,
 the lateness histogram's buckets) and the current queue depth (pending tasks), so the
 apply path does no work for the graphs at all. Reads return columns, per second or summed
@@ -27,20 +27,18 @@ _EVENT_OF = {"submitted": "submitted", "completed": "completed", "failed": "fail
 _BUCKETS = len(LATENESS_BUCKETS_S) + 1        # the last one is +Inf
 NOT_SAMPLED = -1
 SAMPLE_DELAY_S = 0.005         # wake just after the second turns, never just before
+NAN = float("nan")             # a point without a claim has no lateness
 
 
 class TimeSeries:
-    """The ring. `sample` is called once a second by one task; `read` by request handlers
-    (both on the event loop, so no lock is needed)."""
+    """Two rings fed by the same samples: `points_max` one-second points and as many
+    minutes as make the same span. `sample` is called once a second by one task; `read` by
+    request handlers (both on the event loop, so no lock is needed)."""
 
     def __init__(self, metrics: NodeMetrics, points_max: int = POINTS_MAX) -> None:
         self._m = metrics
         self.points_max = points_max
-        self._stamp = array("q", [NOT_SAMPLED]) * points_max     # the second in each slot
-        self._counts = {name: array("q", [0]) * points_max for name in COUNTS}
-        self._depth = array("q", [NOT_SAMPLED]) * points_max
-        self._lateness = array("q", [0]) * (points_max * _BUCKETS)
-        self._claimed = array("q", [0]) * points_max       # lateness observations per slot
+        self._rings = {step: _Ring(max(1, points_max // step), step) for step in STEPS_S}
         self._last: tuple[list[int], list[int]] | None = None
 
     def _cumulative(self) -> tuple[list[int], list[int]]:
@@ -48,73 +46,91 @@ class TimeSeries:
         return ([getattr(events, _EVENT_OF[n]) for n in COUNTS], list(self._m.lateness.counts))
 
     def sample(self, now_s: int, queue_depth: int | None) -> None:
-        """Record what happened since the previous sample in the point of second `now_s`."""
+        """Record what happened since the previous sample in the points of second `now_s`."""
         counts, lateness = self._cumulative()
         # The first point holds what the counters counted before it, since the node started:
         # the graphs add up to the /metrics counters.
         last = self._last or ([0] * len(counts), [0] * len(lateness))
         self._last = counts, lateness
-        slot = now_s % self.points_max
-        if self._stamp[slot] != now_s:
-            self._clear(slot, now_s)
-        for name, now, before in zip(COUNTS, counts, last[0]):
-            self._counts[name][slot] += max(0, now - before)
-        base = slot * _BUCKETS
-        for i, (now, before) in enumerate(zip(lateness, last[1])):
-            if now > before:
-                self._lateness[base + i] += now - before
-                self._claimed[slot] += now - before
-        if queue_depth is not None:
-            self._depth[slot] = queue_depth
-
-    def _clear(self, slot: int, now_s: int) -> None:
-        self._stamp[slot] = now_s
-        for column in self._counts.values():
-            column[slot] = 0
-        self._depth[slot] = NOT_SAMPLED
-        self._claimed[slot] = 0
-        base = slot * _BUCKETS
-        self._lateness[base:base + _BUCKETS] = array("q", [0]) * _BUCKETS
+        deltas = [max(0, a - b) for a, b in zip(counts, last[0])]
+        late = [max(0, a - b) for a, b in zip(lateness, last[1])]
+        for ring in self._rings.values():
+            ring.add(now_s, deltas, late, queue_depth)
 
     def read(self, now_s: int, step_s: int = 1) -> dict[str, Any]:
         """The points of the last `points_max` seconds up to `now_s`, per `step_s` (aligned
         to it), from the first one sampled. Seconds the sampler missed count nothing."""
-        n = self.points_max
-        lo = now_s - n + 1
-        out: dict[str, Any] = {"step_s": step_s, "points_max": n // step_s, "start": None}
-        sampled = [t for t in self._stamp if lo <= t <= now_s]
-        first = (max(min(sampled) // step_s * step_s, -(-lo // step_s) * step_s)
-                 if sampled else now_s + 1)
-        if sampled:
-            out["start"] = first
-        stamp = self._stamp
-        slots = [t % n if stamp[t % n] == t else None for t in range(first, now_s + 1)]
-        starts = range(0, len(slots), step_s)
-        for name in COUNTS:
-            column = self._counts[name]
-            per_s = [0 if s is None else column[s] for s in slots]
-            out[name] = per_s if step_s == 1 else [sum(per_s[i:i + step_s]) for i in starts]
-        depth = self._depth
-        per_s = [None if s is None or depth[s] == NOT_SAMPLED else depth[s] for s in slots]
-        out["queue_depth"] = per_s if step_s == 1 else [
-            next((d for d in reversed(per_s[i:i + step_s]) if d is not None), None)
-            for i in starts]
-        claimed = self._claimed
-        p50, p99 = out["lateness_p50_ms"], out["lateness_p99_ms"] = [], []
-        for i in starts:
-            busy = [s for s in slots[i:i + step_s] if s is not None and claimed[s]]
-            lateness = self._lateness_of(busy) if busy else None
-            p50.append(quantile_ms(lateness, 0.5) if lateness else None)
-            p99.append(quantile_ms(lateness, 0.99) if lateness else None)
+        out: dict[str, Any] = {"step_s": step_s, "points_max": self.points_max // step_s}
+        out.update(self._rings[step_s].read(now_s, self.points_max))
         return out
 
-    def _lateness_of(self, slots: list[int]) -> list[int]:
-        """The lateness bucket counts of some slots, added up."""
-        total = [0] * _BUCKETS
-        for s in slots:
-            chunk = self._lateness[s * _BUCKETS:(s + 1) * _BUCKETS]
-            total = [a + b for a, b in zip(total, chunk)]
-        return total
+
+class _Ring:
+    """Fixed arrays of `slots` points of `step_s` seconds each; a slot's lateness quantiles
+    are computed once after it changed (reads then cost a pass over plain arrays)."""
+
+    def __init__(self, slots: int, step_s: int) -> None:
+        self.slots, self.step_s = slots, step_s
+        self.stamp = array("q", [NOT_SAMPLED]) * slots      # the first second of each point
+        self.counts = {name: array("q", [0]) * slots for name in COUNTS}
+        self.depth = array("q", [NOT_SAMPLED]) * slots
+        self.lateness = array("q", [0]) * (slots * _BUCKETS)
+        self.p50 = array("d", [NAN]) * slots
+        self.p99 = array("d", [NAN]) * slots
+        self.stale = array("b", [0]) * slots                # lateness changed since computed
+
+    def add(self, now_s: int, deltas: list[int], late: list[int], depth: int | None) -> None:
+        start = now_s - now_s % self.step_s
+        i = start // self.step_s % self.slots
+        if self.stamp[i] != start:
+            self._clear(i, start)
+        for name, n in zip(COUNTS, deltas):
+            self.counts[name][i] += n
+        if any(late):
+            base = i * _BUCKETS
+            for k, n in enumerate(late):
+                self.lateness[base + k] += n
+            self.stale[i] = 1
+        if depth is not None:
+            self.depth[i] = depth
+
+    def _clear(self, i: int, start: int) -> None:
+        self.stamp[i] = start
+        for column in self.counts.values():
+            column[i] = 0
+        self.depth[i] = NOT_SAMPLED
+        self.lateness[i * _BUCKETS:(i + 1) * _BUCKETS] = array("q", [0]) * _BUCKETS
+        self.p50[i] = self.p99[i] = NAN
+        self.stale[i] = 0
+
+    def read(self, now_s: int, span_s: int) -> dict[str, Any]:
+        step, stamp = self.step_s, self.stamp
+        lo = now_s - span_s + 1
+        sampled = [t for t in stamp if t != NOT_SAMPLED and lo - step < t <= now_s]
+        first = max(min(sampled), -(-lo // step) * step) if sampled else now_s + 1
+        out: dict[str, Any] = {"start": first if sampled else None}
+        slots = [t // step % self.slots if stamp[t // step % self.slots] == t else None
+                 for t in range(first, now_s + 1, step)]
+        for i in slots:
+            if i is not None and self.stale[i]:
+                buckets = list(self.lateness[i * _BUCKETS:(i + 1) * _BUCKETS])
+                self.p50[i] = _or_nan(quantile_ms(buckets, 0.5))
+                self.p99[i] = _or_nan(quantile_ms(buckets, 0.99))
+                self.stale[i] = 0
+        for name in COUNTS:
+            column = self.counts[name]
+            out[name] = [0 if i is None else column[i] for i in slots]
+        depth = self.depth
+        out["queue_depth"] = [None if i is None or depth[i] == NOT_SAMPLED else depth[i]
+                              for i in slots]
+        for name, column in (("lateness_p50_ms", self.p50), ("lateness_p99_ms", self.p99)):
+            out[name] = [None if i is None or column[i] != column[i] else column[i]
+                         for i in slots]          # NaN != NaN: no claim in that point
+        return out
+
+
+def _or_nan(value: float | None) -> float:
+    return NAN if value is None else value
 
 
 def quantile_ms(buckets: list[int], q: float) -> float | None:
