@@ -5,22 +5,28 @@ dashboard (`/` and `/static/{name}`).
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from importlib import resources
 
 import orjson
 from aiohttp import web
 
 from . import metrics as metrics_mod
-from . import openapi, validate
+from . import openapi, timeseries, validate
 from .api_common import NODE, before_read, respond
 from .api_tasks import tenant_scope
-from .errors import ApiError
+from .errors import ApiError, invalid
 
 # A follower this many Raft entries behind what it knows to be committed is still catching
 # up (a restart replaying its log, or a slow disk): not ready.
 READY_LAG_ENTRIES_MAX = 1000
 
-STATIC_TYPES = {"app.js": "text/javascript", "app.css": "text/css"}
+STATIC_TYPES = {"app.js": "text/javascript", "app.css": "text/css", "charts.js": "text/javascript",
+                # uPlot 1.6.32 (MIT, uPlot.LICENSE.txt), vendored from npm's `uplot` dist/
+                "uPlot.iife.min.js": "text/javascript", "uPlot.min.css": "text/css",
+                "uPlot.LICENSE.txt": "text/plain"}
 # Assets are re-validated on each load so that a node upgrade shows at once.
 STATIC_HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
 # The dashboard runs only its own script and talks only to its own origin.
@@ -117,6 +123,19 @@ async def stats(request: web.Request) -> web.StreamResponse:
     return respond(body, node.replica.applied_seq)
 
 
+TIMESERIES = web.AppKey("timeseries", timeseries.TimeSeries)
+
+
+@routes.get("/v1/timeseries")
+async def timeseries_json(request: web.Request) -> web.Response:
+    """The last hour of this node's activity, per second or per minute (DESIGN 14.5)."""
+    validate.query(request.query, ("step_s",))
+    step = validate.query_int(request.query, "step_s", 1, 60, 60)
+    if step not in timeseries.STEPS_S:
+        raise invalid("step_s must be 1 or 60", field="step_s")
+    return _json(request.app[TIMESERIES].read(int(time.time()), step))
+
+
 # --- OpenAPI and the dashboard ---------------------------------------------------------------
 
 @routes.get("/v1/openapi.json")
@@ -152,7 +171,24 @@ def setup(app: web.Application) -> None:
     served = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource}
     # A route another module already serves stays theirs (aiohttp refuses duplicates).
     app.router.add_routes([r for r in routes if (r.method, r.path) not in served])
+    app[TIMESERIES] = timeseries.TimeSeries(app[metrics_mod.METRICS])
     app.cleanup_ctx.append(_bind_metrics)
+    app.cleanup_ctx.append(_sample_timeseries)
+
+
+async def _sample_timeseries(app: web.Application):
+    node = app[NODE]
+
+    def queue_depth() -> int | None:
+        with node.replica.read() as sm:
+            return len(sm.store.by_state["pending"])   # O(1), unlike sm.stats()
+
+    task = asyncio.get_running_loop().create_task(
+        timeseries.run_sampler(app[TIMESERIES], queue_depth))
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _bind_metrics(app: web.Application):

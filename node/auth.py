@@ -45,6 +45,7 @@ _KEYS = ("admin_token_sha256", "tenant_token_sha256", "metrics_token_sha256")
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/", "/v1/openapi.json"})
 OPEN_PREFIXES = ("/static/",)
 METRICS_PATH = "/metrics"
+TIMESERIES_PATH = "/v1/timeseries"   # the dashboard's graphs: cluster-wide counts
 
 
 class AuthConfigError(ValueError):
@@ -198,7 +199,7 @@ def _authorize(request: web.Request, identity: Identity) -> None:
 
 
 def _admin_only(method: str, path: str) -> bool:
-    if path == METRICS_PATH or path == "/v1/cluster" or path.startswith("/v1/cluster/"):
+    if path in (METRICS_PATH, TIMESERIES_PATH, "/v1/cluster") or path.startswith("/v1/cluster/"):
         return True     # cluster-wide figures, node addresses, leadership changes
     if path.startswith("/v1/tenants/") and method not in ("GET", "HEAD"):
         return True     # caps and weights decide fairness between tenants

@@ -48,6 +48,19 @@ APPLY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.04, 0.05,
 REQUEST_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                      5.0, 10.0, 30.0, 60.0)
 SNAPSHOT_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# A handler's run, claim to completion: from a few ms (a notification) to an hour (a nightly
+# interest run); a lease is at most an hour unless heartbeats extend it.
+RUN_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                 120.0, 300.0, 600.0, 1800.0, 3600.0)
+
+# Label cardinality is bounded, whatever the clients send (DESIGN 14.4). The per-tenant
+# gauges show the tenants that matter most (deepest queue, longest wait) and fold the rest
+# into OTHER_LABEL; the run-duration histogram has a series for the first task types this
+# node sees and folds later ones. No tenant can be named OTHER_LABEL (tenant names are
+# [A-Za-z0-9_.-]); a task type of that name shares the folded series.
+OTHER_LABEL = "(other)"
+TENANT_LABELS_MAX = 100
+TASK_TYPE_LABELS_MAX = 100
 
 
 @dataclass
@@ -59,6 +72,7 @@ class QueueView:
     by_tenant: dict[str, dict[str, int]] = field(default_factory=dict)   # pending, running
     oldest_claimable_age_s: float | None = None                     # None: nothing is due
     schedules: int = 0
+    oldest_due_age_s_by_tenant: dict[str, float] = field(default_factory=dict)  # due ones only
 
 
 def queue_view(sm, now_ms: int) -> QueueView:
@@ -68,34 +82,36 @@ def queue_view(sm, now_ms: int) -> QueueView:
     by_priority = {int(p): int(n) for p, n in stats["pending_by_priority"].items()}
     by_tenant = {t: {"pending": int(v["pending"]), "running": int(v["running"])}
                  for t, v in sorted(stats["tenants"].items())}
-    oldest = _oldest_due_ms(sm, now_ms) if by_state["pending"] else None
-    age = (now_ms - oldest) / 1000 if oldest is not None and oldest <= now_ms else None
-    return QueueView(by_state, by_priority, by_tenant, age, int(stats.get("schedules", 0)))
+    oldest = _oldest_due_ms(sm, now_ms) if by_state["pending"] else {}
+    ages = {t: (now_ms - at) / 1000 for t, at in sorted(oldest.items())}
+    age = max(ages.values()) if ages else None
+    return QueueView(by_state, by_priority, by_tenant, age, int(stats.get("schedules", 0)),
+                     ages)
 
 
-def _oldest_due_ms(sm, now_ms: int) -> int | None:
-    """The earliest run_at among the due tasks at the head of each (tenant, task type)
-    queue: how long the next task of some queue has been waiting for a worker.
+def _oldest_due_ms(sm, now_ms: int) -> dict[str, int]:
+    """Per tenant, the earliest run_at among the due tasks at the head of each of its
+    (tenant, task type) queues: how long the tenant's next task has waited for a worker.
 
     Exact within a priority (FIFO); a lower-priority task may wait longer than the heads
     until aging lifts it. O(queues), never a scan of the pending tasks. The state machine
     has no public read for this (`next_due_ms` clamps due tasks to now), so it peeks at
     the claim queue's heap tops, read-only; if their layout changes the gauge goes empty
-    rather than failing the scrape.
+    rather than failing the scrape. Tenants with nothing due are absent.
     """
     try:
-        best = None
+        best: dict[str, int] = {}
         for buckets in sm._queue.by_type.values():
-            for bucket in buckets.values():
+            for tenant, bucket in buckets.items():
                 heads = [bucket.ready[0][1]] if bucket.ready else []
                 if bucket.delayed and bucket.delayed[0][0] <= now_ms:
                     heads.append(bucket.delayed[0][0])   # due, not yet promoted
                 for at in heads:
-                    if best is None or at < best:
-                        best = at
+                    if at <= now_ms and at < best.get(tenant, at + 1):
+                        best[tenant] = at
         return best
     except (AttributeError, IndexError, TypeError):
-        return None
+        return {}
 
 
 class AttemptTracker:
@@ -217,12 +233,47 @@ class BucketHistogram:
     def count(self) -> int:
         return sum(self.counts)
 
-    def family(self) -> HistogramMetricFamily:
-        counts, total, buckets = list(self.counts), 0, []
+    def buckets(self) -> list[tuple[str, int]]:
+        """Cumulative (le, count) pairs, as the exposition format has them."""
+        counts, total, out = list(self.counts), 0, []
         for bound, n in zip((*map(floatToGoString, self.bounds), "+Inf"), counts):
             total += n
-            buckets.append((bound, total))
-        return HistogramMetricFamily(self.name, self.doc, buckets=buckets, sum_value=self.sum)
+            out.append((bound, total))
+        return out
+
+    def family(self) -> HistogramMetricFamily:
+        return HistogramMetricFamily(self.name, self.doc, buckets=self.buckets(),
+                                     sum_value=self.sum)
+
+
+class LabelledHistograms:
+    """A BucketHistogram per value of one label, for the first `values_max` values seen;
+    later values share OTHER_LABEL, so a client cannot mint series. One writer (the Raft
+    thread); scrapes read a copy of the table."""
+
+    def __init__(self, name: str, doc: str, label: str, bounds: tuple,
+                 values_max: int) -> None:
+        self.name, self.doc, self.label, self.bounds = name, doc, label, tuple(bounds)
+        self.values_max = values_max
+        self.by_value: dict[str, BucketHistogram] = {}
+
+    def observe(self, label_value: str, value: float) -> None:
+        histogram = self.by_value.get(label_value)
+        if histogram is None:
+            own = len(self.by_value) - (OTHER_LABEL in self.by_value)
+            if own >= self.values_max:
+                label_value = OTHER_LABEL
+            histogram = self.by_value.get(label_value)
+            if histogram is None:
+                histogram = BucketHistogram(self.name, self.doc, self.bounds)
+                self.by_value[label_value] = histogram
+        histogram.observe(value)
+
+    def family(self) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(self.name, self.doc, labels=[self.label])
+        for value, histogram in sorted(list(self.by_value.items())):
+            family.add_metric([value], histogram.buckets(), histogram.sum)
+        return family
 
 
 class NodeMetrics:
@@ -248,6 +299,10 @@ class NodeMetrics:
             "From a batch's proposal (the proposer's clock in its commands) to its "
             "application on this node (on a follower, includes clock skew to the proposer)",
             APPLY_BUCKETS_S)
+        self.run_time = LabelledHistograms(
+            "tsched_task_run_seconds",
+            "Completed tasks' completed_at - started_at (their last attempt), by task type",
+            "task_type", RUN_BUCKETS_S, TASK_TYPE_LABELS_MAX)
         self.apply_commands = BucketHistogram(
             "tsched_apply_batch_commands", "Commands per applied Raft entry",
             (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
@@ -329,6 +384,10 @@ class NodeMetrics:
     def _on_complete(self, cmd, value) -> None:
         if self.attempts.ended(cmd.task_id, cmd.fencing_token):
             self.events.completed += 1
+            task = value["task"]
+            if task.started_at_ms is not None and task.completed_at_ms is not None:
+                self.run_time.observe(task.task_type,
+                                      max(0, task.completed_at_ms - task.started_at_ms) / 1000)
 
     def _on_fail(self, cmd, value) -> None:
         if self.attempts.ended(cmd.task_id, cmd.fencing_token):
@@ -428,7 +487,7 @@ class _ScrapeCollector(Collector):
         yield from m.events.families()
         yield _shed_family(m.shed_priority, getattr(getattr(m._node, "proposer", None),
                                                     "refused_full", 0))
-        for histogram in (m.lateness, m.apply_latency, m.apply_commands):
+        for histogram in (m.lateness, m.run_time, m.apply_latency, m.apply_commands):
             yield histogram.family()
         replica = getattr(m._node, "replica", None)
         if replica is None:
@@ -518,18 +577,51 @@ def _queue_families(view: QueueView) -> Iterable:
     for p in PRIORITIES:
         prio.add_metric([str(p)], view.by_priority.get(p, 0))
     yield prio
-    tenants = GaugeMetricFamily("tsched_tenant_tasks", "Pending and running tasks by tenant",
-                                labels=["tenant", "state"])
-    for tenant in sorted(view.by_tenant):
-        counts = view.by_tenant[tenant]
+    tenants = GaugeMetricFamily(
+        "tsched_tenant_tasks", f"Pending and running tasks by tenant (the {TENANT_LABELS_MAX} "
+        f"with the most; the others summed as tenant=\"{OTHER_LABEL}\")",
+        labels=["tenant", "state"])
+    for tenant, counts in bounded_tenants(view.by_tenant, _live_count, _sum_counts):
         for state in ("pending", "running"):
             tenants.add_metric([tenant, state], counts.get(state, 0))
     yield tenants
+    ages = GaugeMetricFamily(
+        "tsched_tenant_oldest_due_task_age_seconds",
+        f"How long the tenant's longest-waiting due task at the head of a task type's queue "
+        f"has waited; only tenants with a due task (the {TENANT_LABELS_MAX} longest; the "
+        f"others' maximum as tenant=\"{OTHER_LABEL}\")", labels=["tenant"])
+    for tenant, age in bounded_tenants(view.oldest_due_age_s_by_tenant, float, max):
+        ages.add_metric([tenant], age)
+    yield ages
     yield GaugeMetricFamily("tsched_schedules", "Schedules defined", value=view.schedules)
     yield GaugeMetricFamily("tsched_oldest_claimable_task_age_seconds",
                             "How long the longest-waiting due task at the head of a "
                             "(tenant, task type) queue has waited (0: none is due)",
                             value=view.oldest_claimable_age_s or 0.0)
+
+
+def bounded_tenants(values: dict, rank: Callable, fold: Callable,
+                    limit: int = TENANT_LABELS_MAX) -> list[tuple[str, Any]]:
+    """(tenant, value) for the `limit` tenants ranking highest (ties by name), then the
+    others folded into one (OTHER_LABEL, value), so a family has at most limit + 1 series."""
+    ranked = sorted(values.items(), key=lambda kv: (-rank(kv[1]), kv[0]))
+    kept, rest = ranked[:limit], ranked[limit:]
+    out = sorted(kept)
+    if rest:
+        out.append((OTHER_LABEL, fold(v for _, v in rest)))
+    return out
+
+
+def _live_count(counts: dict[str, int]) -> int:
+    return counts.get("pending", 0) + counts.get("running", 0)
+
+
+def _sum_counts(many: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for counts in many:
+        for state, n in counts.items():
+            total[state] = total.get(state, 0) + n
+    return total
 
 
 # --- HTTP ------------------------------------------------------------------------------------

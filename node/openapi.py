@@ -330,6 +330,26 @@ def _stats() -> Schema:
     }, ("by_state", "by_priority", "by_tenant"))
 
 
+def _timeseries() -> Schema:
+    counts = {"type": "array", "items": integer(0)}
+    gauge = {"type": "array", "items": nullable({"type": "number"})}
+    return obj({
+        "step_s": {"type": "integer", "enum": [1, 60]},
+        "points_max": integer(1, description="the most points an answer holds (one hour)"),
+        "start": nullable(integer(0, description="epoch second of the first point (the "
+                                                 "i-th is at start + i * step_s); null: none")),
+        "submitted": {**counts, "description": "tasks created per point"},
+        "completed": {**counts, "description": "tasks completed per point"},
+        "failed": {**counts, "description": "attempts reported failed per point"},
+        "dead_lettered": {**counts, "description": "tasks moved to dead_letter per point"},
+        "lateness_p50_ms": {**gauge, "description": "claim lateness p50; null: no claim"},
+        "lateness_p99_ms": {**gauge, "description": "claim lateness p99 (with shards: the "
+                                                    "highest shard's); null: no claim"},
+        "queue_depth": {**gauge, "description": "pending tasks at the point's last sample"},
+    }, ("step_s", "points_max", "start", "submitted", "completed", "failed", "dead_lettered",
+        "lateness_p50_ms", "lateness_p99_ms", "queue_depth"))
+
+
 def components() -> dict[str, Schema]:
     return {
         "Error": _error(),
@@ -359,6 +379,7 @@ def components() -> dict[str, Schema]:
         "Cluster": _cluster(),
         "NodeStatus": _node_status(own=True),
         "Stats": _stats(),
+        "TimeSeries": _timeseries(),
         "Readiness": obj({"status": {"const": "ready"}, "node": string(),
                           "leader": string(), "applied_seq": APPLIED_SEQ, "shard": SHARD},
                          ("status", "node", "leader")),
@@ -558,6 +579,14 @@ def _admin_paths() -> dict[str, Any]:
             body_required=False, errors=(404, 409, 503), tag="cluster")},
         "/v1/stats": {"get": op(
             "Queue statistics", ref("Stats"), params=[query("tenant", TENANT)], tag="cluster")},
+        "/v1/timeseries": {"get": {**op(
+            "Activity time series", ref("TimeSeries"), tag="cluster",
+            params=[query("step_s", {"type": "integer", "enum": [1, 60], "default": 60},
+                          "1: per second; 60: per minute")]),
+            "description": "The last hour of activity, drawn by the dashboard, from a ring of "
+                           "3,600 one-second points the node keeps in memory (DESIGN 14.5). "
+                           "With shards: summed over every shard. Needs an admin token when "
+                           "the cluster has [auth]."}},
         "/v1/openapi.json": {"get": op("This document", {"type": "object"}, tag="operations")},
         "/healthz": {"get": op("Liveness", obj({"status": {"const": "ok"}, "node": text},
                                                 ("status", "node")), tag="operations")},
@@ -570,7 +599,9 @@ def _admin_paths() -> dict[str, Any]:
                                content_type="text/plain")},
         "/": {"get": op("Dashboard", text, tag="operations", content_type="text/html")},
         "/static/{name}": {"get": op(
-            "Dashboard asset", text, params=[path_param("name", "app.js or app.css")],
+            "Dashboard asset", text, params=[path_param(
+                "name", "app.js, app.css, charts.js, uPlot.iife.min.js, uPlot.min.css or "
+                        "uPlot.LICENSE.txt")],
             errors=(404,), tag="operations", content_type="text/plain")},
     }
 

@@ -221,6 +221,42 @@ def _sum_nested(a, b):
     return a if b is None else b
 
 
+@routes.get("/v1/timeseries")
+async def timeseries(request: web.Request) -> web.Response:
+    """The graphs' points summed over every shard (DESIGN 14.5)."""
+    r: Router = request.app[ROUTER]
+    docs = await _gather(r, request, {s: "/v1/timeseries" + _query(request, s)
+                                      for s in range(r.count)})
+    return json_response(sum_timeseries(list(docs.values())))
+
+
+def sum_timeseries(docs: list[dict]) -> dict:
+    """Counts and queue depths add up point by point (aligned by time: every shard's points
+    start at a multiple of the step); a lateness percentile cannot be added, so the merged
+    one is the highest of the shards' (an upper bound)."""
+    step = docs[0]["step_s"]
+    starts = [d["start"] for d in docs if d.get("start") is not None]
+    out = {"step_s": step, "points_max": docs[0]["points_max"],
+           "start": min(starts) if starts else None}
+    columns = [k for k, v in docs[0].items() if isinstance(v, list)]
+    length = max((len(d[columns[0]]) + (d["start"] - out["start"]) // step
+                  for d in docs if d.get("start") is not None), default=0)
+    for name in columns:
+        gauge = name.startswith("lateness_") or name == "queue_depth"
+        merged: list = [None if gauge else 0] * length
+        combine = max if name.startswith("lateness_") else (lambda a, b: a + b)
+        for d in docs:
+            if d.get("start") is None:
+                continue
+            offset = (d["start"] - out["start"]) // step
+            for i, v in enumerate(d[name]):
+                if v is not None:
+                    old = merged[offset + i]
+                    merged[offset + i] = v if old is None else combine(old, v)
+        out[name] = merged
+    return out
+
+
 # --- the cluster -----------------------------------------------------------------------------
 
 @routes.get("/v1/cluster")

@@ -367,6 +367,17 @@
     7, "no schedules");
   }
 
+  // --- graphs (charts.js draws them) -------------------------------------------------------------
+
+  async function loadGraphs() {
+    try {
+      TschedCharts.draw(await api("GET", "/v1/timeseries", { params: { step_s: $("graph-step").value } }));
+      $("graphs-note").textContent = "";
+    } catch (e) {   // the rest of the page still works (a tenant token may not read them)
+      $("graphs-note").textContent = `graphs unavailable: ${e.code || "network"}: ${e.message}`;
+    }
+  }
+
   // --- refresh loop ------------------------------------------------------------------------------
 
   const TAB_LOADERS = { tasks: loadTasks, dlq: loadDeadLetters, schedules: loadSchedules };
@@ -388,6 +399,7 @@
         Promise.all([api("GET", "/v1/stats", { fresh: true }), api("GET", "/v1/tenants", { fresh: true })])
           .then(([st, tenants]) => { renderQueues(st, tenants); return st; }),
         TAB_LOADERS[view.tab](),
+        loadGraphs(),
       ]);
       renderFacts(cluster, stats);
       renderShards(cluster, stats);
@@ -428,6 +440,7 @@
       refreshSoon();
     });
     $("auto-refresh").addEventListener("change", refreshSoon);
+    $("graph-step").addEventListener("change", refreshSoon);
     document.addEventListener("visibilitychange", () => { if (!document.hidden) refreshSoon(); });
     $("token-button").addEventListener("click", () => { $("token-form").hidden = !$("token-form").hidden; });
     $("token-form").addEventListener("submit", (ev) => {

@@ -172,6 +172,8 @@ def test_tenant_settings_and_cluster_operations_need_the_admin_token(c):
     assert_error(call(c, ACME, "GET", "/v1/cluster"), 403, "forbidden")
     assert_error(call(c, ACME, "GET", "/v1/cluster/self"), 403, "forbidden")
     assert_error(call(c, ACME, "POST", "/v1/cluster/transfer-leadership"), 403, "forbidden")
+    assert_error(call(c, ACME, "GET", "/v1/timeseries"), 403, "forbidden")   # cluster-wide
+    assert call(c, ADMIN, "GET", "/v1/timeseries")[0] == 200
     assert_error(call(c, ACME, "GET", "/v1/tenants/globex"), 404, "not_found")
     status, body = call(c, ACME, "GET", "/v1/tenants")
     assert status == 200 and {t["tenant"] for t in body["tenants"]} <= {"acme"}, body

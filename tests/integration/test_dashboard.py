@@ -174,6 +174,22 @@ class Chromium:
         self.log.close()
 
 
+def screenshot_dir(tmp_path: Path) -> Path:
+    """Where a test's screenshots go: TSCHED_SCREENSHOT_DIR when set (to keep them)."""
+    shots = Path(os.environ.get("TSCHED_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    return shots
+
+
+@contextlib.contextmanager
+def leader_cluster(tmp_path: Path):
+    """A started 3-node cluster in tmp_path/cluster and its leader's id."""
+    (tmp_path / "cluster").mkdir()
+    with Cluster(tmp_path / "cluster") as c:
+        c.start()
+        yield c, c.wait_leader()
+
+
 @contextlib.asynccontextmanager
 async def browser_page(tmp_path: Path):
     """A headless Chromium and one tab in it, both closed on the way out."""
@@ -227,12 +243,8 @@ def seed(c: Cluster, leader: str) -> tuple[str, str]:
 
 @needs_chromium
 async def test_dashboard_shows_the_cluster_and_replays_a_dead_letter(tmp_path):
-    shots = Path(os.environ.get("TSCHED_SCREENSHOT_DIR") or tmp_path)
-    shots.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "cluster").mkdir()
-    with Cluster(tmp_path / "cluster") as c:
-        c.start()
-        leader = c.wait_leader()
+    shots = screenshot_dir(tmp_path)
+    with leader_cluster(tmp_path) as (c, leader):
         dead_id, discard_id = seed(c, leader)
         follower = c.followers(leader)[0]
         async with browser_page(tmp_path) as page:
@@ -525,6 +537,8 @@ def test_real_answers_match_the_openapi_document(tmp_path):
         call("GET", "/v1/cluster", status=200)
         call("GET", "/v1/cluster/self", status=200)
         call("GET", "/v1/stats", status=200)
+        call("GET", "/v1/timeseries", query="?step_s=1", status=200)
+        call("GET", "/v1/timeseries", query="?step_s=5", status=400)
         call("GET", "/healthz", status=200)
         call("GET", "/readyz", status=200)
         exercised = {(m, t) for m, t, _ in seen}

@@ -47,4 +47,11 @@ async def test_dashboard_shows_every_shard_and_its_tasks(tmp_path):
                 return await page.eval(
                     "document.querySelectorAll('#task-list tbody tr.clickable').length")
             assert await until("the task list", listed) == len(TENANTS)
+
+            async def graphed():   # the graphs sum every shard's points
+                return await page.eval(
+                    "(() => { const p = window.TschedCharts && TschedCharts.plots['chart-activity'];"
+                    " return p ? p.data[1].reduce((s, v) => s + (v || 0), 0) : 0; })()"
+                ) == len(TENANTS)
+            await until("every shard's submits in the graph", graphed, 20)
             assert page.errors == []

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tsched.node import api_ops
 from tsched.node.api_common import NODE, Node
 from tsched.node.app import error_middleware
-from tsched.node.metrics import AttemptTracker, NodeMetrics
+from tsched.node.metrics import (OTHER_LABEL, AttemptTracker, NodeMetrics, bounded_tenants)
 from tsched.statemachine import StateMachine
 from tsched.statemachine import commands as c
 
@@ -174,6 +174,48 @@ def test_lease_expiry_is_counted_once_by_the_tick_that_ends_it(replica, metrics)
     assert len(metrics.attempts) == 0
 
 
+def test_run_duration_by_task_type_is_completed_minus_started(replica, metrics):
+    submit(replica, "a", T0, run_at_ms=T0)
+    (task,) = claim(replica, T0 + 100)
+    replica.apply(c.Complete(request_id="done", now_ms=T0 + 2_600, task_id="a",
+                             fencing_token=task.fencing_token))
+    s = scrape(metrics)
+    assert value(s, "tsched_task_run_seconds_count", task_type="t") == 1
+    assert value(s, "tsched_task_run_seconds_sum", task_type="t") == pytest.approx(2.5)
+    assert value(s, "tsched_task_run_seconds_bucket", task_type="t", le="1.0") == 0
+    assert value(s, "tsched_task_run_seconds_bucket", task_type="t", le="2.5") == 1
+
+
+def test_run_duration_task_types_past_the_cap_share_one_series():
+    m = NodeMetrics()
+    m.run_time.values_max = 2
+    for task_type, seconds in (("a", 1), ("b", 2), ("c", 3), ("d", 4), ("a", 5)):
+        m.run_time.observe(task_type, seconds)
+    s = scrape(m)
+    assert {dict(k)["task_type"] for k in s["tsched_task_run_seconds_count"]} == \
+        {"a", "b", OTHER_LABEL}
+    assert value(s, "tsched_task_run_seconds_count", task_type="a") == 2
+    assert value(s, "tsched_task_run_seconds_sum", task_type=OTHER_LABEL) == 7
+
+
+def test_per_tenant_gauges_keep_the_top_tenants_and_fold_the_rest():
+    counts = {f"t{i}": {"pending": i, "running": 1} for i in range(5)}
+    out = bounded_tenants(counts, lambda v: v["pending"] + v["running"],
+                          lambda vs: {"pending": sum(v["pending"] for v in vs)}, limit=2)
+    assert out == [("t3", counts["t3"]), ("t4", counts["t4"]), (OTHER_LABEL, {"pending": 3})]
+    assert bounded_tenants({"a": 1.0}, float, max, limit=2) == [("a", 1.0)]
+
+
+def test_oldest_due_age_per_tenant(replica, metrics):
+    submit(replica, "old", T0 - 5_000, run_at_ms=T0 - 5_000, tenant="acme")
+    submit(replica, "new", T0, run_at_ms=T0, tenant="globex")
+    submit(replica, "future", T0, run_at_ms=T0 + 60_000, tenant="initech")
+    s = scrape(metrics)     # the clock is T0 + 10 s
+    ages = s["tsched_tenant_oldest_due_task_age_seconds"]
+    assert ages == {(("tenant", "acme"),): pytest.approx(15.0),
+                    (("tenant", "globex"),): pytest.approx(10.0)}
+
+
 def test_attempts_running_before_attach_are_tracked(replica):
     submit(replica, "a", T0, run_at_ms=T0)
     (task,) = claim(replica, T0)
@@ -213,6 +255,7 @@ FAMILIES = [
     "tsched_failed_attempts_total", "tsched_retried_tasks_total",
     "tsched_lease_expirations_total", "tsched_dead_lettered_tasks_total",
     "tsched_scheduling_lateness_seconds_count", "tsched_apply_latency_seconds_count",
+    "tsched_tenant_oldest_due_task_age_seconds",
 ]
 
 
@@ -341,6 +384,9 @@ async def test_dashboard_and_assets(client):
     assert r.status == 200 and r.content_type == "text/javascript"
     assert "refresh" in await r.text()
     assert (await client.get("/static/app.css")).content_type == "text/css"
+    for asset in ("/static/charts.js", "/static/uPlot.iife.min.js", "/static/uPlot.min.css"):
+        assert asset in html and (await client.get(asset)).status == 200, asset
+    assert "MIT" in await (await client.get("/static/uPlot.LICENSE.txt")).text()
     for bad in ("/static/index.html", "/static/..%2Fmetrics.py", "/static/nope.js"):
         r = await client.get(bad)
         assert r.status == 404, bad
@@ -350,3 +396,15 @@ async def test_openapi_route(client):
     r = await client.get("/v1/openapi.json")
     assert r.status == 200
     assert (await r.json())["openapi"].startswith("3.1")
+
+
+async def test_timeseries_route(client, replica):
+    r = await client.get("/v1/timeseries", params={"step_s": "1"})
+    body = await r.json()
+    assert r.status == 200 and body["step_s"] == 1 and body["points_max"] == 3600
+    assert set(body) >= {"start", "submitted", "completed", "failed", "dead_lettered",
+                         "lateness_p50_ms", "lateness_p99_ms", "queue_depth"}
+    assert (await (await client.get("/v1/timeseries")).json())["step_s"] == 60
+    for bad in ({"step_s": "7"}, {"step_s": "x"}, {"bogus": "1"}):
+        r = await client.get("/v1/timeseries", params=bad)
+        assert r.status == 400 and (await r.json())["error"]["code"] == "invalid_argument"

@@ -1,0 +1,73 @@
+// tsched dashboard graphs: the last hour from GET /v1/timeseries, drawn with uPlot (vendored
+// as uPlot.iife.min.js, MIT, see uPlot.LICENSE.txt). app.js fetches the points and calls
+// TschedCharts.draw(answer); this file only turns an answer into three charts.
+"use strict";
+window.TschedCharts = (() => {
+  const HEIGHT_PX = 170;
+  const SPAN_POINTS_MIN = 60;   // the x axis spans at least 60 points: a minute, or the hour
+  const COLORS = { submitted: "#2f6fde", completed: "#1f9d55", failed: "#c98a00",
+    dead_lettered: "#d0392b", p50: "#2f6fde", p99: "#8e44ad", depth: "#1d2330" };
+  // One chart per unit: counts per point, milliseconds, tasks.
+  const CHARTS = [
+    { id: "chart-activity", title: (per) => `tasks per ${per}`, series: [
+      ["submitted", "submitted", COLORS.submitted], ["completed", "completed", COLORS.completed],
+      ["failed", "failed attempts", COLORS.failed], ["dead_lettered", "dead-lettered", COLORS.dead_lettered]] },
+    { id: "chart-lateness", title: () => "claim lateness (ms)", gaps: true, series: [
+      ["lateness_p50_ms", "p50", COLORS.p50], ["lateness_p99_ms", "p99", COLORS.p99]] },
+    { id: "chart-depth", title: () => "queue depth (pending)", series: [
+      ["queue_depth", "pending", COLORS.depth]] },
+  ];
+  const plots = {};      // chart id -> uPlot, rebuilt when the step changes
+  let step = null;
+
+  function columns(answer, chart) {
+    const n = answer.submitted.length;
+    const xs = Array.from({ length: n }, (_, i) => answer.start + i * answer.step_s);
+    return [xs, ...chart.series.map(([key]) => answer[key])];
+  }
+
+  // Dots where values are few (a lone claim between empty seconds draws no line), none
+  // where they are many.
+  function sparse(u, seriesIdx) {
+    const values = u.data[seriesIdx].filter((v) => v != null).length;
+    return values * 8 < u.width;
+  }
+
+  function options(chart, width) {
+    const per = step === 1 ? "second" : "minute";
+    return {
+      title: chart.title(per), width, height: HEIGHT_PX,
+      cursor: { drag: { x: false, y: false } },
+      scales: {
+        x: { range: (u, lo, hi) => [Math.min(lo, hi - SPAN_POINTS_MIN * step), hi] },
+        y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] },
+      },
+      series: [{}, ...chart.series.map(([, label, stroke]) => ({
+        label, stroke, width: 1.5, spanGaps: !!chart.gaps,
+        points: { show: sparse, size: 5, fill: stroke },
+      }))],
+      axes: [{}, { size: 56 }],
+    };
+  }
+
+  function draw(answer) {
+    if (answer.step_s !== step) {
+      for (const id of Object.keys(plots)) { plots[id].destroy(); delete plots[id]; }
+      step = answer.step_s;
+    }
+    for (const chart of CHARTS) {
+      const el = document.getElementById(chart.id);
+      const data = columns(answer, chart);
+      const width = Math.max(200, el.clientWidth);
+      if (!plots[chart.id]) plots[chart.id] = new uPlot(options(chart, width), data, el);
+      else {
+        plots[chart.id].setData(data);
+        if (Math.abs(plots[chart.id].width - width) > 4) plots[chart.id].setSize({ width, height: HEIGHT_PX });
+      }
+      el.dataset.points = data[0].length;   // read by the browser test, and handy to look at
+      el.dataset.step = answer.step_s;
+    }
+  }
+
+  return { draw, plots };
+})();

@@ -1,0 +1,94 @@
+"""The dashboard's graphs of the last hour (DESIGN 14.5) in real headless Chromium: a short
+load on a real 3-node cluster shows up in the charts a follower's dashboard draws, per
+second and per minute, with the counts the cluster applied.
+
+Set TSCHED_SCREENSHOT_DIR to keep the screenshot."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from .cluster import Cluster
+from .test_dashboard import browser_page, leader_cluster, needs_chromium, screenshot_dir, until
+
+pytestmark = pytest.mark.slow
+LOAD_S = 4.0          # how long the load runs: several one-second points
+BATCH = 20            # tasks per round: submitted, claimed, mostly completed
+DEAD_PER_ROUND = 2    # the rest fail for good
+
+CHART_TOTALS = """(() => {
+  const p = window.TschedCharts && TschedCharts.plots;
+  if (!p || !p["chart-activity"]) return null;
+  const sum = (a) => a.reduce((s, v) => s + (v || 0), 0);
+  const some = (a) => a.filter((v) => v != null).length;
+  const a = p["chart-activity"].data;
+  const depth = document.getElementById("chart-depth").dataset;
+  return { step: Number(depth.step), points: a[0].length,
+    submitted: sum(a[1]), completed: sum(a[2]), failed: sum(a[3]), dead: sum(a[4]),
+    lateness_points: some(p["chart-lateness"].data[2]),
+    depth_points: some(p["chart-depth"].data[1]),
+    canvases: document.querySelectorAll("#graphs-card canvas").length,
+    attr_points: Number(depth.points) };
+})()"""
+
+
+def run_load(c: Cluster, node: str) -> dict:
+    """Rounds of submit, claim, complete (and a few dead letters) for LOAD_S seconds."""
+    done = {"submitted": 0, "completed": 0, "dead": 0}
+    started = time.monotonic()
+    while time.monotonic() - started < LOAD_S:
+        s, b = c.call(node, "POST", "/v1/tasks", {"tasks": [
+            {"task_type": "statement", "tenant": "bank", "max_retries": 0}] * BATCH})
+        assert s == 201, b
+        done["submitted"] += BATCH
+        s, b = c.call(node, "POST", "/v1/claims", {"worker_id": "w", "task_types": ["statement"],
+                                                   "max_tasks": BATCH, "wait_s": 5})
+        assert s == 200 and len(b["tasks"]) == BATCH, b
+        reports = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"]}
+                   for t in b["tasks"][DEAD_PER_ROUND:]]
+        reports += [{"task_id": t["task_id"], "fencing_token": t["fencing_token"],
+                     "error": "partner bank unreachable", "retryable": False}
+                    for t in b["tasks"][:DEAD_PER_ROUND]]
+        s, b = c.call(node, "POST", "/v1/completions", {"completions": reports})
+        assert s == 200, b
+        done["completed"] += BATCH - DEAD_PER_ROUND
+        done["dead"] += DEAD_PER_ROUND
+    return done
+
+
+@needs_chromium
+async def test_graphs_draw_the_last_hour_of_a_short_load(tmp_path):
+    shots = screenshot_dir(tmp_path)
+    with leader_cluster(tmp_path) as (c, leader):
+        follower = c.followers(leader)[0]
+        async with browser_page(tmp_path) as page:
+            await page.navigate(c.url(follower) + "/")
+            await until("the first refresh", lambda: page.eval(
+                "Number(document.body && document.body.dataset.refreshes || 0)"))
+            done = await asyncio.to_thread(run_load, c, leader)
+
+            async def drawn():
+                t = await page.eval(CHART_TOTALS)
+                return t and t["submitted"] == done["submitted"] and \
+                    t["completed"] == done["completed"] and t["dead"] == done["dead"] and t
+            per_second = await until("the load in the per-second charts", drawn, 20)
+            assert per_second["step"] == 1 and per_second["canvases"] >= 3
+            assert per_second["points"] >= LOAD_S                # one point per second
+            assert per_second["attr_points"] == per_second["points"]
+            assert per_second["failed"] == done["dead"]
+            assert per_second["lateness_points"] >= 1 and per_second["depth_points"] >= 1
+            await page.eval("document.getElementById('graphs-card').scrollIntoView()")
+            await page.screenshot(shots / "dashboard-graphs.png")
+
+            await page.eval("(() => { const s = document.getElementById('graph-step');"
+                            " s.value = '60'; s.dispatchEvent(new Event('change')); })()")
+
+            async def per_minute_drawn():
+                t = await drawn()
+                return t and t["step"] == 60 and t
+            per_minute = await until("the same load per minute", per_minute_drawn, 20)
+            assert 1 <= per_minute["points"] <= 3     # the cluster is younger than 2 minutes
+            await page.screenshot(shots / "dashboard-graphs-per-minute.png")
+            assert page.errors == [], page.errors
