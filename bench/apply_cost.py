@@ -77,13 +77,18 @@ def main() -> int:
     args = p.parse_args()
     start = time.process_time()
     done = run(args.tasks, args.lag, render=args.render)
-    cpu_s = time.process_time() - start
-    print(f"command : python -m bench.apply_cost --tasks {args.tasks} --lag {args.lag}"
-          + (" --render" if args.render else ""))
-    if args.tasks:
-        print(f"FIGURE apply_cpu_us_per_lifecycle: {cpu_s / args.tasks * 1e6:.1f} us "
-              f"({done} of {args.tasks} completed)")
+    print_cpu_figure("apply", f"--tasks {args.tasks} --lag {args.lag}"
+                     + (" --render" if args.render else ""),
+                     time.process_time() - start, args.tasks, done)
     return 0
+
+
+def print_cpu_figure(name: str, flags: str, cpu_s: float, tasks: int, done: int) -> None:
+    """The command line and, for a run with tasks, CPU us per lifecycle (`bench.<name>_cost`)."""
+    print(f"command : python -m bench.{name}_cost {flags}")
+    if tasks:
+        print(f"FIGURE {name}_cpu_us_per_lifecycle: {cpu_s / tasks * 1e6:.1f} us "
+              f"({done} of {tasks} completed)")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import itertools
 import time
 from types import SimpleNamespace
 
+from bench.apply_cost import print_cpu_figure
 from tsched.node.present import result as render
 from tsched.node.proposer import Proposer
 from tsched.statemachine import StateMachine, codec
@@ -93,11 +94,8 @@ def main() -> int:
     args = p.parse_args()
     start = time.process_time()
     done = asyncio.run(run(args.tasks))
-    cpu_s = time.process_time() - start
-    print(f"command : python -m bench.proposer_cost --tasks {args.tasks}")
-    if args.tasks:
-        print(f"FIGURE proposer_cpu_us_per_lifecycle: {cpu_s / args.tasks * 1e6:.1f} us "
-              f"({done} of {args.tasks} completed)")
+    print_cpu_figure("proposer", f"--tasks {args.tasks}", time.process_time() - start,
+                     args.tasks, done)
     return 0
 
 
