@@ -2,12 +2,14 @@
 encoding, then decoding and applying each batch (digest folding included), for N tasks
 submitted in batches of 500, claimed 100 at a time by 5 claims per round and completed
 100 per batch, with the claims `--lag` submit batches behind (a backlog, as under load).
+With `--render` each answer is also rendered and serialised as the node answers it
+(`present.result`, then orjson), which a node does for the commands it proposed.
 
 Prints (asserts nothing) CPU microseconds per lifecycle. On a shared machine CPU time is
 noisy; instruction counts are not, so the figures quoted in commit messages come from
 valgrind, run twice to subtract start-up:
 
-    .venv/bin/python -m bench.apply_cost --tasks 20000
+    .venv/bin/python -m bench.apply_cost --tasks 20000 [--render]
     valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
         .venv/bin/python -m bench.apply_cost --tasks 6000 --lag 6      # and --tasks 0
     # (instructions(6000) - instructions(0)) / 6000 = instructions per lifecycle
@@ -18,6 +20,8 @@ import argparse
 import random
 import time
 
+import orjson
+
 from tsched.statemachine import StateMachine, codec
 from tsched.statemachine import commands as c
 
@@ -25,8 +29,10 @@ T0 = 1_800_000_000_000
 BATCH = 500
 
 
-def run(n: int, lag: int, seed: int = 7) -> int:
+def run(n: int, lag: int, seed: int = 7, render: bool = False) -> int:
     rnd = random.Random(seed)
+    if render:
+        from tsched.node.present import result as present
 
     def rid() -> str:
         return "%024x" % rnd.getrandbits(96)
@@ -34,7 +40,10 @@ def run(n: int, lag: int, seed: int = 7) -> int:
     sm = StateMachine()
 
     def commit(cmds: list) -> list:
-        return sm.apply_batch(codec.decode_batch(codec.encode_batch(cmds)))
+        results = sm.apply_batch(codec.decode_batch(codec.encode_batch(cmds)))
+        if render:
+            orjson.dumps([present(cmd, r) for cmd, r in zip(cmds, results)])
+        return results
 
     submits = [[c.SubmitTask(request_id=rid(), now_ms=T0, task_id=rid(), tenant="default",
                              task_type="x", payload_json='{"n":1}') for _ in range(BATCH)]
@@ -64,15 +73,22 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", type=int, default=20_000)
     p.add_argument("--lag", type=int, default=10, help="claims trail submits by this many batches")
+    p.add_argument("--render", action="store_true", help="also render every answer as the node does")
     args = p.parse_args()
     start = time.process_time()
-    done = run(args.tasks, args.lag)
-    cpu_s = time.process_time() - start
-    print(f"command : python -m bench.apply_cost --tasks {args.tasks} --lag {args.lag}")
-    if args.tasks:
-        print(f"FIGURE apply_cpu_us_per_lifecycle: {cpu_s / args.tasks * 1e6:.1f} us "
-              f"({done} of {args.tasks} completed)")
+    done = run(args.tasks, args.lag, render=args.render)
+    print_cpu_figure("apply", f"--tasks {args.tasks} --lag {args.lag}"
+                     + (" --render" if args.render else ""),
+                     time.process_time() - start, args.tasks, done)
     return 0
+
+
+def print_cpu_figure(name: str, flags: str, cpu_s: float, tasks: int, done: int) -> None:
+    """The command line and, for a run with tasks, CPU us per lifecycle (`bench.<name>_cost`)."""
+    print(f"command : python -m bench.{name}_cost {flags}")
+    if tasks:
+        print(f"FIGURE {name}_cpu_us_per_lifecycle: {cpu_s / tasks * 1e6:.1f} us "
+              f"({done} of {tasks} completed)")
 
 
 if __name__ == "__main__":

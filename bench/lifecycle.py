@@ -5,8 +5,17 @@ over the nodes; workers long-poll claims (`max_tasks` large) on every node and c
 what they get in one `POST /v1/completions`. The figure is N / (last completion - first
 submit). Each run uses its own task type, so runs do not see each other's tasks.
 
+With `--carry` every run is followed by one whose workers claim as the product's Worker
+does under a backlog: while a claim comes back full, the next claim carries the previous
+batch's completions (`POST /v1/claims` with `completions`, one round trip and mostly one
+Raft entry), waiting at most 0.2 s; otherwise they are sent apart. Both figures print.
+With `--baseline REV` the nodes of that revision (its node/, statemachine/ and client/,
+taken with `git archive`) run the same runs on a cluster of their own, alternating with
+this code's cluster round by round: an A/B of node code in one run.
+
     python -m bench.lifecycle                # 3 nodes, 3 runs of 20,000 tasks
     python -m bench.lifecycle --nodes 5 --tasks 50000
+    python -m bench.lifecycle --carry --baseline main --rounds 3 --runs 1
 """
 from __future__ import annotations
 
@@ -15,9 +24,10 @@ import asyncio
 import os
 import re
 import sys
+import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: make `bench` importable
@@ -27,6 +37,7 @@ from bench.lib import contention  # noqa: E402
 from bench.lib.api import Api, HttpError, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
+from bench.lib.revision import extract_tree  # noqa: E402
 
 TARGET = ">= 10,000 /s (3 nodes)"
 
@@ -41,6 +52,8 @@ class Config:
     wait_s: float = 1.0
     run_timeout_s: float = 120.0
     tenants: tuple[str, ...] = ()    # task i goes to tenants[i % n]; none: the default tenant
+    carry: bool = False              # completions ride on the next claim while claims are full
+    carry_wait_s: float = 0.2        # a claim that carries completions waits no longer (Worker's)
 
 
 class Run:
@@ -83,25 +96,40 @@ async def _producer(api: Api, base: str, run: Run, indexes: range) -> None:
 
 async def _worker(api: Api, base: str, run: Run, worker_id: str) -> None:
     cfg = run.cfg
+    carried: list[dict] = []     # claimed, handled, their completions not yet sent
     while not run.finished.is_set():
         try:
-            tasks = await api.claim(base, worker_id, [run.task_type], cfg.claim_max, cfg.wait_s)
+            if carried:
+                tasks, results = await api.claim_and_complete(
+                    base, worker_id, [run.task_type], cfg.claim_max, cfg.carry_wait_s,
+                    carried, result={})
+                _count_done(run, results)
+            else:
+                tasks = await api.claim(base, worker_id, [run.task_type], cfg.claim_max,
+                                        cfg.wait_s)
+            carried = []
             if not tasks:
                 continue
-            results = await api.complete_many(base, tasks, result={})
+            if cfg.carry and len(tasks) == cfg.claim_max:
+                carried = tasks       # a backlog: they ride on the next claim
+            else:
+                _count_done(run, await api.complete_many(base, tasks, result={}))
         except (HttpError, OSError, asyncio.TimeoutError) as e:
             run.complete_errors += 1
             print(f"  !! claim/complete failed: {e}", file=sys.stderr)
             await asyncio.sleep(0.05)  # back off from a failing node; not a synchronisation
             continue
-        done = [r for r in results if isinstance(r, dict) and "error" not in r]
-        run.completed += len(done)
-        if run.cfg.tenants:
-            for r in done:   # with shards, the id's first two hex digits are its shard
-                head = r["task_id"][:2]
-                run.by_prefix[head] = run.by_prefix.get(head, 0) + 1
-        run.t_last = time.perf_counter()
-        run.check_done()
+
+
+def _count_done(run: Run, results: list) -> None:
+    done = [r for r in results if isinstance(r, dict) and "error" not in r]
+    run.completed += len(done)
+    if run.cfg.tenants:
+        for r in done:   # with shards, the id's first two hex digits are its shard
+            head = r["task_id"][:2]
+            run.by_prefix[head] = run.by_prefix.get(head, 0) + 1
+    run.t_last = time.perf_counter()
+    run.check_done()
 
 
 async def run_once(api: Api, urls: list[str], cfg: Config, label: str = "life") -> dict:
@@ -146,27 +174,32 @@ async def replication_waste(api: Api, urls: list[str]) -> dict[str, float]:
 
 def describe_run(i: int, r: dict) -> str:
     flag = " TIMED OUT" if r["timed_out"] else ""
-    return (f"run {i}: {r['tasks_per_s']:,.0f} lifecycles/s ({r['completed']}/{r['acked']} "
+    mode = " (completions on claims)" if r.get("carry") else ""
+    return (f"run {i}{mode}: {r['tasks_per_s']:,.0f} lifecycles/s ({r['completed']}/{r['acked']} "
             f"completed in {r['elapsed_s']:.2f} s; submits alone {r['submit_per_s']:,.0f}/s; "
             f"errors submit={r['submit_errors']} claim/complete={r['complete_errors']}; "
             f"{r.get('cpu_ms_per_task', float('nan')):.3f} ms CPU per lifecycle, nodes + client){flag}")
 
 
 async def measure(urls: list[str], cfg: Config, runs: int, report: Report,
-                  warmup_tasks: int = 2000) -> list[dict]:
+                  warmup_tasks: int = 2000, carry: bool = False) -> list[dict]:
+    """`runs` runs; with `carry` each is followed by one whose completions ride on claims
+    (those results have "carry": True)."""
     async with Api() as api:
         if warmup_tasks:
             warm = Config(**{**asdict(cfg), "tasks": min(warmup_tasks, cfg.tasks)})
             await run_once(api, urls, warm, "warmup")
         results = []
         for i in range(runs):
-            cpu0 = contention.tree_cpu_s()
-            r = await run_once(api, urls, cfg)
-            # CPU that nodes + client spent per lifecycle: what bounds throughput on a
-            # machine this small, whatever other processes take.
-            r["cpu_ms_per_task"] = (contention.tree_cpu_s() - cpu0) * 1000 / max(r["completed"], 1)
-            report.note(describe_run(i + 1, r))
-            results.append(r)
+            for mode in ((False, True) if carry else (cfg.carry,)):
+                cpu0 = contention.tree_cpu_s()
+                r = await run_once(api, urls, replace(cfg, carry=mode))
+                # CPU that nodes + client spent per lifecycle: what bounds throughput on a
+                # machine this small, whatever other processes take.
+                r["cpu_ms_per_task"] = (contention.tree_cpu_s() - cpu0) * 1000 / max(r["completed"], 1)
+                r["carry"] = mode
+                report.note(describe_run(i + 1, r))
+                results.append(r)
         waste = await replication_waste(api, urls)
         report.note("replication waste over all runs: " + (", ".join(
             f"{k.replace('_', ' ')} {v:,.0f}" for k, v in sorted(waste.items())) or "not counted"))
@@ -183,6 +216,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=d.batch, help="tasks per submit (<= 1000)")
     p.add_argument("--workers", type=int, default=d.workers, help="concurrent claim loops")
     p.add_argument("--claim-max", type=int, default=d.claim_max, help="max_tasks per claim (<= 100)")
+    p.add_argument("--carry", action="store_true",
+                   help="after each run, one with completions riding on claims (both printed)")
+    p.add_argument("--baseline", metavar="REV",
+                   help="also run that revision's nodes, on a cluster of their own, alternating")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="clusters per side (each runs --runs runs); alternating with --baseline")
     p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
     add_common_flags(p)
     return p.parse_args(argv)
@@ -197,23 +236,47 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     loop_name = install_fast_loop()
     cfg = config_from(args)
-    with LocalCluster(args.nodes, keep=args.keep) as cluster:
-        report = Report("task lifecycles per second (submit + claim + complete)", "bench.lifecycle",
-                        args, {"nodes": args.nodes, "runs": args.runs, **asdict(cfg),
-                               "client_loop": loop_name, "durability": "node default (fsync)"},
-                        data_dir=cluster.root)
-        cluster.wait_writable()
-        report.start()
-        results = asyncio.run(measure(cluster.urls, cfg, args.runs, report))
-        report.figure(f"lifecycles_per_s_{args.nodes}_nodes", [r["tasks_per_s"] for r in results],
-                      "/s", TARGET if args.nodes == 3 else None)
-        report.figure("submits_per_s_while_claiming", [r["submit_per_s"] for r in results], "/s")
-        cpu = report.figure("cpu_ms_per_lifecycle", [r["cpu_ms_per_task"] for r in results], "ms")
-        cores = len(os.sched_getaffinity(0))
-        report.figure("cpu_bound_lifecycles_per_s", [cores * 1000 / cpu], "/s",
-                      f"the most {cores} idle cores could do at this CPU cost")
-        report.finish()
+    report = Report("task lifecycles per second (submit + claim + complete)", "bench.lifecycle",
+                    args, {"nodes": args.nodes, "runs": args.runs, "rounds": args.rounds,
+                           **asdict(cfg), "carry_runs": args.carry,
+                           "baseline": args.baseline or "-", "client_loop": loop_name,
+                           "durability": "node default (fsync)"},
+                    data_dir=tempfile.gettempdir())
+    report.start()
+    with tempfile.TemporaryDirectory(prefix="tsched-bench-nodes-") as tmp:
+        sides: dict[str, str | None] = {"": None}
+        if args.baseline:
+            sides = {"_baseline": extract_tree(args.baseline, tmp), "": None}
+        results: dict[str, list[dict]] = {side: [] for side in sides}
+        for rnd in range(args.rounds):
+            for side, path in sides.items():
+                report.note(f"round {rnd + 1}: nodes of "
+                            + (f"{args.baseline} (baseline)" if path else "this code"))
+                with LocalCluster(args.nodes, keep=args.keep,
+                                  env={"PYTHONPATH": path} if path else None) as cluster:
+                    cluster.wait_writable()
+                    results[side] += asyncio.run(measure(cluster.urls, cfg, args.runs, report,
+                                                         carry=args.carry))
+    for side, got in results.items():
+        report_side(report, args, side, got)
+    report.finish()
     return 0
+
+
+def report_side(report: Report, args: argparse.Namespace, side: str, got: list[dict]) -> None:
+    """The figures of one side (suffix "" for this code), plain runs then carried ones."""
+    for carry in sorted({r["carry"] for r in got}):
+        runs = [r for r in got if r["carry"] == carry]
+        tag = ("_carry" if carry else "") + side
+        headline = not tag and args.nodes == 3
+        report.figure(f"lifecycles_per_s_{args.nodes}_nodes{tag}", [r["tasks_per_s"] for r in runs],
+                      "/s", TARGET if headline else None)
+        report.figure(f"submits_per_s_while_claiming{tag}", [r["submit_per_s"] for r in runs], "/s")
+        cpu = report.figure(f"cpu_ms_per_lifecycle{tag}", [r["cpu_ms_per_task"] for r in runs], "ms")
+        if not tag:
+            cores = len(os.sched_getaffinity(0))
+            report.figure("cpu_bound_lifecycles_per_s", [cores * 1000 / cpu], "/s",
+                          f"the most {cores} idle cores could do at this CPU cost")
 
 
 if __name__ == "__main__":

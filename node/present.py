@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 
-from tsched.statemachine.reads import retrying, status
+from tsched.statemachine.model import RETRYING
+from tsched.statemachine.reads import status
 
 from .errors import from_result
 
@@ -20,13 +21,25 @@ _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 _SECONDS_CACHED_MAX = 4096
 _second_prefix: dict[int, str] = {}   # epoch second -> "YYYY-MM-DDTHH:MM:SS" (a pure cache)
+_INSTANTS_CACHED_MAX = 8192
+_instant: dict[int, str] = {}         # epoch ms -> its RFC 3339 text (a pure cache)
 
 
 def rfc3339(ms: int | None) -> str | None:
     """Epoch ms -> "2026-12-01T15:00:00.000Z". Rendering is on the hot path of every
-    answer, and instants cluster around now: the per-second prefix is cached."""
+    answer, and instants repeat: the tasks of one batch share their creation, claim or
+    completion instant, so whole texts are cached by ms, and prefixes by second."""
     if ms is None:
         return None
+    text = _instant.get(ms)
+    if text is None:
+        if len(_instant) >= _INSTANTS_CACHED_MAX:
+            _instant.clear()
+        text = _instant[ms] = _format_ms(ms)
+    return text
+
+
+def _format_ms(ms: int) -> str:
     sec, milli = divmod(ms, 1000)
     prefix = _second_prefix.get(sec)
     if prefix is None:
@@ -44,11 +57,30 @@ def seconds(ms: int | None) -> int | float | None:
     return ms // 1000 if ms % 1000 == 0 else ms / 1000
 
 
-def json_value(text: str | None) -> Any:
-    return None if text is None else orjson.loads(text)
+def json_fragment(text: str | None) -> orjson.Fragment | None:
+    """A stored JSON text (payload, result) as it goes out, unparsed: the node stores them
+    compact with sorted keys (validate.json_text), which is what parsing and serialising
+    them again would give. Only orjson serialises the answers."""
+    return None if text is None else orjson.Fragment(text)
+
+
+_RETRIES_CACHED_MAX = 1024
+_retry: dict[int, tuple[Any, dict[str, Any]]] = {}   # id(policy) -> (policy, rendered)
 
 
 def retry(policy) -> dict[str, Any]:
+    """A retry policy as the API shows it. Tasks share their policy objects (the state
+    machine decodes one per distinct policy), so renderings are cached by identity; the
+    cache holds the policy, so an id is not reused while cached."""
+    hit = _retry.get(id(policy))
+    if hit is None or hit[0] is not policy:
+        if len(_retry) >= _RETRIES_CACHED_MAX:
+            _retry.clear()
+        hit = _retry[id(policy)] = (policy, _retry_fields(policy))
+    return dict(hit[1])
+
+
+def _retry_fields(policy) -> dict[str, Any]:
     return {
         "backoff": policy.backoff,
         "base_s": seconds(policy.base_ms),
@@ -78,6 +110,8 @@ def error_detail(text: str | None) -> dict[str, str] | None:
 
 def error_line(text: str | None) -> str | None:
     """A stored error as one readable string: "Type: message" for a detailed one."""
+    if text is None:
+        return None
     detail = error_detail(text)
     if detail is None:
         return text
@@ -97,35 +131,45 @@ def attempt(a) -> dict[str, Any]:
     }
 
 
+# A task answer's fields, in the contract's order. Each answer starts as a copy of this
+# (one presized table) and has its values set: a dict display this long is built key by key
+# with several resizes, about a sixth of rendering a task.
+_TASK_FIELDS = dict.fromkeys((
+    "task_id", "tenant", "task_type", "state", "status", "next_retry_at", "payload", "priority",
+    "run_at", "attempt", "max_retries", "retry", "timeout_s", "idempotency_key", "execution_id",
+    "schedule_id", "lease_expires_at", "fencing_token", "worker_id", "cancel_requested",
+    "last_error", "result", "created_at", "started_at", "completed_at", "attempts"))
+
+
 def task(t, *, duplicate: bool | None = None) -> dict[str, Any]:
-    out = {
-        "task_id": t.task_id,
-        "tenant": t.tenant,
-        "task_type": t.task_type,
-        "state": t.state,
-        "status": status(t),
-        "next_retry_at": rfc3339(t.run_at_ms) if retrying(t) else None,
-        "payload": json_value(t.payload_json),
-        "priority": t.priority,
-        "run_at": rfc3339(t.run_at_ms),
-        "attempt": t.attempt,
-        "max_retries": t.max_retries,
-        "retry": retry(t.retry),
-        "timeout_s": seconds(t.timeout_ms),
-        "idempotency_key": t.idempotency_key,
-        "execution_id": t.execution_id,
-        "schedule_id": t.schedule_id,
-        "lease_expires_at": rfc3339(t.lease_expires_at_ms),
-        "fencing_token": t.fencing_token,
-        "worker_id": t.worker_id,
-        "cancel_requested": bool(t.cancel_requested),
-        "last_error": error_line(t.last_error),
-        "result": json_value(t.result_json),
-        "created_at": rfc3339(t.created_at_ms),
-        "started_at": rfc3339(t.started_at_ms),
-        "completed_at": rfc3339(t.completed_at_ms),
-        "attempts": [attempt(a) for a in t.attempts],
-    }
+    out = _TASK_FIELDS.copy()
+    out["task_id"] = t.task_id
+    out["tenant"] = t.tenant
+    out["task_type"] = t.task_type
+    out["state"] = t.state
+    out["status"] = shown = status(t)
+    if shown == RETRYING:
+        out["next_retry_at"] = rfc3339(t.run_at_ms)
+    out["payload"] = json_fragment(t.payload_json)
+    out["priority"] = t.priority
+    out["run_at"] = rfc3339(t.run_at_ms)
+    out["attempt"] = t.attempt
+    out["max_retries"] = t.max_retries
+    out["retry"] = retry(t.retry)
+    out["timeout_s"] = seconds(t.timeout_ms)
+    out["idempotency_key"] = t.idempotency_key
+    out["execution_id"] = t.execution_id
+    out["schedule_id"] = t.schedule_id
+    out["lease_expires_at"] = rfc3339(t.lease_expires_at_ms)
+    out["fencing_token"] = t.fencing_token
+    out["worker_id"] = t.worker_id
+    out["cancel_requested"] = bool(t.cancel_requested)
+    out["last_error"] = error_line(t.last_error)
+    out["result"] = json_fragment(t.result_json)
+    out["created_at"] = rfc3339(t.created_at_ms)
+    out["started_at"] = rfc3339(t.started_at_ms)
+    out["completed_at"] = rfc3339(t.completed_at_ms)
+    out["attempts"] = [attempt(a) for a in t.attempts]
     if duplicate is not None:
         out["duplicate"] = duplicate
     return out
@@ -137,7 +181,7 @@ def tenant(v) -> dict[str, Any]:
 
 
 def template(t) -> dict[str, Any]:
-    return {"task_type": t.task_type, "payload": json_value(t.payload_json),
+    return {"task_type": t.task_type, "payload": json_fragment(t.payload_json),
             "priority": t.priority, "timeout_s": seconds(t.timeout_ms),
             "max_retries": t.max_retries, "retry": retry(t.retry)}
 

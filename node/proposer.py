@@ -2,7 +2,9 @@
 
 Concurrent proposals made within one loop iteration are packed into one Raft entry. Waiters
 are keyed by `request_id` and answered from the apply listener, so an entry that commits
-after an ambiguous outcome (a leader change, a timed-out wait) still answers. A failure
+after an ambiguous outcome (a leader change, a timed-out wait) still answers. A `propose()`
+call waits on one future for all its commands (a submit batch is up to 1,000), not on one
+per command. A failure
 reported by pysyncobj, a change of leader, or no answer within `repropose_after_s`,
 re-proposes the same commands (same `request_id`s: the state machine's request table applies them at most once)
 until the deadline.
@@ -46,6 +48,34 @@ class _Call:
             self.failed.set_result(reason)
 
 
+_UNANSWERED = object()
+
+
+class _Answers:
+    """The answers of one `propose()` call, by command position; `done` resolves once
+    every command has its answer. Touched on the loop only."""
+
+    __slots__ = ("values", "missing", "seq", "done")
+
+    def __init__(self, n: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.values: list = [_UNANSWERED] * n
+        self.missing = n
+        self.seq = 0
+        self.done: asyncio.Future = loop.create_future()
+
+    def answer(self, i: int, value, seq: int) -> None:
+        if self.values[i] is not _UNANSWERED:
+            return
+        self.values[i] = value
+        self.seq = max(self.seq, seq)
+        self.missing -= 1
+        if not self.missing and not self.done.done():
+            self.done.set_result(None)
+
+    def unanswered(self, cmds: list) -> list:
+        return [cmd for cmd, v in zip(cmds, self.values) if v is _UNANSWERED]
+
+
 class Proposer:
     def __init__(self, replica, loop: asyncio.AbstractEventLoop, *,
                  render: Callable[[Any, Any], Any] | None = None,
@@ -65,7 +95,7 @@ class Proposer:
         self._leader_poll_s = leader_poll_s
         self._waiting_max = waiting_max
         self.refused_full = 0              # sheddable proposals refused, queue full (metrics)
-        self._waiters: dict[str, list[asyncio.Future]] = {}
+        self._waiters: dict[str, list[tuple[_Answers, int]]] = {}
         self._queue: list[tuple[Any, _Call]] = []
         self._flush_scheduled = False
         self.entries_proposed = 0          # Raft entries handed over (metrics, tests)
@@ -91,71 +121,68 @@ class Proposer:
             raise ProposalError("overloaded", f"{len(self._waiters)} commands wait for "
                                 f"commit at this node (at most {self._waiting_max})")
         deadline = self._loop.time() + timeout_s
-        futures = [self._wait_for(cmd.request_id) for cmd in cmds]
+        answers = _Answers(len(cmds), self._loop)
+        waiters = self._waiters
+        for i, cmd in enumerate(cmds):
+            waiters.setdefault(cmd.request_id, []).append((answers, i))
         try:
-            seq = await self._drive(cmds, futures, deadline)
+            seq = await self._drive(cmds, answers, deadline)
         finally:
-            for cmd, fut in zip(cmds, futures):
-                self._unwait(cmd.request_id, fut)
-        return [fut.result()[0] for fut in futures], seq
+            self._unwait(cmds, answers)
+        return answers.values, seq
 
-    async def _drive(self, cmds, futures, deadline: float) -> int:
+    async def _drive(self, cmds, answers: _Answers, deadline: float) -> int:
         call = _Call(self._loop)
         leader_seen = False
         while True:
-            pending = [c for c, f in zip(cmds, futures) if not f.done()]
-            if not pending:
-                return max(f.result()[1] for f in futures)
+            if not answers.missing:
+                return answers.seq
             remaining = deadline - self._loop.time()
             if remaining <= 0:
                 raise ProposalError("timeout" if leader_seen else "no_leader",
                                     f"no answer within the deadline ({call.reason or 'waiting'})")
             leader = self._replica.leader_id()
             if leader is None:
-                await self._wait(futures, call, min(remaining, self._leader_poll_s))
+                await self._wait(answers, call, min(remaining, self._leader_poll_s))
                 continue
             leader_seen = True
             call.rearm(self._loop)
-            self._enqueue(pending, call)
+            self._enqueue(answers.unanswered(cmds), call)
             # A proposal forwarded to a leader that then died may never be reported failed:
             # re-propose as soon as another leader is known, not only after the fallback wait.
-            await self._wait(futures, call, min(remaining, self._repropose_after_s), leader)
+            await self._wait(answers, call, min(remaining, self._repropose_after_s), leader)
             if call.failed.done():
-                await self._wait(futures, None, min(self._retry_backoff_s,
+                await self._wait(answers, None, min(self._retry_backoff_s,
                                                     max(0.0, deadline - self._loop.time())))
 
-    async def _wait(self, futures, call: _Call | None, timeout_s: float,
+    async def _wait(self, answers: _Answers, call: _Call | None, timeout_s: float,
                     leader: str | None = None) -> None:
-        """Until every future is done, the call failed, the leader is no longer `leader`
-        (when given), or the timeout, whichever first. (asyncio.wait never cancels what it
-        waits on, unlike gather or wait_for.)"""
+        """Until every command has its answer, the call failed, the leader is no longer
+        `leader` (when given), or the timeout, whichever first. (asyncio.wait never cancels
+        what it waits on, unlike gather or wait_for.)"""
         end = self._loop.time() + timeout_s
         while True:
-            waits = [f for f in futures if not f.done()]
             remaining = end - self._loop.time()
-            if not waits or remaining <= 0 or (call is not None and call.failed.done()):
+            if answers.done.done() or remaining <= 0 or (call is not None and call.failed.done()):
                 return
             if leader is not None and self._replica.leader_id() != leader:
                 return
+            waits = [answers.done]
             if call is not None:
                 waits.append(call.failed)
             if leader is not None:
                 remaining = min(remaining, self._leader_poll_s)
             await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
 
-    def _wait_for(self, request_id: str) -> asyncio.Future:
-        fut = self._loop.create_future()
-        self._waiters.setdefault(request_id, []).append(fut)
-        return fut
-
-    def _unwait(self, request_id: str, fut: asyncio.Future) -> None:
-        futs = self._waiters.get(request_id)
-        if futs is None:
-            return
-        if fut in futs:
-            futs.remove(fut)
-        if not futs:
-            del self._waiters[request_id]
+    def _unwait(self, cmds, answers: _Answers) -> None:
+        waiters = self._waiters
+        for cmd in cmds:
+            entries = waiters.get(cmd.request_id)
+            if entries is None:
+                continue
+            entries[:] = [e for e in entries if e[0] is not answers]
+            if not entries:
+                del waiters[cmd.request_id]
 
     def _enqueue(self, cmds, call: _Call) -> None:
         self._queue.extend((cmd, call) for cmd in cmds)
@@ -203,7 +230,7 @@ class Proposer:
             self._loop.call_soon_threadsafe(self._resolve, answers, seq)
 
     def _resolve(self, answers, seq: int) -> None:
+        waiters = self._waiters
         for rid, value in answers:
-            for fut in self._waiters.get(rid, ()):
-                if not fut.done():
-                    fut.set_result((value, seq))
+            for waiting, i in waiters.get(rid, ()):
+                waiting.answer(i, value, seq)

@@ -27,6 +27,8 @@ class Rejected(Exception):
 
 
 def _utf8(name: str, value: str) -> None:
+    """Callers skip ASCII text (`str.isascii`, no copy): it always encodes, one byte per
+    character. Only other text is encoded to find lone surrogates."""
     try:
         value.encode()
     except UnicodeEncodeError:
@@ -39,7 +41,8 @@ def string(name: str, value, chars_max: int, *, optional: bool = False) -> None:
     if type(value) is not str or not 0 < len(value) <= chars_max:
         raise Rejected(INVALID_ARGUMENT, f"{name} must be a string of 1..{chars_max} characters",
                        field=name)
-    _utf8(name, value)
+    if not value.isascii():
+        _utf8(name, value)
 
 
 def integer(name: str, value, lo: int, hi: int, *, optional: bool = False) -> None:
@@ -67,6 +70,8 @@ def sized(name: str, value, bytes_max: int) -> None:
     if len(value) > bytes_max:
         raise Rejected(TOO_LARGE, f"{name} exceeds {bytes_max} bytes", field=name,
                        limit=bytes_max)
+    if value.isascii():
+        return      # as many bytes as characters: within the bound checked above
     _utf8(name, value)
     if len(value.encode()) > bytes_max:
         raise Rejected(TOO_LARGE, f"{name} exceeds {bytes_max} bytes", field=name,

@@ -68,16 +68,31 @@ class Api:
         res = await self.call("POST", base + "/v1/claims", body, timeout_s or wait_s + 15)
         return res["tasks"]
 
+    async def claim_and_complete(self, base: str, worker_id: str, task_types: list[str],
+                                 max_tasks: int, wait_s: float, done: list[dict],
+                                 result: Any = None, lease_s: float = 60,
+                                 timeout_s: float | None = None) -> tuple[list[dict], list[dict]]:
+        """A claim that carries the completions of `done` (claimed tasks): (the tasks it
+        got, one result per completion)."""
+        body = {"worker_id": worker_id, "task_types": task_types, "max_tasks": max_tasks,
+                "wait_s": wait_s, "lease_s": lease_s, "completions": _completions(done, result)}
+        res = await self.call("POST", base + "/v1/claims", body, timeout_s or wait_s + 15)
+        return res["tasks"], res["completions"]
+
     async def complete_many(self, base: str, tasks: list[dict], result: Any = None,
                             timeout_s: float | None = None) -> list[dict]:
         """Batch completion of claimed tasks (each needs task_id and fencing_token)."""
-        items = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"],
-                  "result": result} for t in tasks]
-        res = await self.call("POST", base + "/v1/completions", {"completions": items}, timeout_s)
+        res = await self.call("POST", base + "/v1/completions",
+                              {"completions": _completions(tasks, result)}, timeout_s)
         return res["results"]
 
     async def cluster(self, base: str, timeout_s: float = 2.0) -> dict:
         return await self.call("GET", base + "/v1/cluster", timeout_s=timeout_s)
+
+
+def _completions(tasks: list[dict], result: Any) -> list[dict]:
+    return [{"task_id": t["task_id"], "fencing_token": t["fencing_token"], "result": result}
+            for t in tasks]
 
 
 def install_fast_loop() -> str:

@@ -44,3 +44,14 @@ def run_worker_process(main, args: argparse.Namespace) -> int:
             pass
     asyncio.run(main(args))
     return 0
+
+
+def extract_tree(rev: str, into: str) -> str:
+    """That revision's node, state machine and client as the `tsched` package under `into`
+    (a PYTHONPATH for nodes of that revision: an A/B of node code in one benchmark run)."""
+    root = Path(into) / "tsched"
+    root.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", rev, "node", "statemachine", "client"], cwd=REPO,
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    return into

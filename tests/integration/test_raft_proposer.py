@@ -52,6 +52,20 @@ async def test_a_repeated_request_id_is_answered_with_the_first_result(trio):
         assert list(sm.tasks) == ["t1"]
 
 
+async def test_a_request_id_waited_for_twice_is_answered_at_every_position(trio):
+    leader = await wait_leader(trio)
+    proposer = Proposer(leader, asyncio.get_running_loop(),
+                        render=lambda cmd, res: res.value["task_id"])
+    both = asyncio.ensure_future(proposer.propose(
+        [submit("dup", task_id="d1"), submit("other"), submit("dup", task_id="d2")], 10))
+    await asyncio.sleep(0)     # those three are queued first
+    (alone,), _ = await proposer.propose([submit("dup", task_id="d3")], 10)
+    results, seq = await both
+    assert results == ["d1", "other", "d1"] and alone == "d1"
+    assert seq <= leader.applied_seq
+    assert proposer._waiters == {}       # nothing left waiting
+
+
 async def test_reproposes_after_a_failure_until_applied(trio):
     leader = await wait_leader(trio)
     follower = next(r for r in trio if r is not leader)

@@ -21,6 +21,14 @@ def test_submit_defaults_and_reads() -> None:
     assert d.sm.get_tenant("acme").pending == 1
 
 
+def test_text_beyond_ascii_is_taken_within_its_byte_bound() -> None:
+    d = Driver()
+    payload = '"' + "é" * 32_000 + '"'        # 64,002 bytes: within 65,536
+    d.add("t-é", tenant="café", task_type="mail-ü", payload_json=payload)
+    task = d.sm.get_task("t-é")
+    assert (task.tenant, task.task_type, task.payload_json) == ("café", "mail-ü", payload)
+
+
 @pytest.mark.parametrize("fields, code", [
     ({"priority": 11}, e.INVALID_ARGUMENT), ({"priority": -1}, e.INVALID_ARGUMENT),
     ({"priority": True}, e.INVALID_ARGUMENT), ({"priority": "5"}, e.INVALID_ARGUMENT),
@@ -37,6 +45,8 @@ def test_submit_defaults_and_reads() -> None:
     ({"retry": c.RetryPolicy(multiplier_milli=999)}, e.INVALID_ARGUMENT),
     ({"retry": c.RetryPolicy(jitter_permille=1001)}, e.INVALID_ARGUMENT),
     ({"task_id": "\ud800"}, e.INVALID_ARGUMENT),
+    ({"tenant": "acm\udc80"}, e.INVALID_ARGUMENT),
+    ({"payload_json": '"\ud800"'}, e.INVALID_ARGUMENT),     # within the size, not UTF-8
 ])
 def test_submit_rejections_change_nothing(fields, code) -> None:
     d = Driver()
