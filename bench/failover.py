@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import time
 import uuid
@@ -65,6 +66,20 @@ class Background:
             return [{"task_type": self.task_type}] * self.batch
         return [{"task_type": self.task_type, "tenant": self.tenants[j % len(self.tenants)]}
                 for j in range(self.batch)]
+
+    @contextlib.asynccontextmanager
+    async def running(self, report: Report):
+        """2 producers and 2 claim+complete loops while the block runs; their totals noted."""
+        load = [asyncio.create_task(self.produce(i)) for i in range(2)]
+        load += [asyncio.create_task(self.consume(i)) for i in range(2)]
+        try:
+            yield self
+        finally:
+            for t in load:
+                t.cancel()
+            await asyncio.gather(*load, return_exceptions=True)
+        report.note(f"background load: {self.submitted} submitted, {self.completed} completed, "
+                    f"{self.errors} failed calls (expected around kills)")
 
     async def consume(self, i: int) -> None:
         while True:
@@ -147,21 +162,13 @@ async def measure(cluster: LocalCluster, kills: int, report: Report, batch: int,
                   pause_s: float) -> list[dict]:
     async with Api() as api:
         bg = Background(api, cluster.urls, batch, pause_s)
-        load = [asyncio.create_task(bg.produce(i)) for i in range(2)]
-        load += [asyncio.create_task(bg.consume(i)) for i in range(2)]
         results = []
-        try:
+        async with bg.running(report):
             for k in range(kills):
                 r = await one_kill(api, cluster, bg, k)
                 report.note(f"kill {k + 1}: leader {r['killed']} -> {r['new_leader']}: first write "
                             f"{r['write_s']:.2f} s, first claim {r['claim_s']:.2f} s")
                 results.append(r)
-        finally:
-            for t in load:
-                t.cancel()
-            await asyncio.gather(*load, return_exceptions=True)
-        report.note(f"background load: {bg.submitted} submitted, {bg.completed} completed, "
-                    f"{bg.errors} failed calls (expected around kills)")
     return results
 
 

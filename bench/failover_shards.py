@@ -105,22 +105,14 @@ async def measure(cluster: LocalCluster, kills: int, report: Report, batch: int,
     tenants = spread_tenants(cluster.shards, 1)
     async with Api() as api:
         bg = Background(api, cluster.urls, batch, pause_s, tenants)
-        load = [asyncio.create_task(bg.produce(i)) for i in range(2)]
-        load += [asyncio.create_task(bg.consume(i)) for i in range(2)]
         results = []
-        try:
+        async with bg.running(report):
             for k in range(kills):
                 r = await one_kill(api, cluster, bg, k, tenants)
                 per = ", ".join(f"shard {s}: write {w:.2f} s, claim {c:.2f} s"
                                 for s, w, c in zip(r["shards"], r["write_s"], r["claim_s"]))
                 report.note(f"kill {k + 1}: {r['killed']} led shards {r['shards']}: {per}")
                 results.append(r)
-        finally:
-            for t in load:
-                t.cancel()
-            await asyncio.gather(*load, return_exceptions=True)
-        report.note(f"background load: {bg.submitted} submitted, {bg.completed} completed, "
-                    f"{bg.errors} failed calls (expected around kills)")
     return results
 
 
