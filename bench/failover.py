@@ -11,11 +11,14 @@ kill (it may or may not become leader again).
 
     python -m bench.failover                   # 10 kills, 3 nodes
     python -m bench.failover --kills 30 --nodes 5
+    python -m bench.failover --shards 4 --kills 5   # a node leading shards: each shard's
+                                                   # first write (bench/failover_shards.py)
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import time
 import uuid
@@ -39,8 +42,10 @@ RECOVERY_MAX_S = 30.0
 class Background:
     """Steady load: batches of submits and claim+complete loops, errors counted, not fatal."""
 
-    def __init__(self, api: Api, urls: list[str], batch: int, pause_s: float) -> None:
+    def __init__(self, api: Api, urls: list[str], batch: int, pause_s: float,
+                 tenants: list[str] | None = None) -> None:
         self.api, self.urls, self.batch, self.pause_s = api, urls, batch, pause_s
+        self.tenants = tenants or []     # with shards: the batch spread over these
         self.task_type = f"load-{uuid.uuid4().hex[:6]}"
         self.submitted = self.completed = self.errors = 0
         self.live: list[str] = list(urls)
@@ -49,13 +54,32 @@ class Background:
         while True:
             base = self.live[i % len(self.live)]
             try:
-                created = await self.api.submit(base, [{"task_type": self.task_type}] * self.batch,
-                                                timeout_s=5)
+                created = await self.api.submit(base, self._batch(), timeout_s=5)
                 self.submitted += len(created)
             except FAILURES:
                 self.errors += 1
                 i += 1
             await asyncio.sleep(self.pause_s)  # offered load: one batch per pause
+
+    def _batch(self) -> list[dict]:
+        if not self.tenants:
+            return [{"task_type": self.task_type}] * self.batch
+        return [{"task_type": self.task_type, "tenant": self.tenants[j % len(self.tenants)]}
+                for j in range(self.batch)]
+
+    @contextlib.asynccontextmanager
+    async def running(self, report: Report):
+        """2 producers and 2 claim+complete loops while the block runs; their totals noted."""
+        load = [asyncio.create_task(self.produce(i)) for i in range(2)]
+        load += [asyncio.create_task(self.consume(i)) for i in range(2)]
+        try:
+            yield self
+        finally:
+            for t in load:
+                t.cancel()
+            await asyncio.gather(*load, return_exceptions=True)
+        report.note(f"background load: {self.submitted} submitted, {self.completed} completed, "
+                    f"{self.errors} failed calls (expected around kills)")
 
     async def consume(self, i: int) -> None:
         while True:
@@ -72,7 +96,7 @@ class Background:
                 await asyncio.sleep(0.05)  # back off from a failing node
 
 
-async def _first_success(attempt, bases: list[str]) -> float:
+async def first_success(attempt, bases: list[str]) -> float:
     """perf_counter of the first `attempt(base)` that returns True, racing every node."""
     done = asyncio.Event()
     first: list[float] = []
@@ -117,8 +141,8 @@ async def one_kill(api: Api, cluster: LocalCluster, bg: Background, k: int) -> d
 
     t_kill = time.perf_counter()
     await asyncio.to_thread(cluster.kill, leader)
-    t_write, t_claim = await asyncio.gather(_first_success(write, survivors),
-                                            _first_success(claim, survivors))
+    t_write, t_claim = await asyncio.gather(first_success(write, survivors),
+                                            first_success(claim, survivors))
     new_leader = await asyncio.to_thread(cluster.wait_leader)
     cluster.start_node(leader)
     await asyncio.to_thread(wait_caught_up, cluster, leader)
@@ -138,21 +162,13 @@ async def measure(cluster: LocalCluster, kills: int, report: Report, batch: int,
                   pause_s: float) -> list[dict]:
     async with Api() as api:
         bg = Background(api, cluster.urls, batch, pause_s)
-        load = [asyncio.create_task(bg.produce(i)) for i in range(2)]
-        load += [asyncio.create_task(bg.consume(i)) for i in range(2)]
         results = []
-        try:
+        async with bg.running(report):
             for k in range(kills):
                 r = await one_kill(api, cluster, bg, k)
                 report.note(f"kill {k + 1}: leader {r['killed']} -> {r['new_leader']}: first write "
                             f"{r['write_s']:.2f} s, first claim {r['claim_s']:.2f} s")
                 results.append(r)
-        finally:
-            for t in load:
-                t.cancel()
-            await asyncio.gather(*load, return_exceptions=True)
-        report.note(f"background load: {bg.submitted} submitted, {bg.completed} completed, "
-                    f"{bg.errors} failed calls (expected around kills)")
     return results
 
 
@@ -160,6 +176,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=3, choices=(3, 5))
     p.add_argument("--kills", type=int, default=10)
+    p.add_argument("--shards", type=int, default=1,
+                   help="kill a node that leads shards; time each shard it led")
     p.add_argument("--load-batch", type=int, default=50, help="tasks per background submit")
     p.add_argument("--load-pause-s", type=float, default=0.05, help="pause between batches per producer")
     p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
@@ -170,16 +188,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     loop_name = install_fast_loop()
-    with LocalCluster(args.nodes, keep=args.keep) as cluster:
+    with LocalCluster(args.nodes, keep=args.keep, shards=args.shards) as cluster:
         report = Report("leader SIGKILL: time to first write and first claim on the new leader",
                         "bench.failover", args,
-                        {"nodes": args.nodes, "kills": args.kills,
+                        {"nodes": args.nodes, "shards": args.shards, "kills": args.kills,
                          "background": f"2 producers x {args.load_batch} tasks / {args.load_pause_s} s, "
                                        "2 claim+complete loops",
                          "probe_timeout_s": PROBE_TIMEOUT_S, "client_loop": loop_name},
                         data_dir=cluster.root)
         cluster.wait_writable()
         report.start()
+        if args.shards > 1:
+            from bench import failover_shards
+            results = asyncio.run(failover_shards.measure(cluster, args.kills, report,
+                                                          args.load_batch, args.load_pause_s))
+            failover_shards.figures(results, report, TARGET_WRITE)
+            report.finish()
+            return 0
         results = asyncio.run(measure(cluster, args.kills, report, args.load_batch, args.load_pause_s))
         report.figure("failover_first_write_s", [r["write_s"] for r in results], "s", TARGET_WRITE)
         report.figure("failover_first_claim_s", [r["claim_s"] for r in results], "s")

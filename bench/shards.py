@@ -12,8 +12,15 @@ routers (supervisors), and each shard replica, with the shard's leader named fro
     python -m bench.shards                              # S = 1, 2, 4; 3 runs x 20,000 tasks
     python -m bench.shards --shards 1,4 --tasks 10000
     python -m bench.shards --scale-clients          # producers and workers x S
-    python -m bench.shards --ab-base /tmp/base/code --shards 1   # A/B, alternating:
-        # the code before sharding (a tree with tsched/{statemachine,node,client}) vs this one
+    python -m bench.shards --ab-base /tmp/base/code --shards 1,2,4   # A/B, alternating
+        # at each S: another commit's code (a tree with tsched/{statemachine,node,client},
+        # from `git archive`) vs this one
+
+CPU per 1,000 lifecycles is printed twice: as measured (every CPU second the process
+spent during the run) and net of idle (minus the process's own idle rate, measured on the
+same cluster before the load, times the run's length). The first is what a deployment
+pays; the second is the per-lifecycle work alone, which is what "flat across S" is about:
+every shard replica also pays a fixed idle cost per second, whatever its share of the load.
 
 The projection: a 5-node x 16-core cluster with R = 3 spends, per lifecycle, the leader's
 CPU once, a follower's CPU R - 1 times and the routers' CPU (all of them, per lifecycle of
@@ -99,15 +106,17 @@ async def submit_latency(api: Api, urls: list[str], tenants: list[str], n: int) 
 IDLE_S = 5.0
 
 
-def idle_cpu(cluster: LocalCluster, report: Report, tag: str) -> None:
-    """CPU the node processes use with no load (Raft ticks, timers), over IDLE_S."""
+def idle_cpu(cluster: LocalCluster, report: Report, tag: str) -> dict:
+    """CPU the node processes use with no load (Raft ticks, timers), over IDLE_S: the
+    cores used in all, and {(node, shard): CPU seconds per second} per process."""
     procs = shard_processes(cluster)
     before = {k: proc_cpu_s(p) for k, p in procs.items()}
     time.sleep(IDLE_S)
-    used = [proc_cpu_s(p) - before[k] for k, p in procs.items()]
-    report.figure(f"idle_cpu_cores_{tag}", [sum(used) / IDLE_S], "")
-    report.note(f"idle, per process: {max(used) / IDLE_S * 1000:.0f} ms/s at most, "
-                f"{len(used)} processes")
+    rates = {k: (proc_cpu_s(p) - before[k]) / IDLE_S for k, p in procs.items()}
+    report.figure(f"idle_cpu_cores_{tag}", [sum(rates.values())], "")
+    report.note(f"idle, per process: {max(rates.values()) * 1000:.0f} ms/s at most, "
+                f"{len(rates)} processes")
+    return rates
 
 
 async def measure(cluster: LocalCluster, cfg: Config, runs: int, report: Report) -> dict:
@@ -127,8 +136,13 @@ async def measure(cluster: LocalCluster, cfg: Config, runs: int, report: Report)
     return {"runs": results, "latency_ms": lat}
 
 
-def per_shard_cpu(cluster: LocalCluster, r: dict) -> dict[str, list[float]]:
-    """CPU ms per 1,000 lifecycles of each shard's leader, followers and the routers."""
+def per_shard_cpu(cluster: LocalCluster, r: dict, idle: dict | None = None
+                  ) -> dict[str, list[float]]:
+    """CPU ms per 1,000 lifecycles of each shard's leader, followers and the routers; with
+    `idle` ({(node, shard): CPU s per s}), net of each process's idle rate over the run."""
+    if idle is not None:
+        r = dict(r, cpu_s={k: max(0.0, cpu - idle.get(k, 0.0) * r["elapsed_s"])
+                           for k, cpu in r["cpu_s"].items()})
     counts = {s: 0 for s in range(cluster.shards)}
     for head, n in r["by_prefix"].items():
         s = int(head, 16) if cluster.shards > 1 else 0
@@ -173,16 +187,18 @@ def run_shards(s: int, args, cfg: Config, report: Report, env=None, label="") ->
     with LocalCluster(3, keep=args.keep, shards=s, env=env) as cluster:
         cluster.wait_writable()
         tag = f"s{s}{label}"
-        idle_cpu(cluster, report, tag)
+        idle = idle_cpu(cluster, report, tag)
         got = asyncio.run(measure(cluster, replace(cfg, tenants=tenants), args.runs, report))
         report.figure(f"lifecycles_per_s_{tag}", [r["tasks_per_s"] for r in got["runs"]], "/s")
         report.distribution(f"submit_ack_ms_{tag}", got["latency_ms"], "ms")
-        cpu = [per_shard_cpu(cluster, r) for r in got["runs"]]
         out = {"tasks_per_s": [r["tasks_per_s"] for r in got["runs"]]}
-        for role in ("leader", "follower", "router"):
-            values = [v for c in cpu for v in c[role]]
-            if values:
-                out[role] = report.figure(f"{role}_cpu_ms_per_1000_lifecycles_{tag}", values, "ms")
+        for suffix, rates in (("", None), ("_net_of_idle", idle)):
+            cpu = [per_shard_cpu(cluster, r, rates) for r in got["runs"]]
+            for role in ("leader", "follower", "router"):
+                values = [v for c in cpu for v in c[role]]
+                if values:
+                    out[role + suffix] = report.figure(
+                        f"{role}_cpu_ms_per_1000_lifecycles{suffix}_{tag}", values, "ms")
         return out
 
 
@@ -192,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shards", default="1,2,4", help="comma-separated shard counts")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--tasks", type=int, default=Config().tasks)
-    p.add_argument("--ab-base", help="PYTHONPATH of the code to compare with (S = 1 only)")
+    p.add_argument("--ab-base", help="PYTHONPATH of the code to compare with, at each S")
     p.add_argument("--rounds", type=int, default=2, help="A/B rounds, alternating")
     p.add_argument("--scale-clients", action="store_true",
                    help="producers and workers x S, so each shard sees the load of S = 1")
@@ -208,8 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     report.start()
     if args.ab_base:
         for i in range(args.rounds):
-            run_shards(1, args, cfg, report, env={"PYTHONPATH": args.ab_base}, label="_base")
-            run_shards(1, args, cfg, report, label="_this")
+            for s in counts:
+                run_shards(s, args, cfg, report, env={"PYTHONPATH": args.ab_base},
+                           label=f"_base_r{i + 1}")
+                run_shards(s, args, cfg, report, label=f"_this_r{i + 1}")
         report.finish()
         return 0
     measured = {s: run_shards(s, args, cfg, report) for s in counts}

@@ -200,8 +200,9 @@ async def resume_schedule(request: web.Request) -> web.Response:
 @routes.post("/v1/schedules/{schedule_id}/trigger")
 async def trigger_schedule(request: web.Request) -> web.Response:
     # A manual fire at now: its own occurrence, the schedule's next fire is unchanged.
+    shard = node_of(request).shard
     return await _act(request, lambda base, s: c.Fire(
-        fire_ms=base["now_ms"], next_fire_ms=None, manual=True, **base))
+        fire_ms=base["now_ms"], next_fire_ms=None, manual=True, shard=shard, **base))
 
 
 async def _act(request: web.Request, make) -> web.Response:

@@ -15,6 +15,7 @@ decides each occurrence's outcome from its own clock: older than `catchup_window
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections import OrderedDict
@@ -76,13 +77,15 @@ def next_in_window(spec: cron.CronSpec, after_ms: int, start_at_ms: int | None,
 
 
 def due_fire_commands(sm, now_ms: int, max_fires: int = FIRES_PER_CALL_MAX,
-                      cache: SpecCache | None = None, lead_ms: int = 0) -> list[c.Fire]:
+                      cache: SpecCache | None = None, lead_ms: int = 0,
+                      shard: int | None = None) -> list[c.Fire]:
     """Fire commands for every schedule due by `now_ms + lead_ms`, at most `max_fires`.
 
     Call under the replica lock. A cut-off chain is continued by the next call (the state
     then shows the schedule still due). `lead_ms` > 0 proposes fires that early: their
     tasks exist (with `run_at` = the fire time) before the fire time, so a waiting worker
-    gets one at its `run_at` after one Raft round (the claim) instead of two."""
+    gets one at its `run_at` after one Raft round (the claim) instead of two. A shard's
+    fires carry its number (`shard`), which their occurrences' task ids then name."""
     out: list[c.Fire] = []
     horizon_ms = now_ms + max(0, lead_ms)
     for tenant, schedule_id, fire_ms in sm.due_fires(horizon_ms):
@@ -92,7 +95,7 @@ def due_fire_commands(sm, now_ms: int, max_fires: int = FIRES_PER_CALL_MAX,
         if sched is None or sched.paused or sched.next_fire_ms != fire_ms:
             continue
         out.extend(_schedule_fires(sched, now_ms, horizon_ms, max_fires - len(out), cache))
-    return out
+    return out if shard is None else [dataclasses.replace(f, shard=shard) for f in out]
 
 
 def _schedule_fires(sched, now_ms: int, horizon_ms: int, budget: int,

@@ -72,8 +72,16 @@ class RaftSecurityError(ValueError):
 
 @dataclass(frozen=True)
 class RaftOptions:
-    append_entries_period_s: float = 0.015
+    # Heartbeats (an AppendEntries with no new entry). New entries and a moved commit index
+    # go out at once whatever this period (`_send_new_entries_now`); it is capped at a tenth
+    # of the election and leader-fallback timeouts (`heartbeat_period_s`).
+    append_entries_period_s: float = 0.05
+    # The Raft thread sleeps in its poll until an event (a message, a proposal through
+    # `_Waker`) or its next timer (heartbeat due, election deadline), at least this long
+    # and at most `idle_tick_max_s`. A fixed 5 ms poll cost each replica process about
+    # 35 ms of CPU per second doing nothing, paid once per shard replica (`_TimedPoller`).
     auto_tick_period_s: float = 0.005
+    idle_tick_max_s: float = 0.1
     raft_min_timeout_s: float = 1.0
     raft_max_timeout_s: float = 2.5
     # An isolated leader steps down this soon (pysyncobj's default of 30 s would keep it
@@ -329,6 +337,50 @@ class _Waker:
         os.close(self._w)
 
 
+def heartbeat_period_s(o: RaftOptions) -> float:
+    """At most a tenth of the shortest election and leader-fallback timeouts: a follower
+    hears several heartbeats before it would campaign, a leader several answers before it
+    would step down (tests run with timeouts of 50 ms)."""
+    return min(o.append_entries_period_s, o.raft_min_timeout_s / 10,
+               o.leader_fallback_timeout_s / 10)
+
+
+class _TimedPoller:
+    """pysyncobj's poller, polled until the Raft thread's next timer rather than for a
+    fixed `autoTickPeriod`: a leader's next heartbeat, a follower's or candidate's
+    election deadline, bounded by [auto_tick_period_s, idle_tick_max_s] (the lower bound
+    keeps a node that cannot campaign yet, its deadline passed, from spinning; the upper
+    one keeps the per-tick checks (connection retries, the snapshot child, the watchdog's
+    sign of life) going). Everything else that needs the thread is an event that ends the
+    poll: a message, a writable socket, a proposal or task through `_Waker`."""
+
+    def __init__(self, inner, obj, options: RaftOptions) -> None:
+        self._inner, self._obj = inner, obj
+        self._min_s, self._max_s = options.auto_tick_period_s, options.idle_tick_max_s
+
+    @classmethod
+    def install(cls, obj, options: RaftOptions) -> None:
+        if obj is not None and not isinstance(obj._poller, cls):
+            obj._poller = cls(obj._poller, obj, options)
+
+    def wait_s(self) -> float:
+        obj = self._obj
+        if obj._SyncObj__raftState == 2:
+            due = obj._SyncObj__newAppendEntriesTime
+        else:
+            due = obj._SyncObj__raftElectionDeadline
+        return min(self._max_s, max(self._min_s, due - monotonicTime()))
+
+    def poll(self, _timeout) -> None:
+        self._inner.poll(self.wait_s())
+
+    def subscribe(self, *args) -> None:
+        self._inner.subscribe(*args)
+
+    def unsubscribe(self, *args) -> None:
+        self._inner.unsubscribe(*args)
+
+
 # --- the replicated object ---------------------------------------------------------------
 
 class _RaftObject(WastelessAppendEntries, SyncObj):
@@ -542,6 +594,7 @@ class Replica:
         self._obj = _RaftObject(self, self_node, peers, self._conf(), transport)
         self._waker = _Waker()
         self._tick_tasks.append(lambda: self._waker.subscribe(self._obj._poller))
+        self._tick_tasks.append(lambda: _TimedPoller.install(self._obj, self.options))
         self._obj.addOnTickCallback(self._on_tick)
         self.watchdog.start()
         try:
@@ -555,7 +608,7 @@ class Replica:
         return SyncObjConf(
             password=self.secret,
             autoTickPeriod=o.auto_tick_period_s,
-            appendEntriesPeriod=o.append_entries_period_s,
+            appendEntriesPeriod=heartbeat_period_s(o),
             raftMinTimeout=o.raft_min_timeout_s,
             raftMaxTimeout=o.raft_max_timeout_s,
             leaderFallbackTimeout=o.leader_fallback_timeout_s,

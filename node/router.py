@@ -25,8 +25,9 @@ log = logging.getLogger("tsched.node.router")
 
 BODY_BYTES_MAX = 1024 * 1024
 DEFAULT_TENANT = "default"
-# Cron occurrence ids (`s-...`) are made by a shard's state machine and carry no shard
-# number: the router remembers the shard of those it has seen, else asks every shard.
+# Cron occurrence ids made before occurrences named their shard (`s-...`, not `s03-...`)
+# carry no shard number: the router remembers the shard of those it has seen, else asks
+# every shard.
 ID_CACHE_MAX = 100_000
 
 

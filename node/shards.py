@@ -29,6 +29,7 @@ STAMP_FILE = "shards.json"      # in a node's data_dir: the shape its data was m
 # What a data dir made by a single group (shards = 1, today's layout) holds at its top.
 _SINGLE_GROUP_FILES = ("raft-log", "snapshot.bin")
 SHARD_ID_HEX = 2                # a task id's first two hex digits name its shard
+OCCURRENCE_ID_CHARS = 36        # `s03-` and 32 hex digits: a shard's cron occurrence
 
 
 def replicas_of(cfg: ClusterConfig) -> int:
@@ -59,11 +60,17 @@ def shard_of_tenant(tenant: str, shards: int) -> int:
 
 
 def shard_of_task_id(task_id: str, shards: int) -> int | None:
-    """The shard a task id names in its first two hex digits; None when the id carries no
-    shard (a cron occurrence's `s-...` id, which the state machine derives) and the shards
-    must be asked. An id naming a shard that does not exist is `-1`."""
-    head = task_id[:SHARD_ID_HEX]
-    if len(task_id) != 32 or not all(ch in "0123456789abcdef" for ch in head):
+    """The shard a task id names: a task's in its first two hex digits, a cron occurrence's
+    after its `s` (`s03-` and 32 hex digits). None when the id carries no shard (an
+    occurrence made before occurrences named their shard: `s-` and 32 hex digits) and
+    the shards must be asked. An id naming a shard that does not exist is `-1`."""
+    if len(task_id) == OCCURRENCE_ID_CHARS and task_id[0] == "s" and task_id[3] == "-":
+        head = task_id[1:1 + SHARD_ID_HEX]
+    elif len(task_id) == 32:
+        head = task_id[:SHARD_ID_HEX]
+    else:
+        return None
+    if not all(ch in "0123456789abcdef" for ch in head):
         return None
     s = int(head, 16)
     return s if s < shards else -1

@@ -123,7 +123,8 @@ class LeaderTimer:
     async def _fire(self, now: int) -> bool:
         with self.node.replica.read() as sm:
             cmds = firing.due_fire_commands(sm, now, max_fires=FIRES_PER_ROUND_MAX,
-                                            cache=self._specs, lead_ms=FIRE_LEAD_MS)
+                                            cache=self._specs, lead_ms=FIRE_LEAD_MS,
+                                            shard=self.node.shard)
         return await self._propose(cmds) if cmds else True
 
     async def _propose(self, cmds: list) -> bool:

@@ -23,7 +23,6 @@ import msgpack
 from . import commands as c
 from .errors import DecodeError
 from .limits import Limits
-from .commands import Batch
 from .records import (request_record, retry_from, retry_record, schedule_from,
                       schedule_record, task_chunk, task_from, task_record, tasks_of_chunk,
                       template_from, template_record, tenant_from, tenant_record)
@@ -37,8 +36,6 @@ SNAPSHOT_VERSION = 4
 SNAPSHOT_VERSIONS_READ = (1, 2, 3, 4)   # 1: the tasks were a list inside the map; 2: one by one
 TASK_CHUNK = 4096                    # task records per array in a format 3 or 4 snapshot
 BATCH_COMMANDS_MAX = Limits().batch_commands_max   # one bound for encode and decode
-
-
 
 
 _TAGS: dict[str, type[c.Command]] = {cls.__name__: cls for cls in c.COMMAND_TYPES}
@@ -183,7 +180,7 @@ def _shared_timeout(value):
     return shared
 
 
-def decode_batch(blob: bytes) -> Batch:
+def decode_batch(blob: bytes) -> c.Batch:
     try:
         items = msgpack.unpackb(blob, raw=False, strict_map_key=True, use_list=True)
     except Exception as exc:  # msgpack raises several unrelated types on junk
@@ -195,11 +192,11 @@ def decode_batch(blob: bytes) -> Batch:
             raise DecodeError(f"unknown batch format {items[0]}")
         if len(items) - 1 > BATCH_COMMANDS_MAX:
             raise DecodeError(f"a batch holds at most {BATCH_COMMANDS_MAX} commands")
-        batch = Batch([_positional(item) for item in islice(items, 1, None)])
+        batch = c.Batch([_positional(item) for item in islice(items, 1, None)])
     elif len(items) > BATCH_COMMANDS_MAX:
         raise DecodeError(f"a batch holds at most {BATCH_COMMANDS_MAX} commands")
     else:
-        batch = Batch([_command(item) for item in items])
+        batch = c.Batch([_command(item) for item in items])
     batch.raw = blob
     return batch
 
@@ -218,6 +215,7 @@ def _maker(cls):
 
 assert not any(hasattr(cls, "__post_init__") for cls in c.COMMAND_TYPES)
 _MAKERS = {cls.__name__: (cls, len(_FIELDS[cls]) + 1, _maker(cls)) for cls in c.COMMAND_TYPES}
+_ADDED_LATER = {c.Fire: [None]}   # defaults of fields added last (Fire.shard); see _positional
 
 
 def _positional(item) -> c.Command:
@@ -229,7 +227,9 @@ def _positional(item) -> c.Command:
         raise DecodeError(f"unknown command type {tag!r}")
     cls, size, make = found
     if len(item) != size:
-        raise DecodeError(f"{tag} has {size - 1} fields, not {len(item) - 1}")
+        item = item + _ADDED_LATER.get(cls, [])   # written before its last fields existed
+    if len(item) != size:
+        raise DecodeError(f"{tag} has {size - 1} fields")
     for i, name in _SPECIAL_AT[cls]:
         value = item[i]
         if name == "retry":

@@ -187,7 +187,10 @@ class Fire(Command):
     A cron fire is applied only if `fire_ms` equals the schedule's current `next_fire_ms`
     (so a fire proposed twice, e.g. across a leader change, creates one task); the schedule
     then advances to `next_fire_ms`. `manual` fires (trigger-now) do not advance it. The
-    task id is derived from (tenant, schedule_id, fire_ms, manual) inside the state machine.
+    task id is derived from (tenant, schedule_id, fire_ms, manual) inside the state machine;
+    with `shard` (the proposing shard of a cluster with several) it names that shard, so
+    any node routes it (`rules.occurrence_task_id`). Added after the other fields: an entry
+    written without it decodes with None (codec.py).
     """
 
     tenant: str
@@ -195,6 +198,7 @@ class Fire(Command):
     fire_ms: int
     next_fire_ms: int | None
     manual: bool = False
+    shard: int | None = None
 
 
 # --- the clock and barriers -----------------------------------------------------------------

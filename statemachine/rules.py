@@ -46,10 +46,16 @@ def fire_jitter_ms(schedule_id: str, fire_ms: int, jitter_ms: int) -> int:
     return hash_int("fire", schedule_id, fire_ms) % (jitter_ms + 1)
 
 
-def occurrence_task_id(tenant: str, schedule_id: str, fire_ms: int, manual: bool) -> str:
-    """One cron occurrence, one task id: a fire proposed twice creates one task."""
+def occurrence_task_id(tenant: str, schedule_id: str, fire_ms: int, manual: bool,
+                       shard: int | None = None) -> str:
+    """One cron occurrence, one task id: a fire proposed twice creates one task.
+
+    `s-` and 32 hex digits; a shard's fire (`Fire.shard`) puts its number after the `s`
+    in two hex digits (`s03-...`), as a task id of a shard begins with it, so a router
+    sends requests on the task to that shard rather than to all of them."""
     text = "\x1f".join((tenant, schedule_id, str(fire_ms), "m" if manual else "c")).encode()
-    return "s-" + hashlib.sha256(text).hexdigest()[:32]
+    head = "s-" if shard is None else f"s{shard:02x}-"
+    return head + hashlib.sha256(text).hexdigest()[:32]
 
 
 def static_key(priority: int, run_at_ms: int, aging_interval_ms: int) -> int:

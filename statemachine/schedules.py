@@ -96,7 +96,8 @@ def fire(sm, cmd: c.Fire) -> FireAnswer:
         if cmd.manual:
             raise Rejected(INVALID_STATE, f"schedule {sched.schedule_id} is paused")
         return FireAnswer(sched.tenant, sched.schedule_id, None)
-    task_id = occurrence_task_id(sched.tenant, sched.schedule_id, cmd.fire_ms, cmd.manual)
+    task_id = occurrence_task_id(sched.tenant, sched.schedule_id, cmd.fire_ms, cmd.manual,
+                                 cmd.shard)
     if cmd.manual:
         return _manual(sm, sched, cmd, task_id)
     return _cron(sm, sched, cmd, task_id)

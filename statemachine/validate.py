@@ -45,6 +45,9 @@ def string(name: str, value, chars_max: int, *, optional: bool = False) -> None:
         _utf8(name, value)
 
 
+FIRE_SHARD_MAX = 0xFF    # a Fire's shard is two hex digits of its occurrence's task id
+
+
 def integer(name: str, value, lo: int, hi: int, *, optional: bool = False) -> None:
     if value is None and optional:
         return
@@ -206,6 +209,7 @@ def fire(cmd: c.Fire, lim: Limits) -> None:
     integer("fire_ms", cmd.fire_ms, 0, lim.now_ms_max)
     integer("next_fire_ms", cmd.next_fire_ms, 0, lim.now_ms_max, optional=True)
     boolean("manual", cmd.manual)
+    integer("shard", cmd.shard, 0, FIRE_SHARD_MAX, optional=True)
     if not cmd.manual and cmd.next_fire_ms is not None and cmd.next_fire_ms <= cmd.fire_ms:
         raise Rejected(INVALID_ARGUMENT, "next_fire_ms must be after fire_ms",
                        field="next_fire_ms")

@@ -97,6 +97,24 @@ def test_task_ids_route_from_any_node_and_an_unknown_shard_is_not_found(sharded)
     assert cluster["leader"] == cluster["shards"][0]["leader"]
 
 
+def test_cron_occurrences_name_their_shard_and_route_from_any_node(sharded):
+    tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 2)
+    status, _ = sharded.call("n1", "PUT", "/v1/schedules/every-second", {
+        "tenant": tenant, "cron": "* * * * * *", "task": {"task_type": "tick"}})
+    assert status in (200, 201)
+
+    def occurrence():
+        status, page = sharded.call("n2", "GET", "/v1/tasks?schedule_id=every-second")
+        return page["tasks"][0] if status == 200 and page["tasks"] else None
+    task = wait_for(occurrence, "a cron occurrence", timeout_s=30)
+    assert task["task_id"].startswith("s02-") and len(task["task_id"]) == 36
+    for node in sharded.ids:
+        status, got = sharded.call(node, "GET", f"/v1/tasks/{task['task_id']}")
+        assert status == 200 and got["shard"] == 2, got
+    status, err = sharded.call("n3", "GET", "/v1/tasks/s3f-" + "0" * 32)
+    assert status == 404 and err["error"]["code"] == "not_found"
+
+
 def test_sigkill_of_a_node_leading_shards_loses_nothing_and_every_shard_elects(sharded):
     with Client(sharded.urls, timeout_s=30) as c:
         made = c.submit_many([{"task_type": "t", "tenant": t} for t in TENANTS])

@@ -66,3 +66,42 @@ def test_failpoints_from_env():
     assert not Failpoints.from_env({}).on("crash_after_ack")
     with pytest.raises(ValueError, match="unknown failpoints"):
         Failpoints.from_env({"TSCHED_FAILPOINTS": "crash_after_akc"})
+
+
+class _Polled:
+    """What `_TimedPoller` reads of pysyncobj, and the timeouts it was polled with."""
+
+    def __init__(self, role: int, heartbeat_in_s: float, election_in_s: float) -> None:
+        from pysyncobj.monotonic import monotonic
+        now = monotonic()
+        self._SyncObj__raftState = role
+        self._SyncObj__newAppendEntriesTime = now + heartbeat_in_s
+        self._SyncObj__raftElectionDeadline = now + election_in_s
+        self.timeouts: list[float] = []
+
+    def poll(self, timeout: float) -> None:
+        self.timeouts.append(timeout)
+
+
+@pytest.mark.parametrize("role, heartbeat_in_s, election_in_s, low, high", [
+    (2, 0.03, -5.0, 0.02, 0.03),     # a leader sleeps until its next heartbeat
+    (0, 0.03, 0.06, 0.05, 0.06),     # a follower until its election deadline
+    (0, 0.03, 2.0, 0.1, 0.1),        # ... but wakes at least every idle_tick_max_s
+    (1, 0.03, -1.0, 0.005, 0.005),   # a deadline passed without a campaign: no spinning
+])
+def test_the_raft_thread_polls_until_its_next_timer(role, heartbeat_in_s, election_in_s,
+                                                    low, high):
+    from tsched.node.raft import RaftOptions, _TimedPoller
+    obj = _Polled(role, heartbeat_in_s, election_in_s)
+    obj._poller = obj
+    _TimedPoller.install(obj, RaftOptions())
+    obj._poller.poll(0.005)                      # pysyncobj's fixed autoTickPeriod
+    assert low - 0.005 <= obj.timeouts[0] <= high
+
+
+def test_heartbeats_are_at_most_a_tenth_of_the_timeouts():
+    from tsched.node.raft import RaftOptions, heartbeat_period_s
+    assert heartbeat_period_s(RaftOptions()) == 0.05
+    fast = RaftOptions(raft_min_timeout_s=0.05, raft_max_timeout_s=0.1,
+                       leader_fallback_timeout_s=0.1)
+    assert heartbeat_period_s(fast) == pytest.approx(0.005)

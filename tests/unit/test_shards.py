@@ -101,8 +101,28 @@ def test_task_ids_carry_their_shard():
     assert tid == "2a" + "f" * 30
     assert shards.shard_of_task_id(tid, 64) == 42
     assert shards.shard_of_task_id(tid, 4) == -1          # a shard that does not exist
-    assert shards.shard_of_task_id("s-" + "0" * 30, 4) is None   # a cron occurrence's id
     assert shards.shard_of_task_id("zz" + "0" * 30, 4) is None
+
+
+def test_cron_occurrence_ids_carry_their_shard_and_old_ones_none():
+    from tsched.statemachine.rules import occurrence_task_id
+    assert shards.shard_of_task_id(occurrence_task_id("t", "s", 1, False, 3), 4) == 3
+    assert shards.shard_of_task_id(occurrence_task_id("t", "s", 1, False, 9), 4) == -1
+    assert shards.shard_of_task_id(occurrence_task_id("t", "s", 1, False), 4) is None
+    assert shards.shard_of_task_id("s-" + "0" * 30, 4) is None
+    assert shards.shard_of_task_id("sxy-" + "0" * 32, 4) is None
+
+
+def test_a_shard_timer_fires_with_its_shard():
+    from tsched.node import firing
+    from tsched.statemachine import StateMachine, commands as c
+    sm = StateMachine()
+    sm.apply(c.PutSchedule(request_id="p", now_ms=1_000, tenant="t", schedule_id="s",
+                           cron="* * * * *", timezone="UTC",
+                           template=c.TaskTemplate(task_type="x"), next_fire_ms=60_000))
+    fires = firing.due_fire_commands(sm, 60_000, shard=5)
+    assert fires and {f.shard for f in fires} == {5}
+    assert {f.shard for f in firing.due_fire_commands(sm, 60_000)} == {None}
 
 
 # --- the data dir's shape --------------------------------------------------------------------

@@ -35,6 +35,8 @@ EXAMPLES = [
     c.ResumeSchedule(request_id="r14", now_ms=T0, tenant="a", schedule_id="s", next_fire_ms=9),
     c.Fire(request_id="r15", now_ms=T0, tenant="a", schedule_id="s", fire_ms=1, next_fire_ms=2,
            manual=True),
+    c.Fire(request_id="r18", now_ms=T0, tenant="a", schedule_id="s", fire_ms=1, next_fire_ms=2,
+           shard=3),
     c.Tick(request_id="r16", now_ms=T0),
     c.Barrier(request_id="r17", now_ms=T0),
 ]
@@ -188,6 +190,15 @@ def _format1(cmds) -> bytes:
 
 def test_batches_written_in_format_1_still_decode() -> None:
     assert codec.decode_batch(_format1(EXAMPLES)) == EXAMPLES
+
+
+def test_a_fire_written_before_its_shard_field_decodes_without_a_shard() -> None:
+    old = [codec.BATCH_FORMAT, ["Fire", "r", T0, "a", "s", 1, 2, False]]
+    assert codec.decode_batch(msgpack.packb(old)) == [
+        c.Fire(request_id="r", now_ms=T0, tenant="a", schedule_id="s", fire_ms=1,
+               next_fire_ms=2)]
+    with pytest.raises(DecodeError):
+        codec.decode_batch(msgpack.packb([codec.BATCH_FORMAT, ["Fire", "r", T0, "a", "s", 1, 2]]))
 
 
 def test_format_2_is_positional_and_smaller() -> None:

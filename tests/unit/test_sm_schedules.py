@@ -135,6 +135,17 @@ def test_manual_trigger_does_not_advance() -> None:
     assert value["schedule"].next_fire_ms == T0 + MIN
 
 
+def test_a_shard_fire_names_its_shard_in_the_occurrence_id() -> None:
+    d = Driver(now_ms=T0 + 30_000)
+    put(d)
+    value = d.ok(c.Fire, tenant="acme", schedule_id="s1", fire_ms=d.now, next_fire_ms=None,
+                 manual=True, shard=10)
+    unsharded = occurrence_task_id("acme", "s1", d.now, True)
+    assert value["task"].task_id == "s0a-" + unsharded[2:]
+    assert d.run(c.Fire, tenant="acme", schedule_id="s1", fire_ms=d.now, next_fire_ms=None,
+                 manual=True, shard=256).code == "invalid_argument"
+
+
 def test_replace_keeps_history_and_delete() -> None:
     d = Driver(now_ms=T0 + MIN)
     put(d)
