@@ -102,6 +102,11 @@ def encode_batch(cmds: list[c.Command]) -> bytes:
                 item[i] = _plain(value)
             else:
                 item[i] = _plain(value)
+        added = _ADDED_LATER.get(cls)
+        if added and item[-len(added):] == added:
+            # Left at their defaults, fields added later are not written: the entry is the
+            # bytes an older node writes and reads (a rolling upgrade of a single group).
+            del item[-len(added):]
         out.append(item)
     return msgpack.packb(out, use_bin_type=True)
 

@@ -1,6 +1,8 @@
 """Codec: command batches round-trip, junk is refused; snapshots restore the same state."""
 from __future__ import annotations
 
+import dataclasses
+
 import msgpack
 import pytest
 from sm_support import T0, Driver
@@ -199,6 +201,18 @@ def test_a_fire_written_before_its_shard_field_decodes_without_a_shard() -> None
                next_fire_ms=2)]
     with pytest.raises(DecodeError):
         codec.decode_batch(msgpack.packb([codec.BATCH_FORMAT, ["Fire", "r", T0, "a", "s", 1, 2]]))
+
+
+def test_a_fire_without_a_shard_is_written_as_before_the_field_existed() -> None:
+    """A single group's entries keep the old bytes, so a node of the previous release
+    still reads them during a rolling upgrade; a shard's fire carries its shard."""
+    fire = c.Fire(request_id="r", now_ms=T0, tenant="a", schedule_id="s", fire_ms=1,
+                  next_fire_ms=2)
+    assert msgpack.unpackb(codec.encode_batch([fire]))[1] == ["Fire", "r", T0, "a", "s", 1, 2,
+                                                               False]
+    sharded = dataclasses.replace(fire, shard=3)
+    blob = codec.encode_batch([sharded])
+    assert msgpack.unpackb(blob)[1][-1] == 3 and codec.decode_batch(blob) == [sharded]
 
 
 def test_format_2_is_positional_and_smaller() -> None:
