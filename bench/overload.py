@@ -2,18 +2,26 @@
 
 A 3-node cluster with `[limits] live_tasks_max` (default 200,000; shedding from 80%).
 First closed loops of single submits (priorities 0..10 spread evenly) at rising
-concurrency measure the sustainable rate R: the best throughput of the steps (each step's
-throughput and latency are printed, so a rate still rising at the last step shows). Then an
-open loop offers 3R single submits per second for `--duration` seconds, whatever the
-answers. Each submit in flight has a connection of its own (no pool limit: nothing waits
-in the generator for a connection), and each answer is timed twice: from the send (the
-request's headers written on its connection) and from the schedule (when the open loop
-meant to send it: this one includes the generator's own lag on a busy machine). Answers
-are counted by kind: accepted (201), `overloaded` by reason (`priority`: shed by the state
-machine; `queue_full`: a node's proposal queue; `busy`: a node's submits in progress),
-other error codes, and transport errors. Every node's RSS is sampled every 5 s. Nothing
-claims the tasks, so live tasks climb to the shedding threshold and stay there: the
-figure is whether latency stays bounded and memory flat once they do.
+concurrency measure the sustainable rate R: the best throughput of the steps (each step is
+printed, so a rate still rising at the last step shows). Then an open loop offers 3R
+single submits per second for `--duration` seconds, whatever the answers.
+
+The load comes from `--processes` generator processes (bench/lib/open_loop.py): one
+asyncio process falls behind reading thousands of answers a second on a busy machine, and
+an answer waiting unread in its socket is generator lag, not node latency. Each submit in
+flight has a connection of its own (no pool limit), and each answer is timed from the send
+(the request's headers written) and from the schedule (when the open loop meant to send
+it: this one includes the generator's own lag). Answers are counted by kind: accepted
+(201), `overloaded` by reason (`priority`: shed by the state machine; `queue_full`: a
+node's proposal queue; `busy`: a node's submits in progress), other error codes, and
+transport errors. Every node's RSS is sampled every 5 s; every 30 s a row shows RSS, live
+tasks, the CPU each node and the generators used, and what other processes used. Where
+the time goes: the nodes' own histogram of time inside the submit handler (/metrics), and
+a /healthz of every node twice a second from the quiet main process (the wait on a node's
+loop before any handler runs); the rest of a latency from the send is the generators' own
+lag in reading answers.
+Nothing claims the tasks, so live tasks climb to the shedding threshold and stay there:
+the figure is whether latency stays bounded and memory flat once they do.
 
     python -m bench.overload                    # 5 minutes at 3x (the README figure)
     python -m bench.overload --duration 60      # shorter, on a shared machine
@@ -22,168 +30,140 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
+import multiprocessing
 import os
 import sys
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-
-import aiohttp
-import orjson
 
 if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.lib import stats  # noqa: E402
+from bench.lib import contention, open_loop, stats  # noqa: E402
 from bench.lib.api import Api, HttpError, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
 
 TARGET = "submit p99 bounded (no growth with time), RSS flat once shedding starts"
 OVERLOAD_FACTOR = 3
-IN_FLIGHT_MAX = 3_000        # open loop: requests beyond this are counted, not sent
+IN_FLIGHT_MAX = 3_000        # open loop, all processes: submits past this are not sent
 PROBE_CONCURRENCY = (8, 16, 32, 64, 128)
 RSS_EVERY_S = 5.0
 WINDOW_S = 30.0              # one printed row per window
-TICK_S = 0.005
-SUBMIT_TIMEOUT_S = 60.0
-JSON = {"Content-Type": "application/json"}
+PING_EVERY_S = 0.5
+START_DELAY_S = 10.0         # the generator processes start together this long after asked
+                             # (time to open their connections first)
 
 
-def _task(task_type: str, i: int) -> dict:
-    return {"task_type": task_type, "priority": i % 11, "payload": {"i": i}}
+class Generators:
+    """`processes` generator processes sharing one load (open_loop.run in each)."""
 
+    def __init__(self, processes: int, urls: list[str], task_type: str) -> None:
+        self.processes, self.urls, self.task_type = processes, urls, task_type
+        self.pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
 
-def kind_of(status: int, body) -> str:
-    """accepted, the `overloaded` reason (priority, queue_full, busy), or the error code."""
-    if status == 201:
-        return "accepted"
-    err = (body.get("error") or {}) if isinstance(body, dict) else {}
-    if status == 429 and err.get("code") == "overloaded":
-        return (err.get("details") or {}).get("reason") or "overloaded"
-    return err.get("code") or f"http_{status}"
+    async def run(self, mode: str, seconds: float, **share) -> dict:
+        """Every process's samples, merged; `share` is divided among the processes."""
+        start_at = time.time() + START_DELAY_S
+        loop = asyncio.get_running_loop()
+        specs = [{"mode": mode, "seconds": seconds, "start_at": start_at, "urls": self.urls,
+                  "task_type": self.task_type, "first": k, "step": self.processes,
+                  **{key: value / self.processes for key, value in share.items()}}
+                 for k in range(self.processes)]
+        for spec in specs:
+            for key in ("concurrency", "in_flight_max"):
+                if key in spec:
+                    spec[key] = max(1, int(spec[key]))
+        parts = await asyncio.gather(*(loop.run_in_executor(self.pool, open_loop.run, s)
+                                       for s in specs))
+        return {key: (sum(p[key] for p in parts) if key == "not_sent"
+                      else [x for p in parts for x in p[key]]) for key in parts[0]}
+
+    def close(self) -> None:
+        self.pool.shutdown()
 
 
 # --- the sustainable rate -------------------------------------------------------------------
 
-async def probe_step(api: Api, urls: list[str], task_type: str, seconds: float,
-                     concurrency: int) -> tuple[float, list[float], Counter]:
-    """A closed loop of `concurrency` submitters: (accepted/s, latencies ms, answers)."""
-    end = time.monotonic() + seconds
-    latencies: list[float] = []
-    kinds: Counter = Counter()
-
-    async def submitter(c: int) -> None:
-        i = c
-        while time.monotonic() < end:
-            t0 = time.perf_counter()
-            try:
-                await api.submit_one(urls[i % len(urls)], _task(task_type, i))
-                kinds["accepted"] += 1
-                latencies.append((time.perf_counter() - t0) * 1000)
-            except HttpError as e:
-                kinds[kind_of(e.status, e.body)] += 1
-            i += concurrency
-    await asyncio.gather(*(submitter(c) for c in range(concurrency)))
-    return kinds["accepted"] / seconds, latencies, kinds
-
-
-async def probe(api: Api, urls: list[str], task_type: str, seconds: float,
-                report: Report) -> float:
+async def probe(gen: Generators, seconds: float, report: Report) -> float:
     """Sustainable submits per second: the best of closed loops at rising concurrency."""
     best = 0.0
     step_s = seconds / len(PROBE_CONCURRENCY)
     for concurrency in PROBE_CONCURRENCY:
-        rate, lat, kinds = await probe_step(api, urls, task_type, step_s, concurrency)
+        s = await gen.run("closed", step_s, concurrency=concurrency)
+        kinds = Counter(s["kind"])
+        rate = kinds["accepted"] / step_s
+        lat = [ms for k, ms in zip(s["kind"], s["send_ms"]) if k == "accepted"]
         report.note(f"probe: {concurrency} in flight for {step_s:g} s: {rate:.0f} accepted/s, "
-                    f"p50 {stats.percentile(lat, 50):.0f} ms, p99 {stats.percentile(lat, 99):.0f} "
-                    f"ms, answers {dict(kinds)}")
+                    f"p50 {stats.percentile(lat, 50):.0f} ms, p99 "
+                    f"{stats.percentile(lat, 99):.0f} ms, answers {dict(kinds)}")
         best = max(best, rate)
     return best
 
 
-# --- the open loop --------------------------------------------------------------------------
+# --- the open loop, watched -----------------------------------------------------------------
 
-class Sender:
-    """Single submits, each on a connection of its own while in flight, timed from the send
-    (aiohttp's trace of the request's headers written) to the whole answer read."""
+class Watch:
+    """Node RSS every RSS_EVERY_S; every WINDOW_S a row of RSS, live tasks and CPU."""
 
-    def __init__(self) -> None:
-        trace = aiohttp.TraceConfig()
-        trace.on_request_headers_sent.append(self._sent)
-        self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),      # no pool limit: nothing queues here
-            timeout=aiohttp.ClientTimeout(total=SUBMIT_TIMEOUT_S), trace_configs=[trace])
+    def __init__(self, cluster: LocalCluster, api: Api, report: Report) -> None:
+        self.cluster, self.api, self.report = cluster, api, report
+        self.rss: dict[str, list[float]] = {}
+        self.ping_ms: list[float] = []
+        self.ping_failed = 0
 
-    @staticmethod
-    async def _sent(session, ctx, params) -> None:
-        ctx.trace_request_ctx["sent"] = time.perf_counter()
+    async def run(self, seconds: float) -> None:
+        start = time.monotonic()
+        meter, nodes_cpu = contention.Meter().start(), self._nodes_cpu_s()
+        next_window = start + WINDOW_S
+        while (now := time.monotonic()) - start < seconds:
+            self._sample_rss()
+            if now >= next_window:
+                meter, nodes_cpu = await self._row(now - start, meter, nodes_cpu)
+                next_window += WINDOW_S
+            await asyncio.sleep(RSS_EVERY_S)
+        self._sample_rss()
+        await self._row(time.monotonic() - start, meter, nodes_cpu)
 
-    async def submit(self, url: str, task: dict) -> tuple[str, float | None, float]:
-        """(kind, when sent or None, when answered), perf_counter seconds."""
-        ctx: dict = {}
-        try:
-            async with self.session.post(url + "/v1/tasks", data=orjson.dumps(task),
-                                         headers=JSON, trace_request_ctx=ctx) as r:
-                raw = await r.read()
-                kind = kind_of(r.status, orjson.loads(raw) if raw else None)
-        except (aiohttp.ClientError, asyncio.TimeoutError, orjson.JSONDecodeError) as e:
-            kind = f"transport:{type(e).__name__}"
-        return kind, ctx.get("sent"), time.perf_counter()
+    async def ping(self, seconds: float) -> None:
+        """/healthz of every node every PING_EVERY_S from this quiet process: its latency is
+        the wait on the node's loop (what any request meets before its handler runs)."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for url in self.cluster.urls:
+                t0 = time.perf_counter()
+                try:
+                    await self.api.call("GET", url + "/healthz", timeout_s=30)
+                    self.ping_ms.append((time.perf_counter() - t0) * 1000)
+                except (HttpError, OSError, asyncio.TimeoutError):
+                    self.ping_failed += 1
+            await asyncio.sleep(PING_EVERY_S)
 
-    async def close(self) -> None:
-        await self.session.close()
+    def _sample_rss(self) -> None:
+        for node in self.cluster.ids:
+            if not self.cluster.alive(node):
+                raise RuntimeError(f"node {node} exited under load: see {self.cluster.root}")
+            self.rss.setdefault(node, []).append(self.cluster.rss_bytes(node) / 2**20)
 
+    def _nodes_cpu_s(self) -> dict[str, float]:
+        return {n: _proc_cpu_s(self.cluster.pid(n)) for n in self.cluster.ids}
 
-class Tally:
-    """Answers by kind, their latencies from the send and from the schedule, per window."""
-
-    def __init__(self) -> None:
-        self.kinds: Counter = Counter()
-        self.from_send: dict[str, list[float]] = {}
-        self.from_schedule: dict[str, list[float]] = {}
-        self.window_kinds: Counter = Counter()
-        self.window_accepted_send: list[float] = []
-        self.not_sent = 0
-
-    def add(self, kind: str, due: float, sent: float | None, answered: float) -> None:
-        self.kinds[kind] += 1
-        self.window_kinds[kind] += 1
-        self.from_schedule.setdefault(kind, []).append((answered - due) * 1000)
-        if sent is not None:
-            ms = (answered - sent) * 1000
-            self.from_send.setdefault(kind, []).append(ms)
-            if kind == "accepted":
-                self.window_accepted_send.append(ms)
-
-    def close_window(self) -> tuple[Counter, list[float]]:
-        out = (self.window_kinds, self.window_accepted_send)
-        self.window_kinds, self.window_accepted_send = Counter(), []
-        return out
-
-
-class CpuShares:
-    """CPU used by each node and by this load generator since the last call, in cores: where
-    the time goes (a generator at its share of the machine measures its own lag too)."""
-
-    def __init__(self, cluster: LocalCluster) -> None:
-        self.cluster = cluster
-        self.last = self._now()
-
-    def _now(self) -> dict[str, float]:
-        out = {n: _proc_cpu_s(self.cluster.pid(n)) for n in self.cluster.ids}
-        t = os.times()
-        out["generator"] = t.user + t.system
-        out["wall"] = time.perf_counter()
-        return out
-
-    def since_last(self) -> dict[str, float]:
-        now = self._now()
-        wall = now["wall"] - self.last["wall"]
-        out = {k: (now[k] - self.last[k]) / wall for k in now if k != "wall"}
-        self.last = now
-        return out
+    async def _row(self, elapsed_s: float, meter, nodes_cpu) -> tuple:
+        usage, now_cpu = meter.stop(), self._nodes_cpu_s()
+        wall = usage["wall_s"]
+        node_cores = {n: (now_cpu[n] - nodes_cpu[n]) / wall for n in now_cpu}
+        generators = usage["ours_cores"] - sum(node_cores.values())
+        live = await live_tasks(self.api, self.cluster.urls[0])
+        mem = ", ".join(f"{n} {series[-1]:.0f}" for n, series in sorted(self.rss.items()))
+        cores = ", ".join(f"{n} {c:.2f}" for n, c in node_cores.items())
+        self.report.note(f"t={elapsed_s:4.0f} s: live tasks {live}; RSS MiB {mem}; CPU cores "
+                         f"{cores}, generators {generators:.2f}, others "
+                         f"{usage['others_cores']:.2f}; loadavg {os.getloadavg()[0]:.1f}")
+        return contention.Meter().start(), now_cpu
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -192,99 +172,91 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def sample_rss(cluster: LocalCluster, rss: dict[str, list[float]]) -> None:
-    for node in cluster.ids:
-        if not cluster.alive(node):
-            raise RuntimeError(f"node {node} exited under load: see {cluster.root}")
-        rss.setdefault(node, []).append(cluster.rss_bytes(node) / 2**20)
-
-
 async def live_tasks(api: Api, url: str) -> int | None:
     try:
         by_state = (await api.call("GET", url + "/v1/stats", timeout_s=10))["by_state"]
-    except (HttpError, aiohttp.ClientError, asyncio.TimeoutError):
+    except (HttpError, OSError, asyncio.TimeoutError):
         return None
     return by_state.get("pending", 0) + by_state.get("running", 0)
 
 
-async def print_window(report: Report, api: Api, cluster: LocalCluster, tally: Tally,
-                       elapsed_s: float, rss: dict[str, list[float]], cpu: CpuShares) -> None:
-    kinds, accepted_ms = tally.close_window()
-    live = await live_tasks(api, cluster.urls[0])
-    mem = ", ".join(f"{n} {series[-1]:.0f}" for n, series in sorted(rss.items()))
-    cores = ", ".join(f"{k} {v:.2f}" for k, v in cpu.since_last().items())
-    report.note(f"t={elapsed_s:4.0f} s: answers {dict(kinds)}; accepted from the send p50 "
-                f"{stats.percentile(accepted_ms, 50):.0f} ms, p99 "
-                f"{stats.percentile(accepted_ms, 99):.0f} ms; live tasks {live}; "
-                f"RSS MiB {mem}; CPU cores {cores}; "
-                f"load {' '.join(f'{x:.1f}' for x in _loadavg())}")
+# --- the nodes' own view: time inside the submit handler (their /metrics histogram) -----------
+
+HANDLER_METRIC = "tsched_http_request_duration_seconds"
+HANDLER_LABELS = 'method="POST",route="/v1/tasks"'
 
 
-def _loadavg() -> tuple[float, ...]:
-    try:
-        return os.getloadavg()
-    except OSError:
-        return (float("nan"),) * 3
+async def handler_seconds(api: Api, urls: list[str]) -> Counter:
+    """Summed over the nodes: cumulative count per bucket bound (`le`), `sum` and `count`."""
+    out: Counter = Counter()
+    for url in urls:
+        async with api.session.get(url + "/metrics") as r:
+            text = await r.text()
+        for line in text.splitlines():
+            if not line.startswith(HANDLER_METRIC) or HANDLER_LABELS not in line:
+                continue
+            name, value = line.rsplit(" ", 1)
+            if name.startswith(HANDLER_METRIC + "_bucket"):
+                out[name.rsplit('le="', 1)[1].split('"')[0]] += float(value)
+            elif name.startswith(HANDLER_METRIC + "_sum"):
+                out["sum"] += float(value)
+            elif name.startswith(HANDLER_METRIC + "_count"):
+                out["count"] += float(value)
+    return out
 
 
-async def offer(sender: Sender, api: Api, cluster: LocalCluster, task_type: str,
-                rate: float, seconds: float, rss: dict, report: Report) -> Tally:
-    """The open loop: `rate` submits/s for `seconds`, answers tallied by kind."""
-    tally = Tally()
-    cpu = CpuShares(cluster)
-    in_flight = 0
-    start = time.perf_counter()
+def report_handler_time(report: Report, before: Counter, after: Counter) -> None:
+    """Mean and bucket bounds of the p50/p99 of the submit handler's time at the nodes
+    (middleware entry to answer: no wait on the loop before it, no generator lag)."""
+    count = after["count"] - before["count"]
+    if not count:
+        return
+    bounds = sorted((float(k), after[k] - before[k]) for k in after if k not in ("sum", "count"))
 
-    async def one(i: int, due: float) -> None:
-        nonlocal in_flight
-        kind, sent, answered = await sender.submit(cluster.urls[i % len(cluster.urls)],
-                                                   _task(task_type, i))
-        tally.add(kind, due, sent, answered)
-        in_flight -= 1
-
-    sent = 0
-    next_rss, next_window = start, start + WINDOW_S
-    tasks: set = set()
-    while (now := time.perf_counter()) - start < seconds:
-        while sent < int((now - start) * rate):
-            if in_flight >= IN_FLIGHT_MAX:
-                tally.not_sent += 1
-            else:
-                in_flight += 1
-                t = asyncio.ensure_future(one(sent, start + sent / rate))
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
-            sent += 1
-        if now >= next_rss:
-            sample_rss(cluster, rss)
-            next_rss += RSS_EVERY_S
-        if now >= next_window:
-            await print_window(report, api, cluster, tally, now - start, rss, cpu)
-            next_window += WINDOW_S
-        await asyncio.sleep(TICK_S)
-    if tasks:
-        await asyncio.wait(tasks, timeout=SUBMIT_TIMEOUT_S + 30)
-    sample_rss(cluster, rss)
-    await print_window(report, api, cluster, tally, time.perf_counter() - start, rss,
-                       cpu)
-    return tally
+    def bound(q: float) -> str:
+        return next((f"<= {le * 1000:g} ms" for le, n in bounds if n >= q * count), "n/a")
+    report.note(f"inside the nodes' submit handler (their /metrics): {count:.0f} submits, "
+                f"mean {(after['sum'] - before['sum']) / count * 1000:.0f} ms, p50 {bound(0.5)}, "
+                f"p99 {bound(0.99)}")
 
 
-def report_tally(report: Report, tally: Tally, rate: float, seconds: float) -> None:
-    offered = sum(tally.kinds.values()) + tally.not_sent
-    report.note(f"offered {OVERLOAD_FACTOR}x = {rate:.0f}/s for {seconds:g} s: {offered} "
-                f"offered, answers {dict(tally.kinds)}, not sent (generator in-flight cap "
-                f"{IN_FLIGHT_MAX}) {tally.not_sent}")
-    shed = {k: v for k, v in tally.kinds.items() if k in ("priority", "queue_full", "busy")}
-    report.note(f"429 overloaded by reason: {shed}")
-    report.distribution("accepted_submit_latency_from_send",
-                        tally.from_send.get("accepted", []), "ms", target=TARGET)
-    report.distribution("accepted_submit_latency_from_schedule",
-                        tally.from_schedule.get("accepted", []), "ms")
-    refused = [ms for k, v in tally.from_send.items() if k != "accepted" for ms in v]
-    report.distribution("refused_submit_latency_from_send", refused, "ms")
-    for kind in sorted(k for k in tally.from_send if k != "accepted"):
-        report.distribution(f"{kind}_latency_from_send", tally.from_send[kind], "ms")
+# --- the figures ----------------------------------------------------------------------------
+
+def report_windows(report: Report, s: dict, seconds: float) -> None:
+    """Per window: answers by kind and accepted latency from the send (growth shows here).
+    The windows run on past `seconds` while answers to the last submits still come in."""
+    for w in range(math.ceil(max([seconds, *s["at_s"]]) / WINDOW_S)):
+        lo, hi = w * WINDOW_S, (w + 1) * WINDOW_S
+        picked = [i for i, at in enumerate(s["at_s"]) if lo <= at < hi]
+        kinds = Counter(s["kind"][i] for i in picked)
+        acc = [s["send_ms"][i] for i in picked if s["kind"][i] == "accepted"]
+        busy = [s["send_ms"][i] for i in picked if s["kind"][i] in open_loop.SHED_REASONS]
+        report.note(f"answered in {lo:.0f}-{hi:.0f} s: {dict(kinds)}; from the send: accepted "
+                    f"p50 {stats.percentile(acc, 50):.0f} ms p99 {stats.percentile(acc, 99):.0f}"
+                    f" ms, refused p50 {stats.percentile(busy, 50):.0f} ms p99 "
+                    f"{stats.percentile(busy, 99):.0f} ms")
+
+
+def report_answers(report: Report, s: dict, rate: float, seconds: float) -> None:
+    kinds = Counter(s["kind"])
+    report.note(f"offered {OVERLOAD_FACTOR}x = {rate:.0f}/s for {seconds:g} s: "
+                f"{len(s['kind']) + s['not_sent']} offered, answers {dict(kinds)}, not sent "
+                f"(generators' in-flight cap {IN_FLIGHT_MAX}) {s['not_sent']}")
+    report.note("429 overloaded by reason: "
+                + str({k: kinds[k] for k in open_loop.SHED_REASONS}))
+    by_kind: dict[str, tuple[list[float], list[float]]] = {}
+    for k, send, sched in zip(s["kind"], s["send_ms"], s["schedule_ms"]):
+        pair = by_kind.setdefault(k, ([], []))
+        if not math.isnan(send):
+            pair[0].append(send)
+        pair[1].append(sched)
+    accepted = by_kind.pop("accepted", ([], []))
+    report.distribution("accepted_submit_latency_from_send", accepted[0], "ms", target=TARGET)
+    report.distribution("accepted_submit_latency_from_schedule", accepted[1], "ms")
+    report.distribution("refused_submit_latency_from_send",
+                        [ms for send, _ in by_kind.values() for ms in send], "ms")
+    for kind, (send, sched) in sorted(by_kind.items()):
+        report.distribution(f"{kind}_latency_from_send", send, "ms")
 
 
 def report_rss(report: Report, rss: dict[str, list[float]]) -> None:
@@ -302,19 +274,26 @@ async def main_async(args: argparse.Namespace, report: Report) -> None:
                 f"shed_above = {args.shed_above}\n")
     with cluster:
         cluster.wait_writable()
-        task_type = f"ovl-{uuid.uuid4().hex[:6]}"
-        async with Api(connections=256) as api:
-            rate = await probe(api, cluster.urls, task_type, args.probe, report)
+        gen = Generators(args.processes, cluster.urls, f"ovl-{uuid.uuid4().hex[:6]}")
+        try:
+            rate = await probe(gen, args.probe, report)
             report.figure("sustainable_submits_per_s", [rate], "/s")
-            rss: dict[str, list[float]] = {}
-            sender = Sender()
-            try:
-                tally = await offer(sender, api, cluster, task_type, OVERLOAD_FACTOR * rate,
-                                    args.duration, rss, report)
-            finally:
-                await sender.close()
-        report_tally(report, tally, OVERLOAD_FACTOR * rate, args.duration)
-        report_rss(report, rss)
+            async with Api(connections=8) as api:
+                watch = Watch(cluster, api, report)
+                offered = OVERLOAD_FACTOR * rate
+                before = await handler_seconds(api, cluster.urls)
+                samples, _, _ = await asyncio.gather(
+                    gen.run("open", args.duration, rate=offered, in_flight_max=IN_FLIGHT_MAX),
+                    watch.run(args.duration + START_DELAY_S),
+                    watch.ping(args.duration + START_DELAY_S))
+                report_handler_time(report, before, await handler_seconds(api, cluster.urls))
+                report.distribution("healthz_latency_under_load", watch.ping_ms, "ms")
+                report.note(f"healthz failures under load: {watch.ping_failed}")
+        finally:
+            gen.close()
+        report_windows(report, samples, args.duration)
+        report_answers(report, samples, offered, args.duration)
+        report_rss(report, watch.rss)
 
 
 def main() -> None:
@@ -323,6 +302,7 @@ def main() -> None:
                         help="seconds at 3x the sustainable rate (README figure: 300)")
     parser.add_argument("--probe", type=float, default=20.0,
                         help="seconds of closed loops that measure the sustainable rate")
+    parser.add_argument("--processes", type=int, default=4, help="load generator processes")
     parser.add_argument("--live-max", type=int, default=200_000,
                         help="[limits] live_tasks_max of the cluster")
     parser.add_argument("--shed-above", type=float, default=0.8)
@@ -333,7 +313,7 @@ def main() -> None:
     config = {"nodes": 3, "live_tasks_max": args.live_max, "shed_above": args.shed_above,
               "duration_s": args.duration, "probe_s": args.probe,
               "probe_concurrency": "/".join(map(str, PROBE_CONCURRENCY)),
-              "in_flight_max": IN_FLIGHT_MAX}
+              "generator_processes": args.processes, "in_flight_max": IN_FLIGHT_MAX}
     report = Report("Submits at 3x the sustainable rate", "bench.overload", args,
                     config).start()
     asyncio.run(main_async(args, report))
