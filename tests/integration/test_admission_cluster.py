@@ -1,7 +1,8 @@
 """Admission at the HTTP layer on a real 3-node cluster (DESIGN 14.2): a node with
 `submits_in_progress_max` submits in progress answers the next ones 429 `overloaded`
 (reason `busy`) with Retry-After at once, while those in progress still commit; nothing
-acknowledged is lost, and reads are never refused this way."""
+acknowledged is lost, and reads, claims, completions and heartbeats are never refused this
+way."""
 from __future__ import annotations
 
 import asyncio
@@ -35,11 +36,27 @@ async def _submit(session: aiohttp.ClientSession, url: str, i: int) -> tuple[int
         return r.status, await r.json(), r.headers.get("Retry-After", "")
 
 
+async def _post(session: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, dict]:
+    async with session.post(url, json=body) as r:
+        return r.status, await r.json()
+
+
+def _worker_calls(session: aiohttp.ClientSession, url: str) -> list[asyncio.Future]:
+    """A claim, a batch of completions and one of heartbeats (for a task that does not
+    exist), sent at once."""
+    gone = {"task_id": "no-such-task", "fencing_token": 1}
+    return [asyncio.ensure_future(_post(session, url + path, body)) for path, body in (
+        ("/v1/claims", {"worker_id": "w-busy", "task_types": ["flood"], "wait_s": 0}),
+        ("/v1/completions", {"completions": [{**gone, "result": None}]}),
+        ("/v1/heartbeats", {"heartbeats": [gone]}))]
+
+
 async def _flood_while_stalled(cluster: Cluster, node: str, stalled: list[str]
-                               ) -> tuple[list, list, int]:
+                               ) -> tuple[list, list, int, list]:
     """FLOOD concurrent submits to `node` while `stalled` are paused (nothing can commit);
-    once the refusals are in, resume them. Returns (answers, the answers before the
-    resume, a read's status while the node was busy)."""
+    once the refusals are in, a read and worker calls while it is busy; then resume them.
+    Returns (answers, the answers before the resume, the read's status, the worker calls'
+    answers)."""
     url = cluster.url(node)
     connector = aiohttp.TCPConnector(limit=0)     # a connection per submit: all at once
     async with aiohttp.ClientSession(connector=connector,
@@ -51,6 +68,7 @@ async def _flood_while_stalled(cluster: Cluster, node: str, stalled: list[str]
             deadline = loop.time() + REFUSALS_WAIT_S
             while len(done) < FLOOD - IN_PROGRESS_MAX and loop.time() < deadline:
                 done, _ = await asyncio.wait(pending, timeout=0.1)
+            worker = _worker_calls(session, url)   # answered once they commit, never busy
             async with session.get(f"{url}/v1/tasks?limit=1") as r:   # reads still served
                 read_status = r.status
             answered_while_stalled = [f.result()[0] if not f.exception() else repr(f.exception())
@@ -58,7 +76,8 @@ async def _flood_while_stalled(cluster: Cluster, node: str, stalled: list[str]
         finally:
             for f in stalled:
                 cluster.resume(f)
-        return await asyncio.gather(*pending), answered_while_stalled, read_status
+        return (await asyncio.gather(*pending), answered_while_stalled, read_status,
+                await asyncio.gather(*worker))
 
 
 def test_a_flood_at_a_stalled_node_is_refused_busy_at_once_and_nothing_is_lost(cluster):
@@ -66,12 +85,16 @@ def test_a_flood_at_a_stalled_node_is_refused_busy_at_once_and_nothing_is_lost(c
     followers = cluster.followers(leader)
     for f in followers:        # the leader cannot commit: every submit it takes stays in progress
         cluster.pause(f)
-    answers, early, read_status = asyncio.run(
+    answers, early, read_status, worker = asyncio.run(
         _flood_while_stalled(cluster, leader, followers))
 
     # the node took IN_PROGRESS_MAX submits; the rest were refused while nothing could commit
     assert early == [429] * (FLOOD - IN_PROGRESS_MAX), early
     assert read_status == 200
+    # worker calls sent while it was busy were served, not refused: a leader cut off from
+    # its followers may answer them `no_leader`, never `overloaded`
+    for status, body in worker:
+        assert status == 200 or (status, body["error"]["code"]) == (503, "no_leader"), worker
     refused = [(body, retry) for status, body, retry in answers if status == 429]
     accepted = [body for status, body, _ in answers if status == 201]
     assert len(refused) == FLOOD - IN_PROGRESS_MAX, [a for a in answers if a[0] not in (201, 429)]
