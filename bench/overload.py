@@ -20,8 +20,12 @@ the time goes: the nodes' own histogram of time inside the submit handler (/metr
 a /healthz of every node twice a second from the quiet main process (the wait on a node's
 loop before any handler runs); the rest of a latency from the send is the generators' own
 lag in reading answers.
-Nothing claims the tasks, so live tasks climb to the shedding threshold and stay there:
-the figure is whether latency stays bounded and memory flat once they do.
+Nothing claims the tasks: live tasks climb to the shedding threshold, where priorities
+6-10 are shed, then on with priorities 0-5 to `live_tasks_max`, where every submit is
+refused `tenant_limit` and nothing more is accepted. The figure is whether latency stays
+bounded and memory flat once they do; a refused submit still passes through Raft and its
+answer is kept in the request table (`requests_max` entries, FIFO), so that table fills
+while live tasks stand still.
 
     python -m bench.overload                    # 5 minutes at 3x (the README figure)
     python -m bench.overload --duration 60      # shorter, on a shared machine
