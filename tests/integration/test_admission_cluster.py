@@ -88,8 +88,10 @@ def test_a_flood_at_a_stalled_node_is_refused_busy_at_once_and_nothing_is_lost(c
     answers, early, read_status, worker = asyncio.run(
         _flood_while_stalled(cluster, leader, followers))
 
-    # the node took IN_PROGRESS_MAX submits; the rest were refused while nothing could commit
-    assert early == [429] * (FLOOD - IN_PROGRESS_MAX), early
+    # nothing could commit, so every answer before the resume was a refusal: at least the
+    # submits past IN_PROGRESS_MAX (more if the flood took over submit_wait_ms_max to
+    # arrive, as on a busy machine: then the oldest one's wait refuses the later ones)
+    assert early == [429] * len(early) and len(early) >= FLOOD - IN_PROGRESS_MAX, early
     assert read_status == 200
     # worker calls sent while it was busy were served, not refused: a leader cut off from
     # its followers may answer them `no_leader`, never `overloaded`
@@ -97,11 +99,14 @@ def test_a_flood_at_a_stalled_node_is_refused_busy_at_once_and_nothing_is_lost(c
         assert status == 200 or (status, body["error"]["code"]) == (503, "no_leader"), worker
     refused = [(body, retry) for status, body, retry in answers if status == 429]
     accepted = [body for status, body, _ in answers if status == 201]
-    assert len(refused) == FLOOD - IN_PROGRESS_MAX, [a for a in answers if a[0] not in (201, 429)]
-    assert len(accepted) == IN_PROGRESS_MAX
+    assert len(refused) + len(accepted) == FLOOD, [a for a in answers if a[0] not in (201, 429)]
+    assert accepted
     for body, retry in refused:
         assert body["error"]["code"] == "overloaded"
-        assert body["error"]["details"]["reason"] == "busy"
+        details = body["error"]["details"]
+        assert details["reason"] == "busy"
+        assert (details.get("in_progress_max") == details["in_progress"] == IN_PROGRESS_MAX
+                or details["oldest_wait_ms"] >= API_LIMITS.submit_wait_ms_max), details
         assert retry == str(API_LIMITS.busy_retry_after_s)
 
     # every acknowledged submit is readable on another node once it has caught up
