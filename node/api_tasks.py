@@ -6,6 +6,7 @@ from aiohttp import web
 from tsched.statemachine import commands as c
 
 from . import present, validate
+from .admission import admission_of
 from .api_common import (before_read, json_body, node_of, propose, propose_one,
                          request_id, respond)
 from .auth import SCOPE_KEY
@@ -27,6 +28,12 @@ def _check_tenant(request: web.Request, tenant: str) -> None:
 
 @routes.post("/v1/tasks")
 async def submit(request: web.Request) -> web.Response:
+    # Asked before the body is read: a busy node's refusal costs it little (DESIGN 14.2).
+    with admission_of(request).submit():
+        return await _submit(request)
+
+
+async def _submit(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
     body = await json_body(request)

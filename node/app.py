@@ -13,6 +13,7 @@ import logging
 from aiohttp import web
 
 from . import api_cluster, api_tasks, api_tenants, api_workers, present
+from .admission import ADMISSION, Admission
 from .api_common import NODE, Node, error_response
 from .claims import ClaimHub, enables_claims
 from .errors import ApiError
@@ -35,6 +36,7 @@ def make_app(node: Node) -> web.Application:
         middlewares.insert(0, shard_tag_middleware(node.shard))
     app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=middlewares)
     app[NODE] = node
+    app[ADMISSION] = Admission()
     app.cleanup_ctx.append(_services)
     for module in (api_tasks, api_workers, api_tenants, api_cluster):
         app.router.add_routes(module.routes)

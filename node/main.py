@@ -16,6 +16,8 @@ import click
 import orjson
 from aiohttp import web
 
+from tsched.statemachine.limits import API_LIMITS
+
 from . import config as config_mod
 from . import tls
 from .api_common import Node
@@ -186,6 +188,7 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
     try:
         await runner.setup()
         await web.TCPSite(runner, me.http_host, me.http_port, reuse_address=True,
+                          backlog=API_LIMITS.accept_queue_connections_max,
                           ssl_context=tls.node_server_context(me)).start()
         log.info("event=http_listening addr=%s url=%s raft=%s cluster=%s", me.http, me.url,
                  me.raft, cfg.name)

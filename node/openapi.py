@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from tsched.statemachine.limits import API_LIMITS, LIMITS
+
 from . import api_schedules as schedules_api
 from . import cron
 from . import validate as v
@@ -447,6 +449,22 @@ TENANT_NAME = path_param("tenant", "the tenant's name")
 WRITE_ERRORS = (404, 409, 413, 429, 503, 504)
 
 
+def _submit_op(submitted: Schema, submit: Schema) -> dict[str, Any]:
+    """A submit's 429 `overloaded` says why in `details.reason` (DESIGN 14.2)."""
+    out = op("Submit tasks", submitted, status=201, body=submit, errors=WRITE_ERRORS)
+    out["responses"]["429"]["description"] = (
+        "`tenant_limit`, or `overloaded` with Retry-After and `details.reason`: "
+        "`priority` (live tasks at or above the cluster's shed threshold and the priority "
+        f"greater than `shed_priority_above`, default {LIMITS.shed_priority_above}; "
+        f"Retry-After {API_LIMITS.shed_retry_after_s}), `queue_full` (this node waits for "
+        f"the commit of {API_LIMITS.proposals_waiting_max} commands) or `busy` (this node "
+        f"has {API_LIMITS.submits_in_progress_max} submit requests in progress or its "
+        f"oldest has waited {API_LIMITS.submit_wait_ms_max} ms); `queue_full` and `busy` "
+        f"proposed nothing (Retry-After {API_LIMITS.busy_retry_after_s}, same "
+        "Idempotency-Key)")
+    return out
+
+
 def _task_paths() -> dict[str, Any]:
     task, action_body = ref("Task"), obj({}, closed=True)
     action = dict(body=action_body, body_required=False, params=[TASK_ID], errors=WRITE_ERRORS)
@@ -462,7 +480,7 @@ def _task_paths() -> dict[str, Any]:
                    "applied_seqs": APPLIED_SEQS}, ("results",))
     return {
         "/v1/tasks": {
-            "post": op("Submit tasks", submitted, status=201, body=submit, errors=WRITE_ERRORS),
+            "post": _submit_op(submitted, submit),
             "get": op("List tasks", ref("TaskList"), params=[
                 query("state", {"type": "string", "enum": LISTED_STATES},
                       "`retrying`: the pending tasks whose last attempt failed or expired"),

@@ -24,6 +24,8 @@ import sys
 
 from aiohttp import web
 
+from tsched.statemachine.limits import API_LIMITS
+
 from . import shards as shards_mod
 from . import tls
 from .leader_spread import SPREAD_CHECK_S, Spreader
@@ -154,6 +156,7 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str) -
     try:
         await runner.setup()
         await web.TCPSite(runner, me.http_host, me.http_port, reuse_address=True,
+                          backlog=API_LIMITS.accept_queue_connections_max,
                           ssl_context=tls.node_server_context(me)).start()
         log.info("event=http_listening addr=%s url=%s shards=%d local_shards=%s cluster=%s",
                  me.http, me.url, router.count, ",".join(map(str, local)), cfg.name)

@@ -107,13 +107,27 @@ class ApiLimits:
     error_type_chars_max: int = 256          # the exception's class name
     error_message_chars_max: int = 2_048
     traceback_chars_max: int = 4_096         # the Worker keeps the last ones (the raise)
-    # Overload (DESIGN 14.2): the Retry-After of a 429 `overloaded`, and how many writes a
-    # node keeps waiting for commit before it answers new submits with it.
+    # Overload (DESIGN 14.2): the Retry-After of a 429 `overloaded`, how many writes a node
+    # keeps waiting for commit, and how many submit requests it serves at once, before it
+    # answers new submits with it.
     shed_retry_after_s: int = 5              # the state machine shed a low priority
     queue_full_retry_after_s: int = 1        # this node's proposal queue was full
     # ~ a node's commit rate (~5,000 submits/s on 2 cores) x the ~2 s a submit may wait;
     # many full batches (`request_items_max`) fit, so a healthy cluster never sheds.
     proposals_waiting_max: int = 10_000
+    # Submit requests in progress at one node (node/admission.py): past either bound a new
+    # submit is answered `busy` before its body is read. Requests, not tasks: a request's
+    # HTTP cost is what starves a node's loop (tasks are bounded by the proposal queue).
+    # The benches' heaviest healthy load keeps 4 batch requests in progress per node,
+    # and a commit waits well under a second, so neither bound is reached there.
+    submits_in_progress_max: int = 256
+    submit_wait_ms_max: int = 5_000          # age of the oldest submit still in progress
+    busy_retry_after_s: int = 1              # this node had too many submits in progress
+    # Connections the kernel queues for a node's HTTP listener before it accepts them
+    # (aiohttp's default is 128; the kernel caps it at net.core.somaxconn). A burst of
+    # clients past it has its connects dropped and retried by TCP after 1, 3, 7 s: time
+    # no admission check sees, spent before a busy node could answer at once.
+    accept_queue_connections_max: int = 1_024
 
 
 LIMITS = Limits()          # the defaults: what a cluster without `[limits]` uses
