@@ -15,6 +15,7 @@ from aiohttp import web
 
 from . import metrics as metrics_mod
 from . import openapi, timeseries, validate
+from .admission import ADMISSION
 from .api_common import NODE, before_read, respond
 from .api_tasks import tenant_scope
 from .errors import ApiError, invalid
@@ -193,6 +194,7 @@ async def _sample_timeseries(app: web.Application):
 
 async def _bind_metrics(app: web.Application):
     node, m = app[NODE], app[metrics_mod.METRICS]
+    m.admission = app.get(ADMISSION)        # its `busy` refusals are counted at scrape time
     live = True
 
     def listener(seq, cmds, results) -> None:   # Raft thread, under the replica lock

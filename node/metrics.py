@@ -283,6 +283,7 @@ class NodeMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._node: Any = None
+        self.admission: Any = None          # admission.Admission, bound with the node
         self._lock = threading.Lock()      # scrape-time bookkeeping
         self._state_clock_ms = 0           # running max of applied commands' now_ms
         self._leader_term = -1
@@ -486,7 +487,8 @@ class _ScrapeCollector(Collector):
         m = self.m
         yield from m.events.families()
         yield _shed_family(m.shed_priority, getattr(getattr(m._node, "proposer", None),
-                                                    "refused_full", 0))
+                                                    "refused_full", 0),
+                           getattr(m.admission, "refused", 0))
         for histogram in (m.lateness, m.run_time, m.apply_latency, m.apply_commands):
             yield histogram.family()
         replica = getattr(m._node, "replica", None)
@@ -506,13 +508,15 @@ class _ScrapeCollector(Collector):
                                     value=waiting)
 
 
-def _shed_family(priority: int, queue_full: int) -> CounterMetricFamily:
+def _shed_family(priority: int, queue_full: int, busy: int) -> CounterMetricFamily:
     """Submits answered 429 `overloaded` (DESIGN 14.2): shed by the state machine for their
-    priority (the same on every node), or refused by this node's full proposal queue."""
+    priority (the same on every node), refused by this node's full proposal queue, or
+    refused before they were read because this node had too many submits in progress."""
     family = CounterMetricFamily("tsched_submits_shed", "Submits refused as overloaded",
                                  labels=["reason"])
     family.add_metric(["priority"], priority)
     family.add_metric(["queue_full"], queue_full)
+    family.add_metric(["busy"], busy)
     return family
 
 

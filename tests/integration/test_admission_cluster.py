@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import httpx
 import pytest
 
 from tests.integration.cluster import Cluster
@@ -119,3 +120,8 @@ def test_a_flood_at_a_stalled_node_is_refused_busy_at_once_and_nothing_is_lost(c
     # the places were given back: the node takes submits again
     status, body = cluster.call(leader, "POST", "/v1/tasks", {"task_type": "flood"})
     assert status == 201, body
+    # and /metrics counts each refusal, by its reason
+    metrics = httpx.get(cluster.url(leader) + "/metrics", timeout=10).text
+    busy = [line for line in metrics.splitlines()
+            if line.startswith('tsched_submits_shed_total{reason="busy"}')]
+    assert busy and float(busy[0].split()[-1]) == len(refused), busy
