@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         report.figure("soak_error_or_critical_lines", [len(alarms)], "", "0")
         for name in ("resent_entries", "truncations"):
             report.figure(f"soak_raft_{name}", [r["waste"].get(name, float("nan"))], "", "0")
+        if alarms or any(r["waste"].values()):
+            cluster.keep = True      # the nodes' logs tell what happened
+            report.note(f"kept the cluster's logs for diagnosis: {cluster.root}")
         report.finish()
     return 0
 
