@@ -27,16 +27,15 @@ from .records import (request_record, retry_from, retry_record, schedule_from,
                       schedule_record, task_chunk, task_from, task_record, tasks_of_chunk,
                       template_from, template_record, tenant_from, tenant_record)
 
-__all__ = ["DecodeError", "encode_batch", "decode_batch", "encode_snapshot",
-           "decode_snapshot", "pack", "request_record", "retry_from", "retry_record",
-           "schedule_from", "schedule_record", "task_from", "task_record", "template_from",
-           "template_record", "tenant_from", "tenant_record"]
+__all__ = ["DecodeError", "encode_batch", "decode_batch", "encode_snapshot", "decode_snapshot",
+           "pack", "request_record", "retry_from", "retry_record", "schedule_from",
+           "schedule_record", "task_from", "task_record", "template_from", "template_record",
+           "tenant_from", "tenant_record"]
 
 SNAPSHOT_VERSION = 4
 SNAPSHOT_VERSIONS_READ = (1, 2, 3, 4)   # 1: the tasks were a list inside the map; 2: one by one
 TASK_CHUNK = 4096                    # task records per array in a format 3 or 4 snapshot
 BATCH_COMMANDS_MAX = Limits().batch_commands_max   # one bound for encode and decode
-
 
 _TAGS: dict[str, type[c.Command]] = {cls.__name__: cls for cls in c.COMMAND_TYPES}
 _FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in c.COMMAND_TYPES}
@@ -102,11 +101,8 @@ def encode_batch(cmds: list[c.Command]) -> bytes:
                 item[i] = _plain(value)
             else:
                 item[i] = _plain(value)
-        added = _ADDED_LATER.get(cls)
-        if added and item[-len(added):] == added:
-            # Left at their defaults, fields added later are not written: the entry is the
-            # bytes an older node writes and reads (a rolling upgrade of a single group).
-            del item[-len(added):]
+        if (added := _ADDED_LATER.get(cls)) and item[-len(added):] == added:
+            del item[-len(added):]   # fields added later, at their defaults: an older node's bytes
         out.append(item)
     return msgpack.packb(out, use_bin_type=True)
 
@@ -231,10 +227,9 @@ def _positional(item) -> c.Command:
     if found is None:
         raise DecodeError(f"unknown command type {tag!r}")
     cls, size, make = found
-    if len(item) != size:
-        item = item + _ADDED_LATER.get(cls, [])   # written before its last fields existed
-    if len(item) != size:
+    if len(item) != size and len(item + _ADDED_LATER.get(cls, [])) != size:
         raise DecodeError(f"{tag} has {size - 1} fields")
+    item = item + _ADDED_LATER.get(cls, [])[:size - len(item)]   # written before they existed
     for i, name in _SPECIAL_AT[cls]:
         value = item[i]
         if name == "retry":

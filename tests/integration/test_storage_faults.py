@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.integration.cluster import Cluster
+from tests.integration.raft_support import wait_until
 from tests.integration.test_node_faults import wait_equal_digests
 
 pytestmark = pytest.mark.slow
@@ -78,7 +79,10 @@ def test_a_flipped_log_entry_stops_the_follower_and_rejoin_empty_restores_it(tmp
         status = wait_equal_digests(c, timeout_s=30)
         assert status[victim]["leader"] == leader
         assert status[leader]["term"] == term_before, "the rejoining node caused an election"
-        assert not (c.data_dir(victim) / "REJOINING").exists()
+        # the marker goes on the Raft thread's next tick after the catch-up (a heartbeat or
+        # at most `idle_tick_max_s` later), not with the apply that made the digests equal
+        wait_until(lambda: not (c.data_dir(victim) / "REJOINING").exists(), 5.0,
+                   "the rejoin marker to go")
         assert "rejoined: caught up" in c.log(victim, tail_chars=20_000)
         # It votes again once caught up: a later election can use it.
         assert c.stop(leader) == 0

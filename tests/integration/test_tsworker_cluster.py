@@ -46,6 +46,7 @@ def boom() -> None:
 
 @app.task
 def slow(seconds: float) -> str:
+    open(__file__ + ".slow-started", "w").close()   # the test stops the worker after this
     time.sleep(seconds)   # the work a SIGTERM finds running
     return "finished"
 
@@ -173,7 +174,9 @@ def test_tsworker_serves_decorated_tasks_and_a_periodic_one(project, cluster):
         assert {f["result"] for f in fires} == {f["task_id"] for f in fires}
         assert all(f["task_type"] == "shop_tasks.every_second" for f in fires)
         slow = shop_tasks.slow.submit(1.5)
-        wait_for(lambda: slow.status() == "running", "the slow task to start")
+        # "running" on the server means leased; a lease not yet started is given back on
+        # SIGTERM. Wait for the handler itself.
+        wait_for(lambda: list(folder.glob("*.slow-started")), "the slow task's handler to start")
         assert worker.stop() == 0, worker.log
         assert slow.result(timeout_s=5) == "finished"   # ran to its end within --grace
     assert "tsworker stopped" in worker.log
