@@ -144,13 +144,16 @@ class Cluster(ProcessCluster):
     def start_all(self) -> None:
         self.start()
 
+    def stopped_on_damage(self, node_id: str) -> bool:
+        """Its last process exited on damaged storage (tsnode's exit 76)."""
+        proc = self.procs.get(node_id)
+        return proc is not None and proc.poll() == STORAGE_CORRUPT_EXIT_CODE
+
     def start_node(self, node_id: str, *args: str) -> None:
         """A node that stopped on damaged storage comes back as an operator brings it back:
         emptied (`tsnode --rejoin-empty`). Started as it was, it would only stop again on
         the same damage, and a run could end with a majority gone for no fault of its own."""
-        proc = self.procs.get(node_id)
-        if proc is not None and proc.poll() == STORAGE_CORRUPT_EXIT_CODE \
-                and "--rejoin-empty" not in args:
+        if self.stopped_on_damage(node_id) and "--rejoin-empty" not in args:
             args = (*args, "--rejoin-empty")
         if "--rejoin-empty" in args:
             self.rejoin_started.add(node_id)    # damaged until seen serving with no marker

@@ -14,7 +14,6 @@ from collections import Counter
 
 import aiohttp
 
-from tsched.node.journal import STORAGE_CORRUPT_EXIT_CODE
 from tsched.node.rejoin import MARKER_NAME
 
 from .cluster import Cluster
@@ -285,8 +284,7 @@ class Nemesis:
         """Stopped on damaged storage, or rejoining empty and not yet caught up. A node
         started with --rejoin-empty writes its marker only once it runs (slowly, on a busy
         machine): until it is seen serving without the marker it counts as damaged."""
-        if self.cluster.procs.get(nid) is not None \
-                and self.cluster.procs[nid].poll() == STORAGE_CORRUPT_EXIT_CODE:
+        if self.cluster.stopped_on_damage(nid):
             return True
         data_dir = self.cluster.data_dir(nid)
         dirs = [data_dir] + sorted(data_dir.glob("shard-*"))
