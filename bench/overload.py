@@ -23,9 +23,8 @@ lag in reading answers.
 Nothing claims the tasks: live tasks climb to the shedding threshold, where priorities
 6-10 are shed, then on with priorities 0-5 to `live_tasks_max`, where every submit is
 refused `tenant_limit` and nothing more is accepted. The figure is whether latency stays
-bounded and memory flat once they do; a refused submit still passes through Raft and its
-answer is kept in the request table (`requests_max` entries, FIFO), so that table fills
-while live tasks stand still.
+bounded and memory flat once they do; a refused submit still passes through Raft (its
+answer is not kept in the request table: DESIGN 14.2).
 
     python -m bench.overload                    # 5 minutes at 3x (the README figure)
     python -m bench.overload --duration 60      # shorter, on a shared machine

@@ -209,9 +209,9 @@ def overload_wait_s(call: Call, resp: httpx.Response, waited: int,
     """How long to wait before sending an `overloaded` request again, or None: not an
     overload, out of retries (`OVERLOAD_RETRIES_MAX`), or past the call's deadline.
 
-    A submit the state machine shed (reason `priority`) was refused under its request id,
-    and the cluster answers a repeated id with the first answer: the retry takes a new key
-    (safe: nothing was applied under the old one). A full queue proposed nothing and
+    A submit the state machine shed (reason `priority`) applied nothing; the retry takes a
+    new key (safe: nothing was applied under the old one), because a node of the previous
+    release recorded the refusal and would answer the old key with it again. A full queue proposed nothing and
     recorded nothing, so that retry keeps its key (an earlier try may have gone in)."""
     wait = retry_after_s(resp)
     if wait is None or waited >= OVERLOAD_RETRIES_MAX or wait >= remaining_s:

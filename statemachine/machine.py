@@ -30,7 +30,7 @@ from . import commands as c
 from . import leases, reads, schedules, snapshot, tasks, tenants
 from . import validate as V
 from . import digest as D
-from .errors import INVALID_ARGUMENT, OK, Result
+from .errors import INVALID_ARGUMENT, OK, OVERLOADED, TENANT_LIMIT, Result
 from .limits import Limits
 from .model import Schedule, Task, TenantView
 from .results import DONE, Refused, render
@@ -56,6 +56,12 @@ UNRECORDED = (c.Tick, c.Barrier)   # repeating them is harmless: not in the requ
 # (its answer could change: a token issued later). Saves a request-table entry, and an
 # eviction, per lifecycle.
 RECORDED_WHEN_REFUSED = (c.Complete,)
+# A refusal for capacity (`overloaded`, `tenant_limit`) is never recorded: it changed
+# nothing and it means "try again later", so a retry under the same request id is decided
+# afresh rather than refused again from the table; and under overload a flood of them
+# would push the records of applied commands out of the FIFO table (and fill memory with
+# answers nobody will ask for again), weakening exactly-once for the writes that went in.
+UNRECORDED_REFUSALS = (OVERLOADED, TENANT_LIMIT)
 
 
 class StateMachine:
@@ -115,7 +121,9 @@ class StateMachine:
             row = handler(self, cmd)
         except Rejected as r:
             row = Refused(r.code, r.message, r.details)
-        if recorded and (row[0] != OK or type(cmd) not in RECORDED_WHEN_REFUSED):
+        code = row[0]
+        if recorded and code not in UNRECORDED_REFUSALS and (
+                code != OK or type(cmd) not in RECORDED_WHEN_REFUSED):
             self._remember(cmd.request_id, row)
         return render(self, row)
 

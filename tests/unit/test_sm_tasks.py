@@ -438,3 +438,28 @@ def test_low_priority_submits_are_shed_above_the_threshold_and_high_ones_go_in()
     t = d.claim_one()                                    # running still counts as live
     d.ok(c.Complete, task_id=t.task_id, fencing_token=t.fencing_token)
     assert d.submit("low6", priority=10).code == e.OVERLOADED    # 9 live, still above 5
+
+
+def test_a_capacity_refusal_is_not_recorded_so_its_retry_is_decided_afresh() -> None:
+    # live_tasks_max 2, shed from 1 live task: a shed submit and a limit refusal leave no
+    # row in the request table, and the same request ids go in once there is room
+    d = Driver(Limits(live_tasks_max=2, shed_above_permille=500, shed_priority_above=5))
+    d.add("a", priority=0)
+    rows_before = len(d.sm.requests)
+    shed = d.run(c.SubmitTask, request_id="retry-me", task_id="low", tenant="acme",
+                 task_type="email", priority=9)
+    d.add("b", priority=0)
+    full = d.run(c.SubmitTask, request_id="full", task_id="c", tenant="acme",
+                 task_type="email", priority=0)
+    assert (shed.code, full.code) == (e.OVERLOADED, e.TENANT_LIMIT)
+    assert len(d.sm.requests) == rows_before + 1        # only b's submit was recorded
+    assert "retry-me" not in d.sm.requests and "full" not in d.sm.requests
+    for _ in range(2):                                   # finish a and b: room again
+        t = d.claim_one()
+        d.ok(c.Complete, task_id=t.task_id, fencing_token=t.fencing_token)
+    again = d.run(c.SubmitTask, request_id="retry-me", task_id="low", tenant="acme",
+                  task_type="email", priority=9)
+    assert again.ok and d.sm.tasks["low"].state == "pending"
+    repeat = d.run(c.SubmitTask, request_id="retry-me", task_id="low", tenant="acme",
+                   task_type="email", priority=9)
+    assert repeat == again                               # now recorded: answered, not re-applied
