@@ -52,3 +52,19 @@ def test_compaction_thresholds_are_staggered_across_the_cluster(tmp_path):
     assert got == [6_000, 5_000, 4_000]     # distinct, none above the configured bound
     alone = Replica(self_id="a", self_raft="127.0.0.1:1", peers={}, data_dir=tmp_path)
     assert alone.compaction_bytes == alone.options.compaction_min_bytes
+
+
+def test_compaction_waits_for_a_log_as_large_as_the_last_snapshot(tmp_path):
+    """A snapshot writes the whole state: with a large state, the log may grow to the last
+    snapshot's size before the next one, so the snapshot work per byte of log stays flat."""
+    from tsched.node.raft import RaftOptions
+    replica = Replica(self_id="a", self_raft="127.0.0.1:1", peers={}, data_dir=tmp_path,
+                      options=RaftOptions(compaction_min_bytes=6_000))
+    assert replica.compaction_bytes == 6_000                 # no snapshot yet: the floor
+    replica.snapshot_path.write_bytes(b"\0" * 50_000)       # found at start
+    fresh = Replica(self_id="a", self_raft="127.0.0.1:1", peers={}, data_dir=tmp_path,
+                    options=RaftOptions(compaction_min_bytes=6_000))
+    assert fresh.compaction_bytes == 50_000
+    small = Replica(self_id="a", self_raft="127.0.0.1:1", peers={}, data_dir=tmp_path,
+                    options=RaftOptions(compaction_min_bytes=80_000))
+    assert small.compaction_bytes == 80_000                  # never below the floor
