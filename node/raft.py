@@ -45,7 +45,7 @@ from pysyncobj.transport import TCPTransport
 from . import journal as journal_mod
 from .prevote import PreVote
 from .rejoin import RejoinGate
-from .watchdog import Watchdog
+from .watchdog import LATE_TICK_SHARE, Watchdog
 from .failpoints import NONE as NO_FAILPOINTS
 from .failpoints import Failpoints
 from .gcpolicy import GcPolicy
@@ -551,7 +551,8 @@ class Replica:
                                may_vote=self.rejoin.may_vote) if options.pre_vote else None
         self.watchdog = Watchdog(stall_ready_s=options.raft_max_timeout_s,
                                  stall_exit_s=options.watchdog_stall_exit_s,
-                                 tick_failures_max=options.watchdog_tick_failures_max)
+                                 tick_failures_max=options.watchdog_tick_failures_max,
+                                 late_tick_s=LATE_TICK_SHARE * options.raft_min_timeout_s)
 
     @classmethod
     def from_config(cls, cluster, node_id: str, failpoints: Failpoints | None = None,

@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 WATCHDOG_EXIT_CODE = 75
 CHECK_PERIOD_S = 0.25
 OWN_LATENESS_S_MAX = 1.0   # the watchdog's own wake-up this late: the whole process was held
+# A gap between two ticks longer than this share of the shortest election timeout is logged
+# at WARNING (at most once per LATE_TICK_LOG_EVERY_S, with the longest gap since): a tick
+# that late is a heartbeat that went out late, so elections may follow (as etcd's "leader
+# failed to send out heartbeat on time"); the cause is CPU starvation or a pause.
+LATE_TICK_SHARE = 0.5
+LATE_TICK_LOG_EVERY_S = 10.0
 
 
 def exit_now(reason: str, code: int = WATCHDOG_EXIT_CODE) -> None:
@@ -39,8 +45,15 @@ def exit_now(reason: str, code: int = WATCHDOG_EXIT_CODE) -> None:
 class Watchdog:
     def __init__(self, *, stall_ready_s: float, stall_exit_s: float, tick_failures_max: int,
                  on_fatal: Callable[[str], None] = exit_now,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 late_tick_s: float | None = None) -> None:
         self.stall_ready_s = stall_ready_s
+        self.late_tick_s = late_tick_s
+        self.late_ticks = 0                 # ticks later than late_tick_s (all of them)
+        self._late_unlogged = 0
+        self._late_max_s = 0.0
+        self._late_logged_at: float | None = None
+        self._ticked = False
         self.stall_exit_s = stall_exit_s
         self.tick_failures_max = tick_failures_max
         self._on_fatal = on_fatal
@@ -55,8 +68,26 @@ class Watchdog:
     # --- told by the Raft thread -----------------------------------------------------------
 
     def tick_ok(self) -> None:
-        self._last_alive = self._clock()
+        now = self._clock()
+        if self.late_tick_s is not None and self._busy is None and self._ticked:
+            self._note_gap(now, now - self._last_alive)
+        self._ticked = True     # the first gap is start-up (opening the log), not lateness
+        self._last_alive = now
         self._failures = 0
+
+    def _note_gap(self, now: float, gap_s: float) -> None:
+        if gap_s <= self.late_tick_s:
+            return
+        self.late_ticks += 1
+        self._late_unlogged += 1
+        self._late_max_s = max(self._late_max_s, gap_s)
+        if self._late_logged_at is not None and now - self._late_logged_at < LATE_TICK_LOG_EVERY_S:
+            return
+        log.warning("raft: %d tick(s) late, the longest %.2f s between ticks (heartbeats are "
+                    "due every few tens of ms; elections start after %.2f s): the process "
+                    "is starved of CPU or was paused", self._late_unlogged, self._late_max_s,
+                    self.late_tick_s / LATE_TICK_SHARE)
+        self._late_logged_at, self._late_unlogged, self._late_max_s = now, 0, 0.0
 
     def progress(self) -> None:
         """Work done inside a long tick (a batch applied): the thread is not stuck."""

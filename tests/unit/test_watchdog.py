@@ -61,3 +61,24 @@ def test_known_long_work_and_applied_batches_are_not_stalls():
     dog.progress()
     clock.now += 2.0
     assert dog.reason() is None
+
+
+def test_late_ticks_are_logged_at_warning_at_most_once_per_period(caplog):
+    clock = Clock()
+    dog = Watchdog(stall_ready_s=2.5, stall_exit_s=10.0, tick_failures_max=3,
+                   on_fatal=lambda reason: None, clock=clock, late_tick_s=0.5)
+    clock.now += 30.0
+    dog.tick_ok()                          # the first tick after start-up: not late
+    for gap_s in (0.05, 0.7, 0.05, 1.2, 0.9):
+        clock.now += gap_s
+        dog.tick_ok()
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert dog.late_ticks == 3
+    assert len(warnings) == 1 and "1 tick(s) late, the longest 0.70 s" in warnings[0].message
+    clock.now += 10.0
+    dog.tick_ok()                          # 10 s on: 1.2, 0.9 and this 10 s gap, logged
+    assert "3 tick(s) late, the longest 10.00 s" in caplog.text
+    with dog.busy("restoring a snapshot"):
+        clock.now += 5.0
+    dog.tick_ok()                          # known long work: not a late tick
+    assert dog.late_ticks == 4
