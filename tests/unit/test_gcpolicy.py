@@ -1,6 +1,9 @@
 """The node's garbage-collection policy: survivors of full collections are frozen, cycles
 made afterwards are still collected, and a thaw reclaims cycles that were frozen."""
 import gc
+import os
+import platform
+import sys
 import weakref
 
 import pytest
@@ -108,3 +111,22 @@ async def test_on_a_loop_the_full_collection_is_asked_for_by_the_collector(polic
         await asyncio.sleep(0)          # the loop runs what the callback scheduled
     runner.cancel()
     assert len(kept) == 1000
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="malloc_trim is glibc's")
+def test_freed_malloc_pages_go_back_to_the_system():
+    from tsched.node.gcpolicy import TRIM_HEAP
+    assert TRIM_HEAP is not None
+    # 64 KiB blocks come from malloc's heap (under its mmap threshold), not from pymalloc;
+    # freeing every other one leaves holes that the heap keeps until it is trimmed
+    blocks = [bytearray(64 << 10) for _ in range(1_000)]
+    del blocks[::2]
+    before = _rss_bytes()
+    TRIM_HEAP()
+    assert before - _rss_bytes() > (500 * (64 << 10)) // 2   # most of the ~32 MB freed
