@@ -52,14 +52,16 @@ def heartbeat(sm, cmd: c.Heartbeat) -> LeaseAnswer:
     V.heartbeat(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
     decide(task, HEARTBEAT, cmd.fencing_token)
+    lease, started = task.lease_expires_at_ms, task.started_at_ms
+    assert lease is not None and started is not None, task   # running: set by its claim
     if not task.cancel_requested:
         store = sm.store
         before = store.deadline(task)
-        task.lease_expires_at_ms = min(sm.now_ms + cmd.lease_ms,
-                                       task.started_at_ms + task.timeout_ms)
+        lease = task.lease_expires_at_ms = min(sm.now_ms + cmd.lease_ms,
+                                               started + task.timeout_ms)
         if store.deadline(task) != before:
             store.watch_lease(task)
-    return LeaseAnswer(task.lease_expires_at_ms, task.cancel_requested)
+    return LeaseAnswer(lease, task.cancel_requested)
 
 
 def complete(sm, cmd: c.Complete) -> TaskAnswer:

@@ -59,6 +59,7 @@ class ClaimQueue:
         if bucket is None:
             bucket = buckets[task.tenant] = Bucket(task.tenant, task.task_type)
         run_at = task.run_at_ms
+        entry: tuple   # ready: (static_key, run_at_ms, seq, qver, task); delayed: no key
         if run_at <= now_ms:
             key = task.priority * self.aging_ms + run_at   # rules.static_key, inlined: a
             if key < 0:                                    # restore pushes every task
@@ -107,7 +108,7 @@ class ClaimQueue:
         self._clean(bucket)
 
     def _buckets(self, task_types, tenant: str | None) -> list[Bucket]:
-        found = []
+        found: list[Bucket] = []
         for task_type in dict.fromkeys(task_types):   # duplicates once, in the given order
             buckets = self.by_type.get(task_type)
             if not buckets:
@@ -141,6 +142,7 @@ class ClaimQueue:
             for cand in best.values():
                 if pick is None or self._before(cand, pick, tenants):
                     pick = cand
+            assert pick is not None   # `best` is not empty
             bucket = pick[2]
             task = heappop(bucket.ready)[-1]
             self._clean(bucket)

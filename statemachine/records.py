@@ -109,7 +109,7 @@ def task_chunk(tasks: list[Task]) -> list:
     sd = strs.setdefault
     retries: dict[tuple, int] = {}   # by exact field types and values (1 and True differ)
     retry_of: dict[int, int] = {}    # id(policy) -> its index: tasks share a few policies
-    rows = []
+    rows: list[list] = []
     append = rows.append
     for t in tasks:
         retry = retry_of.get(id(t.retry))
