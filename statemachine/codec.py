@@ -216,6 +216,7 @@ def _maker(cls):
 assert not any(hasattr(cls, "__post_init__") for cls in c.COMMAND_TYPES)
 _MAKERS = {cls.__name__: (cls, len(_FIELDS[cls]) + 1, _maker(cls)) for cls in c.COMMAND_TYPES}
 _ADDED_LATER: dict[type, list] = {c.Fire: [None]}   # defaults of fields added last (Fire.shard)
+_first = operator.itemgetter(0)   # mapped lazily: compiled, a returned genexp becomes a list
 
 
 def _positional(item) -> c.Command:
@@ -313,7 +314,7 @@ def decode_snapshot(blob: bytes, intern=lambda s: s) -> tuple[dict, Iterator, It
     cache: dict = {}
     if head["v"] == 1:
         return (head, _chunked(_records_v1(head.get("tasks", ())), cache, intern),
-                (r for r, _ in _records_v1(head.get("requests", ()))))
+                map(_first, _records_v1(head.get("requests", ()))))
     counts = head.get("task_count", -1), head.get("request_count", -1)
     if any(type(n) is not int or n < 0 for n in counts):
         raise DecodeError("snapshot without record counts")
@@ -326,7 +327,7 @@ def decode_snapshot(blob: bytes, intern=lambda s: s) -> tuple[dict, Iterator, It
             raise DecodeError(f"snapshot without the digest's {key}")
         return (head, _chunks(unpacker, counts[0], cache, intern),
                 _requests(unpacker, counts[1], hashed=head["v"] == 3))
-    return head, tasks, (r for r, _ in _records(unpacker, view, counts[1], True))
+    return head, tasks, map(_first, _records(unpacker, view, counts[1], True))
 
 
 def _chunks(unpacker, count: int, cache: dict, intern):

@@ -35,7 +35,7 @@ from . import digest as D
 from .errors import INVALID_ARGUMENT, OK, OVERLOADED, TENANT_LIMIT, Result
 from .limits import Limits
 from .model import Schedule, Task, TenantView
-from .results import DONE, Answer, Refused, render
+from .results import DONE, Answer, refused, render
 from .store import Store
 from .validate import Rejected
 
@@ -125,7 +125,7 @@ class StateMachine:
         try:
             row = handler(self, cmd)
         except Rejected as r:
-            row = Refused(r.code, r.message, r.details)
+            row = refused(r.code, r.message, r.details)
         code = row[0]
         if recorded and code not in UNRECORDED_REFUSALS and (
                 code != OK or type(cmd) not in RECORDED_WHEN_REFUSED):

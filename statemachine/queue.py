@@ -19,6 +19,7 @@ leaves pending by another way than being popped, so that peeks (`has_claimable`,
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush
 
 from .model import PENDING, Task, TenantView
@@ -120,8 +121,9 @@ class ClaimQueue:
         return found
 
     # --- selection ------------------------------------------------------------------------
-    def select(self, task_types, tenant: str | None, tenants: dict[str, TenantView],
-               now_ms: int, prefetch_ms: int, max_tasks: int, grant) -> list[Task]:
+    def select(self, task_types: Sequence[str], tenant: str | None,
+               tenants: dict[str, TenantView], now_ms: int, prefetch_ms: int, max_tasks: int,
+               grant: Callable[[Task], None]) -> list[Task]:
         """Remove up to `max_tasks` tasks in claim order, calling `grant(task)` on each
         before choosing the next (a grant changes the tenant's service and running count).
 

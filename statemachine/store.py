@@ -29,7 +29,8 @@ from .queue import ClaimQueue
 
 
 class Store:
-    def __init__(self, limits: Limits, tasks: dict, tenants: dict, schedules: dict) -> None:
+    def __init__(self, limits: Limits, tasks: dict[str, Task], tenants: dict[str, TenantView],
+                 schedules: dict[tuple[str, str], Schedule]) -> None:
         self.tasks, self.tenants, self.schedules = tasks, tenants, schedules
         self.queue = ClaimQueue(limits.aging_interval_ms)
         self.all = SeqIndex()
