@@ -2,7 +2,7 @@
 
 Writing. `Archive.on_apply` is a Replica apply listener (the Raft thread, under the replica
 lock, straight after the batch is applied). A Tick that evicted tasks answers with them
-(statemachine: `EvictedAnswer`); the listener appends one JSON line per task to
+(statemachine: `evicted_answer`); the listener appends one JSON line per task to
 `DIR/tasks-YYYY-MM-DD.jsonl.gz` (the UTC day of the Tick's `now_ms`) as one gzip member,
 then flushes and fsyncs the file before it returns. Raft compaction snapshots the state
 after apply, so a snapshot that no longer holds a task (and the log compacted behind it)

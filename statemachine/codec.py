@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
+from collections.abc import Iterator
 from itertools import islice
 
 import msgpack
@@ -39,12 +40,10 @@ BATCH_COMMANDS_MAX = Limits().batch_commands_max   # one bound for encode and de
 
 _TAGS: dict[str, type[c.Command]] = {cls.__name__: cls for cls in c.COMMAND_TYPES}
 _FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in c.COMMAND_TYPES}
-_REQUIRED = {
-    cls: frozenset(f.name for f in dataclasses.fields(cls)
-                   if f.default is dataclasses.MISSING
-                   and f.default_factory is dataclasses.MISSING)
-    for cls in c.COMMAND_TYPES
-}
+_REQUIRED = {cls: frozenset(f.name for f in dataclasses.fields(cls)
+                            if f.default is dataclasses.MISSING
+                            and f.default_factory is dataclasses.MISSING)
+             for cls in c.COMMAND_TYPES}
 _FIELD_SETS = {cls: frozenset(names) for cls, names in _FIELDS.items()}
 _RETRY_FIELDS = tuple(f.name for f in dataclasses.fields(c.RetryPolicy))
 _RETRY_FIELD_SET = frozenset(_RETRY_FIELDS)
@@ -216,7 +215,8 @@ def _maker(cls):
 
 assert not any(hasattr(cls, "__post_init__") for cls in c.COMMAND_TYPES)
 _MAKERS = {cls.__name__: (cls, len(_FIELDS[cls]) + 1, _maker(cls)) for cls in c.COMMAND_TYPES}
-_ADDED_LATER = {c.Fire: [None]}   # defaults of fields added last (Fire.shard); see _positional
+_ADDED_LATER: dict[type, list] = {c.Fire: [None]}   # defaults of fields added last (Fire.shard)
+_first = operator.itemgetter(0)   # mapped lazily: compiled, a returned genexp becomes a list
 
 
 def _positional(item) -> c.Command:
@@ -291,7 +291,7 @@ def encode_snapshot(head: dict, tasks, requests) -> bytes:
     return packer.bytes()
 
 
-def decode_snapshot(blob: bytes, intern=lambda s: s) -> tuple[dict, object, object]:
+def decode_snapshot(blob: bytes, intern=lambda s: s) -> tuple[dict, Iterator, Iterator]:
     """(head, tasks, requests): two iterators, to be consumed in that order. `tasks` yields
     (Tasks, encodings): a list of Tasks in seq order, and their records' canonical bytes
     (memoryviews) when the format has them (1 and 2), else None; `requests` yields the
@@ -314,8 +314,8 @@ def decode_snapshot(blob: bytes, intern=lambda s: s) -> tuple[dict, object, obje
     cache: dict = {}
     if head["v"] == 1:
         return (head, _chunked(_records_v1(head.get("tasks", ())), cache, intern),
-                (r for r, _ in _records_v1(head.get("requests", ()))))
-    counts = head.get("task_count"), head.get("request_count")
+                map(_first, _records_v1(head.get("requests", ()))))
+    counts = head.get("task_count", -1), head.get("request_count", -1)
     if any(type(n) is not int or n < 0 for n in counts):
         raise DecodeError("snapshot without record counts")
     view = memoryview(blob)
@@ -327,7 +327,7 @@ def decode_snapshot(blob: bytes, intern=lambda s: s) -> tuple[dict, object, obje
             raise DecodeError(f"snapshot without the digest's {key}")
         return (head, _chunks(unpacker, counts[0], cache, intern),
                 _requests(unpacker, counts[1], hashed=head["v"] == 3))
-    return head, tasks, (r for r, _ in _records(unpacker, view, counts[1], True))
+    return head, tasks, map(_first, _records(unpacker, view, counts[1], True))
 
 
 def _chunks(unpacker, count: int, cache: dict, intern):

@@ -224,3 +224,4 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
 class Batch(list):
     """A decoded batch and its bytes (`raw`: the digest's roll hashes them, digest.py)."""
     __slots__ = ("raw",)
+    raw: bytes

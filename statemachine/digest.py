@@ -31,8 +31,12 @@ entries oldest first; the digest is the SHA-256 of the counters with those sizes
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 from . import codec
+
+if TYPE_CHECKING:
+    from .machine import StateMachine
 
 DIGEST_FORMAT = 2          # of the state digest
 ROLLING_FORMAT = 3         # of `hexdigest` (the rolling digest)
@@ -58,7 +62,7 @@ def roll_from_blob(version: int, blob) -> bytes:
     return _blake2b(b"tsched snapshot v%d" % version + bytes(blob), digest_size=16).digest()
 
 
-def hexdigest(sm) -> str:
+def hexdigest(sm: StateMachine) -> str:
     """The rolling digest (what replicas compare): O(1)."""
     head = [ROLLING_FORMAT, sm.seq, sm.now_ms, sm.cluster_token, sm.task_seq, len(sm.tasks),
             len(sm.tenants), len(sm.schedules), len(sm.requests), sm.roll]
@@ -86,7 +90,7 @@ def request_hash(request_id: str, rec: tuple) -> int:
     return item_hash(codec.pack(codec.request_record(request_id, rec)))
 
 
-def _combine(sm, tasks_acc: int, tenants_acc: int, schedules_acc: int,
+def _combine(sm: StateMachine, tasks_acc: int, tenants_acc: int, schedules_acc: int,
              requests_acc: int) -> str:
     head = [DIGEST_FORMAT, sm.seq, sm.now_ms, sm.cluster_token, sm.task_seq,
             len(sm.tasks), tasks_acc.to_bytes(16, "big"),
@@ -96,7 +100,7 @@ def _combine(sm, tasks_acc: int, tenants_acc: int, schedules_acc: int,
     return hashlib.sha256(codec.pack(head)).hexdigest()
 
 
-def full_hexdigest(sm) -> str:
+def full_hexdigest(sm: StateMachine) -> str:
     """The state digest, from scratch: O(state)."""
     tasks = sum(task_hash(t) for t in sm.tasks.values()) % SUM_MOD
     tenants = sum(tenant_hash(v) for v in sm.tenants.values()) % SUM_MOD

@@ -11,25 +11,29 @@ unless a cancel was requested.
 from __future__ import annotations
 
 from heapq import heappop
+from typing import TYPE_CHECKING
 
 from . import commands as c
 from . import validate as V
 from .lifecycle import CLAIM, COMPLETE, EXPIRE, FAIL, HEARTBEAT, RELEASE, Row, decide
 from .model import CANCELLED, PENDING, Attempt, Task
-from .results import DONE, EvictedAnswer, LeaseAnswer, TaskAnswer, TasksAnswer
+from .results import DONE, Answer, evicted_answer, lease_answer, task_answer, tasks_answer
 from .rules import backoff_ms
 from .tasks import evict, find
 
+if TYPE_CHECKING:
+    from .machine import StateMachine
 
-def claim(sm, cmd: c.Claim) -> TasksAnswer:
+
+def claim(sm: StateMachine, cmd: c.Claim) -> Answer:
     V.claim(cmd, sm.limits)
     tasks = sm.store.queue.select(cmd.task_types, cmd.tenant, sm.tenants, sm.now_ms,
                                   cmd.prefetch_ms, cmd.max_tasks,
                                   lambda task: _grant(sm, task, cmd))
-    return TasksAnswer([t.task_id for t in tasks])
+    return tasks_answer([t.task_id for t in tasks])
 
 
-def _grant(sm, task: Task, cmd: c.Claim) -> None:
+def _grant(sm: StateMachine, task: Task, cmd: c.Claim) -> None:
     assert task.state == PENDING and task.run_at_ms <= sm.now_ms + cmd.prefetch_ms
     row = decide(task, CLAIM)
     view = sm.tenants[task.tenant]
@@ -46,23 +50,25 @@ def _grant(sm, task: Task, cmd: c.Claim) -> None:
     sm.store.move(task, row.new, sm.now_ms)   # running: the store watches the lease
 
 
-def heartbeat(sm, cmd: c.Heartbeat) -> LeaseAnswer:
+def heartbeat(sm: StateMachine, cmd: c.Heartbeat) -> Answer:
     """Renews the lease (bounded by the task's timeout), unless a cancel was requested: then
     the lease runs out and the answer tells the worker to stop."""
     V.heartbeat(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
     decide(task, HEARTBEAT, cmd.fencing_token)
+    lease, started = task.lease_expires_at_ms, task.started_at_ms
+    assert lease is not None and started is not None, task   # running: set by its claim
     if not task.cancel_requested:
         store = sm.store
         before = store.deadline(task)
-        task.lease_expires_at_ms = min(sm.now_ms + cmd.lease_ms,
-                                       task.started_at_ms + task.timeout_ms)
+        lease = task.lease_expires_at_ms = min(sm.now_ms + cmd.lease_ms,
+                                               started + task.timeout_ms)
         if store.deadline(task) != before:
             store.watch_lease(task)
-    return LeaseAnswer(task.lease_expires_at_ms, task.cancel_requested)
+    return lease_answer(lease, task.cancel_requested)
 
 
-def complete(sm, cmd: c.Complete) -> TaskAnswer:
+def complete(sm: StateMachine, cmd: c.Complete) -> Answer:
     """A completion wins over a pending cancel request; a repeat returns the first."""
     V.complete(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
@@ -71,10 +77,10 @@ def complete(sm, cmd: c.Complete) -> TaskAnswer:
         _end_attempt(sm, task, "completed")
         task.result_json = cmd.result_json
         sm.store.move(task, row.new, sm.now_ms)
-    return TaskAnswer(task.task_id)
+    return task_answer(task.task_id)
 
 
-def fail(sm, cmd: c.Fail) -> TaskAnswer:
+def fail(sm: StateMachine, cmd: c.Fail) -> Answer:
     V.fail(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
     row = decide(task, FAIL, cmd.fencing_token, cmd.retryable)
@@ -82,10 +88,10 @@ def fail(sm, cmd: c.Fail) -> TaskAnswer:
         _end_attempt(sm, task, "failed", cmd.error)
         task.last_error = cmd.error
         _after_failure(sm, task, row)
-    return TaskAnswer(task.task_id)
+    return task_answer(task.task_id)
 
 
-def release(sm, cmd: c.Release) -> TaskAnswer:
+def release(sm: StateMachine, cmd: c.Release) -> Answer:
     """Back to pending at its run_at (it keeps its place in the queue), no retry used."""
     V.fenced(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
@@ -93,18 +99,18 @@ def release(sm, cmd: c.Release) -> TaskAnswer:
     if not row.repeat:
         _end_attempt(sm, task, "released")
         sm.store.move(task, row.new, sm.now_ms)
-    return TaskAnswer(task.task_id)
+    return task_answer(task.task_id)
 
 
-def tick(sm, cmd: c.Tick):
+def tick(sm: StateMachine, cmd: c.Tick):
     """The clock: expire leases and timeouts that ended by now, then evict old tasks (the
     answer lists them, for the node's archive)."""
     _expire(sm)
     evicted = evict(sm)
-    return EvictedAnswer(evicted) if evicted else DONE
+    return evicted_answer(evicted) if evicted else DONE
 
 
-def _expire(sm) -> None:
+def _expire(sm: StateMachine) -> None:
     store, now = sm.store, sm.now_ms
     heap = store.leases
     while heap and heap[0][0] <= now:
@@ -124,7 +130,7 @@ def _expire(sm) -> None:
         _after_failure(sm, task, row)
 
 
-def _end_attempt(sm, task: Task, outcome: str, error: str | None = None) -> None:
+def _end_attempt(sm: StateMachine, task: Task, outcome: str, error: str | None = None) -> None:
     attempt = task.current_attempt()
     assert attempt is not None and attempt.outcome is None, task
     attempt.ended_at_ms = sm.now_ms
@@ -132,7 +138,7 @@ def _end_attempt(sm, task: Task, outcome: str, error: str | None = None) -> None
     attempt.error = error
 
 
-def _after_failure(sm, task: Task, row: Row) -> None:
+def _after_failure(sm: StateMachine, task: Task, row: Row) -> None:
     """A failed or expired attempt: cancelled, or one retry used up (back to pending after
     the backoff, or dead-lettered)."""
     if row.new != CANCELLED:

@@ -39,6 +39,8 @@ running ones, so they have no refusal.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .errors import INVALID_STATE, STALE_TOKEN
 from .model import CANCELLED, COMPLETED, DEAD_LETTER, DISCARDED, PENDING, RUNNING, Task
 from .validate import Rejected
@@ -51,32 +53,31 @@ FENCED = (HEARTBEAT, COMPLETE, FAIL, RELEASE)   # commands carrying a fencing to
 OUTCOME = {COMPLETE: "completed", FAIL: "failed", RELEASE: "released"}   # of the attempt
 
 
-# --- guards: predicates of (task, the command's fencing token, its `retryable`) -----------
+# --- guards: predicates of (task, the event, the command's fencing token, its `retryable`) --
 
-def token(task: Task, tok: int, retryable: bool) -> bool:
+def token(task: Task, event: str, tok: int, retryable: bool) -> bool:
     return tok == task.fencing_token
 
 
-def cancel_requested(task: Task, tok: int, retryable: bool) -> bool:
+def cancel_requested(task: Task, event: str, tok: int, retryable: bool) -> bool:
     return task.cancel_requested
 
 
-def not_retryable(task: Task, tok: int, retryable: bool) -> bool:
+def not_retryable(task: Task, event: str, tok: int, retryable: bool) -> bool:
     return not retryable
 
 
-def retries_left(task: Task, tok: int, retryable: bool) -> bool:
+def retries_left(task: Task, event: str, tok: int, retryable: bool) -> bool:
     return task.failures < task.max_retries
 
 
-def _repeat_of(event: str):
-    outcome = OUTCOME[event]
+def repeat(task: Task, event: str, tok: int, retryable: bool) -> bool:
+    attempt = task.current_attempt()
+    return (task.fencing_token == tok and attempt is not None
+            and attempt.fencing_token == tok and attempt.outcome == OUTCOME[event])
 
-    def repeat(task: Task, tok: int, retryable: bool) -> bool:
-        attempt = task.current_attempt()
-        return (task.fencing_token == tok and attempt is not None
-                and attempt.fencing_token == tok and attempt.outcome == outcome)
-    return repeat
+
+Guard = Callable[[Task, str, int, bool], bool]
 
 
 class Row:
@@ -85,9 +86,9 @@ class Row:
 
     __slots__ = ("state", "event", "guards", "new", "repeat")
 
-    def __init__(self, state: str, event: str, new: str | None, *guards) -> None:
+    def __init__(self, state: str, event: str, new: str, *guards: Guard) -> None:
         self.state, self.event, self.new, self.guards = state, event, new, guards
-        self.repeat = any(g.__name__ == "repeat" for g in guards)
+        self.repeat = repeat in guards
 
     def __repr__(self) -> str:
         names = ", ".join(g.__name__ for g in self.guards)
@@ -98,8 +99,8 @@ class Row:
 ROWS = (
     Row(PENDING, CLAIM, RUNNING),
     Row(PENDING, CANCEL, CANCELLED),
-    Row(PENDING, FAIL, PENDING, _repeat_of(FAIL)),          # after a retry or a replay
-    Row(PENDING, RELEASE, PENDING, _repeat_of(RELEASE)),
+    Row(PENDING, FAIL, PENDING, repeat),                    # after a retry or a replay
+    Row(PENDING, RELEASE, PENDING, repeat),
     Row(RUNNING, HEARTBEAT, RUNNING, token),
     Row(RUNNING, COMPLETE, COMPLETED, token),
     Row(RUNNING, FAIL, CANCELLED, token, cancel_requested),
@@ -112,13 +113,13 @@ ROWS = (
     Row(RUNNING, EXPIRE, PENDING, retries_left),
     Row(RUNNING, EXPIRE, DEAD_LETTER),
     Row(RUNNING, CANCEL, RUNNING),                          # sets cancel_requested
-    Row(COMPLETED, COMPLETE, COMPLETED, _repeat_of(COMPLETE)),
-    Row(CANCELLED, FAIL, CANCELLED, _repeat_of(FAIL)),
-    Row(CANCELLED, RELEASE, CANCELLED, _repeat_of(RELEASE)),
-    Row(DEAD_LETTER, FAIL, DEAD_LETTER, _repeat_of(FAIL)),
+    Row(COMPLETED, COMPLETE, COMPLETED, repeat),
+    Row(CANCELLED, FAIL, CANCELLED, repeat),
+    Row(CANCELLED, RELEASE, CANCELLED, repeat),
+    Row(DEAD_LETTER, FAIL, DEAD_LETTER, repeat),
     Row(DEAD_LETTER, REPLAY, PENDING),
     Row(DEAD_LETTER, DISCARD, DISCARDED),        # kept for audit until retention
-    Row(DISCARDED, FAIL, DISCARDED, _repeat_of(FAIL)),   # the dead-lettering report again
+    Row(DISCARDED, FAIL, DISCARDED, repeat),     # the dead-lettering report again
 )
 
 TABLE: dict[tuple[str, str], tuple[Row, ...]] = {}
@@ -131,7 +132,7 @@ def decide(task: Task, event: str, tok: int = 0, retryable: bool = True) -> Row:
     """The row `event` takes for `task`, or `Rejected` (from `refuse`) when none holds."""
     for row in TABLE.get((task.state, event), ()):
         for guard in row.guards:
-            if not guard(task, tok, retryable):
+            if not guard(task, event, tok, retryable):
                 break
         else:
             return row

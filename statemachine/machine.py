@@ -24,6 +24,8 @@ its result codes, digest.py). Everything else is derived (the store) and rebuilt
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 from . import codec
 from . import commands as c
@@ -33,11 +35,14 @@ from . import digest as D
 from .errors import INVALID_ARGUMENT, OK, OVERLOADED, TENANT_LIMIT, Result
 from .limits import Limits
 from .model import Schedule, Task, TenantView
-from .results import DONE, Refused, render
+from .results import DONE, Answer, refused, render
 from .store import Store
 from .validate import Rejected
 
-HANDLERS = {
+# A handler takes the machine and its command (any field of which may hold anything the log
+# can carry until the handler's validation has checked it) and returns the answer's row.
+Handler = Callable[["StateMachine", Any], Answer]
+HANDLERS: dict[type[c.Command], Handler] = {
     c.SubmitTask: tasks.submit, c.Cancel: tasks.cancel, c.Replay: tasks.replay,
     c.Discard: tasks.discard,
     c.Claim: leases.claim, c.Heartbeat: leases.heartbeat, c.Complete: leases.complete,
@@ -120,7 +125,7 @@ class StateMachine:
         try:
             row = handler(self, cmd)
         except Rejected as r:
-            row = Refused(r.code, r.message, r.details)
+            row = refused(r.code, r.message, r.details)
         code = row[0]
         if recorded and code not in UNRECORDED_REFUSALS and (
                 code != OK or type(cmd) not in RECORDED_WHEN_REFUSED):

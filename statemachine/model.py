@@ -28,7 +28,7 @@ LIVE = (PENDING, RUNNING)
 ATTEMPT_OUTCOMES = ("completed", "failed", "lease_expired", "timed_out", "cancelled",
                     "released")
 FIRE_OUTCOMES = ("ran", "skipped", "missed")
-_NO_ATTEMPTS: tuple = ()
+_NO_ATTEMPTS: tuple[Attempt, ...] = ()
 
 
 class Attempt:
@@ -81,16 +81,16 @@ class Task:
         self.timeout_ms = timeout_ms
         self.idempotency_key = idempotency_key
         self.schedule_id = schedule_id
-        self.lease_expires_at_ms = None
+        self.lease_expires_at_ms: int | None = None
         self.fencing_token = 0
-        self.worker_id = None
+        self.worker_id: str | None = None
         self.cancel_requested = False
-        self.last_error = None
-        self.result_json = None
+        self.last_error: str | None = None
+        self.result_json: str | None = None
         self.created_at_ms = created_at_ms
-        self.started_at_ms = None
-        self.completed_at_ms = None
-        self._attempts = None
+        self.started_at_ms: int | None = None
+        self.completed_at_ms: int | None = None
+        self._attempts: list[Attempt] | None = None
         self.seq = seq
         self.failures = 0
         self.qver = 0
@@ -101,7 +101,7 @@ class Task:
         return self.task_id
 
     @property
-    def attempts(self) -> list[Attempt] | tuple:
+    def attempts(self) -> list[Attempt] | tuple[Attempt, ...]:
         return self._attempts if self._attempts is not None else _NO_ATTEMPTS
 
     def add_attempt(self, attempt: Attempt, kept_max: int) -> None:

@@ -19,6 +19,7 @@ leaves pending by another way than being popped, so that peeks (`has_claimable`,
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush
 
 from .model import PENDING, Task, TenantView
@@ -59,6 +60,7 @@ class ClaimQueue:
         if bucket is None:
             bucket = buckets[task.tenant] = Bucket(task.tenant, task.task_type)
         run_at = task.run_at_ms
+        entry: tuple   # ready: (static_key, run_at_ms, seq, qver, task); delayed: no key
         if run_at <= now_ms:
             key = task.priority * self.aging_ms + run_at   # rules.static_key, inlined: a
             if key < 0:                                    # restore pushes every task
@@ -107,7 +109,7 @@ class ClaimQueue:
         self._clean(bucket)
 
     def _buckets(self, task_types, tenant: str | None) -> list[Bucket]:
-        found = []
+        found: list[Bucket] = []
         for task_type in dict.fromkeys(task_types):   # duplicates once, in the given order
             buckets = self.by_type.get(task_type)
             if not buckets:
@@ -119,8 +121,9 @@ class ClaimQueue:
         return found
 
     # --- selection ------------------------------------------------------------------------
-    def select(self, task_types, tenant: str | None, tenants: dict[str, TenantView],
-               now_ms: int, prefetch_ms: int, max_tasks: int, grant) -> list[Task]:
+    def select(self, task_types: Sequence[str], tenant: str | None,
+               tenants: dict[str, TenantView], now_ms: int, prefetch_ms: int, max_tasks: int,
+               grant: Callable[[Task], None]) -> list[Task]:
         """Remove up to `max_tasks` tasks in claim order, calling `grant(task)` on each
         before choosing the next (a grant changes the tenant's service and running count).
 
@@ -141,6 +144,7 @@ class ClaimQueue:
             for cand in best.values():
                 if pick is None or self._before(cand, pick, tenants):
                     pick = cand
+            assert pick is not None   # `best` is not empty
             bucket = pick[2]
             task = heappop(bucket.ready)[-1]
             self._clean(bucket)

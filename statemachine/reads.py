@@ -7,14 +7,18 @@ would take its own.
 from __future__ import annotations
 
 from heapq import heappop, heappush
+from typing import TYPE_CHECKING
 
 from .listing import SeqIndex
 from .model import PENDING, RETRYING, STATES, Schedule, Task, TenantView
 
+if TYPE_CHECKING:
+    from .machine import StateMachine
+
 CURSOR_CHARS_MAX = 300
 
 
-def get_task(sm, task_id: str, tenant: str | None = None) -> Task | None:
+def get_task(sm: StateMachine, task_id: str, tenant: str | None = None) -> Task | None:
     task = sm.tasks.get(task_id)
     if task is None or (tenant is not None and task.tenant != tenant):
         return None
@@ -32,8 +36,8 @@ def status(task: Task) -> str:
     return RETRYING if retrying(task) else task.state
 
 
-def list_tasks(sm, state=None, tenant=None, task_type=None, schedule_id=None, cursor=None,
-               limit=100) -> tuple[list[Task], str | None]:
+def list_tasks(sm: StateMachine, state=None, tenant=None, task_type=None, schedule_id=None,
+               cursor=None, limit=100) -> tuple[list[Task], str | None]:
     """Newest first. `cursor` is the opaque `next_cursor` of the previous page; a malformed
     one raises ValueError (callers answer invalid_argument). The smallest of the state /
     tenant indexes is walked; other filters are checked per task. `state` may be the view
@@ -73,7 +77,7 @@ def _parse_cursor(cursor) -> int | None:
     return int(cursor)
 
 
-def list_schedules(sm, tenant=None, cursor=None,
+def list_schedules(sm: StateMachine, tenant=None, cursor=None,
                    limit=100) -> tuple[list[Schedule], str | None]:
     """Sorted by (tenant, schedule_id); the cursor is the last key of the page."""
     after = None
@@ -89,11 +93,11 @@ def list_schedules(sm, tenant=None, cursor=None,
     return page, ("\x1f".join(keys[limit - 1]) if more else None)
 
 
-def list_tenants(sm) -> list[TenantView]:
+def list_tenants(sm: StateMachine) -> list[TenantView]:
     return [sm.tenants[name] for name in sorted(sm.tenants)]
 
 
-def next_timer_ms(sm) -> int | None:
+def next_timer_ms(sm: StateMachine) -> int | None:
     """Earliest instant a Tick changes something: a lease expiry or task timeout, or a
     retention eviction. (A retry's backoff end is the task's run_at: see next_due_ms.)"""
     store, lim = sm.store, sm.limits
@@ -107,7 +111,7 @@ def next_timer_ms(sm) -> int | None:
     return min(when) if when else None
 
 
-def due_fires(sm, now_ms: int) -> list[tuple[str, str, int]]:
+def due_fires(sm: StateMachine, now_ms: int) -> list[tuple[str, str, int]]:
     """Active schedules whose next fire is at or before now_ms, earliest first: a walk of
     the fire heap's entries up to now_ms (no pops: a read)."""
     store = sm.store
@@ -126,7 +130,7 @@ def due_fires(sm, now_ms: int) -> list[tuple[str, str, int]]:
     return out
 
 
-def stats(sm) -> dict:
+def stats(sm: StateMachine) -> dict:
     store = sm.store
     return {
         "seq": sm.seq,

@@ -8,6 +8,8 @@ per-chunk tables, so that a restore makes a fresh object only for what is unique
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from . import commands as c
 from .errors import DecodeError
 from .model import STATES, Attempt, FireRecord, Schedule, Task, TenantView
@@ -109,7 +111,7 @@ def task_chunk(tasks: list[Task]) -> list:
     sd = strs.setdefault
     retries: dict[tuple, int] = {}   # by exact field types and values (1 and True differ)
     retry_of: dict[int, int] = {}    # id(policy) -> its index: tasks share a few policies
-    rows = []
+    rows: list[list] = []
     append = rows.append
     for t in tasks:
         retry = retry_of.get(id(t.retry))
@@ -193,7 +195,7 @@ def template_record(t: c.TaskTemplate) -> list:
             retry_record(t.retry)]
 
 
-def template_from(r: list, cache: dict) -> c.TaskTemplate:
+def template_from(r: Sequence, cache: dict) -> c.TaskTemplate:
     return c.TaskTemplate(task_type=r[0], payload_json=r[1], priority=r[2], timeout_ms=r[3],
                           max_retries=r[4], retry=retry_from(r[5], cache))
 
@@ -205,7 +207,7 @@ def schedule_record(s: Schedule) -> list:
             [[f.fire_ms, f.outcome, f.task_id] for f in s.fires]]
 
 
-def schedule_from(r: list, cache: dict) -> Schedule:
+def schedule_from(r: Sequence, cache: dict) -> Schedule:
     (tenant, schedule_id, cron, tz, template, overlap, misfire, catchup, paused, start_at,
      end_at, jitter, next_fire, created, updated, fires) = r
     return Schedule(tenant, schedule_id, cron, tz, template_from(template, cache), overlap,
@@ -217,7 +219,7 @@ def tenant_record(v: TenantView) -> list:
     return [v.tenant, v.max_running, v.weight, v.service]
 
 
-def tenant_from(r: list) -> TenantView:
+def tenant_from(r: Sequence) -> TenantView:
     view = TenantView(r[0], r[1], r[2])
     view.service = r[3]
     return view

@@ -8,20 +8,24 @@ proposed twice makes one task.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from . import codec
 from . import commands as c
 from . import validate as V
 from .errors import INVALID_STATE, NOT_FOUND, TENANT_LIMIT
 from .model import PENDING, FireRecord, Schedule, Task
-from .results import FireAnswer, GoneScheduleAnswer, ScheduleAnswer
+from .results import Answer, fire_answer, gone_schedule_answer, schedule_answer
 from .rules import fire_jitter_ms, occurrence_task_id
 from .tasks import add
 from .tenants import check_capacity
 from .validate import Rejected
 
+if TYPE_CHECKING:
+    from .machine import StateMachine
 
-def find(sm, cmd) -> Schedule:
+
+def find(sm: StateMachine, cmd) -> Schedule:
     """The command's schedule."""
     V.schedule_ref(cmd, sm.limits)
     sched = sm.schedules.get((cmd.tenant, cmd.schedule_id))
@@ -31,11 +35,11 @@ def find(sm, cmd) -> Schedule:
     return sched
 
 
-def _answer(sched: Schedule) -> ScheduleAnswer:
-    return ScheduleAnswer(sched.tenant, sched.schedule_id)
+def _answer(sched: Schedule) -> Answer:
+    return schedule_answer(sched.tenant, sched.schedule_id)
 
 
-def put_schedule(sm, cmd: c.PutSchedule) -> ScheduleAnswer:
+def put_schedule(sm: StateMachine, cmd: c.PutSchedule) -> Answer:
     """Create or replace; a replacement keeps the fire history and created_at."""
     lim = sm.limits
     V.put_schedule(cmd, lim)
@@ -62,13 +66,13 @@ def put_schedule(sm, cmd: c.PutSchedule) -> ScheduleAnswer:
     return _answer(sched)
 
 
-def delete_schedule(sm, cmd: c.DeleteSchedule) -> GoneScheduleAnswer:
+def delete_schedule(sm: StateMachine, cmd: c.DeleteSchedule) -> Answer:
     sched = find(sm, cmd)
     sm.store.unindex_schedule(sched)
-    return GoneScheduleAnswer(codec.schedule_record(sched))
+    return gone_schedule_answer(codec.schedule_record(sched))
 
 
-def pause_schedule(sm, cmd: c.PauseSchedule) -> ScheduleAnswer:
+def pause_schedule(sm: StateMachine, cmd: c.PauseSchedule) -> Answer:
     sched = find(sm, cmd)
     if not sched.paused:
         sched.paused = True
@@ -76,7 +80,7 @@ def pause_schedule(sm, cmd: c.PauseSchedule) -> ScheduleAnswer:
     return _answer(sched)
 
 
-def resume_schedule(sm, cmd: c.ResumeSchedule) -> ScheduleAnswer:
+def resume_schedule(sm: StateMachine, cmd: c.ResumeSchedule) -> Answer:
     """Resuming a running schedule changes nothing (its next fire stays)."""
     V.resume(cmd, sm.limits)
     sched = find(sm, cmd)
@@ -88,14 +92,14 @@ def resume_schedule(sm, cmd: c.ResumeSchedule) -> ScheduleAnswer:
     return _answer(sched)
 
 
-def fire(sm, cmd: c.Fire) -> FireAnswer:
+def fire(sm: StateMachine, cmd: c.Fire) -> Answer:
     """Paused: nothing (manual: invalid_state). See `_manual` and `_cron`."""
     V.fire(cmd, sm.limits)
     sched = find(sm, cmd)
     if sched.paused:
         if cmd.manual:
             raise Rejected(INVALID_STATE, f"schedule {sched.schedule_id} is paused")
-        return FireAnswer(sched.tenant, sched.schedule_id, None)
+        return fire_answer(sched.tenant, sched.schedule_id, None)
     task_id = occurrence_task_id(sched.tenant, sched.schedule_id, cmd.fire_ms, cmd.manual,
                                  cmd.shard)
     if cmd.manual:
@@ -103,22 +107,22 @@ def fire(sm, cmd: c.Fire) -> FireAnswer:
     return _cron(sm, sched, cmd, task_id)
 
 
-def _manual(sm, sched: Schedule, cmd: c.Fire, task_id: str) -> FireAnswer:
+def _manual(sm: StateMachine, sched: Schedule, cmd: c.Fire, task_id: str) -> Answer:
     """A trigger: runs now unless its occurrence exists or the overlap policy skips it."""
     if task_id in sm.tasks:
-        return FireAnswer(sched.tenant, sched.schedule_id, task_id)
+        return fire_answer(sched.tenant, sched.schedule_id, task_id)
     skipped = _overlapping(sm, sched)
     if not skipped:
         check_capacity(sm, sched.tenant)   # before any change: a clean 429
     return _run(sm, sched, cmd.fire_ms, task_id, skipped)
 
 
-def _cron(sm, sched: Schedule, cmd: c.Fire, task_id: str) -> FireAnswer:
+def _cron(sm: StateMachine, sched: Schedule, cmd: c.Fire, task_id: str) -> Answer:
     """Cron fires apply only at the schedule's next_fire_ms (a repeat creates nothing).
     Misfire: older than catchup_window -> "missed"; with misfire "skip", later than
     `misfire_skip_grace_ms` -> "skipped". Overlap "skip": any live occurrence skips;
     "buffer_one": a pending occurrence skips."""
-    nothing = FireAnswer(sched.tenant, sched.schedule_id, None)
+    nothing = fire_answer(sched.tenant, sched.schedule_id, None)
     if cmd.fire_ms != sched.next_fire_ms:
         return nothing
     sched.next_fire_ms = cmd.next_fire_ms
@@ -134,7 +138,7 @@ def _cron(sm, sched: Schedule, cmd: c.Fire, task_id: str) -> FireAnswer:
     if sched.misfire == "skip" and late_ms > sm.limits.misfire_skip_grace_ms:
         return _record(sm, sched, cmd.fire_ms, "skipped")
     if task_id in sm.tasks:
-        return FireAnswer(sched.tenant, sched.schedule_id, task_id)
+        return fire_answer(sched.tenant, sched.schedule_id, task_id)
     skipped = _overlapping(sm, sched)
     if not skipped:
         try:
@@ -144,7 +148,7 @@ def _cron(sm, sched: Schedule, cmd: c.Fire, task_id: str) -> FireAnswer:
     return _run(sm, sched, cmd.fire_ms, task_id, skipped)
 
 
-def _overlapping(sm, sched: Schedule) -> bool:
+def _overlapping(sm: StateMachine, sched: Schedule) -> bool:
     live = sm.store.occurrences.get((sched.tenant, sched.schedule_id), {})
     if sched.overlap == "skip":
         return bool(live)
@@ -153,7 +157,7 @@ def _overlapping(sm, sched: Schedule) -> bool:
     return False
 
 
-def _run(sm, sched: Schedule, fire_ms: int, task_id: str, skipped: bool) -> FireAnswer:
+def _run(sm: StateMachine, sched: Schedule, fire_ms: int, task_id: str, skipped: bool) -> Answer:
     if skipped:
         return _record(sm, sched, fire_ms, "skipped")
     t = sched.template
@@ -166,10 +170,10 @@ def _run(sm, sched: Schedule, fire_ms: int, task_id: str, skipped: bool) -> Fire
     return _record(sm, sched, fire_ms, "ran", task)
 
 
-def _record(sm, sched: Schedule, fire_ms: int, outcome: str,
-            task: Task | None = None) -> FireAnswer:
+def _record(sm: StateMachine, sched: Schedule, fire_ms: int, outcome: str,
+            task: Task | None = None) -> Answer:
     task_id = task.task_id if task else None
     sched.fires.append(FireRecord(fire_ms, outcome, task_id))
     if len(sched.fires) > sm.limits.fires_kept:
         del sched.fires[0]
-    return FireAnswer(sched.tenant, sched.schedule_id, task_id)
+    return fire_answer(sched.tenant, sched.schedule_id, task_id)

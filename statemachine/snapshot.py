@@ -15,14 +15,18 @@ paused and the result frozen, node/gcpolicy.py): nothing here touches it.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from . import codec
 from .digest import full_hexdigest, roll_from_blob
 from .model import STATES
 from .reads import list_tenants
 
+if TYPE_CHECKING:
+    from .machine import StateMachine
 
-def head(sm) -> dict:
+
+def head(sm: StateMachine) -> dict:
     return {
         "v": codec.SNAPSHOT_VERSION, "seq": sm.seq, "now_ms": sm.now_ms,
         "cluster_token": sm.cluster_token, "task_seq": sm.task_seq,
@@ -32,13 +36,13 @@ def head(sm) -> dict:
     }
 
 
-def snapshot(sm) -> bytes:
+def snapshot(sm: StateMachine) -> bytes:
     tasks = _Sized(sm.store.all.oldest_first(), len(sm.tasks))
     top = dict(head(sm), state_digest=full_hexdigest(sm))
     return codec.encode_snapshot(top, tasks, sm.requests)
 
 
-def restore(sm, blob: bytes):
+def restore(sm: StateMachine, blob: bytes):
     """Fills `sm`, a new StateMachine, from `blob`."""
     top, tasks, requests = codec.decode_snapshot(blob, sys.intern)
     sm.seq, sm.now_ms = top["seq"], top["now_ms"]
@@ -60,7 +64,7 @@ def restore(sm, blob: bytes):
     return sm
 
 
-def _index_tasks(sm, chunks) -> None:
+def _index_tasks(sm: StateMachine, chunks) -> None:
     """Tasks in seq order from a snapshot, chunk by chunk, through the store's `index` in
     bulk mode."""
     store, now_ms, index = sm.store, sm.now_ms, sm.store.index

@@ -29,7 +29,8 @@ from .queue import ClaimQueue
 
 
 class Store:
-    def __init__(self, limits: Limits, tasks: dict, tenants: dict, schedules: dict) -> None:
+    def __init__(self, limits: Limits, tasks: dict[str, Task], tenants: dict[str, TenantView],
+                 schedules: dict[tuple[str, str], Schedule]) -> None:
         self.tasks, self.tenants, self.schedules = tasks, tenants, schedules
         self.queue = ClaimQueue(limits.aging_interval_ms)
         self.all = SeqIndex()
@@ -65,7 +66,7 @@ class Store:
         if task.idempotency_key is not None:
             self.idem[(tenant, task.idempotency_key)] = task
         if task.schedule_id is not None:
-            self._occurrence(task)
+            self._occurrence(task, task.schedule_id)
         if state == PENDING:
             self.tenants[tenant].pending += 1
             self.pending_by_priority[task.priority] += 1
@@ -90,9 +91,10 @@ class Store:
         listing.remove(task)
         if not listing:
             del self.by_tenant[task.tenant]
-        key = (task.tenant, task.idempotency_key)
-        if task.idempotency_key is not None and self.idem.get(key) is task:
-            del self.idem[key]
+        if task.idempotency_key is not None:
+            key = (task.tenant, task.idempotency_key)
+            if self.idem.get(key) is task:
+                del self.idem[key]
 
     def move(self, task: Task, new: str, now_ms: int) -> None:
         """`task` changes state to `new` (a lifecycle row's): re-indexed by state."""
@@ -112,7 +114,7 @@ class Store:
             task.completed_at_ms = None
         self._enter(task, now_ms)
         if task.schedule_id is not None:
-            self._occurrence(task)
+            self._occurrence(task, task.schedule_id)
 
     def _enter(self, task: Task, now_ms: int) -> None:
         """Into the queue or heap of the task's (new) state."""
@@ -141,9 +143,9 @@ class Store:
         else:
             self.terminal_count += delta
 
-    def _occurrence(self, task: Task) -> None:
+    def _occurrence(self, task: Task, schedule_id: str) -> None:
         """The live (pending or running) tasks of each schedule (its overlap policy)."""
-        key = (task.tenant, task.schedule_id)
+        key = (task.tenant, schedule_id)
         live = self.occurrences.get(key)
         if task.state in LIVE:
             if live is None:
@@ -158,7 +160,9 @@ class Store:
     @staticmethod
     def deadline(task: Task) -> int:
         """When a running task's attempt ends unless renewed: lease expiry or timeout."""
-        return min(task.lease_expires_at_ms, task.started_at_ms + task.timeout_ms)
+        lease, started = task.lease_expires_at_ms, task.started_at_ms
+        assert lease is not None and started is not None, task   # set by every claim
+        return min(lease, started + task.timeout_ms)
 
     def watch_lease(self, task: Task) -> None:
         self.n += 1

@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import sys
 from heapq import heappop
+from typing import TYPE_CHECKING
 
 from . import commands as c
 from . import validate as V
 from .errors import CONFLICT, NOT_FOUND
 from .lifecycle import CANCEL, DISCARD, REPLAY, decide
 from .model import RUNNING, Task
-from .results import TaskAnswer
+from .results import Answer, task_answer
 from .tenants import check_admission, check_capacity, tenant
 from .validate import Rejected
+
+if TYPE_CHECKING:
+    from .machine import StateMachine
 
 
 # --- helpers ---------------------------------------------------------------------------------
 
-def find(sm, task_id: str, scope: str | None) -> Task:
+def find(sm: StateMachine, task_id: str, scope: str | None) -> Task:
     """The task; `not_found` for another tenant's (scope given)."""
     task = sm.tasks.get(task_id)
     if task is None or (scope is not None and task.tenant != scope):
@@ -29,20 +33,20 @@ def find(sm, task_id: str, scope: str | None) -> Task:
     return task
 
 
-def add(sm, task: Task) -> None:
+def add(sm: StateMachine, task: Task) -> None:
     """A new task enters the state (submit, a schedule's fire)."""
     tenant(sm, task.tenant)
     sm.store.index(task, sm.now_ms)
 
 
-def remove(sm, task: Task) -> None:
+def remove(sm: StateMachine, task: Task) -> None:
     """A terminal task leaves the state (discard, retention)."""
     sm.store.unindex(task)
 
 
 # --- handlers --------------------------------------------------------------------------------
 
-def submit(sm, cmd: c.SubmitTask) -> TaskAnswer:
+def submit(sm: StateMachine, cmd: c.SubmitTask) -> Answer:
     """A repeated idempotency_key returns the existing task with duplicate=True even if
     the other fields differ: the key names the request, not its content."""
     V.submit(cmd, sm.limits, sm.now_ms)
@@ -50,7 +54,7 @@ def submit(sm, cmd: c.SubmitTask) -> TaskAnswer:
     if cmd.idempotency_key is not None:
         existing = sm.store.idem.get((name, cmd.idempotency_key))
         if existing is not None:
-            return TaskAnswer(existing.task_id, True)
+            return task_answer(existing.task_id, True)
     if cmd.task_id in sm.tasks:
         raise Rejected(CONFLICT, f"task {cmd.task_id} already exists", task_id=cmd.task_id)
     check_admission(sm, cmd.priority)
@@ -61,10 +65,10 @@ def submit(sm, cmd: c.SubmitTask) -> TaskAnswer:
                 cmd.priority, run_at, cmd.max_retries, cmd.retry, cmd.timeout_ms,
                 cmd.idempotency_key, None, sm.now_ms, sm.task_seq)
     add(sm, task)
-    return TaskAnswer(task.task_id, False)
+    return task_answer(task.task_id, False)
 
 
-def cancel(sm, cmd: c.Cancel) -> TaskAnswer:
+def cancel(sm: StateMachine, cmd: c.Cancel) -> Answer:
     """Pending: cancelled now. Running: cancel requested; the attempt's end cancels it."""
     V.task_ref(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
@@ -73,10 +77,10 @@ def cancel(sm, cmd: c.Cancel) -> TaskAnswer:
         task.cancel_requested = True
     else:
         sm.store.move(task, row.new, sm.now_ms)
-    return TaskAnswer(task.task_id)
+    return task_answer(task.task_id)
 
 
-def replay(sm, cmd: c.Replay) -> TaskAnswer:
+def replay(sm: StateMachine, cmd: c.Replay) -> Answer:
     """A dead letter back to pending, due now, with its retry budget restored."""
     V.task_ref(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
@@ -86,21 +90,21 @@ def replay(sm, cmd: c.Replay) -> TaskAnswer:
     task.cancel_requested = False
     task.run_at_ms = sm.now_ms
     sm.store.move(task, row.new, sm.now_ms)
-    return TaskAnswer(task.task_id)
+    return task_answer(task.task_id)
 
 
-def discard(sm, cmd: c.Discard) -> TaskAnswer:
+def discard(sm: StateMachine, cmd: c.Discard) -> Answer:
     """A dead letter to `discarded`: kept, with its attempts, for audit until retention
     (counted from now) evicts it. (A discard answered before this state existed was a
-    `GoneTaskAnswer`; the request table may still hold one: results.py renders it.)"""
+    `gone_task` answer; the request table may still hold one: results.py renders it.)"""
     V.task_ref(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
     row = decide(task, DISCARD)
     sm.store.move(task, row.new, sm.now_ms)
-    return TaskAnswer(task.task_id)
+    return task_answer(task.task_id)
 
 
-def evict(sm) -> list[Task]:
+def evict(sm: StateMachine) -> list[Task]:
     """Retention (on Tick): finished tasks older than `retention_ms`, or the oldest beyond
     `terminal_tasks_max`, at most `evictions_per_tick_max` per tick. Returns them, oldest
     first (the node archives them)."""

@@ -3,16 +3,20 @@ needs (DESIGN section 5: per-tenant and global limits, refused with `tenant_limi
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from . import commands as c
 from . import validate as V
 from .errors import OVERLOADED, TENANT_LIMIT
 from .model import TenantView
-from .results import TenantAnswer
+from .results import Answer, tenant_answer
 from .validate import Rejected
 
+if TYPE_CHECKING:
+    from .machine import StateMachine
 
-def tenant(sm, name: str) -> TenantView:
+
+def tenant(sm: StateMachine, name: str) -> TenantView:
     """The tenant's view, made on first use."""
     view = sm.tenants.get(name)
     if view is None:
@@ -20,7 +24,7 @@ def tenant(sm, name: str) -> TenantView:
     return view
 
 
-def check_capacity(sm, name: str) -> None:
+def check_capacity(sm: StateMachine, name: str) -> None:
     """Refuse (`tenant_limit`) one more live task of tenant `name`, before any change."""
     lim = sm.limits
     view = sm.tenants.get(name)
@@ -41,7 +45,7 @@ def shed_at(limits) -> int:
     return limits.live_tasks_max * limits.shed_above_permille // 1000
 
 
-def check_admission(sm, priority: int) -> None:
+def check_admission(sm: StateMachine, priority: int) -> None:
     """Shed (`overloaded`) a submit of priority numerically greater than
     `shed_priority_above` once live tasks reach `shed_at` (DESIGN 14.2). Only client
     submits are shed: a schedule's fire, a replay and higher priorities go on to the hard
@@ -54,7 +58,7 @@ def check_admission(sm, priority: int) -> None:
                        shed_above=threshold, priority=priority)
 
 
-def set_tenant(sm, cmd: c.SetTenant) -> TenantAnswer:
+def set_tenant(sm: StateMachine, cmd: c.SetTenant) -> Answer:
     V.set_tenant(cmd, sm.limits)
     if cmd.tenant not in sm.tenants and len(sm.tenants) >= sm.limits.tenants_max:
         raise Rejected(TENANT_LIMIT, f"at most {sm.limits.tenants_max} tenants",
@@ -64,4 +68,4 @@ def set_tenant(sm, cmd: c.SetTenant) -> TenantAnswer:
         view.max_running = cmd.max_running
     if cmd.weight is not None:
         view.weight = cmd.weight
-    return TenantAnswer(view.tenant)
+    return tenant_answer(view.tenant)

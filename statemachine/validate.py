@@ -7,9 +7,16 @@ needs that) and integers must be real ints (not bools, not floats).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from . import commands as c
 from .errors import INVALID_ARGUMENT, TOO_LARGE
 from .limits import Limits
+
+# A command as it came out of the log: its class's annotations say what its fields should
+# hold, not what they hold until checked here, so the checks read them untyped (compiled
+# code would raise TypeError on a typed read of a wrong value instead of refusing it).
+Unchecked = Any
 
 BACKOFFS = ("exponential", "linear", "fixed")
 OVERLAPS = ("allow", "skip", "buffer_one")
@@ -81,12 +88,12 @@ def sized(name: str, value, bytes_max: int) -> None:
                        limit=bytes_max)
 
 
-def envelope(cmd, lim: Limits) -> None:
+def envelope(cmd: Unchecked, lim: Limits) -> None:
     string("request_id", cmd.request_id, lim.id_chars_max)
     integer("now_ms", cmd.now_ms, 0, lim.now_ms_max)
 
 
-def retry_policy(p, lim: Limits) -> None:
+def retry_policy(p: Unchecked, lim: Limits) -> None:
     if not isinstance(p, c.RetryPolicy):
         raise Rejected(INVALID_ARGUMENT, "retry must be a retry policy", field="retry")
     choice("retry.backoff", p.backoff, BACKOFFS)
@@ -100,7 +107,7 @@ def retry_policy(p, lim: Limits) -> None:
     integer("retry.jitter_permille", p.jitter_permille, 0, lim.jitter_permille_max)
 
 
-def task_fields(t, lim: Limits) -> None:
+def task_fields(t: Unchecked, lim: Limits) -> None:
     """The fields a SubmitTask and a TaskTemplate share."""
     string("task_type", t.task_type, lim.task_type_chars_max)
     sized("payload", t.payload_json, lim.payload_bytes_max)
@@ -110,7 +117,7 @@ def task_fields(t, lim: Limits) -> None:
     retry_policy(t.retry, lim)
 
 
-def submit(cmd: c.SubmitTask, lim: Limits, now_ms: int) -> None:
+def submit(cmd: Unchecked, lim: Limits, now_ms: int) -> None:
     string("task_id", cmd.task_id, lim.id_chars_max)
     string("tenant", cmd.tenant, lim.tenant_chars_max)
     task_fields(cmd, lim)
@@ -119,11 +126,11 @@ def submit(cmd: c.SubmitTask, lim: Limits, now_ms: int) -> None:
            optional=True)
 
 
-def scope(cmd, lim: Limits) -> None:
+def scope(cmd: Unchecked, lim: Limits) -> None:
     string("tenant", cmd.tenant, lim.tenant_chars_max, optional=True)
 
 
-def claim(cmd: c.Claim, lim: Limits) -> None:
+def claim(cmd: Unchecked, lim: Limits) -> None:
     string("worker_id", cmd.worker_id, lim.id_chars_max)
     types = cmd.task_types
     if not isinstance(types, (tuple, list)) or not 0 < len(types) <= lim.claim_task_types_max:
@@ -138,13 +145,13 @@ def claim(cmd: c.Claim, lim: Limits) -> None:
     scope(cmd, lim)
 
 
-def task_ref(cmd, lim: Limits) -> None:
+def task_ref(cmd: Unchecked, lim: Limits) -> None:
     string("task_id", cmd.task_id, lim.id_chars_max)
     if cmd.tenant is not None:
         string("tenant", cmd.tenant, lim.tenant_chars_max)
 
 
-def fenced(cmd, lim: Limits) -> None:
+def fenced(cmd: Unchecked, lim: Limits) -> None:
     """`task_ref` and the token, inlined: every completion of every task passes here."""
     string("task_id", cmd.task_id, lim.id_chars_max)
     if cmd.tenant is not None:
@@ -152,34 +159,34 @@ def fenced(cmd, lim: Limits) -> None:
     integer("fencing_token", cmd.fencing_token, 0, lim.fencing_token_max)
 
 
-def heartbeat(cmd: c.Heartbeat, lim: Limits) -> None:
+def heartbeat(cmd: Unchecked, lim: Limits) -> None:
     fenced(cmd, lim)
     integer("lease_ms", cmd.lease_ms, lim.lease_ms_min, lim.lease_ms_max)
 
 
-def complete(cmd: c.Complete, lim: Limits) -> None:
+def complete(cmd: Unchecked, lim: Limits) -> None:
     fenced(cmd, lim)
     sized("result", cmd.result_json, lim.result_bytes_max)
 
 
-def fail(cmd: c.Fail, lim: Limits) -> None:
+def fail(cmd: Unchecked, lim: Limits) -> None:
     fenced(cmd, lim)
     sized("error", cmd.error, lim.error_bytes_max)
     boolean("retryable", cmd.retryable)
 
 
-def set_tenant(cmd: c.SetTenant, lim: Limits) -> None:
+def set_tenant(cmd: Unchecked, lim: Limits) -> None:
     string("tenant", cmd.tenant, lim.tenant_chars_max)
     integer("max_running", cmd.max_running, 0, lim.tenant_running_max, optional=True)
     integer("weight", cmd.weight, 1, lim.tenant_weight_max, optional=True)
 
 
-def schedule_ref(cmd, lim: Limits) -> None:
+def schedule_ref(cmd: Unchecked, lim: Limits) -> None:
     string("tenant", cmd.tenant, lim.tenant_chars_max)
     string("schedule_id", cmd.schedule_id, lim.id_chars_max)
 
 
-def put_schedule(cmd: c.PutSchedule, lim: Limits) -> None:
+def put_schedule(cmd: Unchecked, lim: Limits) -> None:
     schedule_ref(cmd, lim)
     string("cron", cmd.cron, lim.cron_chars_max)
     string("timezone", cmd.timezone, lim.timezone_chars_max)
@@ -199,12 +206,12 @@ def put_schedule(cmd: c.PutSchedule, lim: Limits) -> None:
     integer("next_fire_ms", cmd.next_fire_ms, 0, lim.now_ms_max, optional=True)
 
 
-def resume(cmd: c.ResumeSchedule, lim: Limits) -> None:
+def resume(cmd: Unchecked, lim: Limits) -> None:
     schedule_ref(cmd, lim)
     integer("next_fire_ms", cmd.next_fire_ms, 0, lim.now_ms_max, optional=True)
 
 
-def fire(cmd: c.Fire, lim: Limits) -> None:
+def fire(cmd: Unchecked, lim: Limits) -> None:
     schedule_ref(cmd, lim)
     integer("fire_ms", cmd.fire_ms, 0, lim.now_ms_max)
     integer("next_fire_ms", cmd.next_fire_ms, 0, lim.now_ms_max, optional=True)
