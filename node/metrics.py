@@ -129,6 +129,14 @@ class AttemptTracker:
     # An attempt still shown running this long after its deadline belongs to a state that
     # a snapshot install replaced: forget it uncounted.
     ORPHAN_GRACE_MS = 60_000
+    # Ended attempts leave their heap entry behind (lazy deletion), and only a Tick pops
+    # entries. Under a steady load whose tasks finish within their leases no Tick is due
+    # for minutes: the heap held every attempt since the last one (1,000,000 entries after
+    # 5 minutes, ~100 MB), and the next Tick (the first eviction) walked them all with the
+    # GIL held, 2 s on every node at once, and the cluster elected again. So the heap is
+    # rebuilt from the live attempts whenever it holds more than twice as many entries
+    # (plus this slack): amortized O(1) per attempt, and bounded by the running tasks.
+    HEAP_SLACK = 1_024
 
     def __init__(self) -> None:
         self._live: dict[tuple[str, int], Any] = {}
@@ -145,7 +153,19 @@ class AttemptTracker:
         self._live[key] = task
         heapq.heappush(self._heap, (task.lease_expires_at_ms or 0, task.fencing_token,
                                     task.task_id))
+        if len(self._heap) > 2 * len(self._live) + self.HEAP_SLACK:
+            self._rebuild_heap()
         return True
+
+    def _rebuild_heap(self) -> None:
+        """Only the live attempts, each at its current lease deadline (what `expired`
+        would re-push it at)."""
+        self._heap = [(task.lease_expires_at_ms or 0, token, task_id)
+                      for (task_id, token), task in self._live.items()]
+        heapq.heapify(self._heap)
+
+    def heap_entries(self) -> int:
+        return len(self._heap)
 
     def ended(self, task_id: str, token: int) -> bool:
         """A completion or failure; False when its attempt was not running (a repeat)."""

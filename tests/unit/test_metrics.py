@@ -408,3 +408,26 @@ async def test_timeseries_route(client, replica):
     for bad in ({"step_s": "7"}, {"step_s": "x"}, {"bogus": "1"}):
         r = await client.get("/v1/timeseries", params=bad)
         assert r.status == 400 and (await r.json())["error"]["code"] == "invalid_argument"
+
+
+def test_ended_attempts_do_not_pile_up_between_ticks(replica, metrics):
+    """Tasks that finish within their leases schedule no Tick: the tracker's heap stays
+    bounded by the running attempts, and the next Tick still counts an expiry."""
+    now = T0
+    for i in range(3_000):
+        submit(replica, f"t{i}", now, run_at_ms=now)
+        (task,) = claim(replica, now, n=1)
+        assert replica.apply(c.Complete(request_id=replica.rid(), now_ms=now,
+                                        task_id=task.task_id,
+                                        fencing_token=task.fencing_token))[0].ok
+        now += 1
+    submit(replica, "slow", now, run_at_ms=now, max_retries=0)
+    claim(replica, now, n=1, lease_ms=1_000)
+    tracker = metrics.attempts
+    assert len(tracker) == 1
+    assert tracker.heap_entries() <= 2 * len(tracker) + AttemptTracker.HEAP_SLACK + 1
+    replica.apply(c.Tick(request_id=replica.rid(), now_ms=now + 2_000))
+    s = scrape(metrics)
+    assert value(s, "tsched_lease_expirations_total") == 1
+    assert value(s, "tsched_completed_tasks_total") == 3_000
+    assert len(tracker) == 0
