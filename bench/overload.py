@@ -275,6 +275,8 @@ async def main_async(args: argparse.Namespace, report: Report) -> None:
     with open(cluster.config_path, "a") as f:   # before the nodes start (entering starts)
         f.write(f"\n[limits]\nlive_tasks_max = {args.live_max}\n"
                 f"shed_above = {args.shed_above}\n")
+        if args.compaction_min_bytes is not None:
+            f.write(f"\n[cluster.compaction]\nmin_bytes = {args.compaction_min_bytes}\n")
     with cluster:
         cluster.wait_writable()
         gen = Generators(args.processes, cluster.urls, f"ovl-{uuid.uuid4().hex[:6]}")
@@ -309,6 +311,9 @@ def main() -> None:
     parser.add_argument("--live-max", type=int, default=200_000,
                         help="[limits] live_tasks_max of the cluster")
     parser.add_argument("--shed-above", type=float, default=0.8)
+    parser.add_argument("--compaction-min-bytes", type=int, default=None,
+                        help="[cluster.compaction] min_bytes of the cluster (the Raft log "
+                             "tail a node keeps between snapshots; default the node's)")
     parser.add_argument("--keep", action="store_true", help="keep the data dirs and logs")
     add_common_flags(parser)
     args = parser.parse_args()
