@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import signal
 import sys
 from types import ModuleType
 from typing import Any
@@ -139,6 +140,10 @@ def cli(app_spec: str, task_names: str | None, concurrency: int, url: str | None
     worker = Worker(app.urls, {t.name: t.handler() for t in served}, concurrency=concurrency,
                     token=app.token, grace_s=grace_s, timeout_s=app.timeout_s,
                     ca_file=app.ca_file)
+    # Graceful from the startup line on: a supervisor may send SIGTERM as soon as it reads
+    # it, before the Worker's loop has installed its own handlers (which replace these).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda _sig, _frame: worker.stop())
     log.info("%s", _startup_line(served, periodics, concurrency, app.urls))
     worker.run()
     log.info("tsworker stopped: every claimed task finished or given back")
