@@ -882,9 +882,8 @@ class Replica:
         child several seconds of CPU at 1,000,000 tasks), starving the cluster at once."""
         ids = sorted([self.self_id, *self.peers])
         share = ids.index(self.self_id) / (2 * len(ids))
-        floor = int(self.options.compaction_min_bytes * (1 - share))
         proportional = self.last_snapshot_bytes * self.options.compaction_log_to_snapshot_ratio
-        return max(floor, int(proportional * (1 - share)))
+        return int(max(self.options.compaction_min_bytes, proportional) * (1 - share))
 
     @property
     def last_snapshot_bytes(self) -> int:

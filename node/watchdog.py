@@ -48,14 +48,14 @@ class Watchdog:
                  clock: Callable[[], float] = time.monotonic,
                  late_tick_s: float | None = None) -> None:
         self.stall_ready_s = stall_ready_s
+        self.stall_exit_s = stall_exit_s
+        self.tick_failures_max = tick_failures_max
         self.late_tick_s = late_tick_s
         self.late_ticks = 0                 # ticks later than late_tick_s (all of them)
         self._late_unlogged = 0
         self._late_max_s = 0.0
         self._late_logged_at: float | None = None
         self._ticked = False
-        self.stall_exit_s = stall_exit_s
-        self.tick_failures_max = tick_failures_max
         self._on_fatal = on_fatal
         self._clock = clock
         self._last_alive = clock()

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -270,3 +271,12 @@ class Cluster:
 
     def followers(self, leader: str) -> list[str]:
         return [i for i in self.ids if i != leader]
+
+
+def running(tmp_path: Path, **kwargs: Any) -> Iterator[Cluster]:
+    """For fixtures (`yield from running(...)`): a `Cluster(tmp_path, **kwargs)` with every
+    node started and a ready leader, closed once the test is done."""
+    with Cluster(tmp_path, **kwargs) as c:
+        c.start()
+        c.wait_leader()
+        yield c

@@ -3,22 +3,16 @@ from __future__ import annotations
 
 import pytest
 
-from .cluster import Cluster
+from .cluster import running
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A 3-node cluster shared by one test module, with an elected leader."""
-    with Cluster(tmp_path_factory.mktemp("cluster")) as c:
-        c.start()
-        c.wait_leader()
-        yield c
+    yield from running(tmp_path_factory.mktemp("cluster"))
 
 
 @pytest.fixture
 def fresh_cluster(tmp_path):
     """A 3-node cluster of its own, for tests that kill or restart nodes."""
-    with Cluster(tmp_path) as c:
-        c.start()
-        c.wait_leader()
-        yield c
+    yield from running(tmp_path)

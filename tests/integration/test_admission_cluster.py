@@ -11,7 +11,7 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, running
 from tsched.statemachine.limits import API_LIMITS
 
 pytestmark = pytest.mark.slow
@@ -25,10 +25,7 @@ PATIENT_TOML = "\n[cluster.timeouts]\npropose_s = 60\n"
 
 @pytest.fixture
 def cluster(tmp_path):
-    with Cluster(tmp_path, extra_toml=PATIENT_TOML) as c:
-        c.start()
-        c.wait_leader()
-        yield c
+    yield from running(tmp_path, extra_toml=PATIENT_TOML)
 
 
 async def _submit(session: aiohttp.ClientSession, url: str, i: int) -> tuple[int, dict, str]:

@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import running
 from tests.integration.raft_support import wait_until
 from tsched.client import ApiError, Client
 from tsched.client.cli import cli
@@ -22,10 +22,7 @@ TOML = f'\n[archive]\ndir = "archive"\n\n[limits]\nretention_ms = {RETENTION_MS}
 
 @pytest.fixture
 def archiving(tmp_path):
-    with Cluster(tmp_path, extra_toml=TOML) as c:
-        c.start()
-        c.wait_leader()
-        yield c
+    yield from running(tmp_path, extra_toml=TOML)
 
 
 def archived_ids(cluster, node: str, **query) -> list[str]:

@@ -9,7 +9,7 @@ import threading
 import httpx
 import pytest
 
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import running
 from tests.integration.raft_support import wait_until
 from tsched.client import Client, Overloaded
 from tsched.statemachine.limits import API_LIMITS
@@ -21,10 +21,7 @@ LIMITS_TOML = f"\n[limits]\nlive_tasks_max = {LIVE_MAX}\nshed_above = 0.5\n"
 
 @pytest.fixture
 def small_cluster(tmp_path):
-    with Cluster(tmp_path, extra_toml=LIMITS_TOML) as c:
-        c.start()
-        c.wait_leader()
-        yield c
+    yield from running(tmp_path, extra_toml=LIMITS_TOML)
 
 
 def shed_count(cluster, node: str) -> float:
