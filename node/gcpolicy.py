@@ -18,8 +18,12 @@ against 350 ms for one of the middle generation and 1,090 ms for the next full c
 with the thresholds alone. Frozen objects are still freed by reference counting.
 
 The price: an object frozen while alive that later becomes part of an unreachable cycle is
-not reclaimed while it stays frozen. That is rare: after 60,000 task lifecycles a node
-held 94-366 such objects. `tsched_gc_frozen_objects` shows the frozen count. A follower,
+not reclaimed while it stays frozen. Under load every request in flight is alive at some
+full collection, so a request path must leave no reference cycle behind (reference
+counting alone must free it): one that did (a refusal through Raft raised from a local)
+leaked its request at every collection, 4-6 MB a minute at 3x overload.
+`tests/unit/test_api_cycles.py` checks the request paths. After 60,000 task lifecycles a
+node held 94-366 such objects. `tsched_gc_frozen_objects` shows the frozen count. A follower,
 whose pauses delay no client, thaws everything every `THAW_INTERVAL_S` and collects in
 full once, which reclaims them, while the frozen set is small enough (`THAW_FROZEN_MAX`)
 for that pause to stay far below an election timeout; the leader never does it.
