@@ -8,7 +8,9 @@ request they held) in one, and a node at 3x overload grew by 4-6 MB a minute.
 """
 from __future__ import annotations
 
+import asyncio
 import gc
+import time
 
 from tests.api_support import Api, assert_error
 from tsched.node.errors import ApiError
@@ -65,6 +67,26 @@ async def test_a_tasks_whole_life_and_its_refusals_leave_no_cycle(api: Api, tt):
                  "/v1/stats", "/v1/cluster"):
         status, _ = await api.call("GET", path)
         assert status in (200, 404)
+    assert _cyclic_garbage_of_the_node() == []
+
+
+async def test_long_polls_answered_by_a_submit_or_by_their_wait_leave_no_cycle(api: Api, tt):
+    gc.collect()
+    gc.garbage.clear()
+    assert await api.claim([tt], wait_s=0.2) == []           # the wait runs out
+    hub = api.node.claims
+    before = hub.waiting
+    waiting = asyncio.ensure_future(api.claim([tt], wait_s=10))
+    deadline = time.monotonic() + 10
+    while hub.waiting <= before:                              # the claim is waiting
+        assert time.monotonic() < deadline, "the claim never waited"
+        await asyncio.sleep(0.01)
+    await api.submit(task_type=tt)
+    (claimed,) = await waiting
+    status, _ = await api.call("POST", "/v1/completions", {"completions": [
+        {"task_id": claimed["task_id"], "fencing_token": claimed["fencing_token"]}]})
+    assert status == 200
+    del waiting
     assert _cyclic_garbage_of_the_node() == []
 
 
