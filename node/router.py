@@ -42,9 +42,6 @@ class Router:
         self.rotation = 0        # which shard a claim asks first; moves on every claim
         self.polls: dict[tuple, list] = {}   # open shard long polls by claim kind
         self.productive: dict[tuple, int] = {}   # claim kind -> the shard that last gave tasks
-        # claim kind -> tasks a poll brought while no claim of the kind held it, kept for
-        # the kind's next claim (router_claims.Held)
-        self.held: dict[tuple, list] = {}
 
     # -- who --
     def scope(self, request: web.Request) -> str | None:

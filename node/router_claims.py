@@ -5,13 +5,9 @@ moves on with every claim so that no shard starves, until it has `max_tasks` or 
 them all. With nothing found it waits on every shard at once, in rounds of at most
 `SHARD_WAIT_S`. Every shard's answer is read to its end, even after the worker has been
 answered: the polls still open then are adopted by the worker's next claim of the same
-kind (so a worker keeps one waiter per shard, not one per claim). A task such a poll
-brings while no claim holds it, or beyond `max_tasks`, is held for the same kind's next
-claim (it is leased to that worker already) for `hold_s` at most, then released; a task
-for a request that is gone is released at once (a release is not an attempt). No lease is
-ever left without a holder. Holding matters: releasing every such task at once had one
-task in six claimed, released and claimed again at 4 shards, a request and a Raft entry
-for each release.
+kind (so a worker keeps one waiter per shard, not one per claim), and a task such a poll
+brings while no claim holds it, or beyond `max_tasks`, or for a request that is gone, is
+released at once (a release is not an attempt). No lease is ever left without a holder.
 """
 from __future__ import annotations
 
@@ -35,12 +31,6 @@ ANSWER_MARGIN_S = 10.0    # a shard's long poll may take its wait plus a forward
 FAILED_ROUND_S = 0.2
 ROTATE_EVERY = 4          # every 4th claim starts at the next shard in turn
 PRODUCTIVE_KINDS_MAX = 10_000      # a round of waiting that ended sooner found every shard failing
-HOLD_S_MAX = 1.0          # a held task waits this long at most for its worker's next claim
-HOLD_LEASE_SHARE = 0.25   # ... and never more than this share of its lease
-HELD_PER_KIND_MAX = 1_000  # tasks held for one kind; more are released at once
-# The loop may run a timer up to its clock's resolution early: a task this close to the end
-# of its hold counts as expired, so that the timer set for it always releases it.
-HOLD_SLACK_S = 0.01
 
 
 class Gathered:
@@ -90,8 +80,7 @@ async def claim(request: web.Request) -> web.Response:
     got = Gathered(params["max_tasks"])
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params["wait_s"]
-    take_held(r, kind, got, loop.time())
-    for s in shards if got.room > 0 else ():   # without waiting, one shard after another
+    for s in shards:                        # without waiting, one shard after another
         had = len(got.tasks)
         got.take(r, s, await _ask(r, request, s, body, got.room, 0))
         if len(got.tasks) > had:
@@ -109,9 +98,8 @@ async def claim(request: web.Request) -> web.Response:
     if _gone(request):
         got.surplus += [(t["shard"], t) for t in got.tasks]
         got.tasks = []
+    if got.surplus:
         await _release(r, request, got.surplus)
-    elif got.surplus:
-        _hold(r, kind, got.surplus, got.seqs, request)
     answer = {"tasks": got.tasks, "applied_seqs": got.seqs}
     if carried is not None:
         answer["completions"] = carried
@@ -244,78 +232,7 @@ def _poll_done(r: Router, kind: tuple, poll: Poll, request) -> None:
         if isinstance(doc, dict) and doc.get("tasks"):
             late = Gathered(0)
             late.take(r, poll.shard, doc)
-            _hold(r, kind, late.surplus, late.seqs, request)
-
-
-# --- tasks held for a kind's next claim -----------------------------------------------
-
-def hold_s(kind: tuple) -> float:
-    """How long a task of this kind may be held: a short while, well within its lease."""
-    return min(HOLD_S_MAX, kind[2] / 1000 * HOLD_LEASE_SHARE)
-
-
-def held_add(r, kind: tuple, tasks: list[tuple[int, dict]], seqs: dict[str, int],
-             request, now: float) -> list[tuple[int, dict]]:
-    """Hold `tasks` (shard, task) for the kind's next claim; returns those over the bound,
-    to be released now."""
-    held = r.held.setdefault(kind, [])
-    room = max(0, HELD_PER_KIND_MAX - len(held))
-    held.extend((shard, t, seqs.get(str(shard)), now, request) for shard, t in tasks[:room])
-    return tasks[room:]
-
-
-def take_held(r, kind: tuple, got: Gathered, now: float) -> None:
-    """Give the claim the tasks held for its kind (oldest first, as many as it has room
-    for) that are still within their hold."""
-    held = r.held.get(kind)
-    if not held:
-        return
-    limit = hold_s(kind) - HOLD_SLACK_S
-    fresh = [h for h in held if now - h[3] < limit]
-    taken, rest = fresh[:got.room], fresh[got.room:]
-    for shard, t, seq, _, _ in taken:
-        got.tasks.append(t)
-        if seq is not None:
-            got.seqs[str(shard)] = max(seq, got.seqs.get(str(shard), 0))
-    stale = [h for h in held if now - h[3] >= limit]
-    r.held[kind] = rest + stale          # the stale ones go with their release timer
-    if not r.held[kind]:
-        del r.held[kind]
-
-
-def held_expired(r, kind: tuple, now: float) -> list[tuple]:
-    """Take out the tasks held past their hold: they are to be released."""
-    held = r.held.get(kind)
-    if not held:
-        return []
-    limit = hold_s(kind) - HOLD_SLACK_S
-    expired = [h for h in held if now - h[3] >= limit]
-    left = [h for h in held if now - h[3] < limit]
-    if left:
-        r.held[kind] = left
-    else:
-        del r.held[kind]
-    return expired
-
-
-def _hold(r: Router, kind: tuple, tasks: list[tuple[int, dict]], seqs: dict[str, int],
-          request) -> None:
-    if not tasks:
-        return
-    loop = asyncio.get_running_loop()
-    over = held_add(r, kind, tasks, seqs, request, loop.time())
-    if over:
-        asyncio.ensure_future(_release(r, request, over))
-    loop.call_later(hold_s(kind), _release_expired, r, kind)
-
-
-def _release_expired(r: Router, kind: tuple) -> None:
-    expired = held_expired(r, kind, asyncio.get_running_loop().time())
-    by_request: dict[int, tuple[object, list]] = {}
-    for shard, t, _, _, request in expired:
-        by_request.setdefault(id(request), (request, []))[1].append((shard, t))
-    for request, tasks in by_request.values():
-        asyncio.ensure_future(_release(r, request, tasks))
+            asyncio.ensure_future(_release(r, request, late.surplus))
 
 
 async def _release(r: Router, request, tasks: list[tuple[int, dict]]) -> None:

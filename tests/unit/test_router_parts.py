@@ -84,32 +84,3 @@ def test_claims_ask_the_shard_that_last_gave_work_first_but_every_fourth_rotates
     assert firsts.count(2) >= 2 * ROTATE_EVERY - 2             # mostly where the work is
     assert set(firsts) - {2}                                   # yet others come first too
     assert sorted(_order(r, kind)) == [0, 1, 2, 3]             # every shard is asked
-
-
-def test_tasks_a_poll_brought_are_held_for_the_same_kind_s_next_claim_within_their_hold():
-    from types import SimpleNamespace
-
-    from tsched.node.router_claims import (HELD_PER_KIND_MAX, Gathered, held_add,
-                                           held_expired, hold_s, take_held)
-    r = SimpleNamespace(held={})
-    kind = ("w", ("t",), 30_000, 0, None)
-    other = ("w2", ("t",), 30_000, 0, None)
-    assert hold_s(kind) == 1.0 and hold_s(("w", ("t",), 1_000, 0, None)) == 0.25
-    tasks = [(s, {"task_id": f"{s}-{i}", "shard": s}) for s in (1, 2) for i in range(3)]
-    assert held_add(r, kind, tasks, {"1": 40, "2": 7}, "req", now=100.0) == []
-    got = Gathered(4)
-    take_held(r, other, got, now=100.1)                   # another worker gets none of them
-    assert got.tasks == []
-    take_held(r, kind, got, now=100.1)
-    assert [t["task_id"] for t in got.tasks] == ["1-0", "1-1", "1-2", "2-0"]
-    assert got.seqs == {"1": 40, "2": 7}                   # read-your-writes per shard
-    assert held_expired(r, kind, now=100.5) == []          # still within the hold
-    late = Gathered(10)
-    take_held(r, kind, late, now=101.2)                    # past it: not handed out ...
-    assert late.tasks == []
-    expired = held_expired(r, kind, now=101.2)             # ... but released by its timer
-    assert [t["task_id"] for _, t, _, _, _ in expired] == ["2-1", "2-2"]
-    assert r.held == {}
-    many = [(0, {"task_id": str(i)}) for i in range(HELD_PER_KIND_MAX + 5)]
-    over = held_add(r, kind, many, {}, "req", now=200.0)
-    assert len(over) == 5 and len(r.held[kind]) == HELD_PER_KIND_MAX   # bounded
