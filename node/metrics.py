@@ -151,8 +151,7 @@ class AttemptTracker:
         if key in self._live:
             return False
         self._live[key] = task
-        heapq.heappush(self._heap, (task.lease_expires_at_ms or 0, task.fencing_token,
-                                    task.task_id))
+        heapq.heappush(self._heap, _heap_entry(task))
         if len(self._heap) > 2 * len(self._live) + self.HEAP_SLACK:
             self._rebuild_heap()
         return True
@@ -160,8 +159,7 @@ class AttemptTracker:
     def _rebuild_heap(self) -> None:
         """Only the live attempts, each at its current lease deadline (what `expired`
         would re-push it at)."""
-        self._heap = [(task.lease_expires_at_ms or 0, token, task_id)
-                      for (task_id, token), task in self._live.items()]
+        self._heap = [_heap_entry(task) for task in self._live.values()]
         heapq.heapify(self._heap)
 
     def heap_entries(self) -> int:
@@ -195,6 +193,10 @@ class AttemptTracker:
         for entry in later:
             heapq.heappush(heap, entry)
         return out
+
+
+def _heap_entry(task) -> tuple[int, int, str]:
+    return (task.lease_expires_at_ms or 0, task.fencing_token, task.task_id)
 
 
 def _attempt_outcome(task, token: int) -> str | None:

@@ -2,6 +2,9 @@
 error-shape check. The `replica` and `api` fixtures that use them are in tests/conftest.py."""
 from __future__ import annotations
 
+import asyncio
+import time
+
 from tsched.node.api_common import Node
 
 
@@ -42,3 +45,11 @@ def assert_error(status: int, body, want_status: int, code: str) -> None:
     assert err["code"] == code, body
     assert isinstance(err["message"], str) and err["message"]
     assert isinstance(err["details"], dict)
+
+
+async def until(check, what: str, timeout_s: float = 10.0) -> None:
+    """Poll `check()` on the loop until it is true; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)

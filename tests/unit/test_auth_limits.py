@@ -4,12 +4,11 @@ query sizes. Through the real app on a single-node Raft cluster (test_api_harnes
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 
 import pytest
 
-from tests.api_support import Api, assert_error
+from tests.api_support import Api, assert_error, until
 from tsched.node import claims, validate
 from tsched.node.api_common import Node
 from tsched.node.app import BODY_BYTES_MAX, make_app
@@ -110,20 +109,13 @@ async def test_oversized_headers_and_query_strings_are_refused_not_crashed(api: 
     assert_error(status, body, 400, "invalid_argument")
 
 
-async def _until(check, what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
 async def _fill_waiting_room(api: Api, n: int, body: dict, headers: dict) -> list:
     """n long polls that stay waiting (no task of their type exists), registered."""
     hub = api.node.claims
     before = hub.waiting
     polls = [asyncio.ensure_future(api.call("POST", "/v1/claims", body, headers=headers))
              for _ in range(n)]
-    await _until(lambda: hub.waiting >= before + n, f"{n} waiting claims")
+    await until(lambda: hub.waiting >= before + n, f"{n} waiting claims")
     return polls
 
 
