@@ -9,11 +9,12 @@ content, text, json()), so both clients share the same answer handling.
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 from typing import Any
 
 import aiohttp
+
+from . import _codec
 
 CONNECTIONS_MAX = 100
 # What a failed attempt raises: the next node (or a later round) is tried.
@@ -33,7 +34,7 @@ class Response:
         return self.content.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
-        return json.loads(self.content)
+        return _codec.loads(self.content)
 
 
 def query(params: dict[str, Any]) -> list[tuple[str, str]]:

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 import httpx
 
+from . import _codec
 from .errors import ApiError, Overloaded, Unavailable
 
 # Answers that mean "this node cannot serve now, another one (or a later try) may":
@@ -177,7 +178,7 @@ def decode(resp: httpx.Response) -> Any:
     if not resp.content:
         return {}
     try:
-        return resp.json()
+        return _codec.loads(resp.content)
     except ValueError:
         return None
 

@@ -102,6 +102,7 @@ class RetryRule:
 
 
 RETRY_ALL = RetryRule()
+_PLAIN_TYPES = (str, int, bool)    # serialisable as they are (a float may be NaN)
 
 
 def error_detail(exc: BaseException) -> dict[str, str]:
@@ -121,6 +122,8 @@ def outcome_of(result: Any = None, exc: BaseException | None = None,
                rule: RetryRule = RETRY_ALL) -> dict[str, Any]:
     """The completion item (without task_id/token) for a handler's return value or exception."""
     if exc is None:
+        if result is None or type(result) in _PLAIN_TYPES:
+            return {"result": result}
         try:
             json.dumps(result)
         except (TypeError, ValueError) as err:

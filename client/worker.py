@@ -28,12 +28,12 @@ import socket
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
 from ._jobs import (LEASE_LOST_CODES, RETRY_ALL, Job, RetryRule, error_code_of,
                     outcome_of)
 from ._outbox import LINGER_S, Outbox
+from ._threads import HandlerThreads
 from ._window import HELD_MAX_DEFAULT, Window
 from .client import AsyncClient
 from .errors import ApiError, Unavailable
@@ -100,6 +100,7 @@ class Worker:
         self.urls, self.token, self.timeout_s = urls, token, timeout_s
         self.ca_file = ca_file     # CA bundle for https:// nodes
         self.handlers = dict(handlers)
+        self._is_async = {t: inspect.iscoroutinefunction(h) for t, h in self.handlers.items()}
         # Per task type: which exception class names are retried (DESIGN 14.1).
         self.retry_rules = retry_rules(self.handlers, retry_on or {}, no_retry_on or {})
         self.concurrency, self.lease_s, self.prefetch_ms = concurrency, lease_s, prefetch_ms
@@ -146,7 +147,7 @@ class Worker:
         self._slot_free = asyncio.Event()
         self._async_slots = asyncio.Semaphore(self.concurrency)
         self._install_signals()
-        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tsched-handler")
+        self._pool = HandlerThreads(self.concurrency, self._loop)
         self._client = AsyncClient(self.urls, token=self.token, timeout_s=self.timeout_s,
                                    ca_file=self.ca_file)
         self._outbox = Outbox(self._client, give_up_s=self.lease_s)
@@ -164,7 +165,7 @@ class Worker:
             for h in helpers:
                 h.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.close()
             await self._client.aclose()
             self._remove_signals()
 
@@ -300,8 +301,7 @@ class Worker:
     async def _until_run_at(self, job: Job) -> None:
         """Early dispatch: the handler starts at run_at by the local clock. Sync handlers
         are handed to their thread a little early and sleep the rest there."""
-        handler = self.handlers.get(job.ctx.task_type)
-        early_s = 0.0 if inspect.iscoroutinefunction(handler) else THREAD_WAKE_EARLY_S
+        early_s = 0.0 if self._is_async.get(job.ctx.task_type) else THREAD_WAKE_EARLY_S
         delay_s = job.delay_s() - early_s
         if delay_s > 0:
             await asyncio.sleep(delay_s)
@@ -312,13 +312,12 @@ class Worker:
             return {"error": f"no handler for task type {job.ctx.task_type!r}", "retryable": False}
         payload = job.task.get("payload")
         try:
-            if inspect.iscoroutinefunction(handler):
+            if self._is_async[job.ctx.task_type]:
                 async with self._async_slots:
                     job.started = True
                     result = await handler(payload, job.ctx)
             else:
-                result = await self._loop.run_in_executor(self._pool, _in_thread, handler,
-                                                          payload, job)
+                result = await self._pool.run(_in_thread, handler, payload, job)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:   # noqa: BLE001 - every handler failure is reported

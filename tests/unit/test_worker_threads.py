@@ -1,0 +1,103 @@
+"""The Worker's handler threads (client/_threads.py) and its answer codec (client/_codec.py)."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from tsched.client import _codec
+from tsched.client._threads import HandlerThreads
+
+WAIT_S = 10.0
+
+
+async def test_outcomes_come_back_to_their_futures_values_and_exceptions():
+    pool = HandlerThreads(3, asyncio.get_running_loop())
+    try:
+        def work(i: int) -> int:
+            if i % 5 == 0:
+                raise ValueError(f"bad {i}")
+            return i * i
+
+        futures = [pool.run(work, i) for i in range(200)]
+        got = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), WAIT_S)
+    finally:
+        pool.close()
+    for i, value in enumerate(got):
+        if i % 5 == 0:
+            assert isinstance(value, ValueError) and str(value) == f"bad {i}"
+        else:
+            assert value == i * i
+
+
+async def test_handlers_run_on_named_threads_at_most_count_at_once():
+    pool = HandlerThreads(2, asyncio.get_running_loop(), name_prefix="h")
+    running, most, lock = 0, 0, threading.Lock()
+
+    def work() -> str:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        with lock:
+            running -= 1
+        return threading.current_thread().name
+
+    try:
+        names = await asyncio.wait_for(asyncio.gather(*(pool.run(work) for _ in range(50))),
+                                       WAIT_S)
+    finally:
+        pool.close()
+    assert most <= 2
+    assert set(names) <= {"h_0", "h_1"}
+
+
+async def test_a_call_cancelled_before_a_thread_takes_it_is_not_run():
+    pool = HandlerThreads(1, asyncio.get_running_loop())
+    release, ran = threading.Event(), []
+    try:
+        blocker = pool.run(release.wait, WAIT_S)      # holds the only thread
+        queued = pool.run(ran.append, "queued")
+        queued.cancel()
+        after = pool.run(ran.append, "after")
+        release.set()
+        assert await asyncio.wait_for(blocker, WAIT_S) is True
+        await asyncio.wait_for(after, WAIT_S)
+    finally:
+        pool.close()
+    assert ran == ["after"]
+
+
+async def test_close_lets_the_running_call_finish_and_drops_the_queued_ones():
+    pool = HandlerThreads(1, asyncio.get_running_loop())
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    def first() -> str:
+        started.set()
+        release.wait(WAIT_S)
+        ran.append("first")
+        return "first"
+
+    running = pool.run(first)
+    queued = pool.run(ran.append, "queued")
+    assert await asyncio.get_running_loop().run_in_executor(None, started.wait, WAIT_S)
+    pool.close()
+    assert queued.cancelled()
+    release.set()
+    assert await asyncio.wait_for(running, WAIT_S) == "first"
+    with pytest.raises(RuntimeError):
+        pool.run(ran.append, "late")
+    for t in pool._threads:
+        t.join(WAIT_S)
+        assert not t.is_alive()
+    assert ran == ["first"]
+
+
+def test_the_codec_reads_what_the_standard_library_reads():
+    assert _codec.loads(b'{"tasks": [{"task_id": "a", "n": 1}], "x": null}') == \
+        {"tasks": [{"task_id": "a", "n": 1}], "x": None}
+    # orjson refuses a lone surrogate; the standard library reads it, and so does the codec
+    assert _codec.loads(b'"\\ud800"') == "\ud800"
+    with pytest.raises(ValueError):
+        _codec.loads(b"{not json")
