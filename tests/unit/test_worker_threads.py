@@ -1,4 +1,5 @@
-"""The Worker's handler threads (client/_threads.py) and its answer codec (client/_codec.py)."""
+"""The Worker's handler threads (client/_threads.py), its answer codec (client/_codec.py) and
+its tasks' cancel events (client/_jobs.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -101,3 +102,26 @@ def test_the_codec_reads_what_the_standard_library_reads():
     assert _codec.loads(b'"\\ud800"') == "\ud800"
     with pytest.raises(ValueError):
         _codec.loads(b"{not json")
+
+
+def test_a_task_s_cancel_event_wakes_a_waiter_and_is_an_event():
+    from tsched.client._jobs import CancelEvent, Job
+    job = Job({"task_id": "a" * 32, "fencing_token": 3}, lease_s=30)
+    cancelled = job.ctx.cancelled
+    assert isinstance(cancelled, threading.Event) and isinstance(cancelled, CancelEvent)
+    assert not cancelled.is_set() and cancelled.wait(0) is False
+    waiting = threading.Event()
+
+    def waiter(out: list) -> None:
+        waiting.set()
+        out.append(cancelled.wait(WAIT_S))
+
+    out: list = []
+    t = threading.Thread(target=waiter, args=(out,))
+    t.start()
+    assert waiting.wait(WAIT_S)
+    job.lose()
+    t.join(WAIT_S)
+    assert out == [True] and cancelled.is_set()
+    cancelled.clear()
+    assert not cancelled.is_set()
