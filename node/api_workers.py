@@ -20,6 +20,8 @@ async def claim(request: web.Request) -> web.Response:
     body = await json_body(request)
     params = validate.claim(body)
     items = params.pop("completions")
+    if items and claims.is_watch(request):
+        raise validate.invalid("a watch (X-Tsched-Claim-Watch) carries no completions")
     done = None
     if items is not None:
         # Built here even when forwarded (the leader builds its own from the body): the
@@ -29,6 +31,8 @@ async def claim(request: web.Request) -> web.Response:
         done = claims.Completions(cmds, results=None if cmds else [])
     tasks, seq = await claims.claim(node, request, params, tenant_scope(request), raw, done)
     out = {"tasks": tasks}
+    if tasks is claims.READY:
+        out["ready"] = True
     if done is not None:
         out["completions"] = done.results
     return respond(out, seq)

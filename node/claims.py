@@ -13,6 +13,12 @@ their request ids from that key (`<key digest>.0`, `.1`, ... in the order the wa
 proposes them), so the new leader's first Claim for the retry is answered from the request
 table with the tasks the lost one took, rather than leaving them leased to nobody until
 their lease runs out. Only tasks still leased to the same worker id are handed out again.
+
+A *watch* (the header `X-Tsched-Claim-Watch: 1`, sent by the router of a sharded node to
+each shard while a claim waits on all of them) waits like a claim but leases nothing: it
+is answered `{"tasks": [], "ready": true}` as soon as a claim of its kind would find work.
+The router then claims at that shard without waiting, so a claim waiting on S shards leases
+tasks at the one it claims from only, and nothing has to be given back (DESIGN.md 13).
 """
 from __future__ import annotations
 
@@ -45,6 +51,14 @@ LEADER_WAIT_S = 0.1        # pause before asking again who leads, while there is
 UNREADY_GRACE_S = 2.0
 FORWARD_MARGIN_S = 5.0     # a forwarded wait's HTTP timeout beyond its wait_s
 KEY_HEADER = "Idempotency-Key"
+WATCH_HEADER = "X-Tsched-Claim-Watch"
+
+
+class _Ready(list):
+    """The answer of a watch whose kind of claim would find work (an empty task list)."""
+
+
+READY = _Ready()
 
 # Commands whose application can make a task claimable (a new or returned task, a freed
 # tenant slot, time passing). A batch of only Claims/Heartbeats/Barriers cannot.
@@ -88,6 +102,7 @@ class Waiter:
     carried: int = 0        # completion commands proposed ahead of its Claim in flight
     rid_base: str | None = None   # from the client's Idempotency-Key: retries replay Claims
     claims_made: int = 0
+    watch: bool = False     # answered READY when work is claimable; proposes no Claim
 
     def peek_request_id(self) -> str:
         return f"{self.rid_base}.{self.claims_made}"
@@ -223,9 +238,11 @@ class ClaimHub:
 
     # -- a waiting request --
     async def wait(self, params: dict, tenant: str | None, is_gone: Callable[[], bool],
-                   completions: Completions | None = None, rid_base: str | None = None
-                   ) -> tuple[list[dict], int | None]:
-        """(claimed tasks, applied seq); `completions.results` is set before it returns."""
+                   completions: Completions | None = None, rid_base: str | None = None,
+                   watch: bool = False) -> tuple[list[dict], int | None]:
+        """(claimed tasks, applied seq); `completions.results` is set before it returns.
+        A watch (no completions) leases nothing: its tasks are READY once work is there."""
+        assert not (watch and completions and completions.cmds), "a watch carries nothing"
         if len(self._waiters) >= WAITERS_MAX:
             raise ApiError("unavailable", f"too many waiting claims (limit {WAITERS_MAX})",
                            {"limit": WAITERS_MAX})
@@ -233,7 +250,7 @@ class ClaimHub:
         loop = asyncio.get_running_loop()
         w = Waiter(params, tenant, is_gone, loop.create_future(), id=next(self._ids),
                    completions=completions if completions and completions.cmds else None,
-                   rid_base=rid_base)
+                   rid_base=None if watch else rid_base, watch=watch)
         self._waiters[w.id] = w
         try:
             await self._dispatch([w])  # claimable now: a Claim is on its way even if wait_s is 0
@@ -288,6 +305,7 @@ class ClaimHub:
             for kind, waiters in kinds.items():
                 types, tenant, prefetch_ms = kind
                 room = self._fanout.get(kind, 1) - in_flight.get(kind, 0)
+                # a watch takes room like a Claim: its router claims right after
                 if room > 0 and sm.has_claimable(types, tenant, prefetch_ms, now):
                     ready += waiters[:room]
         return replays + ready
@@ -304,6 +322,10 @@ class ClaimHub:
         if not self._waiters or not self.check_leadership():
             return
         ready = self._ready(self._waiters.values() if candidates is None else candidates)
+        for w in [w for w in ready if w.watch]:      # work is there: the watch has its answer
+            w.future.set_result((READY, None))
+            self._waiters.pop(w.id, None)
+        ready = [w for w in ready if not w.watch]
         if not ready:
             return
         now = self.node.clock.now_ms()
@@ -442,6 +464,7 @@ async def _claim(node, request, params: dict, tenant: str | None, body: bytes,
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params["wait_s"]
     forwarded = bool(request.headers.get("X-Tsched-Forwarded"))
+    watch = is_watch(request)
     rid_base = request_id(request, "#claim") if request.headers.get(KEY_HEADER) else None
     is_gone = lambda: request.transport is None or request.transport.is_closing()  # noqa: E731
     leader_seen = False
@@ -455,7 +478,7 @@ async def _claim(node, request, params: dict, tenant: str | None, body: bytes,
             leader_seen = True
             try:
                 tasks, seq = await node.claims.wait(dict(params, wait_s=remaining), tenant,
-                                                    is_gone, completions, rid_base)
+                                                    is_gone, completions, rid_base, watch)
                 return tasks, seq if seq is not None else replica.applied_seq
             except NotLeader:
                 if forwarded:
@@ -514,11 +537,14 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
     if status == 200:
         if completions is not None and completions.results is None:
             completions.results = data.get("completions") or []
+        seq = max(int(data.get("applied_seq") or 0), node.replica.applied_seq)
+        if data.get("ready") is True and is_watch(request):
+            return READY, seq
         tasks = data.get("tasks", [])
         if tasks and (request.transport is None or request.transport.is_closing()):
             await release(node, [(t["task_id"], t["fencing_token"]) for t in tasks])
             return [], node.replica.applied_seq
-        return tasks, max(int(data.get("applied_seq") or 0), node.replica.applied_seq)
+        return tasks, seq
     err = data.get("error") if isinstance(data, dict) else None
     if status >= 500 or not isinstance(err, dict) or err.get("code") not in STATUS_BY_CODE:
         return None
@@ -527,6 +553,11 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
 
 
 def _forwarded_headers(request) -> dict[str, str]:
-    """What the leader needs of the caller's headers: its token, and its Idempotency-Key
-    (the leader derives the Claims' request ids from it)."""
-    return {h: request.headers[h] for h in ("Authorization", KEY_HEADER) if h in request.headers}
+    """What the leader needs of the caller's headers: its token, its Idempotency-Key (the
+    leader derives the Claims' request ids from it), and whether it only watches."""
+    return {h: request.headers[h] for h in ("Authorization", KEY_HEADER, WATCH_HEADER)
+            if h in request.headers}
+
+
+def is_watch(request) -> bool:
+    return request.headers.get(WATCH_HEADER) == "1"

@@ -2,12 +2,16 @@
 
 A claim first asks the shards one after another without waiting, starting at a shard that
 moves on with every claim so that no shard starves, until it has `max_tasks` or has asked
-them all. With nothing found it waits on every shard at once, in rounds of at most
-`SHARD_WAIT_S`. Every shard's answer is read to its end, even after the worker has been
-answered: the polls still open then are adopted by the worker's next claim of the same
-kind (so a worker keeps one waiter per shard, not one per claim), and a task such a poll
-brings while no claim holds it, or beyond `max_tasks`, or for a request that is gone, is
-released at once (a release is not an attempt). No lease is ever left without a holder.
+them all. With nothing found it *watches* every shard at once, in rounds of at most
+`SHARD_WAIT_S`: a watch waits like a claim but leases nothing (node/claims.py), and is
+answered `ready` when a claim of its kind would find work there; the claim then asks that
+shard without waiting. So while a claim waits on S shards no shard leases anything for it
+that it may not deliver (claiming at every shard at once leased tasks at several, and all
+but one shard's were given back: one task in six at S = 4). The watches still open when the
+worker has been answered are adopted by its next claim of the same kind (a worker keeps one
+watch per shard, not one per claim). A task a shard answers with anyway (a node that does
+not know watches), beyond `max_tasks` or for a request that is gone, is released at once
+(a release is not an attempt). No lease is ever left without a holder.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from aiohttp import web
 
 from . import validate
 from .errors import ApiError
+from .claims import WATCH_HEADER
 from .router import ROUTER, Relayed, Router, json_response
 from .router_routes import group_by_task, split_by_task
 
@@ -29,6 +34,9 @@ routes = web.RouteTableDef()
 SHARD_WAIT_S = 5.0        # one round of waiting on every shard; a worker's wait_s spans rounds
 ANSWER_MARGIN_S = 10.0    # a shard's long poll may take its wait plus a forward to its leader
 FAILED_ROUND_S = 0.2
+# A watch said ready but the claim that followed found nothing (another claim took the
+# work first): the shard is watched again after this pause, not at once in a tight loop.
+REWATCH_PAUSE_S = 0.02
 ROTATE_EVERY = 4          # every 4th claim starts at the next shard in turn
 PRODUCTIVE_KINDS_MAX = 10_000      # a round of waiting that ended sooner found every shard failing
 
@@ -81,10 +89,7 @@ async def claim(request: web.Request) -> web.Response:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params["wait_s"]
     for s in shards:                        # without waiting, one shard after another
-        had = len(got.tasks)
-        got.take(r, s, await _ask(r, request, s, body, got.room, 0))
-        if len(got.tasks) > had:
-            _remember_productive(r, kind, s)
+        _take_claimed(r, kind, got, s, await _ask(r, request, s, body, got.room, 0))
         if got.room == 0:
             break
     while not got.tasks and loop.time() < deadline and not _gone(request):
@@ -143,11 +148,13 @@ def _gone(request: web.Request) -> bool:
     return request.transport is None or request.transport.is_closing()
 
 
-async def _ask(r: Router, request, shard: int, body: dict, room: int, wait_s: float):
+async def _ask(r: Router, request, shard: int, body: dict, room: int, wait_s: float,
+               watch: bool = False):
     sub = dict(body, max_tasks=room, wait_s=round(wait_s, 3))
     try:
         a = await r.send(request, shard, "POST", "/v1/claims", orjson.dumps(sub),
-                         timeout_s=wait_s + ANSWER_MARGIN_S)
+                         timeout_s=wait_s + ANSWER_MARGIN_S,
+                         headers={WATCH_HEADER: "1"} if watch else None)
     except ApiError as e:
         log.info("event=claim_shard_unavailable shard=%d code=%s", shard, e.code)
         return None
@@ -159,10 +166,10 @@ async def _ask(r: Router, request, shard: int, body: dict, room: int, wait_s: fl
 
 
 class Poll:
-    """One long poll of one shard for one kind of claim (worker, task types, lease,
-    prefetch, scope). A poll outlives the claim that started it: the worker's next claim
-    of the same kind adopts it instead of opening another waiter at that shard; what a
-    poll brings while no claim holds it is released."""
+    """One watch of one shard for one kind of claim (worker, task types, lease, prefetch,
+    scope). A poll outlives the claim that started it: the worker's next claim of the same
+    kind adopts it instead of opening another waiter at that shard; a task a poll brings
+    anyway while no claim holds it is released."""
 
     def __init__(self, shard: int, future: asyncio.Future) -> None:
         self.shard, self.future = shard, future
@@ -177,25 +184,29 @@ def _kind(params: dict, scope: str | None) -> tuple:
 
 async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gathered,
                     wait_s: float, kind: tuple) -> None:
-    """Wait on every shard at once (adopting this kind's polls still open) until tasks
-    come or the round ends; polls still open then stay for the next claim of the kind."""
-    open_polls = r.polls.setdefault(kind, [])
-    mine: list[Poll] = []
-    for s in shards:
-        poll = next((p for p in open_polls if p.shard == s and p.owner is None
-                     and not p.future.done()), None)
-        if poll is None:
-            poll = Poll(s, asyncio.ensure_future(_ask(r, request, s, body, got.max_tasks,
-                                                      wait_s)))
-            poll.future.add_done_callback(lambda f, p=poll: _poll_done(r, kind, p, request))
-            open_polls.append(poll)
-        poll.owner = got
-        mine.append(poll)
+    """Watch every shard at once (adopting this kind's polls still open) and claim at a
+    shard whose watch says ready, until tasks come or the round ends; polls still open
+    then stay for the next claim of the kind."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + wait_s
+    mine = [_watch(r, request, s, body, got, wait_s, kind) for s in shards]
     pending = {p.future for p in mine}
     try:
         while pending and not got.tasks:
             _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            _take_done(r, mine, got, kind)
+            ready = _take_done(r, mine, got, kind)
+            for s in ready:
+                if got.room > 0:
+                    _take_claimed(r, kind, got, s,
+                                  await _ask(r, request, s, body, got.room, 0))
+            if got.tasks or not ready or _gone(request):
+                continue
+            await asyncio.sleep(REWATCH_PAUSE_S)
+            left = end - loop.time()
+            if left > 0:        # the work went elsewhere first: watch those shards again
+                again = [_watch(r, request, s, body, got, left, kind) for s in ready]
+                mine += again
+                pending |= {p.future for p in again}
     finally:
         _take_done(r, mine, got, kind)
         for p in mine:
@@ -203,14 +214,39 @@ async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gath
                 p.owner = None
 
 
-def _take_done(r: Router, polls: list[Poll], got: Gathered, kind: tuple) -> None:
+def _watch(r: Router, request, shard: int, body: dict, got: Gathered, wait_s: float,
+           kind: tuple) -> Poll:
+    """This kind's open watch of `shard` (adopted by `got`), or a new one."""
+    open_polls = r.polls.setdefault(kind, [])
+    poll = next((p for p in open_polls if p.shard == shard and p.owner is None
+                 and not p.future.done()), None)
+    if poll is None:
+        poll = Poll(shard, asyncio.ensure_future(
+            _ask(r, request, shard, body, got.max_tasks, wait_s, watch=True)))
+        poll.future.add_done_callback(lambda f, p=poll: _poll_done(r, kind, p, request))
+        open_polls.append(poll)
+    poll.owner = got
+    return poll
+
+
+def _take_claimed(r: Router, kind: tuple, got: Gathered, shard: int, doc) -> None:
+    had = len(got.tasks)
+    got.take(r, shard, doc)
+    if len(got.tasks) > had:
+        _remember_productive(r, kind, shard)
+
+
+def _take_done(r: Router, polls: list[Poll], got: Gathered, kind: tuple) -> list[int]:
+    """Take the answers of the polls that ended; the shards whose watch said ready."""
+    ready = []
     for p in polls:
         if p.future.done() and p.owner is got and not p.taken:
             p.taken = True
-            had = len(got.tasks)
-            got.take(r, p.shard, _result(p.future))
-            if len(got.tasks) > had:
-                _remember_productive(r, kind, p.shard)
+            doc = _result(p.future)
+            _take_claimed(r, kind, got, p.shard, doc)
+            if isinstance(doc, dict) and doc.get("ready") is True:
+                ready.append(p.shard)
+    return ready
 
 
 def _result(future: asyncio.Future):

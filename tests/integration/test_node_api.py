@@ -323,3 +323,42 @@ def test_the_leaders_timer_fires_a_schedule_on_time(cluster: Cluster):
     print(f"schedule fire lateness (created_at - fire time): {lateness} ms")
     assert all(-FIRE_LEAD_MS <= late <= 1000 for late in lateness), lateness
     ok(cluster.call(f1, "DELETE", f"/v1/schedules/{sid}"))
+
+
+def test_a_watch_through_a_follower_is_answered_ready_and_leases_nothing(cluster: Cluster):
+    """The watch a sharded node's router sends each shard (node/claims.py): it waits like a
+    claim, is answered `ready` once a claim of its kind would find work, and leases
+    nothing; it carries no completions."""
+    leader, f1, f2 = roles(cluster)
+    tt = unique("watch")
+    watch = {"X-Tsched-Claim-Watch": "1"}
+    poll = Poll(cluster.url(f1), {"worker_id": "w", "task_types": [tt], "wait_s": 20})
+    poll.run = lambda: _watch(poll, watch)      # the same long poll, with the header
+    poll.start()
+    wait_for_waiting_claim(cluster, leader)
+    t = ok(cluster.call(f2, "POST", "/v1/tasks", {"task_type": tt}), 201)
+    poll.join(30)
+    assert poll.status == 200, poll.answer
+    assert poll.answer["tasks"] == [] and poll.answer["ready"] is True
+    got = ok(cluster.call(leader, "GET", f"/v1/tasks/{t['task_id']}"))
+    assert got["state"] == "pending" and got["attempts"] == []
+    # work already there: answered at once, still nothing leased
+    body = ok(cluster.call(f2, "POST", "/v1/claims", {"worker_id": "w", "task_types": [tt],
+                                                     "wait_s": 5}, headers=watch))
+    assert body["tasks"] == [] and body["ready"] is True
+    assert ok(cluster.call(leader, "GET", f"/v1/tasks/{t['task_id']}"))["attempts"] == []
+    # a claim without the header leases it, as ever, and has no `ready`
+    body = ok(cluster.call(f1, "POST", "/v1/claims", {"worker_id": "w", "task_types": [tt]}))
+    assert [x["task_id"] for x in body["tasks"]] == [t["task_id"]] and "ready" not in body
+    status, err = cluster.call(f1, "POST", "/v1/claims", {
+        "worker_id": "w", "task_types": [tt], "completions": [
+            {"task_id": t["task_id"], "fencing_token": body["tasks"][0]["fencing_token"],
+             "result": None}]}, headers=watch)
+    assert status == 400 and err["error"]["code"] == "invalid_argument"
+
+
+def _watch(poll: Poll, headers: dict) -> None:
+    with httpx.Client(timeout=70) as client:
+        r = client.post(poll.url + "/v1/claims", json=poll.body, headers=headers)
+        poll.answered_at = time.monotonic()
+        poll.status, poll.answer = r.status_code, r.json()

@@ -329,3 +329,40 @@ def test_a_damaged_shard_replica_stops_its_node_and_rejoin_empty_restores_every_
         except httpx.HTTPError:        # not listening yet
             return False
     wait_for(serves_every_task, "the rejoined node serves every task")
+
+
+def test_a_claim_waiting_on_every_shard_leases_only_what_it_delivers(sharded):
+    """A claim that waits watches every shard and claims at the one with work: the shards
+    it watched lease nothing for it, then or later (a task leased for a claim that took
+    work elsewhere would have to be released, and would carry a `released` attempt)."""
+    by_shard = {s: next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == s)
+                for s in range(SHARDS)}
+    claim = {"worker_id": "w-watch", "task_types": ["watched"], "max_tasks": 1, "wait_s": 20}
+    result: dict = {}
+    waiting = threading.Thread(target=lambda: result.update(
+        answer=sharded.call("n1", "POST", "/v1/claims", claim, timeout_s=40)))
+    waiting.start()
+
+    def every_shard_waits():
+        counts = {s: sum(sharded.call(n, "GET", f"/v1/stats?tenant={t}")[1]["waiting_claims"]
+                         for n in sharded.ids) for s, t in by_shard.items()}
+        return all(n >= 1 for n in counts.values())
+    wait_for(every_shard_waits, "the claim watching every shard", 15)
+    status, first = sharded.call("n2", "POST", "/v1/tasks", {"task_type": "watched",
+                                                            "tenant": by_shard[0]})
+    assert status == 201
+    waiting.join(40)
+    status, body = result["answer"]
+    assert status == 200 and [t["task_id"] for t in body["tasks"]] == [first["task_id"]]
+    # The watches of shards 1 and 2 are still open: work arriving there is not leased to
+    # this worker's gone claim; the next claim gets it on its first attempt.
+    status, second = sharded.call("n3", "POST", "/v1/tasks", {"task_type": "watched",
+                                                             "tenant": by_shard[1]})
+    assert status == 201
+    status, body = sharded.call("n1", "POST", "/v1/claims", claim, timeout_s=40)
+    assert status == 200 and [t["task_id"] for t in body["tasks"]] == [second["task_id"]]
+    assert [a["outcome"] for a in body["tasks"][0]["attempts"]] == [None]
+    for t in (first, body["tasks"][0]):
+        status, task = sharded.call("n2", "GET", f"/v1/tasks/{t['task_id']}")
+        assert status == 200 and all(a["outcome"] != "released" for a in task["attempts"])
+
