@@ -40,7 +40,7 @@ class CancelEvent(threading.Event):
     `wait`): most tasks are never cancelled nor waited on, and making a Condition for each
     was a tenth of a Worker process's CPU with fast handlers. `is_set` reads the flag."""
 
-    def __init__(self) -> None:   # noqa: D107 - no super().__init__: that makes the Condition
+    def __init__(self) -> None:   # not super().__init__(), which makes the Condition
         self._flag = False
         self._made: threading.Condition | None = None
 

@@ -35,8 +35,11 @@ SHARD_WAIT_S = 5.0        # one round of waiting on every shard; a worker's wait
 ANSWER_MARGIN_S = 10.0    # a shard's long poll may take its wait plus a forward to its leader
 FAILED_ROUND_S = 0.2
 # A watch said ready but the claim that followed found nothing (another claim took the
-# work first): the shard is watched again after this pause, not at once in a tight loop.
+# work first): the shard is watched again after a pause, not at once in a tight loop; the
+# pause doubles while that repeats within a round (a shard whose idea of claimable work
+# and its claims disagree costs a few requests a second, not a loop).
 REWATCH_PAUSE_S = 0.02
+REWATCH_PAUSE_S_MAX = 1.0
 ROTATE_EVERY = 4          # every 4th claim starts at the next shard in turn
 PRODUCTIVE_KINDS_MAX = 10_000      # a round of waiting that ended sooner found every shard failing
 
@@ -191,6 +194,7 @@ async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gath
     end = loop.time() + wait_s
     mine = [_watch(r, request, s, body, got, wait_s, kind) for s in shards]
     pending = {p.future for p in mine}
+    pause_s = REWATCH_PAUSE_S
     try:
         while pending and not got.tasks:
             _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -201,7 +205,8 @@ async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gath
                                   await _ask(r, request, s, body, got.room, 0))
             if got.tasks or not ready or _gone(request):
                 continue
-            await asyncio.sleep(REWATCH_PAUSE_S)
+            await asyncio.sleep(min(pause_s, max(0.0, end - loop.time())))
+            pause_s = min(2 * pause_s, REWATCH_PAUSE_S_MAX)
             left = end - loop.time()
             if left > 0:        # the work went elsewhere first: watch those shards again
                 again = [_watch(r, request, s, body, got, left, kind) for s in ready]
