@@ -48,14 +48,14 @@ def wait_for_waiting_claim(c: Cluster, leader: str, timeout_s: float = 10) -> No
 class Poll(threading.Thread):
     """A long-poll claim on its own connection; records the answer and when it came."""
 
-    def __init__(self, url: str, body: dict) -> None:
+    def __init__(self, url: str, body: dict, headers: dict | None = None) -> None:
         super().__init__(daemon=True)
-        self.url, self.body = url, body
+        self.url, self.body, self.headers = url, body, headers
         self.status = self.answer = self.answered_at = None
 
     def run(self) -> None:
         with httpx.Client(timeout=70) as client:
-            r = client.post(self.url + "/v1/claims", json=self.body)
+            r = client.post(self.url + "/v1/claims", json=self.body, headers=self.headers)
             self.answered_at = time.monotonic()
             self.status, self.answer = r.status_code, r.json()
 
@@ -332,8 +332,7 @@ def test_a_watch_through_a_follower_is_answered_ready_and_leases_nothing(cluster
     leader, f1, f2 = roles(cluster)
     tt = unique("watch")
     watch = {"X-Tsched-Claim-Watch": "1"}
-    poll = Poll(cluster.url(f1), {"worker_id": "w", "task_types": [tt], "wait_s": 20})
-    poll.run = lambda: _watch(poll, watch)      # the same long poll, with the header
+    poll = Poll(cluster.url(f1), {"worker_id": "w", "task_types": [tt], "wait_s": 20}, watch)
     poll.start()
     wait_for_waiting_claim(cluster, leader)
     t = ok(cluster.call(f2, "POST", "/v1/tasks", {"task_type": tt}), 201)
@@ -356,9 +355,3 @@ def test_a_watch_through_a_follower_is_answered_ready_and_leases_nothing(cluster
              "result": None}]}, headers=watch)
     assert status == 400 and err["error"]["code"] == "invalid_argument"
 
-
-def _watch(poll: Poll, headers: dict) -> None:
-    with httpx.Client(timeout=70) as client:
-        r = client.post(poll.url + "/v1/claims", json=poll.body, headers=headers)
-        poll.answered_at = time.monotonic()
-        poll.status, poll.answer = r.status_code, r.json()
