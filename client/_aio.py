@@ -4,7 +4,7 @@ Why not httpx's async client, like the sync `Client`: it cost about 1.4 ms of CP
 request against 0.35 ms for aiohttp (`python -m bench.client_cpu`), and a Worker makes a
 request for every claim, heartbeat batch and completion batch. The answer is read whole
 into `Response`, which has the few attributes `_core` reads (status_code, headers,
-content, text, json()), so both clients share the same answer handling.
+content, text), so both clients share the same answer handling.
 """
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ import ssl
 from typing import Any
 
 import aiohttp
-
-from . import _codec
 
 CONNECTIONS_MAX = 100
 # What a failed attempt raises: the next node (or a later round) is tried.
@@ -32,9 +30,6 @@ class Response:
     @property
     def text(self) -> str:
         return self.content.decode("utf-8", errors="replace")
-
-    def json(self) -> Any:
-        return _codec.loads(self.content)
 
 
 def query(params: dict[str, Any]) -> list[tuple[str, str]]:

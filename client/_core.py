@@ -2,7 +2,8 @@
 
 `Client` (httpx) and `AsyncClient` (aiohttp, `_aio`) share everything here; they differ
 only in how they send one request and how they sleep between attempts. An answer is
-anything with httpx's `status_code`, `headers`, `content`, `text` and `json()`.
+anything with httpx's `status_code`, `headers`, `content` and `text` (its body is parsed by
+`_codec`).
 """
 from __future__ import annotations
 

@@ -47,13 +47,12 @@ class HandlerThreads:
         if self._closed:
             return
         self._closed = True
-        while True:     # drop what no thread took yet
+        while True:     # drop what no thread took yet (no _STOP is queued before this)
             try:
                 future, _, _ = self._calls.get_nowait()
             except queue.Empty:
                 break
-            if future is not _STOP:
-                future.cancel()
+            future.cancel()
         for _ in self._threads:
             self._calls.put((_STOP, None, ()))
 

@@ -321,11 +321,13 @@ class ClaimHub:
         """Propose Claims for the ready waiters; never awaits, so it runs atomically."""
         if not self._waiters or not self.check_leadership():
             return
-        ready = self._ready(self._waiters.values() if candidates is None else candidates)
-        for w in [w for w in ready if w.watch]:      # work is there: the watch has its answer
-            w.future.set_result((READY, None))
-            self._waiters.pop(w.id, None)
-        ready = [w for w in ready if not w.watch]
+        ready = []
+        for w in self._ready(self._waiters.values() if candidates is None else candidates):
+            if w.watch:      # work is there: the watch has its answer
+                w.future.set_result((READY, None))
+                self._waiters.pop(w.id, None)
+            else:
+                ready.append(w)
         if not ready:
             return
         now = self.node.clock.now_ms()

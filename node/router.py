@@ -95,10 +95,10 @@ class Router:
     # -- sending --
     async def send(self, request: web.Request, shard: int, method: str, path_qs: str,
                    body: bytes | None, timeout_s: float | None = None,
-                   headers: dict[str, str] | None = None) -> Answer:
-        """`headers`: added to those of `request` that pass to shards."""
-        headers = {**{k: request.headers[k] for k in PASS_REQUEST_HEADERS
-                      if k in request.headers}, **(headers or {})}
+                   extra_headers: dict[str, str] | None = None) -> Answer:
+        """`extra_headers`: added to those of `request` that pass to shards."""
+        headers = {k: request.headers[k] for k in PASS_REQUEST_HEADERS if k in request.headers}
+        headers.update(extra_headers or {})
         if body is not None:
             headers["Content-Type"] = "application/json"
         kw = {} if timeout_s is None else {"timeout_s": timeout_s}

@@ -157,7 +157,7 @@ async def _ask(r: Router, request, shard: int, body: dict, room: int, wait_s: fl
     try:
         a = await r.send(request, shard, "POST", "/v1/claims", orjson.dumps(sub),
                          timeout_s=wait_s + ANSWER_MARGIN_S,
-                         headers={WATCH_HEADER: "1"} if watch else None)
+                         extra_headers={WATCH_HEADER: "1"} if watch else None)
     except ApiError as e:
         log.info("event=claim_shard_unavailable shard=%d code=%s", shard, e.code)
         return None

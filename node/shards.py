@@ -57,6 +57,7 @@ def is_single_group(cfg: ClusterConfig) -> bool:
 
 TENANT_SHARDS_CACHED_MAX = 4096
 
+
 @functools.lru_cache(maxsize=TENANT_SHARDS_CACHED_MAX)
 def shard_of_tenant(tenant: str, shards: int) -> int:
     # Cached: a router hashes the tenant of every item of every submit (500 per batch),
