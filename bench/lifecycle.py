@@ -2,8 +2,11 @@
 
 Producers submit N tasks in batches (`POST /v1/tasks` with `{"tasks": [...]}`) round-robin
 over the nodes; workers long-poll claims (`max_tasks` large) on every node and complete
-what they get in one `POST /v1/completions`. The figure is N / (last completion - first
-submit). Each run uses its own task type, so runs do not see each other's tasks.
+what they get in one `POST /v1/completions`. Submits and completions ask for minimal
+answers (`Prefer: return=minimal`: each task answered by its id and state), as the
+product's Worker does for its reports; `--full-answers` asks for whole tasks instead. The figure is N / (last
+completion - first submit). Each run uses its own task type, so runs do not see each
+other's tasks.
 
 With `--carry` every run is followed by one whose workers claim as the product's Worker
 does under a backlog: while a claim comes back full, the next claim carries the previous
@@ -54,6 +57,7 @@ class Config:
     tenants: tuple[str, ...] = ()    # task i goes to tenants[i % n]; none: the default tenant
     carry: bool = False              # completions ride on the next claim while claims are full
     carry_wait_s: float = 0.2        # a claim that carries completions waits no longer (Worker's)
+    minimal: bool = True             # submits and reports answered by task id and state
 
 
 class Run:
@@ -82,7 +86,7 @@ async def _producer(api: Api, base: str, run: Run, indexes: range) -> None:
                 for t in tasks:
                     t["tenant"] = cfg.tenants[t["payload"]["i"] % len(cfg.tenants)]
             try:
-                created = await api.submit(base, tasks)
+                created = await api.submit(base, tasks, minimal=cfg.minimal)
                 run.acked += len(created)  # not `+= await ...`: that reads acked before awaiting
             except (HttpError, OSError, asyncio.TimeoutError) as e:
                 run.submit_errors += 1
@@ -102,7 +106,7 @@ async def _worker(api: Api, base: str, run: Run, worker_id: str) -> None:
             if carried:
                 tasks, results = await api.claim_and_complete(
                     base, worker_id, [run.task_type], cfg.claim_max, cfg.carry_wait_s,
-                    carried, result={})
+                    carried, result={}, minimal=cfg.minimal)
                 _count_done(run, results)
             else:
                 tasks = await api.claim(base, worker_id, [run.task_type], cfg.claim_max,
@@ -113,7 +117,8 @@ async def _worker(api: Api, base: str, run: Run, worker_id: str) -> None:
             if cfg.carry and len(tasks) == cfg.claim_max:
                 carried = tasks       # a backlog: they ride on the next claim
             else:
-                _count_done(run, await api.complete_many(base, tasks, result={}))
+                _count_done(run, await api.complete_many(base, tasks, result={},
+                                                         minimal=cfg.minimal))
         except (HttpError, OSError, asyncio.TimeoutError) as e:
             run.complete_errors += 1
             print(f"  !! claim/complete failed: {e}", file=sys.stderr)
@@ -218,6 +223,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--claim-max", type=int, default=d.claim_max, help="max_tasks per claim (<= 100)")
     p.add_argument("--carry", action="store_true",
                    help="after each run, one with completions riding on claims (both printed)")
+    p.add_argument("--full-answers", action="store_true",
+                   help="submits and completions answered by whole tasks (no Prefer: return=minimal)")
     p.add_argument("--baseline", metavar="REV",
                    help="also run that revision's nodes, on a cluster of their own, alternating")
     p.add_argument("--rounds", type=int, default=1,
@@ -229,7 +236,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def config_from(args: argparse.Namespace) -> Config:
     return Config(tasks=args.tasks, producers=args.producers, batch=args.batch,
-                  workers=args.workers, claim_max=args.claim_max)
+                  workers=args.workers, claim_max=args.claim_max,
+                  minimal=not args.full_answers)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """The node's CPU per command between an HTTP handler and the state machine, in one
 process: the `Proposer` (waiters, packing, answers back to the loop) and the rendering of
 each answer, over a replica that commits at once (no Raft, no network). Submits in batches
-of 500, then claims of 100 and completions of 100, as `bench.apply_cost` does.
+of 500, then claims of 100 and completions of 100, as `bench.apply_cost` does. With
+`--minimal` submits and completions are answered as `Prefer: return=minimal` asks.
 
 Prints (asserts nothing) CPU microseconds per lifecycle. For an A/B on a shared machine,
 count instructions, run twice to subtract start-up (PYTHONPATH picks the code measured):
@@ -19,6 +20,7 @@ import time
 from types import SimpleNamespace
 
 from bench.apply_cost import print_cpu_figure
+from tsched.node.present import minimal_result as render_minimal
 from tsched.node.present import result as render
 from tsched.node.proposer import Proposer
 from tsched.statemachine import StateMachine, codec
@@ -65,16 +67,19 @@ class InstantReplica:
 PATIENCE_S = 3600.0
 
 
-async def run(n: int) -> int:
+async def run(n: int, minimal: bool = False) -> int:
     proposer = Proposer(InstantReplica(asyncio.get_running_loop()), asyncio.get_running_loop(),
-                        render=render, repropose_after_s=PATIENCE_S, leader_poll_s=PATIENCE_S)
+                        render=render, render_minimal=render_minimal,
+                        repropose_after_s=PATIENCE_S, leader_poll_s=PATIENCE_S)
+    brief = (lambda k: [True] * k) if minimal else (lambda k: None)
     ids = (f"{i:032x}" for i in itertools.count())
     done = 0
     for start in range(0, n, BATCH):
         await proposer.propose([c.SubmitTask(request_id=next(ids), now_ms=T0, task_id=next(ids),
                                              tenant="default", task_type="x",
                                              payload_json='{"n":1}')
-                                for _ in range(min(BATCH, n - start))], PATIENCE_S)
+                                for _ in range(min(BATCH, n - start))], PATIENCE_S,
+                               minimal=brief(min(BATCH, n - start)))
         while True:
             (tasks,), _ = await proposer.propose([c.Claim(
                 request_id=next(ids), now_ms=T0 + 1, worker_id="w", task_types=("x",),
@@ -83,7 +88,8 @@ async def run(n: int) -> int:
                 break
             answers, _ = await proposer.propose([c.Complete(
                 request_id=next(ids), now_ms=T0 + 2, task_id=t["task_id"],
-                fencing_token=t["fencing_token"]) for t in tasks], PATIENCE_S)
+                fencing_token=t["fencing_token"]) for t in tasks], PATIENCE_S,
+                minimal=brief(len(tasks)))
             done += sum(1 for a in answers if a["state"] == "completed")
     return done
 
@@ -91,10 +97,13 @@ async def run(n: int) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", type=int, default=20_000)
+    p.add_argument("--minimal", action="store_true",
+                   help="submits and completions answered minimally (Prefer: return=minimal)")
     args = p.parse_args()
     start = time.process_time()
-    done = asyncio.run(run(args.tasks))
-    print_cpu_figure("proposer", f"--tasks {args.tasks}", time.process_time() - start,
+    done = asyncio.run(run(args.tasks, args.minimal))
+    print_cpu_figure("proposer", f"--tasks {args.tasks}" + (" --minimal" * args.minimal),
+                     time.process_time() - start,
                      args.tasks, done)
     return 0
 

@@ -50,12 +50,15 @@ class ApiCalls:
         return self._run(Call("POST", "/v1/tasks", body=_task_fields(task_type, payload, fields),
                               write=True))
 
-    def submit_many(self, tasks: list[dict[str, Any]]):
-        """Submit a batch in one request (one Raft entry). Each dict has the submit fields."""
+    def submit_many(self, tasks: list[dict[str, Any]], minimal: bool = False):
+        """Submit a batch in one request (one Raft entry). Each dict has the submit fields.
+        `minimal`: each created task is answered `{"task_id", "state", "duplicate"}` only
+        (less for the cluster to render and send)."""
         items = [_task_fields(t["task_type"], t.get("payload"),
                               {k: v for k, v in t.items() if k not in ("task_type", "payload")})
                  for t in tasks]
-        return self._run(Call("POST", "/v1/tasks", body={"tasks": items}, write=True),
+        return self._run(Call("POST", "/v1/tasks", body={"tasks": items}, write=True,
+                              minimal=minimal),
                          _key("tasks"))
 
     def get(self, task_id: str, consistency: str | None = None):
@@ -86,14 +89,15 @@ class ApiCalls:
     def claim_and_complete(self, worker_id: str, task_types: list[str],
                            completions: list[dict[str, Any]], max_tasks: int = 1,
                            wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,
-                           key: str | None = None):
+                           key: str | None = None, minimal: bool = False):
         """A claim carrying completions (the items of `completions()`), applied before it
-        in one Raft entry: returns `{"tasks": [...], "completions": [result, ...]}`."""
+        in one Raft entry: returns `{"tasks": [...], "completions": [result, ...]}`.
+        `minimal`: each completion that applied is answered `{"task_id", "state"}` only."""
         body = {"worker_id": worker_id, "task_types": list(task_types), "max_tasks": max_tasks,
                 "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms,
                 "completions": completions}
         return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
-                              read_timeout_s=wait_s + CLAIM_SLACK_S))
+                              read_timeout_s=wait_s + CLAIM_SLACK_S, minimal=minimal))
 
     def heartbeat(self, task_id: str, fencing_token: int, lease_s: float | None = None):
         body = {"fencing_token": fencing_token, "lease_s": lease_s}
@@ -115,11 +119,12 @@ class ApiCalls:
                                     "retryable": retryable}, write=True))
 
     def completions(self, items: list[dict[str, Any]], key: str | None = None,
-                    deadline_s: float | None = None):
+                    deadline_s: float | None = None, minimal: bool = False):
         """Batch complete/fail -> results (task or error object) in order. Pass the same `key`
-        when repeating a batch whose outcome is unknown."""
+        when repeating a batch whose outcome is unknown. `minimal`: a result that applied
+        is `{"task_id", "state"}`, not the whole task (less for the cluster to send)."""
         return self._run(Call("POST", "/v1/completions", body={"completions": items}, write=True,
-                              key=key, deadline_s=deadline_s), _key("results"))
+                              key=key, deadline_s=deadline_s, minimal=minimal), _key("results"))
 
     def release(self, task_id: str, fencing_token: int):
         """Give a claimed task back without using up a retry (a stopping worker)."""

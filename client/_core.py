@@ -68,6 +68,7 @@ class Call:
     key: str | None = None
     deadline_s: float | None = None       # overrides the client's total deadline
     replica_read: bool = True             # a read of replicated state: takes min_seq
+    minimal: bool = False                 # `Prefer: return=minimal`: brief answers
 
     def __post_init__(self) -> None:
         if self.write and self.key is None:
@@ -167,6 +168,8 @@ def build_request(call: Call, url: str, token: str | None, min_seq: int | str
         headers["Idempotency-Key"] = call.key
     elif min_seq and call.replica_read:
         params.setdefault("min_seq", min_seq)
+    if call.minimal:
+        headers["Prefer"] = "return=minimal"
     kwargs: dict[str, Any] = {"method": call.method, "url": url + call.path,
                               "headers": headers, "params": params}
     if call.body is not None:

@@ -86,7 +86,7 @@ class Outbox:
         give_up_at = time.monotonic() + self._give_up_s
         while True:
             try:
-                answers = await self._client.completions(items, key=key,
+                answers = await self._client.completions(items, key=key, minimal=True,
                                                          deadline_s=self._attempt_s)
                 codes = [error_code_of(a) for a in answers]
                 return codes + ["no_answer"] * (len(items) - len(codes))

@@ -263,7 +263,7 @@ class Worker:
                                             **args) or []
         body = await self._client.claim_and_complete(
             self.worker_id, types, [item for item, _ in carried],
-            wait_s=min(self.wait_s, CARRY_WAIT_S), **args)
+            wait_s=min(self.wait_s, CARRY_WAIT_S), minimal=True, **args)
         answers = body.get("completions") if isinstance(body, dict) else None
         answers = answers if isinstance(answers, list) else []
         self._outbox.answered(carried, answers)

@@ -6,6 +6,7 @@ import hashlib
 import heapq
 import itertools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,10 +109,34 @@ async def json_body(request: web.Request) -> Any:
     return value
 
 
-def respond(body: dict, seq: int, status: int = 200) -> web.Response:
+def respond(body: dict, seq: int, status: int = 200, minimal: bool = False) -> web.Response:
+    """`minimal`: the answer honoured `Prefer: return=minimal` (RFC 7240 says to tell)."""
     body["applied_seq"] = seq
+    headers = {"X-Applied-Seq": str(seq)}
+    if minimal:
+        headers[PREFERENCE_APPLIED_HEADER] = RETURN_MINIMAL
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
-                        headers={"X-Applied-Seq": str(seq)})
+                        headers=headers)
+
+
+PREFER_HEADER = "Prefer"
+PREFERENCE_APPLIED_HEADER = "Preference-Applied"
+RETURN_MINIMAL = "return=minimal"
+PREFER_BYTES_MAX = 1024
+
+
+def prefers_minimal(request: web.Request) -> bool:
+    """The request says `Prefer: return=minimal` (RFC 7240): completions and failures are
+    then answered by each task's id and state. A preference the node does not know, or a
+    header past PREFER_BYTES_MAX, is ignored, as the RFC asks."""
+    raw = request.headers.get(PREFER_HEADER)
+    if not raw or len(raw) > PREFER_BYTES_MAX:
+        return False
+    for pref in raw.split(","):
+        name, _, value = pref.split(";", 1)[0].strip().partition("=")
+        if name.strip().lower() == "return" and value.strip().strip('"').lower() == "minimal":
+            return True
+    return False
 
 
 def error_response(err: ApiError, seq: int | None) -> web.Response:
@@ -129,12 +154,15 @@ def error_response(err: ApiError, seq: int | None) -> web.Response:
 
 # --- writes --------------------------------------------------------------------------------
 
-async def propose(node: Node, cmds: list, *, sheddable: bool = False) -> tuple[list, int]:
+async def propose(node: Node, cmds: list, *, sheddable: bool = False,
+                  minimal: Sequence[bool] | None = None) -> tuple[list, int]:
     """Commit `cmds`: (one rendered result per command, or an ApiError; applied seq).
-    `sheddable`: a full proposal queue answers 429 `overloaded` (DESIGN 14.2)."""
+    `sheddable`: a full proposal queue answers 429 `overloaded` (DESIGN 14.2). `minimal`:
+    per command, render the minimal answer (`prefers_minimal`)."""
     from .proposer import ProposalError
     try:
-        return await node.proposer.propose(cmds, node.propose_timeout_s, sheddable=sheddable)
+        return await node.proposer.propose(cmds, node.propose_timeout_s, sheddable=sheddable,
+                                           minimal=minimal)
     except ProposalError as e:
         if e.code == "overloaded":
             raise ApiError("overloaded", f"this node is overloaded: {e}",
@@ -146,8 +174,10 @@ async def propose(node: Node, cmds: list, *, sheddable: bool = False) -> tuple[l
                        ) from None
 
 
-async def propose_one(node: Node, cmd, *, sheddable: bool = False) -> tuple[Any, int]:
-    (value,), seq = await propose(node, [cmd], sheddable=sheddable)
+async def propose_one(node: Node, cmd, *, sheddable: bool = False,
+                      minimal: bool = False) -> tuple[Any, int]:
+    (value,), seq = await propose(node, [cmd], sheddable=sheddable,
+                                  minimal=(True,) if minimal else None)
     if isinstance(value, ApiError):
         # Raised from a local, the error's traceback holds this frame and the frame holds
         # the error: a reference cycle that only the cyclic collector frees, with the whole

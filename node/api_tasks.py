@@ -7,8 +7,8 @@ from tsched.statemachine import commands as c
 
 from . import present, validate
 from .admission import admission_of
-from .api_common import (before_read, json_body, node_of, propose, propose_one,
-                         request_id, respond)
+from .api_common import (before_read, json_body, node_of, prefers_minimal, propose,
+                         propose_one, request_id, respond)
 from .auth import SCOPE_KEY
 from .errors import ApiError
 
@@ -40,21 +40,23 @@ async def _submit(request: web.Request) -> web.Response:
     items = validate.submit_batch(body)
     now = node.clock.now_ms()
     scope = tenant_scope(request)
+    minimal = prefers_minimal(request)
     if items is None:
         cmd = validate.submit(_scoped(body, scope), now_ms=now, request_id=request_id(request),
                               task_id=node.new_task_id())
         _check_tenant(request, cmd.tenant)
-        task, seq = await propose_one(node, cmd, sheddable=True)
-        return respond(task, seq, status=201)
+        task, seq = await propose_one(node, cmd, sheddable=True, minimal=minimal)
+        return respond(task, seq, status=201, minimal=minimal)
     cmds = [validate.submit(_scoped(item, scope), now_ms=now,
                             request_id=request_id(request, f"#{i}"), task_id=node.new_task_id(),
                             where=f"tasks[{i}]")
             for i, item in enumerate(items)]
     for cmd in cmds:
         _check_tenant(request, cmd.tenant)
-    answers, seq = await propose(node, cmds, sheddable=True)
+    answers, seq = await propose(node, cmds, sheddable=True,
+                                 minimal=[True] * len(cmds) if minimal else None)
     return respond({"tasks": [a.body() if isinstance(a, ApiError) else a for a in answers]},
-                   seq, status=201)
+                   seq, status=201, minimal=minimal)
 
 
 def _scoped(item, scope: str | None):

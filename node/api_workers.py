@@ -6,7 +6,8 @@ from aiohttp import web
 from tsched.statemachine import commands as c
 
 from . import claims, validate
-from .api_common import json_body, node_of, propose, propose_one, request_id, respond
+from .api_common import (json_body, node_of, prefers_minimal, propose, propose_one,
+                         request_id, respond)
 from .api_tasks import tenant_scope
 
 routes = web.RouteTableDef()
@@ -28,14 +29,15 @@ async def claim(request: web.Request) -> web.Response:
         # same checks, and `done.results` is where the answer's per-item results land.
         cmds = [_completion_cmd(request, it, request_id(request, f"#c{i}"))
                 for i, it in enumerate(items)]
-        done = claims.Completions(cmds, results=None if cmds else [])
+        done = claims.Completions(cmds, results=None if cmds else [],
+                                  minimal=prefers_minimal(request))
     tasks, seq = await claims.claim(node, request, params, tenant_scope(request), raw, done)
     out = {"tasks": tasks}
     if tasks is claims.READY:
         out["ready"] = True
     if done is not None:
         out["completions"] = done.results
-    return respond(out, seq)
+    return respond(out, seq, minimal=done is not None and done.minimal)
 
 
 def _heartbeat_cmd(request, item: dict, rid: str) -> c.Heartbeat:
@@ -82,8 +84,9 @@ def _single_completion(failing: bool):
         item = validate.completion(await json_body(request) or {}, failing=failing)
         item["task_id"] = validate.task_id(request.match_info["task_id"])
         cmd = _completion_cmd(request, item, request_id(request))
-        task, seq = await propose_one(node, cmd)
-        return respond(task, seq)
+        minimal = prefers_minimal(request)
+        task, seq = await propose_one(node, cmd, minimal=minimal)
+        return respond(task, seq, minimal=minimal)
     return handler
 
 
@@ -124,5 +127,6 @@ async def _batch(request: web.Request, key: str, parse, build) -> web.Response:
     items = validate.batch(await json_body(request), key)
     cmds = [build(request, parse(it, f"{key}[{i}]"), request_id(request, f"#{i}"))
             for i, it in enumerate(items)]
-    answers, seq = await propose(node, cmds)
-    return respond({"results": [claims.render_item(a) for a in answers]}, seq)
+    minimal = build is _completion_cmd and prefers_minimal(request)
+    answers, seq = await propose(node, cmds, minimal=[True] * len(cmds) if minimal else None)
+    return respond({"results": [claims.render_item(a) for a in answers]}, seq, minimal=minimal)

@@ -97,7 +97,8 @@ async def _services(app: web.Application):
     from .proposer import Proposer
     node = app[NODE]
     loop = asyncio.get_running_loop()
-    node.proposer = Proposer(node.replica, loop, render=present.result)
+    node.proposer = Proposer(node.replica, loop, render=present.result,
+                             render_minimal=present.minimal_result)
     node.forwarder = Forwarder(node.node_id, ssl=cluster_client_context(node.config))
     await node.forwarder.start()
     node.claims = ClaimHub(node)

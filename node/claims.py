@@ -85,6 +85,7 @@ class Completions:
 
     cmds: list                       # Complete / Fail commands, in request order
     results: list | None = None      # one rendered task or error object per command
+    minimal: bool = False            # `Prefer: return=minimal`: each answered by id and state
 
 
 @dataclass(eq=False)
@@ -331,11 +332,13 @@ class ClaimHub:
         if not ready:
             return
         now = self.node.clock.now_ms()
-        cmds = []
+        cmds, minimal = [], []
         for w in ready:
             if _uncarried(w):
                 w.carried = len(w.completions.cmds)
                 cmds += w.completions.cmds
+                minimal += [w.completions.minimal] * w.carried
+            minimal.append(False)
             cmds.append(c.Claim(request_id=w.next_request_id(), now_ms=now,
                                 worker_id=w.params["worker_id"],
                                 task_types=w.params["task_types"], max_tasks=w.params["max_tasks"],
@@ -343,15 +346,18 @@ class ClaimHub:
                                 tenant=w.tenant))
             w.busy = True
         self.stats.proposed += len(ready)
-        asyncio.get_running_loop().create_task(self._commit(ready, cmds))
+        asyncio.get_running_loop().create_task(
+            self._commit(ready, cmds, minimal if any(minimal) else None))
 
     async def _complete_alone(self, completions: Completions) -> None:
         completions.results = []         # taken: no Claim carries them any more
-        answers, _ = await _propose_all(self.node, completions.cmds)
+        answers, _ = await _propose_all(
+            self.node, completions.cmds,
+            [True] * len(completions.cmds) if completions.minimal else None)
         completions.results = [render_item(a) for a in answers]
 
-    async def _commit(self, ready: list[Waiter], cmds: list) -> None:
-        all_answers, seq = await _propose_all(self.node, cmds)
+    async def _commit(self, ready: list[Waiter], cmds: list, minimal: list | None) -> None:
+        all_answers, seq = await _propose_all(self.node, cmds, minimal)
         answers, pos = [], 0
         for w in ready:       # each waiter's carried completions, then its Claim
             if w.carried:
@@ -407,11 +413,12 @@ def _uncarried(w: Waiter) -> bool:
     return w.completions is not None and w.completions.results is None and not w.carried
 
 
-async def _propose_all(node, cmds: list) -> tuple[list, int | None]:
+async def _propose_all(node, cmds: list, minimal: list | None = None
+                       ) -> tuple[list, int | None]:
     """One answer per command; a failed proposal answers each with its error."""
     from .api_common import propose
     try:
-        return await propose(node, cmds)
+        return await propose(node, cmds, minimal=minimal)
     except ApiError as e:
         return [e] * len(cmds), None
 
@@ -556,9 +563,12 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
 
 def _forwarded_headers(request) -> dict[str, str]:
     """What the leader needs of the caller's headers: its token, its Idempotency-Key (the
-    leader derives the Claims' request ids from it), and whether it only watches."""
-    return {h: request.headers[h] for h in ("Authorization", KEY_HEADER, WATCH_HEADER)
-            if h in request.headers}
+    leader derives the Claims' request ids from it), whether it only watches, and how it
+    wants its carried completions answered."""
+    return {h: request.headers[h] for h in FORWARDED_HEADERS if h in request.headers}
+
+
+FORWARDED_HEADERS = ("Authorization", KEY_HEADER, WATCH_HEADER, "Prefer")
 
 
 def is_watch(request) -> bool:

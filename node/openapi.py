@@ -358,6 +358,11 @@ def components() -> dict[str, Schema]:
         "RetryPolicy": _retry(),
         "TaskSubmit": _task_submit(),
         "Task": _task(),
+        "MinimalTask": obj({"task_id": string(), "state": {"type": "string", "enum": STATES},
+                            "duplicate": {"type": "boolean", "description": "submits only"},
+                            "applied_seq": APPLIED_SEQ, "shard": SHARD},
+                           ("task_id", "state"), closed=True,
+                           description="a task as `Prefer: return=minimal` answers it"),
         "Attempt": _attempt(),
         "TaskList": obj({"tasks": {"type": "array", "items": ref("Task")},
                          "next_cursor": nullable(string()),
@@ -443,6 +448,10 @@ READ_PARAMS = [
                           "default": "local"}),
 ]
 TASK_ID = path_param("task_id", "the task's id")
+PREFER = {"name": "Prefer", "in": "header", "required": False, "schema": string(1024),
+          "description": "`return=minimal` (RFC 7240): each task created, completed or "
+          "failed is answered by `MinimalTask`, and the answer says `Preference-Applied: "
+          "return=minimal`"}
 SCHEDULE_ID = path_param("schedule_id", "the schedule's id (unique per tenant)")
 SCHEDULE_TENANT = query("tenant", TENANT, "the schedule's tenant (default: default)")
 TENANT_NAME = path_param("tenant", "the tenant's name")
@@ -451,7 +460,8 @@ WRITE_ERRORS = (404, 409, 413, 429, 503, 504)
 
 def _submit_op(submitted: Schema, submit: Schema) -> dict[str, Any]:
     """A submit's 429 `overloaded` says why in `details.reason` (DESIGN 14.2)."""
-    out = op("Submit tasks", submitted, status=201, body=submit, errors=WRITE_ERRORS)
+    out = op("Submit tasks", submitted, status=201, body=submit, errors=WRITE_ERRORS,
+             params=[PREFER])
     out["responses"]["429"]["description"] = (
         "`tenant_limit`, or `overloaded` with Retry-After and `details.reason`: "
         "`priority` (live tasks at or above the cluster's shed threshold and the priority "
@@ -471,11 +481,15 @@ def _task_paths() -> dict[str, Any]:
     submit = {"oneOf": [ref("TaskSubmit"), obj({"tasks": {
         "type": "array", "items": ref("TaskSubmit"), "minItems": 1, "maxItems": v.BATCH_MAX}},
         ("tasks",), closed=True)]}
-    submitted = {"oneOf": [task, obj({"tasks": {"type": "array", "items": task},
+    brief = ref("MinimalTask")
+    submitted = {"oneOf": [task, brief, obj({"tasks": {"type": "array", "items": {
+                                                "oneOf": [task, brief, ref("Error")]}},
                                       "applied_seq": APPLIED_SEQ, "shard": SHARD,
                                       "applied_seqs": APPLIED_SEQS},
                                ("tasks",))]}
-    results = {"type": "array", "items": {"oneOf": [task, ref("HeartbeatAnswer"), ref("Error")]}}
+    results = {"type": "array", "items": {"oneOf": [task, brief, ref("HeartbeatAnswer"),
+                                                    ref("Error")]}}
+    reported = {"oneOf": [task, brief]}
     answers = obj({"results": results, "applied_seq": APPLIED_SEQ, "shard": SHARD,
                    "applied_seqs": APPLIED_SEQS}, ("results",))
     return {
@@ -501,10 +515,10 @@ def _task_paths() -> dict[str, Any]:
             "Heartbeat", ref("HeartbeatAnswer"), body=ref("HeartbeatRequest"), params=[TASK_ID],
             errors=WRITE_ERRORS, tag="workers")},
         "/v1/tasks/{task_id}/complete": {"post": op(
-            "Complete a task", task, body=ref("CompleteRequest"), params=[TASK_ID],
+            "Complete a task", reported, body=ref("CompleteRequest"), params=[TASK_ID, PREFER],
             errors=WRITE_ERRORS, tag="workers")},
         "/v1/tasks/{task_id}/fail": {"post": op(
-            "Fail a task", task, body=ref("FailRequest"), params=[TASK_ID],
+            "Fail a task", reported, body=ref("FailRequest"), params=[TASK_ID, PREFER],
             errors=WRITE_ERRORS, tag="workers")},
         "/v1/tasks/{task_id}/release": {"post": op(
             "Release a task", task, body=obj({"fencing_token": FENCING_TOKEN}, ("fencing_token",),
@@ -518,13 +532,13 @@ def _task_paths() -> dict[str, Any]:
                                 "applied_seq": APPLIED_SEQ, "shard": SHARD,
                                 "applied_seqs": APPLIED_SEQS},
                                ("tasks",)),
-            body=ref("ClaimRequest"), errors=WRITE_ERRORS, tag="workers")},
+            body=ref("ClaimRequest"), params=[PREFER], errors=WRITE_ERRORS, tag="workers")},
         "/v1/completions": {"post": op(
             "Complete or fail tasks", answers,
             body=obj({"completions": {"type": "array", "items": _completion_item(),
                                       "minItems": 1, "maxItems": v.BATCH_MAX}},
                      ("completions",), closed=True),
-            errors=(413, 503, 504), tag="workers")},
+            params=[PREFER], errors=(413, 503, 504), tag="workers")},
         "/v1/heartbeats": {"post": op(
             "Heartbeat tasks", answers,
             body=obj({"heartbeats": {"type": "array", "items": _heartbeat_item(batch=True),

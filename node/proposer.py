@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from tsched.statemachine.limits import API_LIMITS
@@ -55,13 +56,15 @@ class _Answers:
     """The answers of one `propose()` call, by command position; `done` resolves once
     every command has its answer. Touched on the loop only."""
 
-    __slots__ = ("values", "missing", "seq", "done")
+    __slots__ = ("values", "missing", "seq", "done", "minimal")
 
-    def __init__(self, n: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, n: int, loop: asyncio.AbstractEventLoop,
+                 minimal: Sequence[bool] | None = None) -> None:
         self.values: list = [_UNANSWERED] * n
         self.missing = n
         self.seq = 0
         self.done: asyncio.Future = loop.create_future()
+        self.minimal = minimal   # per command: the caller asked for the minimal answer
 
     def answer(self, i: int, value, seq: int) -> None:
         if self.values[i] is not _UNANSWERED:
@@ -79,15 +82,19 @@ class _Answers:
 class Proposer:
     def __init__(self, replica, loop: asyncio.AbstractEventLoop, *,
                  render: Callable[[Any, Any], Any] | None = None,
+                 render_minimal: Callable[[Any, Any], Any] | None = None,
                  batch_commands_max: int = 1000, batch_bytes_max: int | None = None,
                  retry_backoff_s: float = 0.05, repropose_after_s: float = 3.0,
                  leader_poll_s: float = 0.05,
                  waiting_max: int = API_LIMITS.proposals_waiting_max) -> None:
         """`render(cmd, result)` runs on the Raft thread under the replica lock, straight
-        after apply (results hold live references); its value is what `propose` returns."""
+        after apply (results hold live references); its value is what `propose` returns.
+        `render_minimal` (default: `render`) renders the commands whose every waiter asked
+        for the minimal answer (`propose(..., minimal=)`)."""
         self._replica = replica
         self._loop = loop
         self._render = render
+        self._render_minimal = render_minimal or render
         self._batch_commands_max = batch_commands_max
         self._batch_bytes_max = batch_bytes_max or replica.options.entry_bytes_max
         self._retry_backoff_s = retry_backoff_s
@@ -103,9 +110,12 @@ class Proposer:
 
     # --- the loop side -------------------------------------------------------------------
 
-    async def propose(self, cmds: list, timeout_s: float, *,
-                      sheddable: bool = False) -> tuple[list, int]:
+    async def propose(self, cmds: list, timeout_s: float, *, sheddable: bool = False,
+                      minimal: Sequence[bool] | None = None) -> tuple[list, int]:
         """Commit and apply `cmds`; return (one result per command, applied seq).
+
+        `minimal[i]`: command i is answered by `render_minimal` (RFC 7240 `Prefer:
+        return=minimal`), unless another waiter of its request id wants the full answer.
 
         `sheddable` (client submits): refused at once with `overloaded` when this node
         already waits for `waiting_max` commands, so that an overload is a fast 429 with
@@ -121,7 +131,7 @@ class Proposer:
             raise ProposalError("overloaded", f"{len(self._waiters)} commands wait for "
                                 f"commit at this node (at most {self._waiting_max})")
         deadline = self._loop.time() + timeout_s
-        answers = _Answers(len(cmds), self._loop)
+        answers = _Answers(len(cmds), self._loop, minimal)
         waiters = self._waiters
         for i, cmd in enumerate(cmds):
             waiters.setdefault(cmd.request_id, []).append((answers, i))
@@ -223,9 +233,10 @@ class Proposer:
         answers = []
         for cmd, result in zip(cmds, results):
             rid = getattr(cmd, "request_id", None)
-            if rid in waiters:
-                value = self._render(cmd, result) if self._render else result
-                answers.append((rid, value))
+            entries = waiters.get(rid)
+            if entries:
+                render = self._render_minimal if _all_minimal(entries) else self._render
+                answers.append((rid, render(cmd, result) if render else result))
         if answers:
             self._loop.call_soon_threadsafe(self._resolve, answers, seq)
 
@@ -234,3 +245,13 @@ class Proposer:
         for rid, value in answers:
             for waiting, i in waiters.get(rid, ()):
                 waiting.answer(i, value, seq)
+
+
+def _all_minimal(entries: list[tuple[_Answers, int]]) -> bool:
+    """Every waiter of a request id asked for the minimal answer. (Read on the Raft thread:
+    a waiter of the same request id joining meanwhile, the same Idempotency-Key sent again
+    at once with another Prefer, may get the other rendering.)"""
+    for answers, i in tuple(entries):
+        if answers.minimal is None or not answers.minimal[i]:
+            return False
+    return True

@@ -132,8 +132,17 @@ def as_response(a: Answer) -> web.Response:
     return web.Response(body=a.body, status=a.status, content_type=ctype, headers=a.headers)
 
 
-def json_response(body: dict, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+def json_response(body: dict, status: int = 200, headers: dict | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
+                        headers=headers)
+
+
+def applied_preferences(answers) -> dict[str, str]:
+    """`Preference-Applied` for an answer joined from shards' answers: what they applied."""
+    for a in answers:
+        if isinstance(a, Answer) and "Preference-Applied" in a.headers:
+            return {"Preference-Applied": a.headers["Preference-Applied"]}
+    return {}
 
 
 def with_min_seq(request: web.Request, shard: int | None) -> str:

@@ -80,11 +80,13 @@ async def claim(request: web.Request) -> web.Response:
         raise validate.invalid(f"body is not valid JSON: {e}") from None
     params = validate.claim(body)           # a bad claim is refused before any shard is asked
     carried = body.pop("completions", None)
+    headers: dict[str, str] = {}
     if carried:
         done = await _carried(r, request, carried)
         if done.status != 200:
             return done
         carried = orjson.loads(done.body)["results"]
+        headers = {k: done.headers[k] for k in ("Preference-Applied",) if k in done.headers}
     scope = r.scope(request)
     kind = _kind(params, scope)
     shards = [r.tenant_shard(scope)] if scope is not None else _order(r, kind)
@@ -111,7 +113,7 @@ async def claim(request: web.Request) -> web.Response:
     answer = {"tasks": got.tasks, "applied_seqs": got.seqs}
     if carried is not None:
         answer["completions"] = carried
-    return json_response(answer)
+    return json_response(answer, headers=headers)
 
 
 async def _carried(r: Router, request: web.Request, items: list) -> web.Response:

@@ -8,7 +8,8 @@ from aiohttp import web
 
 from . import validate
 from .errors import ApiError
-from .router import DEFAULT_TENANT, ROUTER, Router, as_response, json_response
+from .router import (DEFAULT_TENANT, ROUTER, Router, applied_preferences, as_response,
+                     json_response)
 
 routes = web.RouteTableDef()
 
@@ -92,7 +93,8 @@ async def split_batch(request: web.Request, r: Router, groups: dict[int, list[in
                 seqs[str(s)] = doc["applied_seq"]
         for i, part in zip(groups[s], parts):
             results[i] = part
-    return json_response({answer_key: results, "applied_seqs": seqs}, status)
+    return json_response({answer_key: results, "applied_seqs": seqs}, status,
+                         applied_preferences(sent))
 
 
 @routes.route("*", "/v1/tenants/{tenant}")
@@ -156,7 +158,8 @@ async def split_by_task(request: web.Request, r: Router, groups: dict[int, list[
         doc = orjson.loads(resp.body)
         for i, err in missing.items():
             doc["results"][i] = err
-        resp = json_response(doc)
+        kept = {k: resp.headers[k] for k in ("Preference-Applied",) if k in resp.headers}
+        resp = json_response(doc, headers=kept)
     return resp
 
 

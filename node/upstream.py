@@ -21,9 +21,9 @@ from .errors import ApiError
 CONNECTIONS_MAX = 4096       # long polls hold one connection each for their wait
 UPSTREAM_TIMEOUT_S = 30.0    # a proposal's own limit is 10 s; a claim adds its wait_s
 # Headers a client request carries on to a shard process, and back.
-PASS_REQUEST_HEADERS = ("Authorization", "Idempotency-Key", "Content-Type", "Accept")
+PASS_REQUEST_HEADERS = ("Authorization", "Idempotency-Key", "Content-Type", "Accept", "Prefer")
 PASS_RESPONSE_HEADERS = ("X-Applied-Seq", shards_mod.SHARD_HEADER, "Retry-After",
-                         "Cache-Control", "WWW-Authenticate")
+                         "Cache-Control", "WWW-Authenticate", "Preference-Applied")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ class HttpError(Exception):
         self.status, self.body, self.code = status, body, code
 
 
+JSON = {"Content-Type": "application/json"}
+MINIMAL = {**JSON, "Prefer": "return=minimal"}
+
+
 class Api:
     """One keep-alive session for all nodes; every call takes the node's base URL."""
 
@@ -39,20 +43,22 @@ class Api:
         await self.close()
 
     async def call(self, method: str, url: str, body: Any = None,
-                   timeout_s: float | None = None) -> Any:
+                   timeout_s: float | None = None, minimal: bool = False) -> Any:
+        """`minimal`: ask for minimal answers to reports (`Prefer: return=minimal`)."""
         data = orjson.dumps(body) if body is not None else None
         timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else None
         async with self.session.request(method, url, data=data, timeout=timeout,
-                                        headers={"Content-Type": "application/json"}) as r:
+                                        headers=MINIMAL if minimal else JSON) as r:
             raw = await r.read()
             parsed = orjson.loads(raw) if raw else None
             if r.status >= 300:
                 raise HttpError(r.status, parsed)
             return parsed
 
-    async def submit(self, base: str, tasks: list[dict], timeout_s: float | None = None) -> list[dict]:
+    async def submit(self, base: str, tasks: list[dict], timeout_s: float | None = None,
+                     minimal: bool = False) -> list[dict]:
         """Batch submit; returns the created tasks in order."""
-        body = await self.call("POST", base + "/v1/tasks", {"tasks": tasks}, timeout_s)
+        body = await self.call("POST", base + "/v1/tasks", {"tasks": tasks}, timeout_s, minimal)
         return body["tasks"]
 
     async def submit_one(self, base: str, task: dict, timeout_s: float | None = None) -> dict:
@@ -71,19 +77,22 @@ class Api:
     async def claim_and_complete(self, base: str, worker_id: str, task_types: list[str],
                                  max_tasks: int, wait_s: float, done: list[dict],
                                  result: Any = None, lease_s: float = 60,
-                                 timeout_s: float | None = None) -> tuple[list[dict], list[dict]]:
+                                 timeout_s: float | None = None, minimal: bool = False
+                                 ) -> tuple[list[dict], list[dict]]:
         """A claim that carries the completions of `done` (claimed tasks): (the tasks it
         got, one result per completion)."""
         body = {"worker_id": worker_id, "task_types": task_types, "max_tasks": max_tasks,
                 "wait_s": wait_s, "lease_s": lease_s, "completions": _completions(done, result)}
-        res = await self.call("POST", base + "/v1/claims", body, timeout_s or wait_s + 15)
+        res = await self.call("POST", base + "/v1/claims", body, timeout_s or wait_s + 15,
+                              minimal)
         return res["tasks"], res["completions"]
 
     async def complete_many(self, base: str, tasks: list[dict], result: Any = None,
-                            timeout_s: float | None = None) -> list[dict]:
+                            timeout_s: float | None = None, minimal: bool = False
+                            ) -> list[dict]:
         """Batch completion of claimed tasks (each needs task_id and fencing_token)."""
         res = await self.call("POST", base + "/v1/completions",
-                              {"completions": _completions(tasks, result)}, timeout_s)
+                              {"completions": _completions(tasks, result)}, timeout_s, minimal)
         return res["results"]
 
     async def cluster(self, base: str, timeout_s: float = 2.0) -> dict:

@@ -122,6 +122,53 @@ def test_a_claim_through_a_follower_carries_completions_to_the_leader(cluster: C
     assert got["state"] == "completed"
 
 
+def test_prefer_return_minimal_answers_reports_by_task_id_and_state(cluster: Cluster):
+    """RFC 7240 `Prefer: return=minimal` on completions, carried completions (through a
+    follower, so forwarded) and a single fail: each applied report is answered by its task's
+    id and state only, errors stay whole, and the answer says the preference was applied."""
+    leader, f1, f2 = roles(cluster)
+    tt = unique("minimal")
+    prefer = {"Prefer": "respond-async, return=minimal"}
+    r = cluster.client.post(cluster.url(f1) + "/v1/tasks", headers=prefer, timeout=30,
+                            json={"tasks": [{"task_type": tt, "payload": {"p": 1}}] * 4})
+    assert r.status_code == 201 and r.headers["Preference-Applied"] == "return=minimal"
+    made = r.json()["tasks"]
+    assert [set(t) for t in made] == [{"task_id", "state", "duplicate"}] * 4
+    assert all(t["state"] == "pending" and t["duplicate"] is False for t in made)
+    tasks = ok(cluster.call(f2, "POST", "/v1/claims", {"worker_id": "w", "task_types": [tt],
+                                                       "max_tasks": 3, "wait_s": 5}))["tasks"]
+    assert len(tasks) == 3 and tasks[0]["payload"] == {"p": 1}
+
+    def post(node: str, path: str, body: dict) -> httpx.Response:
+        return cluster.client.post(cluster.url(node) + path, json=body, headers=prefer,
+                                   timeout=30)
+
+    a, b, d = tasks
+    r = post(f1, "/v1/completions", {"completions": [
+        {"task_id": a["task_id"], "fencing_token": a["fencing_token"], "result": {"n": 1}},
+        {"task_id": b["task_id"], "fencing_token": b["fencing_token"] - 1}]})
+    assert r.status_code == 200 and r.headers["Preference-Applied"] == "return=minimal"
+    first, stale = r.json()["results"]
+    assert first == {"task_id": a["task_id"], "state": "completed"}
+    assert stale["error"]["code"] == "stale_token"
+    r = post(f2, "/v1/claims", {"worker_id": "w", "task_types": [tt], "wait_s": 5,
+                                "completions": [{"task_id": b["task_id"],
+                                                 "fencing_token": b["fencing_token"]}]})
+    assert r.status_code == 200 and r.headers["Preference-Applied"] == "return=minimal"
+    body = r.json()
+    assert body["completions"] == [{"task_id": b["task_id"], "state": "completed"}]
+    (last,) = body["tasks"]
+    assert "payload" in last      # claimed tasks stay whole: the worker runs them
+    r = post(leader, f"/v1/tasks/{d['task_id']}/fail",
+             {"fencing_token": d["fencing_token"], "error": "x", "retryable": False})
+    assert r.status_code == 200 and r.json()["state"] == "dead_letter"
+    assert set(r.json()) == {"task_id", "state", "applied_seq"}
+    # without the preference the same (repeated) report is answered by the whole task
+    full = ok(cluster.call(f1, "POST", "/v1/completions", {"completions": [
+        {"task_id": a["task_id"], "fencing_token": a["fencing_token"], "result": {"n": 1}}]}))
+    assert full["results"][0]["state"] == "completed" and full["results"][0]["result"] == {"n": 1}
+
+
 def test_empty_long_poll_waits_its_time(cluster: Cluster):
     _, f1, _ = roles(cluster)
     start = time.monotonic()

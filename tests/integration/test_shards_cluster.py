@@ -302,6 +302,30 @@ def test_a_claim_carries_completions_of_tasks_on_every_shard(sharded):
         assert status == 200 and task["state"] == "completed" and task["result"] == d["result"]
 
 
+def test_minimal_answers_pass_through_the_router_split_by_shard(sharded):
+    """`Prefer: return=minimal` reaches every shard a batch of completions (or a claim
+    carrying them) is split over: each applied one is answered by id and state, in order."""
+    with Client([sharded.url("n1")], timeout_s=30) as c:
+        made = c.submit_many([{"task_type": "brief", "tenant": t} for t in TENANTS])
+    status, got = sharded.call("n2", "POST", "/v1/claims", {
+        "worker_id": "w1", "task_types": ["brief"], "max_tasks": len(made)})
+    assert status == 200 and len(got["tasks"]) == len(made), got
+    done = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"]} for t in got["tasks"]]
+    batch, carried = done[::2], done[1::2]
+    assert len({d["task_id"][:2] for d in batch}) > 1       # split over several shards
+    prefer = {"Prefer": "return=minimal"}
+    r = httpx.post(sharded.url("n3") + "/v1/completions", json={"completions": batch},
+                   headers=prefer, timeout=30)
+    assert r.status_code == 200 and r.headers.get("Preference-Applied") == "return=minimal"
+    assert r.json()["results"] == [{"task_id": d["task_id"], "state": "completed"}
+                                   for d in batch]
+    r = httpx.post(sharded.url("n1") + "/v1/claims", headers=prefer, timeout=30, json={
+        "worker_id": "w1", "task_types": ["brief"], "completions": carried})
+    assert r.status_code == 200 and r.headers.get("Preference-Applied") == "return=minimal"
+    assert r.json()["completions"] == [{"task_id": d["task_id"], "state": "completed"}
+                                       for d in carried]
+
+
 def test_a_damaged_shard_replica_stops_its_node_and_rejoin_empty_restores_every_shard(sharded):
     """A shard replica that stops on damaged storage is not restarted in a loop: the whole
     node stops loudly, and `--rejoin-empty` on the node empties each local replica, which

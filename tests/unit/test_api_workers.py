@@ -375,3 +375,22 @@ async def test_bad_completions_in_a_claim_are_refused_before_anything_applies(
         "worker_id": "w1", "task_types": [tt], "completions": completions})
     assert_error(got_status, body, status, code)
     assert len(await api.claim([tt])) == 1          # the refused claim took nothing
+
+
+@pytest.mark.parametrize("prefer, minimal", [
+    ("return=minimal", True),
+    ('respond-async, RETURN="Minimal"; x=y', True),
+    ("return=representation", False),
+    ("handling=lenient", False),
+    ("return=minimal, " + "x" * 1100, False),      # past PREFER_BYTES_MAX: ignored
+])
+async def test_prefer_return_minimal_is_parsed_as_rfc_7240_says(api: Api, tt, prefer, minimal):
+    (made,) = (await api.call("POST", "/v1/tasks", {"tasks": [{"task_type": tt}]},
+                              headers={"Prefer": prefer}))[1]["tasks"]
+    assert ("payload" not in made) is minimal and made["state"] == "pending"
+    (c,) = await api.claim([tt])
+    resp = await api.client.post("/v1/completions", headers={"Prefer": prefer}, json={
+        "completions": [{"task_id": c["task_id"], "fencing_token": c["fencing_token"]}]})
+    (done,) = (await resp.json())["results"]
+    assert (resp.headers.get("Preference-Applied") == "return=minimal") is minimal
+    assert done["state"] == "completed" and ("attempts" not in done) is minimal

@@ -206,3 +206,18 @@ async def test_async_client_unavailable_and_paging(nodes):
     async with AsyncClient(dead_url(), timeout_s=0.3) as c:
         with pytest.raises(Unavailable):
             await c.get("t1")
+
+
+def test_minimal_reports_send_prefer_return_minimal(nodes):
+    a, _ = nodes
+    a.json("POST", "/v1/completions", 200, {"results": [{"task_id": "t1", "state": "completed"}]})
+    a.json("POST", "/v1/tasks", 201, {"tasks": [{"task_id": "t2", "state": "pending",
+                                                 "duplicate": False}]})
+    with Client(a.url) as c:
+        assert c.completions([{"task_id": "t1", "fencing_token": 1}], minimal=True) == [
+            {"task_id": "t1", "state": "completed"}]
+        c.submit_many([{"task_type": "x"}], minimal=True)
+        c.completions([{"task_id": "t1", "fencing_token": 1}])
+    sent = a.requests("POST", "/v1/completions")
+    assert sent[0].headers["Prefer"] == "return=minimal" and "Prefer" not in sent[1].headers
+    assert a.requests("POST", "/v1/tasks")[0].headers["Prefer"] == "return=minimal"
