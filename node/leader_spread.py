@@ -120,6 +120,13 @@ class Spreader:
     def forget(self, shard: int) -> None:
         self.status.pop(shard, None)
 
+    def leader_of(self, shard: int) -> str | None:
+        """The node id a local shard's replica last named as its leader (the router sends
+        claims there)."""
+        status = self.status.get(shard)
+        leader = status.get("leader") if status is not None else None
+        return leader if isinstance(leader, str) else None
+
     def check(self) -> tuple[int, str] | None:
         if len(self.status) < len(self.replicas):
             self._over = 0

@@ -159,7 +159,8 @@ async def _ask(r: Router, request, shard: int, body: dict, room: int, wait_s: fl
     try:
         a = await r.send(request, shard, "POST", "/v1/claims", orjson.dumps(sub),
                          timeout_s=wait_s + ANSWER_MARGIN_S,
-                         extra_headers={WATCH_HEADER: "1"} if watch else None)
+                         extra_headers={WATCH_HEADER: "1"} if watch else None,
+                         to_leader=True)
     except ApiError as e:
         log.info("event=claim_shard_unavailable shard=%d code=%s", shard, e.code)
         return None

@@ -150,7 +150,9 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str) -
         loop.add_signal_handler(sig, stop.set)
     runs = [loop.create_task(p.run(), name=f"shard-{p.shard}") for p in procs.values()]
     runs.append(loop.create_task(_keep_spread(spreader, procs)))
-    router = Router(cfg, node_id, Upstreams(cfg, node_id, ssl=tls.cluster_client_context(cfg)))
+    upstreams = Upstreams(cfg, node_id, ssl=tls.cluster_client_context(cfg))
+    upstreams.leader_of = spreader.leader_of
+    router = Router(cfg, node_id, upstreams)
     runner = web.AppRunner(make_router_app(router), access_log=None, handle_signals=False,
                            shutdown_timeout=SHUTDOWN_S)
     try:

@@ -2,13 +2,17 @@
 one keep-alive pool to send them requests (DESIGN.md section 13).
 
 A request for shard s goes to this node's own replica of s when it has one (loopback, no
-network hop), else to the shard's other replicas in placement order. Only a refused
+network hop), else to the shard's other replicas in placement order. A claim goes to the
+replica the shard's leader is on, when the local replicas' status names it (a follower
+would only forward it there over HTTP: answering and forwarding it was a fifth of a shard
+follower's CPU at S = 4); a stale name costs that forward, nothing else. Only a refused
 connection moves on to the next replica: a request that may have reached a replica is not
 sent twice (the caller's Idempotency-Key makes the client's own retry safe).
 """
 from __future__ import annotations
 
 import ssl as ssl_mod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -46,10 +50,14 @@ class Upstreams:
         self.count = shards_mod.shards_of(cfg)
         self.local = shards_mod.local_shards(cfg, node_id)
         self.urls: list[list[str]] = []
+        self.url_of: list[dict[str, str]] = []     # per shard: node id -> its replica's URL
         for s in range(self.count):
             nodes = shards_mod.shard_config(cfg, s).nodes
             mine = [n.url for n in nodes if n.id == node_id]
             self.urls.append(mine + [n.url for n in nodes if n.id != node_id])
+            self.url_of.append({n.id: n.url for n in nodes})
+        # shard -> the node id its leader is on, as last reported (None: not known)
+        self.leader_of: Callable[[int], str | None] = lambda shard: None
         self._ssl = ssl
         self._session: aiohttp.ClientSession | None = None
 
@@ -67,11 +75,23 @@ class Upstreams:
         """A shard for requests any shard answers alike (dashboard, OpenAPI, cron preview)."""
         return self.local[0] if self.local else 0
 
+    def _order(self, shard: int, to_leader: bool) -> list[str]:
+        urls = self.urls[shard]
+        if not to_leader:
+            return urls
+        first = self.url_of[shard].get(self.leader_of(shard) or "")
+        if first is None or first == urls[0]:
+            return urls
+        return [first] + [u for u in urls if u != first]
+
     async def send(self, shard: int, method: str, path_qs: str, body: bytes | None,
-                   headers: dict, timeout_s: float = UPSTREAM_TIMEOUT_S) -> Answer:
+                   headers: dict, timeout_s: float = UPSTREAM_TIMEOUT_S,
+                   to_leader: bool = False) -> Answer:
+        """`to_leader`: first to the replica on the node the shard's leader was last seen
+        on (claims: a follower would forward them)."""
         assert self._session is not None, "Upstreams.start() was not awaited"
         last = None
-        for url in self.urls[shard]:
+        for url in self._order(shard, to_leader):
             try:
                 async with self._session.request(
                         method, url + path_qs, data=body, headers=headers,

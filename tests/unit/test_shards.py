@@ -176,3 +176,21 @@ def test_a_spreader_moves_only_after_two_checks_over_the_share():
     assert sp.check() == (0, "n2")
     sp.forget(2)
     assert sp.check() is None      # a shard without status: not stable
+
+
+def test_claims_go_to_the_leaders_replica_first_and_other_requests_stay_local(tmp_path):
+    from tsched.node.leader_spread import Spreader
+    from tsched.node.upstream import Upstreams
+    cfg = load(tmp_path, nodes=3, extra="shards = 2")
+    up = Upstreams(cfg, "n1")
+    spreader = Spreader("n1", 2, 3, {0: ["n1", "n2", "n3"], 1: ["n2", "n3", "n1"]})
+    up.leader_of = spreader.leader_of
+    local = up.urls[1]
+    assert local[0] == up.url_of[1]["n1"]                       # this node's replica first
+    assert up._order(1, to_leader=True) == local                # no leader known yet
+    spreader.note(1, b'{"role": "other", "leader": "n3", "term": 4}')
+    by_leader = up._order(1, to_leader=True)
+    assert by_leader[0] == up.url_of[1]["n3"] and sorted(by_leader) == sorted(local)
+    assert up._order(1, to_leader=False) == local
+    spreader.note(1, b'{"role": "other", "leader": "n9", "term": 5}')   # not a replica
+    assert up._order(1, to_leader=True) == local
