@@ -140,6 +140,11 @@ class ClaimQueue:
             self._offer(best, name, buckets, tenants, now_ms)
         out: list[Task] = []
         while len(out) < max_tasks and best:
+            if len(best) == 1:
+                only = next(iter(best))
+                if len(by_tenant[only]) == 1:
+                    self._take_from_one(by_tenant[only][0], tenants[only], max_tasks, grant, out)
+                    break
             pick = None
             for cand in best.values():
                 if pick is None or self._before(cand, pick, tenants):
@@ -158,6 +163,17 @@ class ClaimQueue:
             grant(task)
             out.append(task)
         return out
+
+    def _take_from_one(self, bucket: Bucket, view: TenantView, max_tasks: int,
+                       grant: Callable[[Task], None], out: list[Task]) -> None:
+        """The claim order when one tenant's one bucket is all there is: its heap order, up
+        to the tenant's cap (what comparing offers task by task would pick, without it)."""
+        ready = bucket.ready
+        while len(out) < max_tasks and ready and not view.at_cap():
+            task = heappop(ready)[-1]
+            self._clean(bucket)
+            grant(task)
+            out.append(task)
 
     def _offer(self, best: dict, name: str, buckets: list[Bucket],
                tenants: dict[str, TenantView], now_ms: int) -> None:
