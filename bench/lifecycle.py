@@ -55,6 +55,7 @@ class Config:
     wait_s: float = 1.0
     run_timeout_s: float = 120.0
     tenants: tuple[str, ...] = ()    # task i goes to tenants[i % n]; none: the default tenant
+    tenant_batches: bool = False     # with tenants: each submit batch is one tenant's (in turn)
     carry: bool = False              # completions ride on the next claim while claims are full
     carry_wait_s: float = 0.2        # a claim that carries completions waits no longer (Worker's)
     minimal: bool = True             # submits and reports answered by task id and state
@@ -67,6 +68,7 @@ class Run:
         self.cfg, self.task_type = cfg, task_type
         self.acked = self.completed = self.submit_errors = self.complete_errors = 0
         self.producers_left = cfg.producers
+        self.batches = 0                     # submit batches made (tenant_batches: whose turn)
         self.by_prefix: dict[str, int] = {}  # completions by the id's first two hex digits
         self.t_first = self.t_submitted = self.t_last = 0.0
         self.finished = asyncio.Event()
@@ -82,7 +84,12 @@ async def _producer(api: Api, base: str, run: Run, indexes: range) -> None:
         for start in range(0, len(indexes), cfg.batch):
             chunk = indexes[start:start + cfg.batch]
             tasks = [{"task_type": run.task_type, "payload": {"i": i}} for i in chunk]
-            if cfg.tenants:
+            if cfg.tenants and cfg.tenant_batches:    # a producer per team, as it were
+                tenant = cfg.tenants[run.batches % len(cfg.tenants)]
+                run.batches += 1
+                for t in tasks:
+                    t["tenant"] = tenant
+            elif cfg.tenants:
                 for t in tasks:
                     t["tenant"] = cfg.tenants[t["payload"]["i"] % len(cfg.tenants)]
             try:

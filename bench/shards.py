@@ -12,6 +12,7 @@ routers (supervisors), and each shard replica, with the shard's leader named fro
     python -m bench.shards                              # S = 1, 2, 4; 3 runs x 20,000 tasks
     python -m bench.shards --shards 1,4 --tasks 10000
     python -m bench.shards --scale-clients          # producers and workers x S
+    python -m bench.shards --tenant-batches         # each submit batch one tenant's
     python -m bench.shards --ab-base /tmp/base/code --shards 1,2,4   # A/B, alternating
         # at each S: another commit's code (a tree with tsched/{statemachine,node,client},
         # from `git archive`) vs this one
@@ -212,11 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="A/B rounds, alternating")
     p.add_argument("--scale-clients", action="store_true",
                    help="producers and workers x S, so each shard sees the load of S = 1")
+    p.add_argument("--tenant-batches", action="store_true",
+                   help="each submit batch holds one tenant's tasks (tenants in turn), as a "
+                        "producer per team would send them; default: every batch mixes "
+                        "all tenants, so the router splits it over every shard")
     p.add_argument("--keep", action="store_true")
     add_common_flags(p)
     args = p.parse_args(argv)
     loop_name = install_fast_loop()
-    cfg = Config(tasks=args.tasks)
+    cfg = Config(tasks=args.tasks, tenant_batches=args.tenant_batches)
     counts = [int(x) for x in args.shards.split(",") if x]
     report = Report("shards: lifecycles, latency and per-process CPU", "bench.shards", args,
                     {"nodes": 3, "shards": counts, "runs": args.runs, **asdict(cfg),
