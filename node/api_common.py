@@ -126,9 +126,10 @@ PREFER_BYTES_MAX = 1024
 
 
 def prefers_minimal(request: web.Request) -> bool:
-    """The request says `Prefer: return=minimal` (RFC 7240): completions and failures are
-    then answered by each task's id and state. A preference the node does not know, or a
-    header past PREFER_BYTES_MAX, is ignored, as the RFC asks."""
+    """The request says `Prefer: return=minimal` (RFC 7240): the tasks a submit creates and
+    the completions and failures it reports are then answered by each task's id and state
+    (present.minimal_result). A preference the node does not know, or a header past
+    PREFER_BYTES_MAX, is ignored, as the RFC asks."""
     raw = request.headers.get(PREFER_HEADER)
     if not raw or len(raw) > PREFER_BYTES_MAX:
         return False

@@ -561,14 +561,14 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
                    err.get("details") if isinstance(err.get("details"), dict) else {})
 
 
+FORWARDED_HEADERS = ("Authorization", KEY_HEADER, WATCH_HEADER, "Prefer")
+
+
 def _forwarded_headers(request) -> dict[str, str]:
     """What the leader needs of the caller's headers: its token, its Idempotency-Key (the
     leader derives the Claims' request ids from it), whether it only watches, and how it
     wants its carried completions answered."""
     return {h: request.headers[h] for h in FORWARDED_HEADERS if h in request.headers}
-
-
-FORWARDED_HEADERS = ("Authorization", KEY_HEADER, WATCH_HEADER, "Prefer")
 
 
 def is_watch(request) -> bool:

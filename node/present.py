@@ -244,7 +244,7 @@ def minimal_result(cmd, res):
     """`result`, but a submit, completion or failure that applied is answered by the task's
     id and state only (and a submit's `duplicate`): `Prefer: return=minimal`, DESIGN.md
     section 7. A producer or worker needs no more, and rendering, sending and parsing the
-    whole task cost about a quarter of a lifecycle's CPU."""
+    whole task was about a tenth of a lifecycle's CPU (bench/README.md)."""
     if res.ok and isinstance(cmd, MINIMAL_COMMANDS) and isinstance(res.value, dict) \
             and "task" in res.value:
         v = res.value

@@ -4,8 +4,8 @@ one keep-alive pool to send them requests (DESIGN.md section 13).
 A request for shard s goes to this node's own replica of s when it has one (loopback, no
 network hop), else to the shard's other replicas in placement order. A claim goes to the
 replica the shard's leader is on, when the local replicas' status names it (a follower
-would only forward it there over HTTP: answering and forwarding it was a fifth of a shard
-follower's CPU at S = 4); a stale name costs that forward, nothing else. Only a refused
+would only forward it there over HTTP, so every claim was answered twice); a stale name
+costs that forward, nothing else. Only a refused
 connection moves on to the next replica: a request that may have reached a replica is not
 sent twice (the caller's Idempotency-Key makes the client's own retry safe).
 """
