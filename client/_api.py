@@ -84,7 +84,8 @@ class ApiCalls:
         body = {"worker_id": worker_id, "task_types": list(task_types), "max_tasks": max_tasks,
                 "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms}
         return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
-                              read_timeout_s=wait_s + CLAIM_SLACK_S), _key("tasks"))
+                              read_timeout_s=wait_s + CLAIM_SLACK_S, to_leader=True),
+                         _key("tasks"))
 
     def claim_and_complete(self, worker_id: str, task_types: list[str],
                            completions: list[dict[str, Any]], max_tasks: int = 1,
@@ -97,7 +98,8 @@ class ApiCalls:
                 "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms,
                 "completions": completions}
         return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
-                              read_timeout_s=wait_s + CLAIM_SLACK_S, minimal=minimal))
+                              read_timeout_s=wait_s + CLAIM_SLACK_S, minimal=minimal,
+                              to_leader=True))
 
     def heartbeat(self, task_id: str, fencing_token: int, lease_s: float | None = None):
         body = {"fencing_token": fencing_token, "lease_s": lease_s}

@@ -69,11 +69,15 @@ class Call:
     deadline_s: float | None = None       # overrides the client's total deadline
     replica_read: bool = True             # a read of replicated state: takes min_seq
     minimal: bool = False                 # `Prefer: return=minimal`: brief answers
+    to_leader: bool = False               # a claim: to the node its last answer named leader
 
     def __post_init__(self) -> None:
         if self.write and self.key is None:
             self.key = new_key()
         self.params = {k: v for k, v in self.params.items() if v is not None}
+
+
+LEADER_HEADER = "X-Tsched-Leader"   # a claim answer's: the leader's URL
 
 
 class Rotation:
@@ -86,18 +90,29 @@ class Rotation:
     def __init__(self, urls: list[str]) -> None:
         self.urls = urls
         self.current = 0
+        self.leader: str | None = None   # where claims go first: a claim answer named it
 
-    def attempts(self):
-        """Yields (url, delay_s before this attempt) forever; the caller enforces the deadline."""
+    def attempts(self, to_leader: bool = False):
+        """Yields (url, delay_s before this attempt) forever; the caller enforces the deadline.
+        `to_leader` (claims): from the leader's URL when one of ours was named."""
         n = len(self.urls)
+        start = self.current
+        if to_leader and self.leader is not None:
+            start = self.urls.index(self.leader)
         i = 0
         while True:
             new_round = i > 0 and i % n == 0
             delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (i // n - 1)) if new_round else 0.0
-            yield self.urls[(self.current + i) % n], delay
+            yield self.urls[(start + i) % n], delay
             i += 1
 
-    def success(self, url: str) -> None:
+    def success(self, url: str, to_leader: bool = False, leader: str | None = None) -> None:
+        """`url` answered. A claim's answer names the leader's URL (`leader`): while that is
+        one of ours, claims go there first and the other calls stay where they were."""
+        if to_leader:
+            self.leader = leader if leader in self.urls else None
+            if self.leader is not None:
+                return
         self.current = self.urls.index(url)
 
 

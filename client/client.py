@@ -14,9 +14,9 @@ from tsched.statemachine.limits import API_LIMITS
 
 from . import _aio
 from ._api import ApiCalls
-from ._core import (TRANSPORT_ERRORS, Call, Rotation, SeqTracker, build_request, decode,
-                    describe_failure, error_from, is_retryable_status, overload_wait_s, parse_urls,
-                    unavailable)
+from ._core import (LEADER_HEADER, TRANSPORT_ERRORS, Call, Rotation, SeqTracker,
+                    build_request, decode, describe_failure, error_from, is_retryable_status,
+                    overload_wait_s, parse_urls, unavailable)
 
 CONNECT_TIMEOUT_S = 2.0    # a dead or unreachable node must not eat the whole deadline
 ATTEMPT_READ_S = 10.0      # longer than a node's own commit wait, shorter than the deadline
@@ -58,11 +58,11 @@ class _Base(ApiCalls):
             read = call.read_timeout_s
         return read, min(CONNECT_TIMEOUT_S, max(remaining_s, 0.001))
 
-    def _answer(self, url: str, resp: Any) -> Any:
+    def _answer(self, url: str, resp: Any, call: Call) -> Any:
         """The body of a served answer (2xx) or its ApiError (4xx, 500)."""
         body = decode(resp)
         self._seq.note(body, resp.headers)
-        self._rotation.success(url)
+        self._rotation.success(url, call.to_leader, resp.headers.get(LEADER_HEADER))
         if resp.status_code >= 400:
             raise error_from(resp, body)
         return body
@@ -98,7 +98,7 @@ class Client(_Base):
     def _send(self, call: Call) -> Any:
         deadline = self._deadline(call)
         last, overloads = None, 0
-        for url, delay in self._rotation.attempts():
+        for url, delay in self._rotation.attempts(call.to_leader):
             if time.monotonic() + delay >= deadline:
                 break
             if delay:
@@ -120,7 +120,7 @@ class Client(_Base):
                 overloads += 1
                 time.sleep(wait)
                 continue
-            return self._answer(url, resp)
+            return self._answer(url, resp, call)
         raise unavailable(call, last)
 
     def list(self, limit: int | None = None, **filters: Any) -> Iterator[dict]:
@@ -182,7 +182,7 @@ class AsyncClient(_Base):
     async def _send(self, call: Call) -> Any:
         deadline = self._deadline(call)
         last, overloads = None, 0
-        for url, delay in self._rotation.attempts():
+        for url, delay in self._rotation.attempts(call.to_leader):
             if time.monotonic() + delay >= deadline:
                 break
             if delay:
@@ -203,7 +203,7 @@ class AsyncClient(_Base):
                 overloads += 1
                 await asyncio.sleep(wait)
                 continue
-            return self._answer(url, resp)
+            return self._answer(url, resp, call)
         raise unavailable(call, last)
 
     async def list(self, limit: int | None = None, **filters: Any) -> AsyncIterator[dict]:

@@ -109,16 +109,21 @@ async def json_body(request: web.Request) -> Any:
     return value
 
 
-def respond(body: dict, seq: int, status: int = 200, minimal: bool = False) -> web.Response:
-    """`minimal`: the answer honoured `Prefer: return=minimal` (RFC 7240 says to tell)."""
+def respond(body: dict, seq: int, status: int = 200, minimal: bool = False,
+            leader_url: str | None = None) -> web.Response:
+    """`minimal`: the answer honoured `Prefer: return=minimal` (RFC 7240 says to tell).
+    `leader_url`: named in LEADER_HEADER (claims: a client may send its next one there)."""
     body["applied_seq"] = seq
     headers = {"X-Applied-Seq": str(seq)}
     if minimal:
         headers[PREFERENCE_APPLIED_HEADER] = RETURN_MINIMAL
+    if leader_url is not None:
+        headers[LEADER_HEADER] = leader_url
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
                         headers=headers)
 
 
+LEADER_HEADER = "X-Tsched-Leader"   # the leader's URL, on claim answers
 PREFER_HEADER = "Prefer"
 PREFERENCE_APPLIED_HEADER = "Preference-Applied"
 RETURN_MINIMAL = "return=minimal"

@@ -37,7 +37,10 @@ async def claim(request: web.Request) -> web.Response:
         out["ready"] = True
     if done is not None:
         out["completions"] = done.results
-    return respond(out, seq, minimal=done is not None and done.minimal)
+    # The leader's URL: a worker sends its next claim there, where a follower would only
+    # forward it (each claim answered twice).
+    return respond(out, seq, minimal=done is not None and done.minimal,
+                   leader_url=node.leader_url())
 
 
 def _heartbeat_cmd(request, item: dict, rid: str) -> c.Heartbeat:

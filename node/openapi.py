@@ -475,6 +475,14 @@ def _submit_op(submitted: Schema, submit: Schema) -> dict[str, Any]:
     return out
 
 
+def _with_leader_header(operation: dict[str, Any]) -> dict[str, Any]:
+    """A claim's answer names the leader's URL: a client's next claim may go there."""
+    operation["responses"]["200"]["headers"] = {"X-Tsched-Leader": {
+        "description": "the URL of the node that leads (where this claim was served, or "
+                       "forwarded to); absent when not known", "schema": string()}}
+    return operation
+
+
 def _task_paths() -> dict[str, Any]:
     task, action_body = ref("Task"), obj({}, closed=True)
     action = dict(body=action_body, body_required=False, params=[TASK_ID], errors=WRITE_ERRORS)
@@ -526,13 +534,13 @@ def _task_paths() -> dict[str, Any]:
                                              description="give a claimed task back unrun, "
                                                          "without using up a retry"),
             params=[TASK_ID], errors=WRITE_ERRORS, tag="workers")},
-        "/v1/claims": {"post": op(
+        "/v1/claims": {"post": _with_leader_header(op(
             "Claim tasks", obj({"tasks": {"type": "array", "items": task},
                                 "completions": results,
                                 "applied_seq": APPLIED_SEQ, "shard": SHARD,
                                 "applied_seqs": APPLIED_SEQS},
                                ("tasks",)),
-            body=ref("ClaimRequest"), params=[PREFER], errors=WRITE_ERRORS, tag="workers")},
+            body=ref("ClaimRequest"), params=[PREFER], errors=WRITE_ERRORS, tag="workers"))},
         "/v1/completions": {"post": op(
             "Complete or fail tasks", answers,
             body=obj({"completions": {"type": "array", "items": _completion_item(),

@@ -155,6 +155,7 @@ def test_prefer_return_minimal_answers_reports_by_task_id_and_state(cluster: Clu
                                 "completions": [{"task_id": b["task_id"],
                                                  "fencing_token": b["fencing_token"]}]})
     assert r.status_code == 200 and r.headers["Preference-Applied"] == "return=minimal"
+    assert r.headers["X-Tsched-Leader"] == cluster.url(leader)   # claims may go there next
     body = r.json()
     assert body["completions"] == [{"task_id": b["task_id"], "state": "completed"}]
     (last,) = body["tasks"]

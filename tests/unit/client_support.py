@@ -76,10 +76,11 @@ class FakeNode:
         out = fn(seen)
         if inspect.isawaitable(out):
             out = await out
-        status, payload = out
+        status, payload, *extra = out        # (status, body[, headers])
+        headers = extra[0] if extra else None
         if isinstance(payload, str):
-            return web.Response(text=payload, status=status)
-        return web.json_response(payload, status=status)
+            return web.Response(text=payload, status=status, headers=headers)
+        return web.json_response(payload, status=status, headers=headers)
 
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)

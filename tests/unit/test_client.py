@@ -221,3 +221,47 @@ def test_minimal_reports_send_prefer_return_minimal(nodes):
     sent = a.requests("POST", "/v1/completions")
     assert sent[0].headers["Prefer"] == "return=minimal" and "Prefer" not in sent[1].headers
     assert a.requests("POST", "/v1/tasks")[0].headers["Prefer"] == "return=minimal"
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_claims_follow_the_leader_a_claim_answer_names_and_other_calls_stay(nodes, kind):
+    """A node names the leader's URL on claim answers (X-Tsched-Leader): the next claim goes
+    there (a follower would only forward it); reads and reports stay on their node; a name
+    that is not one of the client's URLs is ignored."""
+    a, b = nodes
+    named = {"leader": b.url}
+    for n in nodes:
+        n.route("POST", "/v1/claims",
+                lambda req: (200, {"tasks": [], "applied_seq": 1},
+                             {"X-Tsched-Leader": named["leader"]}))
+        n.json("GET", "/v1/tasks/t1", 200, task())
+
+    def calls(c):
+        c.claim("w", ["x"])
+        c.claim("w", ["x"])
+        c.get("t1")
+        named["leader"] = "http://elsewhere:1"
+        c.claim("w", ["x"])
+        c.claim("w", ["x"])
+
+    if kind == "sync":
+        with Client([a.url, b.url]) as c:
+            calls(c)
+    else:
+        import asyncio
+
+        async def run():
+            async with AsyncClient([a.url, b.url]) as c:
+                await c.claim("w", ["x"])
+                await c.claim("w", ["x"])
+                await c.get("t1")
+                named["leader"] = "http://elsewhere:1"
+                await c.claim("w", ["x"])
+                await c.claim("w", ["x"])
+        asyncio.run(run())
+    # a: the first claim (no leader known yet) and the read, which stayed while claims
+    # went to b; b: the claims after b was named, and then, the name being none of ours,
+    # the next claim where the last one was answered (as any call would)
+    assert len(a.requests("POST", "/v1/claims")) == 1
+    assert len(a.requests("GET", "/v1/tasks/t1")) == 1
+    assert len(b.requests("POST", "/v1/claims")) == 3
