@@ -71,7 +71,6 @@ async def run(n: int, minimal: bool = False) -> int:
     proposer = Proposer(InstantReplica(asyncio.get_running_loop()), asyncio.get_running_loop(),
                         render=render, render_minimal=render_minimal,
                         repropose_after_s=PATIENCE_S, leader_poll_s=PATIENCE_S)
-    brief = (lambda k: [True] * k) if minimal else (lambda k: None)
     ids = (f"{i:032x}" for i in itertools.count())
     done = 0
     for start in range(0, n, BATCH):
@@ -79,7 +78,7 @@ async def run(n: int, minimal: bool = False) -> int:
                                              tenant="default", task_type="x",
                                              payload_json='{"n":1}')
                                 for _ in range(min(BATCH, n - start))], PATIENCE_S,
-                               minimal=brief(min(BATCH, n - start)))
+                               minimal=minimal)
         while True:
             (tasks,), _ = await proposer.propose([c.Claim(
                 request_id=next(ids), now_ms=T0 + 1, worker_id="w", task_types=("x",),
@@ -89,7 +88,7 @@ async def run(n: int, minimal: bool = False) -> int:
             answers, _ = await proposer.propose([c.Complete(
                 request_id=next(ids), now_ms=T0 + 2, task_id=t["task_id"],
                 fencing_token=t["fencing_token"]) for t in tasks], PATIENCE_S,
-                minimal=brief(len(tasks)))
+                minimal=minimal)
             done += sum(1 for a in answers if a["state"] == "completed")
     return done
 

@@ -161,10 +161,10 @@ def error_response(err: ApiError, seq: int | None) -> web.Response:
 # --- writes --------------------------------------------------------------------------------
 
 async def propose(node: Node, cmds: list, *, sheddable: bool = False,
-                  minimal: Sequence[bool] | None = None) -> tuple[list, int]:
+                  minimal: bool | Sequence[bool] = False) -> tuple[list, int]:
     """Commit `cmds`: (one rendered result per command, or an ApiError; applied seq).
     `sheddable`: a full proposal queue answers 429 `overloaded` (DESIGN 14.2). `minimal`:
-    per command, render the minimal answer (`prefers_minimal`)."""
+    render the minimal answers (`prefers_minimal`), for every command or per command."""
     from .proposer import ProposalError
     try:
         return await node.proposer.propose(cmds, node.propose_timeout_s, sheddable=sheddable,
@@ -182,8 +182,7 @@ async def propose(node: Node, cmds: list, *, sheddable: bool = False,
 
 async def propose_one(node: Node, cmd, *, sheddable: bool = False,
                       minimal: bool = False) -> tuple[Any, int]:
-    (value,), seq = await propose(node, [cmd], sheddable=sheddable,
-                                  minimal=(True,) if minimal else None)
+    (value,), seq = await propose(node, [cmd], sheddable=sheddable, minimal=minimal)
     if isinstance(value, ApiError):
         # Raised from a local, the error's traceback holds this frame and the frame holds
         # the error: a reference cycle that only the cyclic collector frees, with the whole

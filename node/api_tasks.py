@@ -53,8 +53,7 @@ async def _submit(request: web.Request) -> web.Response:
             for i, item in enumerate(items)]
     for cmd in cmds:
         _check_tenant(request, cmd.tenant)
-    answers, seq = await propose(node, cmds, sheddable=True,
-                                 minimal=[True] * len(cmds) if minimal else None)
+    answers, seq = await propose(node, cmds, sheddable=True, minimal=minimal)
     return respond({"tasks": [a.body() if isinstance(a, ApiError) else a for a in answers]},
                    seq, status=201, minimal=minimal)
 

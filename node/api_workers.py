@@ -131,5 +131,5 @@ async def _batch(request: web.Request, key: str, parse, build) -> web.Response:
     cmds = [build(request, parse(it, f"{key}[{i}]"), request_id(request, f"#{i}"))
             for i, it in enumerate(items)]
     minimal = build is _completion_cmd and prefers_minimal(request)
-    answers, seq = await propose(node, cmds, minimal=[True] * len(cmds) if minimal else None)
+    answers, seq = await propose(node, cmds, minimal=minimal)
     return respond({"results": [claims.render_item(a) for a in answers]}, seq, minimal=minimal)

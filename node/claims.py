@@ -347,16 +347,15 @@ class ClaimHub:
             w.busy = True
         self.stats.proposed += len(ready)
         asyncio.get_running_loop().create_task(
-            self._commit(ready, cmds, minimal if any(minimal) else None))
+            self._commit(ready, cmds, minimal if any(minimal) else False))
 
     async def _complete_alone(self, completions: Completions) -> None:
         completions.results = []         # taken: no Claim carries them any more
-        answers, _ = await _propose_all(
-            self.node, completions.cmds,
-            [True] * len(completions.cmds) if completions.minimal else None)
+        answers, _ = await _propose_all(self.node, completions.cmds, completions.minimal)
         completions.results = [render_item(a) for a in answers]
 
-    async def _commit(self, ready: list[Waiter], cmds: list, minimal: list | None) -> None:
+    async def _commit(self, ready: list[Waiter], cmds: list, minimal: bool | list[bool]
+                      ) -> None:
         all_answers, seq = await _propose_all(self.node, cmds, minimal)
         answers, pos = [], 0
         for w in ready:       # each waiter's carried completions, then its Claim
@@ -413,7 +412,7 @@ def _uncarried(w: Waiter) -> bool:
     return w.completions is not None and w.completions.results is None and not w.carried
 
 
-async def _propose_all(node, cmds: list, minimal: list | None = None
+async def _propose_all(node, cmds: list, minimal: bool | list[bool] = False
                        ) -> tuple[list, int | None]:
     """One answer per command; a failed proposal answers each with its error."""
     from .api_common import propose

@@ -59,12 +59,16 @@ class _Answers:
     __slots__ = ("values", "missing", "seq", "done", "minimal")
 
     def __init__(self, n: int, loop: asyncio.AbstractEventLoop,
-                 minimal: Sequence[bool] | None = None) -> None:
+                 minimal: bool | Sequence[bool] = False) -> None:
         self.values: list = [_UNANSWERED] * n
         self.missing = n
         self.seq = 0
         self.done: asyncio.Future = loop.create_future()
-        self.minimal = minimal   # per command: the caller asked for the minimal answer
+        self.minimal = minimal   # the caller asked for minimal answers: all, or per command
+
+    def wants_minimal(self, i: int) -> bool:
+        m = self.minimal
+        return m if isinstance(m, bool) else bool(m[i])
 
     def answer(self, i: int, value, seq: int) -> None:
         if self.values[i] is not _UNANSWERED:
@@ -111,11 +115,12 @@ class Proposer:
     # --- the loop side -------------------------------------------------------------------
 
     async def propose(self, cmds: list, timeout_s: float, *, sheddable: bool = False,
-                      minimal: Sequence[bool] | None = None) -> tuple[list, int]:
+                      minimal: bool | Sequence[bool] = False) -> tuple[list, int]:
         """Commit and apply `cmds`; return (one result per command, applied seq).
 
-        `minimal[i]`: command i is answered by `render_minimal` (RFC 7240 `Prefer:
-        return=minimal`), unless another waiter of its request id wants the full answer.
+        `minimal` (every command, or per command): answered by `render_minimal` (RFC 7240
+        `Prefer: return=minimal`), unless another waiter of its request id wants the full
+        answer.
 
         `sheddable` (client submits): refused at once with `overloaded` when this node
         already waits for `waiting_max` commands, so that an overload is a fast 429 with
@@ -251,7 +256,4 @@ def _all_minimal(entries: list[tuple[_Answers, int]]) -> bool:
     """Every waiter of a request id asked for the minimal answer. (Read on the Raft thread:
     a waiter of the same request id joining meanwhile, the same Idempotency-Key sent again
     at once with another Prefer, may get the other rendering.)"""
-    for answers, i in tuple(entries):
-        if answers.minimal is None or not answers.minimal[i]:
-            return False
-    return True
+    return all(answers.wants_minimal(i) for answers, i in tuple(entries))

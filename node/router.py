@@ -140,11 +140,16 @@ def json_response(body: dict, status: int = 200, headers: dict | None = None) ->
                         headers=headers)
 
 
-def applied_preferences(answers) -> dict[str, str]:
-    """`Preference-Applied` for an answer joined from shards' answers: what they applied."""
-    for a in answers:
-        if isinstance(a, Answer) and "Preference-Applied" in a.headers:
-            return {"Preference-Applied": a.headers["Preference-Applied"]}
+PREFERENCE_APPLIED = "Preference-Applied"
+
+
+def applied_preferences(*parts) -> dict[str, str]:
+    """`Preference-Applied` for an answer joined from others (shards' `Answer`s, or the
+    router's own responses; a failed part has no headers): what they applied."""
+    for part in parts:
+        headers = getattr(part, "headers", None)
+        if headers is not None and PREFERENCE_APPLIED in headers:
+            return {PREFERENCE_APPLIED: headers[PREFERENCE_APPLIED]}
     return {}
 
 

@@ -24,7 +24,7 @@ from aiohttp import web
 from . import validate
 from .errors import ApiError
 from .claims import WATCH_HEADER
-from .router import ROUTER, Relayed, Router, json_response
+from .router import ROUTER, Relayed, Router, applied_preferences, json_response
 from .router_routes import group_by_task, split_by_task
 
 log = logging.getLogger("tsched.node.router")
@@ -86,7 +86,7 @@ async def claim(request: web.Request) -> web.Response:
         if done.status != 200:
             return done
         carried = orjson.loads(done.body)["results"]
-        headers = {k: done.headers[k] for k in ("Preference-Applied",) if k in done.headers}
+        headers = applied_preferences(done)
     scope = r.scope(request)
     kind = _kind(params, scope)
     shards = [r.tenant_shard(scope)] if scope is not None else _order(r, kind)

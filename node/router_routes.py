@@ -94,7 +94,7 @@ async def split_batch(request: web.Request, r: Router, groups: dict[int, list[in
         for i, part in zip(groups[s], parts):
             results[i] = part
     return json_response({answer_key: results, "applied_seqs": seqs}, status,
-                         applied_preferences(sent))
+                         applied_preferences(*sent))
 
 
 @routes.route("*", "/v1/tenants/{tenant}")
@@ -158,8 +158,7 @@ async def split_by_task(request: web.Request, r: Router, groups: dict[int, list[
         doc = orjson.loads(resp.body)
         for i, err in missing.items():
             doc["results"][i] = err
-        kept = {k: resp.headers[k] for k in ("Preference-Applied",) if k in resp.headers}
-        resp = json_response(doc, headers=kept)
+        resp = json_response(doc, headers=applied_preferences(resp))
     return resp
 
 
