@@ -101,7 +101,7 @@ def test_the_raft_thread_polls_until_its_next_timer(role, heartbeat_in_s, electi
 
 def test_heartbeats_are_at_most_a_tenth_of_the_timeouts():
     from tsched.node.raft import RaftOptions, heartbeat_period_s
-    assert heartbeat_period_s(RaftOptions()) == 0.05
+    assert heartbeat_period_s(RaftOptions()) == 0.1
     fast = RaftOptions(raft_min_timeout_s=0.05, raft_max_timeout_s=0.1,
                        leader_fallback_timeout_s=0.1)
     assert heartbeat_period_s(fast) == pytest.approx(0.005)
