@@ -2,9 +2,10 @@
 
 Producers submit N tasks in batches (`POST /v1/tasks` with `{"tasks": [...]}`) round-robin
 over the nodes; workers long-poll claims (`max_tasks` large) on every node and complete
-what they get in one `POST /v1/completions`. Submits and completions ask for minimal
-answers (`Prefer: return=minimal`: each task answered by its id and state), as the
-product's Worker does for its reports; `--full-answers` asks for whole tasks instead. The figure is N / (last
+what they get in one `POST /v1/completions`. Submits, claims and completions ask for
+minimal answers (`Prefer: return=minimal`: a report or submit answered by the task's id and
+state, a claimed task with what a worker needs to run it), as the product's Worker does;
+`--full-answers` asks for whole tasks instead. The figure is N / (last
 completion - first submit). Each run uses its own task type, so runs do not see each
 other's tasks.
 
@@ -58,7 +59,7 @@ class Config:
     tenant_batches: bool = False     # with tenants: each submit batch is one tenant's (in turn)
     carry: bool = False              # completions ride on the next claim while claims are full
     carry_wait_s: float = 0.2        # a claim that carries completions waits no longer (Worker's)
-    minimal: bool = True             # submits and reports answered by task id and state
+    minimal: bool = True             # submits, claims and reports answered minimally
 
 
 class Run:
@@ -117,7 +118,7 @@ async def _worker(api: Api, base: str, run: Run, worker_id: str) -> None:
                 _count_done(run, results)
             else:
                 tasks = await api.claim(base, worker_id, [run.task_type], cfg.claim_max,
-                                        cfg.wait_s)
+                                        cfg.wait_s, minimal=cfg.minimal)
             carried = []
             if not tasks:
                 continue
@@ -231,7 +232,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--carry", action="store_true",
                    help="after each run, one with completions riding on claims (both printed)")
     p.add_argument("--full-answers", action="store_true",
-                   help="submits and completions answered by whole tasks (no Prefer: return=minimal)")
+                   help="submits, claims and completions answered by whole tasks (no Prefer: return=minimal)")
     p.add_argument("--baseline", metavar="REV",
                    help="also run that revision's nodes, on a cluster of their own, alternating")
     p.add_argument("--rounds", type=int, default=1,

@@ -79,12 +79,16 @@ class ApiCalls:
     # --- worker calls --------------------------------------------------------------
     def claim(self, worker_id: str, task_types: list[str], max_tasks: int = 1,
               wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,
-              key: str | None = None):
-        """Long-poll for up to `max_tasks` tasks. Returns the list of claimed tasks."""
+              key: str | None = None, minimal: bool = False):
+        """Long-poll for up to `max_tasks` tasks. Returns the list of claimed tasks.
+        `minimal`: each task has only what a worker needs to run it (its id, tenant, type,
+        state, payload, run_at, attempt, max_retries, timeout_s, execution_id, schedule_id,
+        lease_expires_at, fencing_token and worker_id)."""
         body = {"worker_id": worker_id, "task_types": list(task_types), "max_tasks": max_tasks,
                 "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms}
         return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
-                              read_timeout_s=wait_s + CLAIM_SLACK_S, to_leader=True),
+                              read_timeout_s=wait_s + CLAIM_SLACK_S, minimal=minimal,
+                              to_leader=True),
                          _key("tasks"))
 
     def claim_and_complete(self, worker_id: str, task_types: list[str],
@@ -93,7 +97,8 @@ class ApiCalls:
                            key: str | None = None, minimal: bool = False):
         """A claim carrying completions (the items of `completions()`), applied before it
         in one Raft entry: returns `{"tasks": [...], "completions": [result, ...]}`.
-        `minimal`: each completion that applied is answered `{"task_id", "state"}` only."""
+        `minimal`: each completion that applied is answered `{"task_id", "state"}` only,
+        and each task has only what a worker needs (as `claim(minimal=True)`)."""
         body = {"worker_id": worker_id, "task_types": list(task_types), "max_tasks": max_tasks,
                 "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms,
                 "completions": completions}

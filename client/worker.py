@@ -260,7 +260,7 @@ class Worker:
         types = sorted(self.handlers)
         if not carried:
             return await self._client.claim(self.worker_id, types, wait_s=self.wait_s,
-                                            **args) or []
+                                            minimal=True, **args) or []
         body = await self._client.claim_and_complete(
             self.worker_id, types, [item for item, _ in carried],
             wait_s=min(self.wait_s, CARRY_WAIT_S), minimal=True, **args)

@@ -23,15 +23,16 @@ async def claim(request: web.Request) -> web.Response:
     items = params.pop("completions")
     if items and claims.is_watch(request):
         raise validate.invalid("a watch (X-Tsched-Claim-Watch) carries no completions")
+    minimal = prefers_minimal(request)   # claimed tasks and carried completions
     done = None
     if items is not None:
         # Built here even when forwarded (the leader builds its own from the body): the
         # same checks, and `done.results` is where the answer's per-item results land.
         cmds = [_completion_cmd(request, it, request_id(request, f"#c{i}"))
                 for i, it in enumerate(items)]
-        done = claims.Completions(cmds, results=None if cmds else [],
-                                  minimal=prefers_minimal(request))
-    tasks, seq = await claims.claim(node, request, params, tenant_scope(request), raw, done)
+        done = claims.Completions(cmds, results=None if cmds else [], minimal=minimal)
+    tasks, seq = await claims.claim(node, request, params, tenant_scope(request), raw, done,
+                                    minimal)
     out = {"tasks": tasks}
     if tasks is claims.READY:
         out["ready"] = True
@@ -39,8 +40,7 @@ async def claim(request: web.Request) -> web.Response:
         out["completions"] = done.results
     # The leader's URL: a worker sends its next claim there, where a follower would only
     # forward it (each claim answered twice).
-    return respond(out, seq, minimal=done is not None and done.minimal,
-                   leader_url=node.leader_url())
+    return respond(out, seq, minimal=minimal, leader_url=node.leader_url())
 
 
 def _heartbeat_cmd(request, item: dict, rid: str) -> c.Heartbeat:

@@ -104,6 +104,7 @@ class Waiter:
     rid_base: str | None = None   # from the client's Idempotency-Key: retries replay Claims
     claims_made: int = 0
     watch: bool = False     # answered READY when work is claimable; proposes no Claim
+    minimal: bool = False   # `Prefer: return=minimal`: its tasks as a worker needs them
 
     def peek_request_id(self) -> str:
         return f"{self.rid_base}.{self.claims_made}"
@@ -240,9 +241,11 @@ class ClaimHub:
     # -- a waiting request --
     async def wait(self, params: dict, tenant: str | None, is_gone: Callable[[], bool],
                    completions: Completions | None = None, rid_base: str | None = None,
-                   watch: bool = False) -> tuple[list[dict], int | None]:
+                   watch: bool = False, minimal: bool = False
+                   ) -> tuple[list[dict], int | None]:
         """(claimed tasks, applied seq); `completions.results` is set before it returns.
-        A watch (no completions) leases nothing: its tasks are READY once work is there."""
+        A watch (no completions) leases nothing: its tasks are READY once work is there.
+        `minimal`: the tasks rendered as a worker needs them (present.claimed)."""
         assert not (watch and completions and completions.cmds), "a watch carries nothing"
         if len(self._waiters) >= WAITERS_MAX:
             raise ApiError("unavailable", f"too many waiting claims (limit {WAITERS_MAX})",
@@ -251,7 +254,7 @@ class ClaimHub:
         loop = asyncio.get_running_loop()
         w = Waiter(params, tenant, is_gone, loop.create_future(), id=next(self._ids),
                    completions=completions if completions and completions.cmds else None,
-                   rid_base=None if watch else rid_base, watch=watch)
+                   rid_base=None if watch else rid_base, watch=watch, minimal=minimal)
         self._waiters[w.id] = w
         try:
             await self._dispatch([w])  # claimable now: a Claim is on its way even if wait_s is 0
@@ -338,7 +341,7 @@ class ClaimHub:
                 w.carried = len(w.completions.cmds)
                 cmds += w.completions.cmds
                 minimal += [w.completions.minimal] * w.carried
-            minimal.append(False)
+            minimal.append(w.minimal)
             cmds.append(c.Claim(request_id=w.next_request_id(), now_ms=now,
                                 worker_id=w.params["worker_id"],
                                 task_types=w.params["task_types"], max_tasks=w.params["max_tasks"],
@@ -455,10 +458,12 @@ async def release(node, tasks: list[tuple[str, int]]) -> None:
 # --- the request, on any node -------------------------------------------------------------
 
 async def claim(node, request, params: dict, tenant: str | None, body: bytes,
-                completions: Completions | None = None) -> tuple[list[dict], int]:
+                completions: Completions | None = None, minimal: bool = False
+                ) -> tuple[list[dict], int]:
     """Claim at the leader, wherever that is, within params['wait_s']. `completions` (the
-    request's, if any) get their `results` set, or the claim fails with `timeout`."""
-    tasks, seq = await _claim(node, request, params, tenant, body, completions)
+    request's, if any) get their `results` set, or the claim fails with `timeout`.
+    `minimal`: the tasks as a worker needs them (a follower forwards the preference)."""
+    tasks, seq = await _claim(node, request, params, tenant, body, completions, minimal)
     if completions is not None and completions.results is None:
         # Forwarded, but no leader answered: they may or may not have been applied.
         raise ApiError("timeout", "the completions were not answered in time",
@@ -467,7 +472,8 @@ async def claim(node, request, params: dict, tenant: str | None, body: bytes,
 
 
 async def _claim(node, request, params: dict, tenant: str | None, body: bytes,
-                 completions: Completions | None) -> tuple[list[dict], int]:
+                 completions: Completions | None, minimal: bool
+                 ) -> tuple[list[dict], int]:
     from .api_common import request_id
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params["wait_s"]
@@ -486,7 +492,8 @@ async def _claim(node, request, params: dict, tenant: str | None, body: bytes,
             leader_seen = True
             try:
                 tasks, seq = await node.claims.wait(dict(params, wait_s=remaining), tenant,
-                                                    is_gone, completions, rid_base, watch)
+                                                    is_gone, completions, rid_base, watch,
+                                                    minimal)
                 return tasks, seq if seq is not None else replica.applied_seq
             except NotLeader:
                 if forwarded:
@@ -566,7 +573,7 @@ FORWARDED_HEADERS = ("Authorization", KEY_HEADER, WATCH_HEADER, "Prefer")
 def _forwarded_headers(request) -> dict[str, str]:
     """What the leader needs of the caller's headers: its token, its Idempotency-Key (the
     leader derives the Claims' request ids from it), whether it only watches, and how it
-    wants its carried completions answered."""
+    wants its tasks and carried completions answered."""
     return {h: request.headers[h] for h in FORWARDED_HEADERS if h in request.headers}
 
 

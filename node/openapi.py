@@ -189,6 +189,18 @@ def _task() -> Schema:
     }, ("task_id", "tenant", "task_type", "state", "priority", "run_at", "attempt"))
 
 
+CLAIMED_FIELDS = ("task_id", "tenant", "task_type", "state", "payload", "run_at", "attempt",
+                  "max_retries", "timeout_s", "execution_id", "schedule_id",
+                  "lease_expires_at", "fencing_token", "worker_id")
+
+
+def _claimed_task() -> Schema:
+    whole = _task()["properties"]
+    return obj({**{k: whole[k] for k in CLAIMED_FIELDS}, "shard": SHARD}, CLAIMED_FIELDS,
+               closed=True, description="a claimed task as `Prefer: return=minimal` "
+               "answers it: what a worker needs to run it")
+
+
 def _error() -> Schema:
     return obj({"error": obj({
         "code": {"type": "string", "enum": sorted(STATUS_BY_CODE)},
@@ -358,6 +370,7 @@ def components() -> dict[str, Schema]:
         "RetryPolicy": _retry(),
         "TaskSubmit": _task_submit(),
         "Task": _task(),
+        "ClaimedTask": _claimed_task(),
         "MinimalTask": obj({"task_id": string(), "state": {"type": "string", "enum": STATES},
                             "duplicate": {"type": "boolean", "description": "submits only"},
                             "applied_seq": APPLIED_SEQ, "shard": SHARD},
@@ -450,8 +463,8 @@ READ_PARAMS = [
 TASK_ID = path_param("task_id", "the task's id")
 PREFER = {"name": "Prefer", "in": "header", "required": False, "schema": string(1024),
           "description": "`return=minimal` (RFC 7240): each task created, completed or "
-          "failed is answered by `MinimalTask`, and the answer says `Preference-Applied: "
-          "return=minimal`"}
+          "failed is answered by `MinimalTask`, each claimed task by `ClaimedTask`, and the "
+          "answer says `Preference-Applied: return=minimal`"}
 SCHEDULE_ID = path_param("schedule_id", "the schedule's id (unique per tenant)")
 SCHEDULE_TENANT = query("tenant", TENANT, "the schedule's tenant (default: default)")
 TENANT_NAME = path_param("tenant", "the tenant's name")
@@ -535,7 +548,8 @@ def _task_paths() -> dict[str, Any]:
                                                          "without using up a retry"),
             params=[TASK_ID], errors=WRITE_ERRORS, tag="workers")},
         "/v1/claims": {"post": _with_leader_header(op(
-            "Claim tasks", obj({"tasks": {"type": "array", "items": task},
+            "Claim tasks", obj({"tasks": {"type": "array", "items": {
+                                    "oneOf": [task, ref("ClaimedTask")]}},
                                 "completions": results,
                                 "applied_seq": APPLIED_SEQ, "shard": SHARD,
                                 "applied_seqs": APPLIED_SEQS},

@@ -237,14 +237,31 @@ def result(cmd, res):
     return None
 
 
+def claimed(t) -> dict[str, Any]:
+    """A claimed task as a worker needs it to run it (`Prefer: return=minimal` on a claim):
+    no attempt history, result or other stages' times, which were most of rendering,
+    sending and parsing a claim's answer."""
+    return {"task_id": t.task_id, "tenant": t.tenant, "task_type": t.task_type,
+            "state": t.state, "payload": json_fragment(t.payload_json),
+            "run_at": rfc3339(t.run_at_ms), "attempt": t.attempt,
+            "max_retries": t.max_retries, "timeout_s": seconds(t.timeout_ms),
+            "execution_id": t.execution_id, "schedule_id": t.schedule_id,
+            "lease_expires_at": rfc3339(t.lease_expires_at_ms),
+            "fencing_token": t.fencing_token, "worker_id": t.worker_id}
+
+
 MINIMAL_COMMANDS = (c.SubmitTask, c.Complete, c.Fail)   # a producer's and a worker's writes
 
 
 def minimal_result(cmd, res):
     """`result`, but a submit, completion or failure that applied is answered by the task's
-    id and state only (and a submit's `duplicate`): `Prefer: return=minimal`, DESIGN.md
-    section 7. A producer or worker needs no more, and rendering, sending and parsing the
-    whole task was about a tenth of a lifecycle's CPU (bench/README.md)."""
+    id and state only (and a submit's `duplicate`), and a claim's tasks as a worker needs
+    them (`claimed`): `Prefer: return=minimal`, DESIGN.md section 7. A producer or worker
+    needs no more, and rendering, sending and parsing whole tasks was about a tenth of a
+    lifecycle's CPU (bench/README.md)."""
+    if res.ok and isinstance(cmd, c.Claim) and isinstance(res.value, dict) \
+            and "tasks" in res.value:
+        return [claimed(t) for t in res.value["tasks"]]
     if res.ok and isinstance(cmd, MINIMAL_COMMANDS) and isinstance(res.value, dict) \
             and "task" in res.value:
         v = res.value

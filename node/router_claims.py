@@ -24,7 +24,8 @@ from aiohttp import web
 from . import validate
 from .errors import ApiError
 from .claims import WATCH_HEADER
-from .router import ROUTER, Relayed, Router, applied_preferences, json_response
+from .router import (PREFERENCE_APPLIED, ROUTER, Relayed, Router, applied_preferences,
+                     json_response)
 from .router_routes import group_by_task, split_by_task
 
 log = logging.getLogger("tsched.node.router")
@@ -42,6 +43,7 @@ REWATCH_PAUSE_S = 0.02
 REWATCH_PAUSE_S_MAX = 1.0
 ROTATE_EVERY = 4          # every 4th claim starts at the next shard in turn
 PRODUCTIVE_KINDS_MAX = 10_000      # a round of waiting that ended sooner found every shard failing
+APPLIED = "tsched.preference_applied"   # request key: a shard's claim answer applied `Prefer`
 
 
 class Gathered:
@@ -113,6 +115,8 @@ async def claim(request: web.Request) -> web.Response:
     answer = {"tasks": got.tasks, "applied_seqs": got.seqs}
     if carried is not None:
         answer["completions"] = carried
+    if APPLIED in request:      # the shards rendered the tasks minimally
+        headers[PREFERENCE_APPLIED] = request[APPLIED]
     return json_response(answer, headers=headers)
 
 
@@ -168,6 +172,8 @@ async def _ask(r: Router, request, shard: int, body: dict, room: int, wait_s: fl
         if 400 <= a.status < 500 and a.status != 429:
             raise Relayed(a)    # refused for a reason every shard shares (auth, limits)
         return None
+    if PREFERENCE_APPLIED in a.headers and not watch:
+        request[APPLIED] = a.headers[PREFERENCE_APPLIED]
     return a.json()
 
 

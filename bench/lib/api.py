@@ -44,7 +44,7 @@ class Api:
 
     async def call(self, method: str, url: str, body: Any = None,
                    timeout_s: float | None = None, minimal: bool = False) -> Any:
-        """`minimal`: ask for minimal answers to reports (`Prefer: return=minimal`)."""
+        """`minimal`: ask for minimal answers (`Prefer: return=minimal`)."""
         data = orjson.dumps(body) if body is not None else None
         timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else None
         async with self.session.request(method, url, data=data, timeout=timeout,
@@ -66,12 +66,14 @@ class Api:
 
     async def claim(self, base: str, worker_id: str, task_types: list[str], max_tasks: int,
                     wait_s: float, lease_s: float = 60, prefetch_ms: int = 0,
-                    timeout_s: float | None = None) -> list[dict]:
+                    timeout_s: float | None = None, minimal: bool = False) -> list[dict]:
+        """`minimal`: each task as a worker needs it (`Prefer: return=minimal`)."""
         body = {"worker_id": worker_id, "task_types": task_types, "max_tasks": max_tasks,
                 "wait_s": wait_s, "lease_s": lease_s}
         if prefetch_ms:
             body["prefetch_ms"] = prefetch_ms
-        res = await self.call("POST", base + "/v1/claims", body, timeout_s or wait_s + 15)
+        res = await self.call("POST", base + "/v1/claims", body, timeout_s or wait_s + 15,
+                              minimal)
         return res["tasks"]
 
     async def claim_and_complete(self, base: str, worker_id: str, task_types: list[str],

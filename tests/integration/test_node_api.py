@@ -122,10 +122,16 @@ def test_a_claim_through_a_follower_carries_completions_to_the_leader(cluster: C
     assert got["state"] == "completed"
 
 
+CLAIMED_FIELDS = {"task_id", "tenant", "task_type", "state", "payload", "run_at", "attempt",
+                  "max_retries", "timeout_s", "execution_id", "schedule_id",
+                  "lease_expires_at", "fencing_token", "worker_id"}
+
+
 def test_prefer_return_minimal_answers_reports_by_task_id_and_state(cluster: Cluster):
     """RFC 7240 `Prefer: return=minimal` on completions, carried completions (through a
     follower, so forwarded) and a single fail: each applied report is answered by its task's
-    id and state only, errors stay whole, and the answer says the preference was applied."""
+    id and state only, a claimed task by what a worker needs to run it, errors stay whole,
+    and the answer says the preference was applied."""
     leader, f1, f2 = roles(cluster)
     tt = unique("minimal")
     prefer = {"Prefer": "respond-async, return=minimal"}
@@ -138,6 +144,7 @@ def test_prefer_return_minimal_answers_reports_by_task_id_and_state(cluster: Clu
     tasks = ok(cluster.call(f2, "POST", "/v1/claims", {"worker_id": "w", "task_types": [tt],
                                                        "max_tasks": 3, "wait_s": 5}))["tasks"]
     assert len(tasks) == 3 and tasks[0]["payload"] == {"p": 1}
+    assert tasks[0]["attempts"][0]["worker_id"] == "w"     # without the preference: whole
 
     def post(node: str, path: str, body: dict) -> httpx.Response:
         return cluster.client.post(cluster.url(node) + path, json=body, headers=prefer,
@@ -159,7 +166,12 @@ def test_prefer_return_minimal_answers_reports_by_task_id_and_state(cluster: Clu
     body = r.json()
     assert body["completions"] == [{"task_id": b["task_id"], "state": "completed"}]
     (last,) = body["tasks"]
-    assert "payload" in last      # claimed tasks stay whole: the worker runs them
+    assert set(last) == CLAIMED_FIELDS       # what a worker needs to run it
+    assert last["payload"] == {"p": 1} and last["state"] == "running"
+    assert last["worker_id"] == "w" and last["attempt"] == 1 and last["lease_expires_at"]
+    whole = ok(cluster.call(leader, "GET", f"/v1/tasks/{last['task_id']}"
+                                          f"?min_seq={body['applied_seq']}"))
+    assert {k: whole[k] for k in CLAIMED_FIELDS} == last
     r = post(leader, f"/v1/tasks/{d['task_id']}/fail",
              {"fencing_token": d["fencing_token"], "error": "x", "retryable": False})
     assert r.status_code == 200 and r.json()["state"] == "dead_letter"

@@ -304,7 +304,8 @@ def test_a_claim_carries_completions_of_tasks_on_every_shard(sharded):
 
 def test_minimal_answers_pass_through_the_router_split_by_shard(sharded):
     """`Prefer: return=minimal` reaches every shard a batch of completions (or a claim
-    carrying them) is split over: each applied one is answered by id and state, in order."""
+    carrying them) is split over: each applied one is answered by id and state, in order;
+    and every shard a claim takes tasks from renders them as a worker needs them."""
     with Client([sharded.url("n1")], timeout_s=30) as c:
         made = c.submit_many([{"task_type": "brief", "tenant": t} for t in TENANTS])
     status, got = sharded.call("n2", "POST", "/v1/claims", {
@@ -324,6 +325,16 @@ def test_minimal_answers_pass_through_the_router_split_by_shard(sharded):
     assert r.status_code == 200 and r.headers.get("Preference-Applied") == "return=minimal"
     assert r.json()["completions"] == [{"task_id": d["task_id"], "state": "completed"}
                                        for d in carried]
+    with Client([sharded.url("n1")], timeout_s=30) as c:
+        more = c.submit_many([{"task_type": "brief2", "tenant": t} for t in TENANTS])
+    r = httpx.post(sharded.url("n2") + "/v1/claims", headers=prefer, timeout=30, json={
+        "worker_id": "w2", "task_types": ["brief2"], "max_tasks": len(more)})
+    assert r.status_code == 200 and r.headers.get("Preference-Applied") == "return=minimal"
+    claimed = r.json()["tasks"]
+    assert claimed and {t["task_id"] for t in claimed} <= {t["task_id"] for t in more}
+    for t in claimed:       # what a worker needs, and the shard the router took it from
+        assert "attempts" not in t and t["worker_id"] == "w2" and t["state"] == "running"
+        assert t["shard"] == int(t["task_id"][:2], 16)
 
 
 def test_a_damaged_shard_replica_stops_its_node_and_rejoin_empty_restores_every_shard(sharded):

@@ -223,6 +223,16 @@ def test_minimal_reports_send_prefer_return_minimal(nodes):
     assert a.requests("POST", "/v1/tasks")[0].headers["Prefer"] == "return=minimal"
 
 
+def test_minimal_claims_send_prefer_return_minimal(nodes):
+    a, _ = nodes
+    a.json("POST", "/v1/claims", 200, {"tasks": []})
+    with Client(a.url) as c:
+        assert c.claim("w", ["t"], minimal=True) == []
+        assert c.claim("w", ["t"]) == []
+    sent = a.requests("POST", "/v1/claims")
+    assert sent[0].headers["Prefer"] == "return=minimal" and "Prefer" not in sent[1].headers
+
+
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_claims_follow_the_leader_a_claim_answer_names_and_other_calls_stay(nodes, kind):
     """A node names the leader's URL on claim answers (X-Tsched-Leader): the next claim goes

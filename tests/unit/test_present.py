@@ -51,3 +51,17 @@ def test_a_task_answer_carries_payload_and_result_as_the_json_values_given():
     assert shown["payload"] == payload and shown["result"] == {"ok": [1, {"k": "v"}]}
     assert shown["state"] == "completed" and shown["completed_at"] == _plain_rfc3339(T0)
     assert shown["attempts"][0]["error"] is None and shown["attempts"][0]["outcome"] == "completed"
+
+
+def test_a_minimal_claim_answer_is_the_whole_tasks_worker_fields_as_the_contract_names_them():
+    from tsched.node.openapi import CLAIMED_FIELDS
+    d = Driver()
+    d.add("t1", payload_json=json_text({"n": 1}, "payload"))
+    cmd = c.Claim(request_id="r1", now_ms=T0, worker_id="w", task_types=("email",),
+                  max_tasks=1, lease_ms=30_000, prefetch_ms=0, tenant=None)
+    res = d.sm.apply(cmd)
+    (brief,) = orjson.loads(orjson.dumps(present.minimal_result(cmd, res)))
+    (whole,) = orjson.loads(orjson.dumps(present.result(cmd, res)))
+    assert tuple(brief) == CLAIMED_FIELDS
+    assert brief == {k: whole[k] for k in CLAIMED_FIELDS}
+    assert brief["payload"] == {"n": 1} and brief["worker_id"] == "w" and brief["attempt"] == 1
