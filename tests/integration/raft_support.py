@@ -51,7 +51,7 @@ class MiniMachine:
         for cmd in cmds:
             if cmd.request_id in self.requests:
                 code, value = self.requests[cmd.request_id]
-                out.append(errors.Result(code, "", value))
+                out.append(errors.Result(code, "", value, {}))
                 continue
             self.applied_commands += 1
             if isinstance(cmd, commands.SubmitTask):
