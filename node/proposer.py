@@ -212,7 +212,8 @@ class Proposer:
             self._propose_chunk(queue[i:i + self._batch_commands_max])
 
     def _propose_chunk(self, chunk) -> None:
-        blob = self._replica.encode_batch([cmd for cmd, _ in chunk])
+        cmds = [cmd for cmd, _ in chunk]
+        blob = self._replica.encode_batch(cmds)
         if len(blob) > self._batch_bytes_max and len(chunk) > 1:
             half = len(chunk) // 2
             self._propose_chunk(chunk[:half])
@@ -221,7 +222,7 @@ class Proposer:
         calls = list({id(c): c for _, c in chunk}.values())
         try:
             self._replica.propose_blob(blob, on_error=lambda reason: self._loop.call_soon_threadsafe(
-                self._on_failure, calls, reason))
+                self._on_failure, calls, reason), cmds=cmds)
             self.entries_proposed += 1
         except Exception as exc:   # too large, or not started: the waiters time out
             log.error("proposal of %d commands refused: %r", len(chunk), exc)

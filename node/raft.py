@@ -44,6 +44,7 @@ from pysyncobj.transport import TCPTransport
 
 from . import journal as journal_mod
 from .prevote import PreVote
+from .proposed import ProposedBatches
 from .rejoin import RejoinGate
 from .watchdog import LATE_TICK_SHARE, Watchdog
 from .failpoints import NONE as NO_FAILPOINTS
@@ -140,6 +141,10 @@ class MachineKit:
     encode_batch: Callable[[list], bytes]
     decode_batch: Callable[[bytes], list]
     barrier: Callable[[str, int], Any]      # (request_id, now_ms) -> command
+    # (cmds, blob) -> what decode_batch(blob) returns, for blob = encode_batch(cmds): a
+    # replica applies the batches it proposed without decoding them (proposed.py); None:
+    # it decodes every entry.
+    as_batch: Callable[[list, bytes], Any] | None = None
 
 
 def default_kit(limits=None) -> MachineKit:
@@ -153,6 +158,7 @@ def default_kit(limits=None) -> MachineKit:
         encode_batch=codec.encode_batch,
         decode_batch=codec.decode_batch,
         barrier=lambda rid, now_ms: commands.Barrier(request_id=rid, now_ms=now_ms),
+        as_batch=commands.Batch.of,
     )
 
 
@@ -525,6 +531,8 @@ class Replica:
         self.failpoints = failpoints or NO_FAILPOINTS
         self.dial_overrides = dict(dial_overrides or {})
         self._kit = machine if machine is not None else default_kit(limits)
+        self._proposed = None if self._kit.as_batch is None else \
+            ProposedBatches(self._kit.as_batch)
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._id_by_addr = {addr: nid for nid, addr in self.peers.items()}
         self._id_by_addr[self_raft] = self_id
@@ -742,11 +750,13 @@ class Replica:
     def encode_batch(self, cmds: list) -> bytes:
         return self._kit.encode_batch(cmds)
 
-    def propose_blob(self, blob: bytes, on_error: Callable[[str], None] | None = None) -> None:
+    def propose_blob(self, blob: bytes, on_error: Callable[[str], None] | None = None,
+                     cmds: list | None = None) -> None:
         """Hand one encoded batch to Raft without waiting. `on_error(reason)` is called (on
         the Raft thread) when pysyncobj reports a failure: the entry may or may not commit,
         except for "missing_leader" / "queue_full" / "not_leader" (it never entered a log
-        of this term through this call)."""
+        of this term through this call). `cmds`: the commands `blob` encodes, applied
+        as they are if this replica applies exactly these bytes (proposed.py)."""
         if len(blob) > self.options.entry_bytes_max:
             raise ValueError(f"batch of {len(blob)} bytes exceeds {self.options.entry_bytes_max}")
         obj = self._obj
@@ -757,6 +767,8 @@ class Replica:
             if err != FAIL_REASON.SUCCESS and on_error is not None:
                 on_error(_FAIL_NAMES.get(err, str(err)))
 
+        if cmds is not None and self._proposed is not None:
+            self._proposed.keep(blob, cmds)
         obj.apply(blob, callback=done)
         if self._waker is not None:
             self._waker.wake()
@@ -785,8 +797,10 @@ class Replica:
 
     def _apply_blob(self, blob: bytes) -> None:
         self.watchdog.progress()   # a long catch-up tick is work, not a stall
+        cmds = None if self._proposed is None else self._proposed.take(blob)
         try:
-            cmds = self._kit.decode_batch(blob)
+            if cmds is None:
+                cmds = self._kit.decode_batch(blob)
         except Exception as exc:  # a junk blob decodes the same everywhere: skip it
             log.error("raft: skipped an undecodable entry of %d bytes: %r", len(blob), exc)
             return

@@ -225,3 +225,11 @@ class Batch(list):
     """A decoded batch and its bytes (`raw`: the digest's roll hashes them, digest.py)."""
     __slots__ = ("raw",)
     raw: bytes
+
+    @classmethod
+    def of(cls, cmds: list, raw: bytes) -> "Batch":
+        """`cmds` as `codec.decode_batch(raw)` returns them, for the bytes
+        `codec.encode_batch(cmds)` made (a node applying a batch it proposed itself)."""
+        batch = cls(cmds)
+        batch.raw = raw
+        return batch

@@ -73,12 +73,12 @@ async def test_reproposes_after_a_failure_until_applied(trio):
     real = follower.propose_blob
     calls = []
 
-    def flaky(blob, on_error=None):
+    def flaky(blob, on_error=None, cmds=None):
         calls.append(blob)
         if len(calls) == 1:                   # the first attempt is "lost" with LEADER_CHANGED
             on_error("leader_changed")
             return
-        real(blob, on_error)
+        real(blob, on_error, cmds)
 
     follower.propose_blob = flaky
     (res,), _ = await proposer.propose([submit("retry-me")], 10)
