@@ -47,13 +47,26 @@ POLY_BASE = int.from_bytes(hashlib.sha256(b"tsched request table").digest()[:15]
 _blake2b = hashlib.blake2b
 
 
+# hashlib lets go of the GIL to hash 2,048 bytes or more. The roll is computed on the Raft
+# thread while the node's event loop is busy, and taking the GIL back then waits out the
+# loop's switch interval: hashing a 61 KB entry beside a busy thread took 4.4-5.7 ms in
+# one piece and 0.31-0.34 ms in pieces that keep the GIL (the same digest either way).
+_GIL_KEPT_BYTES = 2_047
+
+
+def _update(h, data: bytes) -> None:
+    view = memoryview(data)
+    for i in range(0, len(view), _GIL_KEPT_BYTES):
+        h.update(view[i:i + _GIL_KEPT_BYTES])
+
+
 def roll_step(roll: bytes, raw: bytes, codes) -> bytes:
     """The roll after a batch: its bytes as committed and the result code of each command
     (a code is a short ASCII name, errors.py; joined with NUL, which no code contains)."""
     h = _blake2b(roll, digest_size=16)
     h.update(len(raw).to_bytes(8, "big"))
-    h.update(raw)
-    h.update("\0".join(codes).encode())
+    _update(h, raw)
+    _update(h, "\0".join(codes).encode())
     return h.digest()
 
 

@@ -244,3 +244,18 @@ def test_a_damaged_snapshot_is_a_decode_error(cut: str) -> None:
         blob = msgpack.packb(dict(head, task_count=-1)) + blob[unpacker.tell():]
     with pytest.raises(DecodeError):
         StateMachine.restore(blob)
+
+
+def test_the_roll_of_a_large_entry_is_the_one_piece_hash_though_fed_in_pieces():
+    """The roll hashes in pieces that keep the GIL; the digest must be the one an older
+    replica computes in one piece (blake2b of roll, length, bytes, codes)."""
+    import hashlib
+
+    from tsched.statemachine.digest import roll_step
+    raw = bytes(range(256)) * 40 + b"tail"        # over four pieces, the last one short
+    codes = ["ok"] * 1_500                          # the codes too are over one piece
+    h = hashlib.blake2b(b"r" * 16, digest_size=16)
+    h.update(len(raw).to_bytes(8, "big"))
+    h.update(raw)
+    h.update("\0".join(codes).encode())
+    assert roll_step(b"r" * 16, raw, codes) == h.digest()
