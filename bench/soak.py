@@ -8,6 +8,7 @@ those levels page a person) and `/metrics` for Raft entries re-sent and log trun
 
     python -m bench.soak                      # 10 minutes, 3 nodes
     python -m bench.soak --duration-s 60      # a short look
+    python -m bench.soak --nodes-of 43d0e1b   # that revision's nodes (its node/, statemachine/)
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import asyncio
 import os
 import re
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,11 +28,27 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 from bench.lib.api import Api, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
+from bench.lib.revision import extract_tree  # noqa: E402
 from bench.lifecycle import Config, replication_waste, run_once  # noqa: E402
 
 # The node's log format: "<ISO time> <LEVEL> <logger> ..." (node/main.py).
 _ALARM = re.compile(r"^\S+ (ERROR|CRITICAL) ", re.M)
 ALARM_LINES_SHOWN_MAX = 20       # the figure counts them all; the report quotes the first few
+# Signs of a Raft thread held too long (node/watchdog.py, node/apply_budget.py), summed.
+_STALLS = re.compile(r"^tsched_raft_(late_ticks|apply_slices_cut)_total (\S+)$", re.M)
+
+
+_LATE = re.compile(r" raft: (\d+) tick\(s\) late, the longest ([\d.]+) s between ticks")
+
+
+def late_ticks_logged(log_paths: list[str]) -> tuple[int, float]:
+    """(late ticks, the longest gap in s) from the watchdog's WARNING lines in the logs."""
+    count, longest = 0, 0.0
+    for path in log_paths:
+        with open(path, errors="replace") as f:
+            for n, gap in _LATE.findall(f.read()):
+                count, longest = count + int(n), max(longest, float(gap))
+    return count, longest
 
 
 def alarm_lines(log_paths: list[str]) -> list[str]:
@@ -63,7 +81,20 @@ async def soak(urls: list[str], cfg: Config, duration_s: float, report: Report) 
                 report.note(f"{totals['runs']} runs, {totals['completed']:,} lifecycles, "
                             f"{end - time.monotonic():,.0f} s left")
         waste = await replication_waste(api, urls)
-    return {**totals, "rates": rates, "waste": waste}
+        stalls = await raft_stalls(api, urls)
+    return {**totals, "rates": rates, "waste": waste, "stalls": stalls}
+
+
+async def raft_stalls(api: Api, urls: list[str]) -> dict[str, float]:
+    """Late Raft ticks and cut apply slices summed over the nodes, and the highest term
+    (1 + the elections since the cluster formed)."""
+    found: dict[str, float] = {"term": 0.0}
+    for url in urls:
+        async with api.session.get(url + "/metrics") as r:
+            for name, value in _STALLS.findall(await r.text()):
+                found[name] = found.get(name, 0.0) + float(value)
+        found["term"] = max(found["term"], (await api.call("GET", url + "/v1/cluster/self"))["term"])
+    return found
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -72,6 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duration-s", type=float, default=600.0)
     p.add_argument("--tasks", type=int, default=Config().tasks, help="tasks per run")
     p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
+    p.add_argument("--nodes-of", metavar="REV", help="run that git revision's nodes instead")
     add_common_flags(p)
     args = p.parse_args(argv)
     if args.duration_s <= 0 or args.tasks <= 0:
@@ -83,14 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     loop_name = install_fast_loop()
     cfg = Config(tasks=args.tasks)
-    with LocalCluster(3, keep=args.keep) as cluster:
+    with tempfile.TemporaryDirectory(prefix="tsched-bench-nodes-") as tmp, \
+            LocalCluster(3, keep=args.keep, env={"PYTHONPATH": extract_tree(args.nodes_of, tmp)}
+                         if args.nodes_of else None) as cluster:
         report = Report("fault-free lifecycle soak: alarms and replication waste", "bench.soak",
                         args, {"nodes": 3, "duration_s": args.duration_s, **asdict(cfg),
+                               "nodes_of": args.nodes_of or "this code",
                                "client_loop": loop_name}, data_dir=cluster.root)
         cluster.wait_writable()
         report.start()
         r = asyncio.run(soak(cluster.urls, cfg, args.duration_s, report))
-        alarms = alarm_lines([os.path.join(cluster.root, f"{i}.log") for i in cluster.ids])
+        logs = [os.path.join(cluster.root, f"{i}.log") for i in cluster.ids]
+        alarms = alarm_lines(logs)
+        late, longest_s = late_ticks_logged(logs)
         for line in alarms[:ALARM_LINES_SHOWN_MAX]:
             report.note("alarm: " + line)
         report.note(f"{r['runs']} runs, {r['completed']:,} lifecycles; errors submit="
@@ -101,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         report.figure("soak_error_or_critical_lines", [len(alarms)], "", "0")
         for name in ("resent_entries", "truncations"):
             report.figure(f"soak_raft_{name}", [r["waste"].get(name, float("nan"))], "", "0")
+        report.figure("soak_late_ticks_logged", [late], "")
+        report.figure("soak_longest_tick_gap_s", [longest_s], "s")
+        for name in ("late_ticks", "apply_slices_cut", "term"):
+            report.figure(f"soak_raft_{name}", [r["stalls"].get(name, float("nan"))], "")
         if alarms or any(r["waste"].values()):
             cluster.keep = True      # the nodes' logs tell what happened
             report.note(f"kept the cluster's logs for diagnosis: {cluster.root}")

@@ -577,6 +577,16 @@ def _raft_families(replica) -> Iterable:
     stats = getattr(replica, "replication", None)
     if stats is not None:
         yield from _replication_families(stats)
+    watchdog = getattr(replica, "watchdog", None)
+    if watchdog is not None:
+        yield CounterMetricFamily(
+            "tsched_raft_late_ticks", "Raft ticks that came later than half an election "
+            "timeout after the one before (CPU starvation or a pause)", value=watchdog.late_ticks)
+    cut = getattr(replica, "apply_slices_cut", None)
+    if cut is not None:
+        yield CounterMetricFamily(
+            "tsched_raft_apply_slices_cut", "Ticks that stopped applying at their time budget "
+            "with committed entries left (applied by the next ticks)", value=cut)
 
 
 def _replication_families(stats) -> Iterable:

@@ -78,6 +78,7 @@ class _Polled:
         self._SyncObj__newAppendEntriesTime = now + heartbeat_in_s
         self._SyncObj__raftElectionDeadline = now + election_in_s
         self.timeouts: list[float] = []
+        self.cut = False      # committed entries left over from a cut apply slice
 
     def poll(self, timeout: float) -> None:
         self.timeouts.append(timeout)
@@ -97,6 +98,17 @@ def test_the_raft_thread_polls_until_its_next_timer(role, heartbeat_in_s, electi
     _TimedPoller.install(obj, RaftOptions())
     obj._poller.poll(0.005)                      # pysyncobj's fixed autoTickPeriod
     assert low - 0.005 <= obj.timeouts[0] <= high
+
+
+@pytest.mark.parametrize("role", [0, 1, 2])
+def test_a_replica_with_entries_left_to_apply_does_not_sleep(role):
+    from tsched.node.raft import RaftOptions, _TimedPoller
+    obj = _Polled(role, 0.03, 0.06)
+    obj.cut = True
+    obj._poller = obj
+    _TimedPoller.install(obj, RaftOptions())
+    obj._poller.poll(0.005)
+    assert obj.timeouts == [0.0]
 
 
 def test_heartbeats_are_at_most_a_tenth_of_the_timeouts():
