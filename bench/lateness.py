@@ -10,6 +10,7 @@ are already waiting. Two modes, each its own run on the same cluster:
     python -m bench.lateness                     # both modes, 30 s each
     python -m bench.lateness --duration-s 10 --modes prefetch
     python -m bench.lateness --baseline 3483ebd --rounds 2   # A/B against that Worker
+    python -m bench.lateness --nodes-of 43d0e1b              # that revision's nodes
 
 Besides lateness it prints what each task cost the cluster: Raft entries applied and HTTP
 requests served (all nodes, forwarded ones counted at both) per task.
@@ -34,7 +35,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 from bench.lib.api import Api, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
-from bench.lib.revision import extract_client  # noqa: E402
+from bench.lib.revision import extract_client, extract_tree  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = {"prefetch": "p99 <= 5 ms, and <= Celery + Redis", "no-prefetch": "p99 <= 50 ms"}
@@ -197,6 +198,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also run this revision's Worker (git rev), alternating with this one")
     p.add_argument("--rounds", type=int, default=1, help="runs of each mode (and side)")
     p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
+    p.add_argument("--nodes-of", metavar="REV", help="run that git revision's nodes instead")
     add_common_flags(p)
     return p.parse_args(argv)
 
@@ -214,14 +216,18 @@ def main(argv: list[str] | None = None) -> int:
     loop_name = install_fast_loop()
     cfg = config_from(args)
     with tempfile.TemporaryDirectory(prefix="tsched-bench-client-") as tmp, \
-            LocalCluster(args.nodes, keep=args.keep, shards=args.shards) as cluster:
+            tempfile.TemporaryDirectory(prefix="tsched-bench-nodes-") as nodes_tmp, \
+            LocalCluster(args.nodes, keep=args.keep, shards=args.shards,
+                         env={"PYTHONPATH": extract_tree(args.nodes_of, nodes_tmp)}
+                         if args.nodes_of else None) as cluster:
         sides: dict[str, str | None] = {"": None}
         if args.baseline:
             sides = {"_baseline": extract_client(args.baseline, tmp), "": None}
         report = Report("lateness of timed tasks (handler start - run_at)", "bench.lateness", args,
                         {"nodes": args.nodes, "shards": args.shards, **asdict(cfg),
                          "modes": ",".join(modes), "client_loop": loop_name,
-                         "baseline": args.baseline or "-", "rounds": args.rounds},
+                         "baseline": args.baseline or "-", "rounds": args.rounds,
+                         "nodes_of": args.nodes_of or "this code"},
                         data_dir=cluster.root)
         cluster.wait_writable()
         report.start()

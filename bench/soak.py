@@ -4,7 +4,10 @@ The lifecycle workload of `bench.lifecycle` (batched submits, long-polling claim
 completions) runs back to back on one 3-node cluster for `--duration-s`, then the nodes'
 logs are read for lines at ERROR or CRITICAL (in normal operation there must be none:
 those levels page a person) and `/metrics` for Raft entries re-sent and log truncations
-(both must stay 0 without faults, `node/replication.py`).
+(both must stay 0 without faults, `node/replication.py`). It also prints what tells why
+they would not: Raft ticks later than half an election timeout (the watchdog's lines and
+`/metrics`), the longest gap between ticks, apply slices cut (`node/apply_budget.py`) and
+the highest term (1 + the elections).
 
     python -m bench.soak                      # 10 minutes, 3 nodes
     python -m bench.soak --duration-s 60      # a short look
