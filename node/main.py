@@ -6,6 +6,7 @@ the app, stop Raft and exit 0.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import os
 import signal
@@ -31,6 +32,10 @@ log = logging.getLogger("tsched.node")
 
 ROLE_CHECK_S = 0.5   # how often leadership is looked at for the event log
 SHUTDOWN_S = 3.0     # in-flight requests get this long to finish on SIGTERM
+# A node still stopping this long after SIGTERM (handoff 5 s + in-flight requests 3 s +
+# the Raft thread's last tick) writes every thread's stack to stderr, its log: a stop that
+# hangs says where.
+STOP_STACKS_AFTER_S = 12.0
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -203,6 +208,7 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
                 gc_policy.run(lambda: not replica.is_ready_leader())))
         await stop.wait()
         log.info("event=stopping")
+        faulthandler.dump_traceback_later(STOP_STACKS_AFTER_S, exit=False)
         replica.leaving = True     # no campaign, no leadership handed to it from now on
         await hand_over(replica)   # still serving: forwarded requests reach the successor
         for task in background:
@@ -213,6 +219,7 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
     finally:
         await runner.cleanup()
         replica.stop()
+        faulthandler.cancel_dump_traceback_later()
     log.info("event=stopped")
     return 0
 
