@@ -174,15 +174,21 @@ async def run_once(api: Api, urls: list[str], cfg: Config, label: str = "life") 
 _WASTE = re.compile(r"^tsched_raft_(resent_entries|truncations)_total (\S+)$", re.M)
 
 
+async def metric_sums(api: Api, urls: list[str], pattern: re.Pattern) -> dict[str, float]:
+    """The `/metrics` values matched by `pattern` (groups: name, value), summed over the nodes
+    by name; a node that has no such counter adds nothing."""
+    sums: dict[str, float] = {}
+    for url in urls:
+        async with api.session.get(url + "/metrics") as r:
+            for name, value in pattern.findall(await r.text()):
+                sums[name] = sums.get(name, 0.0) + float(value)
+    return sums
+
+
 async def replication_waste(api: Api, urls: list[str]) -> dict[str, float]:
     """Entries re-sent and log truncations so far, summed over the nodes (both should stay
     0 in normal operation; nodes older than these counters report none)."""
-    waste: dict[str, float] = {}
-    for url in urls:
-        async with api.session.get(url + "/metrics") as r:
-            for name, value in _WASTE.findall(await r.text()):
-                waste[name] = waste.get(name, 0.0) + float(value)
-    return waste
+    return await metric_sums(api, urls, _WASTE)
 
 
 def describe_run(i: int, r: dict) -> str:

@@ -32,37 +32,39 @@ from bench.lib.api import Api, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
 from bench.lib.revision import extract_tree  # noqa: E402
-from bench.lifecycle import Config, replication_waste, run_once  # noqa: E402
+from bench.lifecycle import Config, metric_sums, replication_waste, run_once  # noqa: E402
 
 # The node's log format: "<ISO time> <LEVEL> <logger> ..." (node/main.py).
 _ALARM = re.compile(r"^\S+ (ERROR|CRITICAL) ", re.M)
 ALARM_LINES_SHOWN_MAX = 20       # the figure counts them all; the report quotes the first few
 # Signs of a Raft thread held too long (node/watchdog.py, node/apply_budget.py), summed.
 _STALLS = re.compile(r"^tsched_raft_(late_ticks|apply_slices_cut)_total (\S+)$", re.M)
-
-
+# The watchdog's WARNING line (node/watchdog.py).
 _LATE = re.compile(r" raft: (\d+) tick\(s\) late, the longest ([\d.]+) s between ticks")
 
 
-def late_ticks_logged(log_paths: list[str]) -> tuple[int, float]:
-    """(late ticks, the longest gap in s) from the watchdog's WARNING lines in the logs."""
-    count, longest = 0, 0.0
+def read_logs(log_paths: list[str]) -> dict[str, str]:
+    """Each node log's text, by file name."""
+    texts = {}
     for path in log_paths:
         with open(path, errors="replace") as f:
-            for n, gap in _LATE.findall(f.read()):
-                count, longest = count + int(n), max(longest, float(gap))
+            texts[os.path.basename(path)] = f.read()
+    return texts
+
+
+def late_ticks_logged(logs: dict[str, str]) -> tuple[int, float]:
+    """(late ticks, the longest gap in s) from the watchdog's WARNING lines."""
+    count, longest = 0, 0.0
+    for text in logs.values():
+        for n, gap in _LATE.findall(text):
+            count, longest = count + int(n), max(longest, float(gap))
     return count, longest
 
 
-def alarm_lines(log_paths: list[str]) -> list[str]:
-    """Every line at ERROR or CRITICAL in the given node logs, prefixed by the file's name."""
-    found = []
-    for path in log_paths:
-        with open(path, errors="replace") as f:
-            text = f.read()
-        found += [f"{os.path.basename(path)}: {line}" for line in text.splitlines()
-                  if _ALARM.match(line)]
-    return found
+def alarm_lines(logs: dict[str, str]) -> list[str]:
+    """Every line at ERROR or CRITICAL in the node logs, prefixed by the file's name."""
+    return [f"{name}: {line}" for name, text in logs.items() for line in text.splitlines()
+            if _ALARM.match(line)]
 
 
 async def soak(urls: list[str], cfg: Config, duration_s: float, report: Report) -> dict:
@@ -91,13 +93,9 @@ async def soak(urls: list[str], cfg: Config, duration_s: float, report: Report) 
 async def raft_stalls(api: Api, urls: list[str]) -> dict[str, float]:
     """Late Raft ticks and cut apply slices summed over the nodes, and the highest term
     (1 + the elections since the cluster formed)."""
-    found: dict[str, float] = {"term": 0.0}
-    for url in urls:
-        async with api.session.get(url + "/metrics") as r:
-            for name, value in _STALLS.findall(await r.text()):
-                found[name] = found.get(name, 0.0) + float(value)
-        found["term"] = max(found["term"], (await api.call("GET", url + "/v1/cluster/self"))["term"])
-    return found
+    found = await metric_sums(api, urls, _STALLS)
+    terms = [(await api.call("GET", url + "/v1/cluster/self"))["term"] for url in urls]
+    return {**found, "term": float(max(terms))}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -128,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.wait_writable()
         report.start()
         r = asyncio.run(soak(cluster.urls, cfg, args.duration_s, report))
-        logs = [os.path.join(cluster.root, f"{i}.log") for i in cluster.ids]
+        logs = read_logs([os.path.join(cluster.root, f"{i}.log") for i in cluster.ids])
         alarms = alarm_lines(logs)
         late, longest_s = late_ticks_logged(logs)
         for line in alarms[:ALARM_LINES_SHOWN_MAX]:

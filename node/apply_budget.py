@@ -29,7 +29,7 @@ ENTRIES_PER_READ = 64
 class BoundedApply:
     """A mixin for `SyncObj`: overrides its private `__applyLogEntries`."""
 
-    apply_budget_s: float = 0.05
+    apply_budget_s: float = 0.2    # `raft.apply_budget_s(RaftOptions)` sets it
     slices_cut = 0        # ticks that stopped applying with committed entries left
     cut = False           # the last tick did: the next one must not wait
     clock = staticmethod(time.monotonic)
@@ -37,23 +37,26 @@ class BoundedApply:
     def _unapplied(self) -> int:
         return self._SyncObj__raftCommitIndex - self._SyncObj__raftLastApplied
 
+    def _committed_entries(self):
+        """The committed entries not applied yet, read from the log a chunk at a time (the
+        applied index moves as the caller applies them)."""
+        while self._unapplied() > 0:
+            count = min(self._unapplied(), ENTRIES_PER_READ)
+            entries = self._SyncObj__getEntries(self._SyncObj__raftLastApplied + 1, count)
+            if not entries:
+                return   # not in the log (a snapshot is being installed): nothing to apply
+            yield from entries
+
     def _SyncObj__applyLogEntries(self) -> bool:
         deadline = self.clock() + self.apply_budget_s
         applied_any = self.cut = False
-        while self._unapplied() > 0:
+        for entry in self._committed_entries():
             if applied_any and self.clock() >= deadline:
                 self.slices_cut += 1
                 self.cut = True
                 break
-            count = min(self._unapplied(), ENTRIES_PER_READ)
-            entries = self._SyncObj__getEntries(self._SyncObj__raftLastApplied + 1, count)
-            if not entries:
-                break    # not in the log (a snapshot is being installed): nothing to apply
-            for entry in entries:
-                self._apply_entry(entry)
-                applied_any = True
-                if self.clock() >= deadline:
-                    break
+            self._apply_entry(entry)
+            applied_any = True
         # pysyncobj answers True only with appendEntriesUseBatch off, which we never set.
         return applied_any and not self._SyncObj__conf.appendEntriesUseBatch
 

@@ -8,7 +8,7 @@ answered, and it stepped down on its next tick although every peer was well: see
 its check-quorum interval in ticks, which a stalled leader does not take, for this reason.
 
 `forgive_stall` moves the time of each peer's last answer forward by the part of the gap
-between two ticks that exceeds a heartbeat period: the fallback then counts only time the
+between two ticks beyond two heartbeat periods: the fallback then counts only time the
 leader was ticking. A leader cut off from its peers still steps down after 1 s of ticks.
 Followers are unchanged: one that stops hearing heartbeats (the leader stalled) may still
 campaign, through pre-vote.
