@@ -11,11 +11,12 @@ So the survivors of each full collection, and a freshly restored state, are move
 permanent generation (`gc.freeze()`): later full collections walk only what was allocated
 since. CPython starts a full collection once a quarter of the old generation is new, which
 would still grow with the state; the node asks for a full collection itself after every
-`MIDDLE_PER_FULL` collections of the middle generation (each moves at most ~60,000
+`MIDDLE_PER_FULL` collections of the middle generation (each moves at most ~15,000
 survivors into the old one), on its event loop. Filling a state machine to 1,000,000
-tasks (`python -m bench.gc_pause`), the longest collection took 81 ms of CPU this way,
-against 350 ms for one of the middle generation and 1,090 ms for the next full collection
-with the thresholds alone. Frozen objects are still freed by reference counting.
+tasks (`python -m bench.gc_pause`), the longest collection took 17 ms of CPU this way
+(81 ms with a young threshold of 20,000), against 350 ms for one of the middle generation
+and 1,090 ms for the next full collection with the thresholds alone. Frozen objects are
+still freed by reference counting.
 
 The price: an object frozen while alive that later becomes part of an unreachable cycle is
 not reclaimed while it stays frozen. Under load every request in flight is alive at some
@@ -40,16 +41,22 @@ from typing import Callable
 
 log = logging.getLogger("tsched.node.gc")
 
-# The node keeps every task as long-lived objects and makes short-lived ones per command:
-# at the default 700 allocations per young collection, collections (each older one scanning
-# more survivors) cost about a fifth of applying a command. Rarer young collections keep
-# the same guarantees (cycles are still collected) for a few MB of later-freed garbage.
-# The middle generation is collected every second young collection so that it never
-# holds more than ~60,000 objects: its collections are pauses too (with 20 instead of 2,
-# one took 0.4-1.2 s while a node filled to 1,000,000 tasks).
-GC_THRESHOLDS = (20_000, 2, 10)
+# The node keeps every task as long-lived objects and makes short-lived ones per command.
+# Every collection is a pause with the GIL held, and its length follows the young
+# threshold: a young collection walks at most that many objects, a middle one about twice
+# as many, a full one (MIDDLE_PER_FULL middle ones later) about four times. At 20,000 the
+# leader's middle and full collections took 35-107 ms under 1,000 timed tasks/s, and each
+# one held back every task due meanwhile (most of the no-prefetch lateness tail); at 5,000
+# they take a quarter of that. Freezing bounds the total work either way (an object is
+# walked at most once per generation before it is frozen), so the rarer collections saved
+# nothing measurable: filling a state machine with 200,000 tasks took the same CPU at
+# 20,000, 10,000 and 5,000 (within the runs' spread), and `bench.lifecycle --baseline`
+# rounds differed less than they vary. (At CPython's 700 with no freezing, collections
+# cost about a fifth of applying a command.) The middle generation is collected every
+# second young one.
+GC_THRESHOLDS = (5_000, 2, 10)
 # Middle-generation collections after which the node collects in full: the old generation
-# then holds at most ~120,000 unfrozen objects (~0.3-0.6 us each to walk).
+# then holds at most ~30,000 unfrozen objects (~0.3-1 us each to walk).
 MIDDLE_PER_FULL = 2
 THAW_CHECK_S = 60.0
 THAW_INTERVAL_S = 3600.0
