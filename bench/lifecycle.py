@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import operator
 import os
 import re
 import sys
@@ -32,6 +33,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
+from typing import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: make `bench` importable
@@ -174,14 +176,16 @@ async def run_once(api: Api, urls: list[str], cfg: Config, label: str = "life") 
 _WASTE = re.compile(r"^tsched_raft_(resent_entries|truncations)_total (\S+)$", re.M)
 
 
-async def metric_sums(api: Api, urls: list[str], pattern: re.Pattern) -> dict[str, float]:
+async def metric_sums(api: Api, urls: list[str], pattern: re.Pattern,
+                      combine: Callable[[float, float], float] = operator.add) -> dict[str, float]:
     """The `/metrics` values matched by `pattern` (groups: name, value), summed over the nodes
-    by name; a node that has no such counter adds nothing."""
+    by name (or combined by `combine`, e.g. `max`); a node that has no such metric adds
+    nothing."""
     sums: dict[str, float] = {}
     for url in urls:
         async with api.session.get(url + "/metrics") as r:
             for name, value in pattern.findall(await r.text()):
-                sums[name] = sums.get(name, 0.0) + float(value)
+                sums[name] = combine(sums[name], float(value)) if name in sums else float(value)
     return sums
 
 

@@ -6,8 +6,9 @@ logs are read for lines at ERROR or CRITICAL (in normal operation there must be 
 those levels page a person) and `/metrics` for Raft entries re-sent and log truncations
 (both must stay 0 without faults, `node/replication.py`). It also prints what tells why
 they would not: Raft ticks later than half an election timeout (the watchdog's lines and
-`/metrics`), the longest gap between ticks, apply slices cut (`node/apply_budget.py`) and
-the highest term (1 + the elections).
+`/metrics`), the longest gap between ticks, apply slices cut (`node/apply_budget.py`), the
+highest term (1 + the elections) and each generation's longest garbage-collection pause
+on any node (`node/gcpolicy.py`).
 
     python -m bench.soak                      # 10 minutes, 3 nodes
     python -m bench.soak --duration-s 60      # a short look
@@ -39,6 +40,8 @@ _ALARM = re.compile(r"^\S+ (ERROR|CRITICAL) ", re.M)
 ALARM_LINES_SHOWN_MAX = 20       # the figure counts them all; the report quotes the first few
 # Signs of a Raft thread held too long (node/watchdog.py, node/apply_budget.py), summed.
 _STALLS = re.compile(r"^tsched_raft_(late_ticks|apply_slices_cut)_total (\S+)$", re.M)
+# The longest garbage-collection pause of each generation (node/gcpolicy.py), max over nodes.
+_GC_PAUSES = re.compile(r'^tsched_gc_pause_seconds_max\{generation="(\d)"\} (\S+)$', re.M)
 # The watchdog's WARNING line (node/watchdog.py).
 _LATE = re.compile(r" raft: (\d+) tick\(s\) late, the longest ([\d.]+) s between ticks")
 
@@ -87,7 +90,8 @@ async def soak(urls: list[str], cfg: Config, duration_s: float, report: Report) 
                             f"{end - time.monotonic():,.0f} s left")
         waste = await replication_waste(api, urls)
         stalls = await raft_stalls(api, urls)
-    return {**totals, "rates": rates, "waste": waste, "stalls": stalls}
+        gc_pauses = await metric_sums(api, urls, _GC_PAUSES, max)
+    return {**totals, "rates": rates, "waste": waste, "stalls": stalls, "gc_pauses": gc_pauses}
 
 
 async def raft_stalls(api: Api, urls: list[str]) -> dict[str, float]:
@@ -143,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         report.figure("soak_longest_tick_gap_s", [longest_s], "s")
         for name in ("late_ticks", "apply_slices_cut", "term"):
             report.figure(f"soak_raft_{name}", [r["stalls"].get(name, float("nan"))], "")
+        for generation in "012":   # nodes older than this metric report none: nan
+            report.figure(f"soak_longest_gc_pause_ms_generation_{generation}",
+                          [r["gc_pauses"].get(generation, float("nan")) * 1000], "ms")
         if alarms or any(r["waste"].values()):
             cluster.keep = True      # the nodes' logs tell what happened
             report.note(f"kept the cluster's logs for diagnosis: {cluster.root}")

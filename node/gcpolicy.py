@@ -83,11 +83,15 @@ TRIM_HEAP = _libc_trim()
 
 
 class GcPolicy:
-    """Installed once per process (`install`); counts full collections and their pauses."""
+    """Installed once per process (`install`); counts collections and their pauses."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
         self._started_at: float | None = None
+        # Per generation (0 young, 1 middle, 2 full): every collection is a pause with the
+        # GIL held, and the middle ones were once the longest (see GC_THRESHOLDS).
+        self.collections = [0, 0, 0]
+        self.pause_s_max = [0.0, 0.0, 0.0]
         self.full_collections = 0
         self.full_pause_s_last = 0.0
         self.full_pause_s_max = 0.0
@@ -113,20 +117,26 @@ class GcPolicy:
             self._installed = False
 
     def _on_gc(self, phase: str, info: dict) -> None:
-        generation = info.get("generation")
-        if generation == 1 and phase == "stop":
-            self._middle_since_full += 1
-            self._ask_full()
-            return
-        if generation != 2:
-            return
         if phase == "start":
             self._started_at = self._clock()
             return
-        if self._started_at is not None:
-            pause_s = self._clock() - self._started_at
-            self.full_pause_s_last = pause_s
-            self.full_pause_s_max = max(self.full_pause_s_max, pause_s)
+        generation = info.get("generation")
+        if generation not in (0, 1, 2):
+            return
+        pause_s = 0.0 if self._started_at is None else self._clock() - self._started_at
+        self._started_at = None
+        self.collections[generation] += 1
+        if pause_s > self.pause_s_max[generation]:
+            self.pause_s_max[generation] = pause_s
+        if generation == 1:
+            self._middle_since_full += 1
+            self._ask_full()
+        elif generation == 2:
+            self._after_full(pause_s)
+
+    def _after_full(self, pause_s: float) -> None:
+        self.full_pause_s_last = pause_s
+        self.full_pause_s_max = max(self.full_pause_s_max, pause_s)
         self.full_collections += 1
         self._middle_since_full = 0
         self._full_asked = False

@@ -551,6 +551,16 @@ def _gc_families(policy) -> Iterable:
     yield GaugeMetricFamily("tsched_gc_full_pause_seconds_max",
                             "Longest full garbage collection pause since start",
                             value=policy.full_pause_s_max)
+    # Every generation's collections pause the process with the GIL held.
+    count = CounterMetricFamily("tsched_gc_collections", "Garbage collections by generation "
+                                "(0 young, 1 middle, 2 full)", labels=["generation"])
+    pause = GaugeMetricFamily("tsched_gc_pause_seconds_max", "Longest garbage collection "
+                              "pause since start, by generation", labels=["generation"])
+    for generation in range(3):
+        count.add_metric([str(generation)], policy.collections[generation])
+        pause.add_metric([str(generation)], policy.pause_s_max[generation])
+    yield count
+    yield pause
 
 
 def _raft_families(replica) -> Iterable:

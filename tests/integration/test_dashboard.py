@@ -391,6 +391,10 @@ def test_metrics_and_readiness_on_a_real_cluster(tmp_path):
         # tsnode freezes what start-up made (gcpolicy.py), so some objects are frozen.
         assert m[("tsched_gc_frozen_objects", ())] > 0
         assert ("tsched_gc_full_collections_total", ()) in m
+        # A node that served requests has made young collections, each one timed.
+        assert m[("tsched_gc_collections_total", (("generation", "0"),))] > 0
+        assert m[("tsched_gc_pause_seconds_max", (("generation", "0"),))] > 0
+        assert ("tsched_gc_pause_seconds_max", (("generation", "2"),)) in m
         assert _samples(c, leader)[("tsched_raft_is_leader", ())] == 1
         for n in c.ids:
             s, b = c.call(n, "GET", "/readyz")

@@ -47,6 +47,28 @@ def test_survivors_of_a_full_collection_are_frozen_and_timed(policy):
     assert len(kept) == 1000
 
 
+def test_every_generation_is_counted_and_timed(policy):
+    for generation in (0, 1, 2):
+        gc.collect(generation)
+    assert all(n >= 1 for n in policy.collections), policy.collections
+    assert all(s >= 0 for s in policy.pause_s_max)
+    assert policy.full_collections == policy.collections[2]
+
+
+def test_pauses_are_read_from_the_clock_around_each_collection():
+    ticks = iter([10.0, 10.25, 20.0, 20.5, 30.0, 30.125])
+    p = GcPolicy(clock=lambda: next(ticks))
+    try:
+        for generation in (1, 0, 2):
+            p._on_gc("start", {"generation": generation})
+            p._on_gc("stop", {"generation": generation, "collected": 0, "uncollectable": 0})
+    finally:
+        gc.unfreeze()     # the full collection's stop froze this process's objects
+    assert p.pause_s_max == [0.5, 0.25, 0.125]
+    assert p.collections == [1, 1, 1]
+    assert p.full_pause_s_last == p.full_pause_s_max == 0.125
+
+
 def test_cycles_made_after_a_freeze_are_still_collected(policy):
     ref = weakref.ref(Node())
     assert ref() is not None     # only its own cycle keeps it alive
