@@ -13,7 +13,8 @@ are already waiting. Two modes, each its own run on the same cluster:
     python -m bench.lateness --nodes-of 43d0e1b              # that revision's nodes
 
 Besides lateness it prints what each task cost the cluster: Raft entries applied and HTTP
-requests served (all nodes, forwarded ones counted at both) per task.
+requests served (all nodes, forwarded ones counted at both) per task; and each garbage
+collector generation's longest pause on any node (every task due meanwhile waits for it).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from bench.lib.api import Api, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
 from bench.lib.revision import extract_client, extract_tree  # noqa: E402
+from bench.lifecycle import longest_gc_pauses, report_gc_pauses  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = {"prefetch": "p99 <= 5 ms, and <= Celery + Redis", "no-prefetch": "p99 <= 50 ms"}
@@ -175,6 +177,12 @@ async def run_mode(urls: list[str], cfg: Config, mode: str, client_dir: str | No
             "requests_per_task": (req1 - req0) / n}
 
 
+async def _gc_pauses(urls: list[str]) -> dict[str, float]:
+    """Every task due while a node collects waits for it: the longest pause per generation."""
+    async with Api() as api:
+        return await longest_gc_pauses(api, urls)
+
+
 def describe_mode(mode: str, r: dict) -> str:
     cost = (f"; per task {r['entries_per_task']:.3f} Raft entries, "
             f"{r['requests_per_task']:.3f} HTTP requests" if "entries_per_task" in r else "")
@@ -243,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                                 None if key.endswith("_baseline") else TARGETS[key.replace("_", "-")])
             report.figure(f"raft_entries_per_task_{key}", [r["entries_per_task"] for r in runs], "")
             report.figure(f"http_requests_per_task_{key}", [r["requests_per_task"] for r in runs], "")
+        report_gc_pauses(report, "nodes", asyncio.run(_gc_pauses(cluster.urls)))
         report.finish()
     return 0
 

@@ -189,6 +189,22 @@ async def metric_sums(api: Api, urls: list[str], pattern: re.Pattern,
     return sums
 
 
+# Each generation's longest garbage-collection pause (node/gcpolicy.py), in seconds.
+_GC_PAUSES = re.compile(r'^tsched_gc_pause_seconds_max\{generation="(\d)"\} (\S+)$', re.M)
+
+
+async def longest_gc_pauses(api: Api, urls: list[str]) -> dict[str, float]:
+    """Each generation's ("0", "1", "2") longest collection pause on any node, in seconds
+    (nodes older than this metric report none)."""
+    return await metric_sums(api, urls, _GC_PAUSES, max)
+
+
+def report_gc_pauses(report: Report, prefix: str, pauses: dict[str, float]) -> None:
+    for generation in "012":
+        report.figure(f"{prefix}_longest_gc_pause_ms_generation_{generation}",
+                      [pauses.get(generation, float("nan")) * 1000], "ms")
+
+
 async def replication_waste(api: Api, urls: list[str]) -> dict[str, float]:
     """Entries re-sent and log truncations so far, summed over the nodes (both should stay
     0 in normal operation; nodes older than these counters report none)."""

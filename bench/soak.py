@@ -33,15 +33,14 @@ from bench.lib.api import Api, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
 from bench.lib.revision import extract_tree  # noqa: E402
-from bench.lifecycle import Config, metric_sums, replication_waste, run_once  # noqa: E402
+from bench.lifecycle import (Config, longest_gc_pauses, metric_sums,  # noqa: E402
+                             replication_waste, report_gc_pauses, run_once)
 
 # The node's log format: "<ISO time> <LEVEL> <logger> ..." (node/main.py).
 _ALARM = re.compile(r"^\S+ (ERROR|CRITICAL) ", re.M)
 ALARM_LINES_SHOWN_MAX = 20       # the figure counts them all; the report quotes the first few
 # Signs of a Raft thread held too long (node/watchdog.py, node/apply_budget.py), summed.
 _STALLS = re.compile(r"^tsched_raft_(late_ticks|apply_slices_cut)_total (\S+)$", re.M)
-# The longest garbage-collection pause of each generation (node/gcpolicy.py), max over nodes.
-_GC_PAUSES = re.compile(r'^tsched_gc_pause_seconds_max\{generation="(\d)"\} (\S+)$', re.M)
 # The watchdog's WARNING line (node/watchdog.py).
 _LATE = re.compile(r" raft: (\d+) tick\(s\) late, the longest ([\d.]+) s between ticks")
 
@@ -90,7 +89,7 @@ async def soak(urls: list[str], cfg: Config, duration_s: float, report: Report) 
                             f"{end - time.monotonic():,.0f} s left")
         waste = await replication_waste(api, urls)
         stalls = await raft_stalls(api, urls)
-        gc_pauses = await metric_sums(api, urls, _GC_PAUSES, max)
+        gc_pauses = await longest_gc_pauses(api, urls)
     return {**totals, "rates": rates, "waste": waste, "stalls": stalls, "gc_pauses": gc_pauses}
 
 
@@ -147,9 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         report.figure("soak_longest_tick_gap_s", [longest_s], "s")
         for name in ("late_ticks", "apply_slices_cut", "term"):
             report.figure(f"soak_raft_{name}", [r["stalls"].get(name, float("nan"))], "")
-        for generation in "012":   # nodes older than this metric report none: nan
-            report.figure(f"soak_longest_gc_pause_ms_generation_{generation}",
-                          [r["gc_pauses"].get(generation, float("nan")) * 1000], "ms")
+        report_gc_pauses(report, "soak", r["gc_pauses"])
         if alarms or any(r["waste"].values()):
             cluster.keep = True      # the nodes' logs tell what happened
             report.note(f"kept the cluster's logs for diagnosis: {cluster.root}")
