@@ -89,7 +89,8 @@ class GcPolicy:
         self._clock = clock
         self._started_at: float | None = None
         # Per generation (0 young, 1 middle, 2 full): every collection is a pause with the
-        # GIL held, and the middle ones were once the longest (see GC_THRESHOLDS).
+        # GIL held, and the middle ones were once nearly as long as the full ones (see
+        # GC_THRESHOLDS).
         self.collections = [0, 0, 0]
         self.pause_s_max = [0.0, 0.0, 0.0]
         self.full_collections = 0
