@@ -83,13 +83,38 @@ def shard_processes(cluster: LocalCluster) -> dict[tuple[str, int | None], int]:
     return out
 
 
-def leaders(cluster: LocalCluster) -> dict[int, str]:
+def _cluster_shards(cluster: LocalCluster) -> list[dict]:
+    """`GET /v1/cluster`'s shards (one group: itself as shard 0), each with its nodes."""
     code, body = http_json("GET", cluster.url(cluster.ids[0]) + "/v1/cluster", timeout_s=10)
     if code != 200:
         raise RuntimeError(f"/v1/cluster answered {code}")
-    if not body.get("shards"):
-        return {0: body["leader"]}
-    return {s["shard"]: s["leader"] for s in body["shards"]}
+    return body.get("shards") or [{"shard": 0, "leader": body["leader"], "nodes": body["nodes"]}]
+
+
+def leaders(cluster: LocalCluster) -> dict[int, str]:
+    return {s["shard"]: s["leader"] for s in _cluster_shards(cluster)}
+
+
+def applied_seqs(cluster: LocalCluster) -> dict[int, int]:
+    """Each shard's highest applied seq over its replicas: one per Raft entry applied."""
+    return {s["shard"]: max((n.get("applied_seq") or 0) for n in s["nodes"])
+            for s in _cluster_shards(cluster)}
+
+
+def lifecycles_by_shard(cluster: LocalCluster, r: dict) -> dict[int, int]:
+    """Completed lifecycles of a run per shard (a task id's first two hex digits)."""
+    counts = {s: 0 for s in range(cluster.shards)}
+    for head, n in r["by_prefix"].items():
+        s = int(head, 16) if cluster.shards > 1 else 0
+        counts[s] = counts.get(s, 0) + n
+    return counts
+
+
+def entries_per_1000(cluster: LocalCluster, r: dict) -> list[float]:
+    """Raft entries each shard applied per 1,000 of its lifecycles during the run: the fewer
+    lifecycles an entry carries, the more each pays of an entry's fixed cost."""
+    counts = lifecycles_by_shard(cluster, r)
+    return [n * 1000 / counts[s] for s, n in r["entries"].items() if counts.get(s)]
 
 
 async def submit_latency(api: Api, urls: list[str], tenants: list[str], n: int) -> list[float]:
@@ -127,8 +152,10 @@ async def measure(cluster: LocalCluster, cfg: Config, runs: int, report: Report)
         results = []
         for i in range(runs):
             before = {k: proc_cpu_s(p) for k, p in procs.items()}
+            seqs = applied_seqs(cluster)
             r = await run_once(api, cluster.urls, cfg)
             r["cpu_s"] = {k: proc_cpu_s(p) - before[k] for k, p in procs.items()}
+            r["entries"] = {k: n - seqs.get(k, 0) for k, n in applied_seqs(cluster).items()}
             r["leaders"] = leaders(cluster)
             r["cpu_ms_per_task"] = float("nan")
             report.note(describe_run(i + 1, r).split(";  ")[0])
@@ -144,10 +171,7 @@ def per_shard_cpu(cluster: LocalCluster, r: dict, idle: dict | None = None
     if idle is not None:
         r = dict(r, cpu_s={k: max(0.0, cpu - idle.get(k, 0.0) * r["elapsed_s"])
                            for k, cpu in r["cpu_s"].items()})
-    counts = {s: 0 for s in range(cluster.shards)}
-    for head, n in r["by_prefix"].items():
-        s = int(head, 16) if cluster.shards > 1 else 0
-        counts[s] = counts.get(s, 0) + n
+    counts = lifecycles_by_shard(cluster, r)
     out = {"leader": [], "follower": [], "router": []}
     routers = 0.0
     for (node, shard), cpu in r["cpu_s"].items():
@@ -193,6 +217,8 @@ def run_shards(s: int, args, cfg: Config, report: Report, env=None, label="") ->
         report.figure(f"lifecycles_per_s_{tag}", [r["tasks_per_s"] for r in got["runs"]], "/s")
         report.distribution(f"submit_ack_ms_{tag}", got["latency_ms"], "ms")
         out = {"tasks_per_s": [r["tasks_per_s"] for r in got["runs"]]}
+        report.figure(f"raft_entries_per_1000_lifecycles_{tag}",
+                      [v for r in got["runs"] for v in entries_per_1000(cluster, r)], "")
         for suffix, rates in (("", None), ("_net_of_idle", idle)):
             cpu = [per_shard_cpu(cluster, r, rates) for r in got["runs"]]
             for role in ("leader", "follower", "router"):
