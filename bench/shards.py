@@ -13,6 +13,7 @@ routers (supervisors), and each shard replica, with the shard's leader named fro
     python -m bench.shards --shards 1,4 --tasks 10000
     python -m bench.shards --scale-clients          # producers and workers x S
     python -m bench.shards --tenant-batches         # each submit batch one tenant's
+    python -m bench.shards --shards 1,4 --one-shard --tenant-batches   # only shard 0 loaded
     python -m bench.shards --ab-base /tmp/base/code --shards 1,2,4   # A/B, alternating
         # at each S: another commit's code (a tree with tsched/{statemachine,node,client},
         # from `git archive`) vs this one
@@ -22,6 +23,12 @@ spent during the run) and net of idle (minus the process's own idle rate, measur
 same cluster before the load, times the run's length). The first is what a deployment
 pays; the second is the per-lifecycle work alone, which is what "flat across S" is about:
 every shard replica also pays a fixed idle cost per second, whatever its share of the load.
+
+It also prints Raft entries and API requests per 1,000 lifecycles of each shard (applied
+seq and `/metrics` over the run): what each lifecycle asks of its shard. `--one-shard`
+puts every task on shard 0 and leaves the others idle, so shard 0's CPU per lifecycle
+shows what sharding adds to a replica's own path, apart from S busy shards sharing the
+same cores.
 
 The projection: a 5-node x 16-core cluster with R = 3 spends, per lifecycle, the leader's
 CPU once, a follower's CPU R - 1 times and the routers' CPU (all of them, per lifecycle of
@@ -33,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 import time
 from dataclasses import asdict, replace
@@ -44,7 +52,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 from bench.lib.api import Api, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster, http_json, spread_tenants  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
-from bench.lifecycle import Config, describe_run, run_once  # noqa: E402
+from bench.lifecycle import Config, describe_run, metric_sums, run_once  # noqa: E402
 
 _TICKS_S = os.sysconf("SC_CLK_TCK")
 PROJECT_NODES, PROJECT_CORES, PROJECT_R = 5, 16, 3
@@ -110,11 +118,30 @@ def lifecycles_by_shard(cluster: LocalCluster, r: dict) -> dict[int, int]:
     return counts
 
 
+# API requests served (`/v1/...`), per shard: with shards the routers label their shard
+# processes' samples `shard="s"` and their own carry none (node/router_merge.py).
+_API_REQUESTS = re.compile(r'^tsched_http_request_duration_seconds_count\{(?:shard="(\d+)",)?'
+                           r'method="\w+",route="/v1/[^"]*"\} (\S+)$', re.M)
+
+
+async def api_requests(api: Api, cluster: LocalCluster) -> dict[int, float]:
+    """Requests served so far by each shard's replicas (all nodes), routers excluded."""
+    found = await metric_sums(api, cluster.urls, _API_REQUESTS)
+    if cluster.shards == 1:
+        return {0: found.get("", 0.0)}
+    return {int(k): v for k, v in found.items() if k}
+
+
+def per_1000(cluster: LocalCluster, r: dict, key: str) -> list[float]:
+    """`r[key]` ({shard: count over the run}) per 1,000 of that shard's lifecycles."""
+    counts = lifecycles_by_shard(cluster, r)
+    return [n * 1000 / counts[s] for s, n in r[key].items() if counts.get(s)]
+
+
 def entries_per_1000(cluster: LocalCluster, r: dict) -> list[float]:
     """Raft entries each shard applied per 1,000 of its lifecycles during the run: the fewer
     lifecycles an entry carries, the more each pays of an entry's fixed cost."""
-    counts = lifecycles_by_shard(cluster, r)
-    return [n * 1000 / counts[s] for s, n in r["entries"].items() if counts.get(s)]
+    return per_1000(cluster, r, "entries")
 
 
 async def submit_latency(api: Api, urls: list[str], tenants: list[str], n: int) -> list[float]:
@@ -152,10 +179,12 @@ async def measure(cluster: LocalCluster, cfg: Config, runs: int, report: Report)
         results = []
         for i in range(runs):
             before = {k: proc_cpu_s(p) for k, p in procs.items()}
-            seqs = applied_seqs(cluster)
+            seqs, served = applied_seqs(cluster), await api_requests(api, cluster)
             r = await run_once(api, cluster.urls, cfg)
             r["cpu_s"] = {k: proc_cpu_s(p) - before[k] for k, p in procs.items()}
             r["entries"] = {k: n - seqs.get(k, 0) for k, n in applied_seqs(cluster).items()}
+            r["requests"] = {k: n - served.get(k, 0.0)
+                             for k, n in (await api_requests(api, cluster)).items()}
             r["leaders"] = leaders(cluster)
             r["cpu_ms_per_task"] = float("nan")
             report.note(describe_run(i + 1, r).split(";  ")[0])
@@ -178,7 +207,9 @@ def per_shard_cpu(cluster: LocalCluster, r: dict, idle: dict | None = None
         if shard is None:
             routers += cpu
             continue
-        per_k = cpu * 1000 / max(counts[shard] / 1000, 1e-9)
+        if not counts.get(shard):
+            continue                # an idle shard (--one-shard): no lifecycles to divide by
+        per_k = cpu * 1000 / (counts[shard] / 1000)
         out["leader" if r["leaders"].get(shard) == node else "follower"].append(per_k)
     if cluster.shards > 1:     # every router together, per 1,000 lifecycles of the cluster
         out["router"].append(routers * 1000 / max(r["completed"] / 1000, 1e-9))
@@ -206,6 +237,9 @@ def project(leader_ms: float, follower_ms: float, router_ms: float, report: Repo
 
 def run_shards(s: int, args, cfg: Config, report: Report, env=None, label="") -> dict:
     tenants = tuple(spread_tenants(s, 2))
+    if args.one_shard:       # shard 0's two tenants only: the other shards stay idle
+        tenants = tenants[:2]
+        label += "_one_loaded"
     if args.scale_clients:   # the same load on each shard at every S (more clients in all)
         cfg = replace(cfg, producers=cfg.producers * s, workers=cfg.workers * s)
         label += "_scaled"
@@ -219,6 +253,9 @@ def run_shards(s: int, args, cfg: Config, report: Report, env=None, label="") ->
         out = {"tasks_per_s": [r["tasks_per_s"] for r in got["runs"]]}
         report.figure(f"raft_entries_per_1000_lifecycles_{tag}",
                       [v for r in got["runs"] for v in entries_per_1000(cluster, r)], "")
+        # Counted at every replica that served one: at S = 1 a follower's forward counts twice.
+        report.figure(f"shard_api_requests_per_1000_lifecycles_{tag}",
+                      [v for r in got["runs"] for v in per_1000(cluster, r, "requests")], "")
         for suffix, rates in (("", None), ("_net_of_idle", idle)):
             cpu = [per_shard_cpu(cluster, r, rates) for r in got["runs"]]
             for role in ("leader", "follower", "router"):
@@ -243,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="each submit batch holds one tenant's tasks (tenants in turn), as a "
                         "producer per team would send them; default: every batch mixes "
                         "all tenants, so the router splits it over every shard")
+    p.add_argument("--one-shard", action="store_true",
+                   help="all tasks on shard 0's tenants: its replicas' CPU per lifecycle "
+                        "without the other shards' load on the same cores")
     p.add_argument("--keep", action="store_true")
     add_common_flags(p)
     args = p.parse_args(argv)
