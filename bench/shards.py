@@ -99,14 +99,13 @@ def _cluster_shards(cluster: LocalCluster) -> list[dict]:
     return body.get("shards") or [{"shard": 0, "leader": body["leader"], "nodes": body["nodes"]}]
 
 
-def leaders(cluster: LocalCluster) -> dict[int, str]:
-    return {s["shard"]: s["leader"] for s in _cluster_shards(cluster)}
+def leaders(shards: list[dict]) -> dict[int, str]:
+    return {s["shard"]: s["leader"] for s in shards}
 
 
-def applied_seqs(cluster: LocalCluster) -> dict[int, int]:
+def applied_seqs(shards: list[dict]) -> dict[int, int]:
     """Each shard's highest applied seq over its replicas: one per Raft entry applied."""
-    return {s["shard"]: max((n.get("applied_seq") or 0) for n in s["nodes"])
-            for s in _cluster_shards(cluster)}
+    return {s["shard"]: max((n.get("applied_seq") or 0) for n in s["nodes"]) for s in shards}
 
 
 def lifecycles_by_shard(cluster: LocalCluster, r: dict) -> dict[int, int]:
@@ -136,12 +135,6 @@ def per_1000(cluster: LocalCluster, r: dict, key: str) -> list[float]:
     """`r[key]` ({shard: count over the run}) per 1,000 of that shard's lifecycles."""
     counts = lifecycles_by_shard(cluster, r)
     return [n * 1000 / counts[s] for s, n in r[key].items() if counts.get(s)]
-
-
-def entries_per_1000(cluster: LocalCluster, r: dict) -> list[float]:
-    """Raft entries each shard applied per 1,000 of its lifecycles during the run: the fewer
-    lifecycles an entry carries, the more each pays of an entry's fixed cost."""
-    return per_1000(cluster, r, "entries")
 
 
 async def submit_latency(api: Api, urls: list[str], tenants: list[str], n: int) -> list[float]:
@@ -179,13 +172,15 @@ async def measure(cluster: LocalCluster, cfg: Config, runs: int, report: Report)
         results = []
         for i in range(runs):
             before = {k: proc_cpu_s(p) for k, p in procs.items()}
-            seqs, served = applied_seqs(cluster), await api_requests(api, cluster)
+            seqs = applied_seqs(_cluster_shards(cluster))
+            served = await api_requests(api, cluster)
             r = await run_once(api, cluster.urls, cfg)
             r["cpu_s"] = {k: proc_cpu_s(p) - before[k] for k, p in procs.items()}
-            r["entries"] = {k: n - seqs.get(k, 0) for k, n in applied_seqs(cluster).items()}
+            shards = _cluster_shards(cluster)
+            r["entries"] = {k: n - seqs.get(k, 0) for k, n in applied_seqs(shards).items()}
             r["requests"] = {k: n - served.get(k, 0.0)
                              for k, n in (await api_requests(api, cluster)).items()}
-            r["leaders"] = leaders(cluster)
+            r["leaders"] = leaders(shards)
             r["cpu_ms_per_task"] = float("nan")
             report.note(describe_run(i + 1, r).split(";  ")[0])
             results.append(r)
@@ -251,8 +246,9 @@ def run_shards(s: int, args, cfg: Config, report: Report, env=None, label="") ->
         report.figure(f"lifecycles_per_s_{tag}", [r["tasks_per_s"] for r in got["runs"]], "/s")
         report.distribution(f"submit_ack_ms_{tag}", got["latency_ms"], "ms")
         out = {"tasks_per_s": [r["tasks_per_s"] for r in got["runs"]]}
+        # The fewer lifecycles an entry carries, the more each pays of an entry's fixed cost.
         report.figure(f"raft_entries_per_1000_lifecycles_{tag}",
-                      [v for r in got["runs"] for v in entries_per_1000(cluster, r)], "")
+                      [v for r in got["runs"] for v in per_1000(cluster, r, "entries")], "")
         # Counted at every replica that served one: at S = 1 a follower's forward counts twice.
         report.figure(f"shard_api_requests_per_1000_lifecycles_{tag}",
                       [v for r in got["runs"] for v in per_1000(cluster, r, "requests")], "")

@@ -93,9 +93,7 @@ class GcPolicy:
         # GC_THRESHOLDS).
         self.collections = [0, 0, 0]
         self.pause_s_max = [0.0, 0.0, 0.0]
-        self.full_collections = 0
         self.full_pause_s_last = 0.0
-        self.full_pause_s_max = 0.0
         self.thaws = 0
         self._installed = False
         self._middle_since_full = 0
@@ -135,10 +133,16 @@ class GcPolicy:
         elif generation == 2:
             self._after_full(pause_s)
 
+    @property
+    def full_collections(self) -> int:
+        return self.collections[2]
+
+    @property
+    def full_pause_s_max(self) -> float:
+        return self.pause_s_max[2]
+
     def _after_full(self, pause_s: float) -> None:
         self.full_pause_s_last = pause_s
-        self.full_pause_s_max = max(self.full_pause_s_max, pause_s)
-        self.full_collections += 1
         self._middle_since_full = 0
         self._full_asked = False
         # A full collection leaves every survivor in generation 2 and the younger ones
