@@ -14,6 +14,7 @@ routers (supervisors), and each shard replica, with the shard's leader named fro
     python -m bench.shards --scale-clients          # producers and workers x S
     python -m bench.shards --tenant-batches         # each submit batch one tenant's
     python -m bench.shards --shards 1,4 --one-shard --tenant-batches   # only shard 0 loaded
+    python -m bench.shards --shards 1,4 --independent-groups   # the machine's baseline
     python -m bench.shards --ab-base /tmp/base/code --shards 1,2,4   # A/B, alternating
         # at each S: another commit's code (a tree with tsched/{statemachine,node,client},
         # from `git archive`) vs this one
@@ -30,6 +31,13 @@ puts every task on shard 0 and leaves the others idle, so shard 0's CPU per life
 shows what sharding adds to a replica's own path, apart from S busy shards sharing the
 same cores.
 
+`--independent-groups` also runs, after each S > 1, S separate single-group 3-node
+clusters on the same cores, the same clients split among them (each group 1/G of the tasks,
+producers and claim loops): no router, no shard code at all. Their leaders' CPU per 1,000
+of their own lifecycles is what splitting the same load over S Raft groups costs on this
+machine by itself (more processes sharing the cores, less concurrent work per group), the
+baseline against which S's figures show what the sharding code adds.
+
 The projection: a 5-node x 16-core cluster with R = 3 spends, per lifecycle, the leader's
 CPU once, a follower's CPU R - 1 times and the routers' CPU (all of them, per lifecycle of
 the cluster, as measured); 80 cores divided by that is the machine's bound, and one leader
@@ -39,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -262,6 +271,44 @@ def run_shards(s: int, args, cfg: Config, report: Report, env=None, label="") ->
         return out
 
 
+async def _measure_groups(clusters: list[LocalCluster], cfg: Config, runs: int,
+                          report: Report) -> dict[str, list[float]]:
+    """Each group loaded at once by its share of the clients; per run, every group
+    leader's and follower's CPU per 1,000 of that group's lifecycles, and the total rate."""
+    out: dict[str, list[float]] = {"rate": [], "leader": [], "follower": []}
+    async with Api() as api:
+        for c in clusters:
+            await run_once(api, c.urls, replace(cfg, tasks=min(1000, cfg.tasks)), "warmup")
+        for i in range(runs):
+            procs = [shard_processes(c) for c in clusters]
+            heads = [leaders(_cluster_shards(c))[0] for c in clusters]
+            before = [{k: proc_cpu_s(p) for k, p in ps.items()} for ps in procs]
+            got = await asyncio.gather(*(run_once(api, c.urls, cfg) for c in clusters))
+            for ps, b, head, r in zip(procs, before, heads, got):
+                for (node, _), pid in ps.items():
+                    per_k = (proc_cpu_s(pid) - b[(node, 0)]) * 1e6 / max(r["completed"], 1)
+                    out["leader" if node == head else "follower"].append(per_k)
+            total = sum(r["completed"] for r in got)
+            out["rate"].append(total / max(r["elapsed_s"] for r in got))
+            report.note(f"run {i + 1}: {out['rate'][-1]:,.0f} lifecycles/s over "
+                        f"{len(clusters)} group(s)")
+    return out
+
+
+def run_groups(g: int, args, cfg: Config, report: Report) -> None:
+    share = replace(cfg, tasks=cfg.tasks // g, producers=max(1, cfg.producers // g),
+                    workers=max(1, cfg.workers // g))
+    with contextlib.ExitStack() as stack:
+        clusters = [stack.enter_context(LocalCluster(3, keep=args.keep)) for _ in range(g)]
+        for c in clusters:
+            c.wait_writable()
+        got = asyncio.run(_measure_groups(clusters, share, args.runs, report))
+    tag = f"g{g}_independent"
+    report.figure(f"lifecycles_per_s_{tag}", got["rate"], "/s")
+    report.figure(f"leader_cpu_ms_per_1000_lifecycles_{tag}", got["leader"], "ms")
+    report.figure(f"follower_cpu_ms_per_1000_lifecycles_{tag}", got["follower"], "ms")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -279,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--one-shard", action="store_true",
                    help="all tasks on shard 0's tenants: its replicas' CPU per lifecycle "
                         "without the other shards' load on the same cores")
+    p.add_argument("--independent-groups", action="store_true",
+                   help="after each S > 1, S separate single-group clusters sharing the "
+                        "clients: what splitting the load costs without any shard code")
     p.add_argument("--keep", action="store_true")
     add_common_flags(p)
     args = p.parse_args(argv)
@@ -289,6 +339,13 @@ def main(argv: list[str] | None = None) -> int:
                     {"nodes": 3, "shards": counts, "runs": args.runs, **asdict(cfg),
                      "client_loop": loop_name, "ab_base": args.ab_base})
     report.start()
+    if args.independent_groups:    # each S > 1 beside S separate groups, in turn
+        for s in counts:
+            run_shards(s, args, cfg, report)
+            if s > 1:
+                run_groups(s, args, cfg, report)
+        report.finish()
+        return 0
     if args.ab_base:
         for i in range(args.rounds):
             for s in counts:
