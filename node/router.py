@@ -42,6 +42,9 @@ class Router:
         self.rotation = 0        # which shard a claim asks first; moves on every claim
         self.polls: dict[tuple, list] = {}   # open shard long polls by claim kind
         self.productive: dict[tuple, int] = {}   # claim kind -> the shard that last gave tasks
+        # work (task types, prefetch, scope) -> {shard: open watches}: such a shard has no
+        # claimable work of that kind, or its watch would have answered (router_claims)
+        self.watching: dict[tuple, dict[int, int]] = {}
 
     # -- who --
     def scope(self, request: web.Request) -> str | None:

@@ -2,7 +2,10 @@
 
 A claim first asks the shards one after another without waiting, starting at a shard that
 moves on with every claim so that no shard starves, until it has `max_tasks` or has asked
-them all. With nothing found it *watches* every shard at once, in rounds of at most
+them all. It skips a shard where a watch of the same work (task types, prefetch, scope;
+any worker's) is open: that watch would have answered if the shard had such work, so the
+ask would come back empty (at S = 4, 254 of 590 claim requests at the shards did). With
+nothing found it *watches* every shard at once, in rounds of at most
 `SHARD_WAIT_S`: a watch waits like a claim but leases nothing (node/claims.py), and is
 answered `ready` when a claim of its kind would find work there; the claim then asks that
 shard without waiting. So while a claim waits on S shards no shard leases anything for it
@@ -96,6 +99,8 @@ async def claim(request: web.Request) -> web.Response:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params["wait_s"]
     for s in shards:                        # without waiting, one shard after another
+        if _watched(r, kind, s):
+            continue                        # no work there yet: its watch is still open
         _take_claimed(r, kind, got, s, await _ask(r, request, s, body, got.room, 0))
         if got.room == 0:
             break
@@ -194,6 +199,27 @@ def _kind(params: dict, scope: str | None) -> tuple:
             params["prefetch_ms"], scope)
 
 
+def _work(kind: tuple) -> tuple:
+    """What a shard's having work for a claim depends on: task types, prefetch, scope (every
+    worker of those drains the same queue)."""
+    return kind[1], kind[3], kind[4]
+
+
+def _watched(r: Router, kind: tuple, shard: int) -> bool:
+    return r.watching.get(_work(kind), {}).get(shard, 0) > 0
+
+
+def _count_watch(r: Router, kind: tuple, shard: int, delta: int) -> None:
+    by_shard = r.watching.setdefault(_work(kind), {})
+    n = by_shard.get(shard, 0) + delta
+    if n > 0:
+        by_shard[shard] = n
+    else:
+        by_shard.pop(shard, None)
+        if not by_shard:
+            del r.watching[_work(kind)]
+
+
 async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gathered,
                     wait_s: float, kind: tuple) -> None:
     """Watch every shard at once (adopting this kind's polls still open) and claim at a
@@ -239,6 +265,7 @@ def _watch(r: Router, request, shard: int, body: dict, got: Gathered, wait_s: fl
             _ask(r, request, shard, body, got.max_tasks, wait_s, watch=True)))
         poll.future.add_done_callback(lambda f, p=poll: _poll_done(r, kind, p, request))
         open_polls.append(poll)
+        _count_watch(r, kind, shard, 1)
     poll.owner = got
     return poll
 
@@ -271,6 +298,7 @@ def _result(future: asyncio.Future):
 
 def _poll_done(r: Router, kind: tuple, poll: Poll, request) -> None:
     """A poll ended: forget it; release what it brought if no claim holds it."""
+    _count_watch(r, kind, poll.shard, -1)
     polls = r.polls.get(kind)
     if polls is not None:
         polls[:] = [p for p in polls if p is not poll]

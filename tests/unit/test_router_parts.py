@@ -84,3 +84,20 @@ def test_claims_ask_the_shard_that_last_gave_work_first_but_every_fourth_rotates
     assert firsts.count(2) >= 2 * ROTATE_EVERY - 2             # mostly where the work is
     assert set(firsts) - {2}                                   # yet others come first too
     assert sorted(_order(r, kind)) == [0, 1, 2, 3]             # every shard is asked
+
+
+def test_open_watches_are_counted_per_work_and_shard_whichever_worker_opened_them():
+    from types import SimpleNamespace
+
+    from tsched.node.router_claims import _count_watch, _watched
+    r = SimpleNamespace(watching={})
+    a, b = ("w-a", ("t",), 30_000, 0, None), ("w-b", ("t",), 60_000, 0, None)
+    other = ("w-a", ("u",), 30_000, 0, None)
+    _count_watch(r, a, 1, 1)
+    assert _watched(r, b, 1)                   # another worker of the same task types
+    assert not _watched(r, b, 0) and not _watched(r, other, 1)
+    _count_watch(r, b, 1, 1)
+    _count_watch(r, a, 1, -1)
+    assert _watched(r, a, 1)                   # b's watch is still open
+    _count_watch(r, b, 1, -1)
+    assert not _watched(r, a, 1) and r.watching == {}   # nothing left behind
