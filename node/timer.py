@@ -69,11 +69,19 @@ class LeaderTimer:
             except Exception:
                 log.exception("event=timer_round_failed node=%s", self.node.node_id)
                 delay_s = FOLLOWER_RECHECK_S
-            try:
-                await asyncio.wait_for(self._changed.wait(), delay_s)
-            except asyncio.TimeoutError:
-                pass
+            await self._until_changed(delay_s)
             self._changed.clear()
+
+    async def _until_changed(self, delay_s: float | None) -> None:
+        """Until `state_changed` or `delay_s` (None: no limit). asyncio.wait, not wait_for:
+        in Python 3.11 wait_for returns normally when the event is set in the iteration that
+        cancels it, and a cancel lost so made `close()` wait forever (the state no longer
+        changes once the app is closing)."""
+        changed = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait({changed}, timeout=delay_s)
+        finally:
+            changed.cancel()
 
     def _instants(self) -> tuple[int | None, int | None, int | None]:
         hub = self.node.claims
