@@ -285,9 +285,9 @@ async def _measure_groups(clusters: list[LocalCluster], cfg: Config, runs: int,
             before = [{k: proc_cpu_s(p) for k, p in ps.items()} for ps in procs]
             got = await asyncio.gather(*(run_once(api, c.urls, cfg) for c in clusters))
             for ps, b, head, r in zip(procs, before, heads, got):
-                for (node, _), pid in ps.items():
-                    per_k = (proc_cpu_s(pid) - b[(node, 0)]) * 1e6 / max(r["completed"], 1)
-                    out["leader" if node == head else "follower"].append(per_k)
+                for key, pid in ps.items():
+                    per_k = (proc_cpu_s(pid) - b[key]) * 1e6 / max(r["completed"], 1)
+                    out["leader" if key[0] == head else "follower"].append(per_k)
             total = sum(r["completed"] for r in got)
             out["rate"].append(total / max(r["elapsed_s"] for r in got))
             report.note(f"run {i + 1}: {out['rate'][-1]:,.0f} lifecycles/s over "
