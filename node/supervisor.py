@@ -28,6 +28,7 @@ from tsched.statemachine.limits import API_LIMITS
 
 from . import shards as shards_mod
 from . import tls
+from .gcpolicy import settle_router
 from .leader_spread import SPREAD_CHECK_S, Spreader
 from .journal import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
 from .router import Router, make_router_app
@@ -157,6 +158,7 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str) -
                            shutdown_timeout=SHUTDOWN_S)
     try:
         await runner.setup()
+        settle_router()
         await web.TCPSite(runner, me.http_host, me.http_port, reuse_address=True,
                           backlog=API_LIMITS.accept_queue_connections_max,
                           ssl_context=tls.node_server_context(me)).start()

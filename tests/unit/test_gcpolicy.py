@@ -152,3 +152,27 @@ def test_freed_malloc_pages_go_back_to_the_system():
     before = _rss_bytes()
     TRIM_HEAP()
     assert before - _rss_bytes() > (500 * (64 << 10)) // 2   # most of the ~32 MB freed
+
+
+def test_a_router_freezes_what_start_up_made_and_nothing_after():
+    from tsched.node.gcpolicy import settle_router
+    saved = gc.get_threshold()
+    try:
+        made_before = Node()
+        settle_router()
+        assert gc.get_threshold() == GC_THRESHOLDS
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        # Unlike a node's policy, a later full collection freezes none of its survivors:
+        # a request's objects that later form a cycle must still be reclaimed.
+        alive = Node()
+        gc.collect()
+        assert gc.get_freeze_count() == frozen
+        gone = weakref.ref(alive)
+        del alive
+        gc.collect()
+        assert gone() is None
+        assert made_before.me is made_before
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*saved)
