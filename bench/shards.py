@@ -19,6 +19,10 @@ routers (supervisors), and each shard replica, with the shard's leader named fro
         # at each S: another commit's code (a tree with tsched/{statemachine,node,client},
         # from `git archive`) vs this one
 
+The CPU of every node process together (routers and all replicas) per 1,000 lifecycles
+is printed too: what the cluster's capacity follows, where a change may move work from
+one role to another.
+
 CPU per 1,000 lifecycles is printed twice: as measured (every CPU second the process
 spent during the run) and net of idle (minus the process's own idle rate, measured on the
 same cluster before the load, times the run's length). The first is what a deployment
@@ -261,6 +265,12 @@ def run_shards(s: int, args, cfg: Config, report: Report, env=None, label="") ->
         # Counted at every replica that served one: at S = 1 a follower's forward counts twice.
         report.figure(f"shard_api_requests_per_1000_lifecycles_{tag}",
                       [v for r in got["runs"] for v in per_1000(cluster, r, "requests")], "")
+        # What the cluster's capacity follows (a trade between the roles shows here): every
+        # node process's CPU, routers and all replicas (not the snapshot children), per
+        # 1,000 lifecycles of the run.
+        report.figure(f"cluster_cpu_ms_per_1000_lifecycles_{tag}",
+                      [sum(r["cpu_s"].values()) * 1e6 / max(r["completed"], 1)
+                       for r in got["runs"]], "ms")
         for suffix, rates in (("", None), ("_net_of_idle", idle)):
             cpu = [per_shard_cpu(cluster, r, rates) for r in got["runs"]]
             for role in ("leader", "follower", "router"):
