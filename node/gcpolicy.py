@@ -11,10 +11,10 @@ So the survivors of each full collection, and a freshly restored state, are move
 permanent generation (`gc.freeze()`): later full collections walk only what was allocated
 since. CPython starts a full collection once a quarter of the old generation is new, which
 would still grow with the state; the node asks for a full collection itself after every
-`MIDDLE_PER_FULL` collections of the middle generation (each moves at most ~15,000
+`MIDDLE_PER_FULL` collections of the middle generation (each moves at most ~7,500
 survivors into the old one), on its event loop. Filling a state machine to 1,000,000
 tasks (`python -m bench.gc_pause`), the longest collection took 17 ms of CPU this way
-(81 ms with a young threshold of 20,000), against 350 ms for one of the middle generation
+(with a young threshold of 5,000; 81 ms with 20,000), against 350 ms for one of the middle generation
 and 1,090 ms for the next full collection with the thresholds alone. Frozen objects are
 still freed by reference counting.
 
@@ -47,16 +47,19 @@ log = logging.getLogger("tsched.node.gc")
 # as many, a full one (MIDDLE_PER_FULL middle ones later) about four times. At 20,000 the
 # leader's middle and full collections took 35-107 ms under 1,000 timed tasks/s, and each
 # one held back every task due meanwhile (most of the no-prefetch lateness tail); at 5,000
-# they take a quarter of that. Freezing bounds the total work either way (an object is
-# walked at most once per generation before it is frozen), so the rarer collections saved
-# nothing measurable: filling a state machine with 200,000 tasks took the same CPU at
-# 20,000, 10,000 and 5,000 (within the runs' spread), and `bench.lifecycle --baseline`
-# rounds differed less than they vary. (At CPython's 700 with no freezing, collections
-# cost about a fifth of applying a command.) The middle generation is collected every
-# second young one.
-GC_THRESHOLDS = (5_000, 2, 10)
+# they took a quarter of that, and at 2,500, on a machine 1.8 x slower, the longest middle
+# and full collections under that load fell from 33-52 and 45-63 ms to 16-27 and 21-32 ms
+# (six alternating `bench.lateness` pairs; no-prefetch p99 81 -> 68 ms on average).
+# Freezing bounds the total work either way (an object is walked at most once per
+# generation before it is frozen), so the rarer collections saved nothing measurable:
+# filling a state machine with 200,000 tasks took the same CPU at 20,000, 10,000 and
+# 5,000 (within the runs' spread), and `bench.lifecycle --baseline` rounds differed less
+# than they vary (again at 2,500: 3,289 against 3,359 lifecycles/s, 0.52 ms of CPU per
+# lifecycle on both). (At CPython's 700 with no freezing, collections cost about a fifth
+# of applying a command.) The middle generation is collected every second young one.
+GC_THRESHOLDS = (2_500, 2, 10)
 # Middle-generation collections after which the node collects in full: the old generation
-# then holds at most ~30,000 unfrozen objects (~0.3-1 us each to walk).
+# then holds at most ~15,000 unfrozen objects (~0.3-1 us each to walk).
 MIDDLE_PER_FULL = 2
 THAW_CHECK_S = 60.0
 THAW_INTERVAL_S = 3600.0
