@@ -14,9 +14,9 @@ would still grow with the state; the node asks for a full collection itself afte
 `MIDDLE_PER_FULL` collections of the middle generation (each moves at most ~7,500
 survivors into the old one), on its event loop. Filling a state machine to 1,000,000
 tasks (`python -m bench.gc_pause`), the longest collection took 17 ms of CPU this way
-(with a young threshold of 5,000; 81 ms with 20,000), against 350 ms for one of the middle generation
-and 1,090 ms for the next full collection with the thresholds alone. Frozen objects are
-still freed by reference counting.
+(with a young threshold of 5,000; 81 ms with 20,000), against 350 ms for one of the
+middle generation and 1,090 ms for the next full collection with the thresholds alone.
+Frozen objects are still freed by reference counting.
 
 The price: an object frozen while alive that later becomes part of an unreachable cycle is
 not reclaimed while it stays frozen. Under load every request in flight is alive at some
@@ -88,7 +88,7 @@ TRIM_HEAP = _libc_trim()
 def settle_router() -> None:
     """A router (a sharded node's supervisor) holds no state of its own: every object it
     makes lives for one request. With CPython's thresholds (700, 10, 10) its collections
-    walked the modules' objects (aiohttp, the app) again and again: 12% of a router's CPU
+    walked the modules' objects (aiohttp, the app) again and again: 13% of a router's CPU
     under load (perf, `bench.shards` at S = 4). So the same young threshold as a node's,
     and what start-up made is collected once and frozen. Unlike `GcPolicy`, nothing made
     later is frozen: a request's cycles are always reclaimed by the collector."""
