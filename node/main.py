@@ -195,8 +195,8 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
         await web.TCPSite(runner, me.http_host, me.http_port, reuse_address=True,
                           backlog=API_LIMITS.accept_queue_connections_max,
                           ssl_context=tls.node_server_context(me)).start()
-        log.info("event=http_listening addr=%s url=%s raft=%s cluster=%s", me.http, me.url,
-                 me.raft, cfg.name)
+        log.info("event=http_listening addr=%s url=%s raft=%s cluster=%s state_machine=%s",
+                 me.http, me.url, me.raft, cfg.name, _state_machine_build())
         background = [loop.create_task(_watch_role(node))]
         from .supervisor import SUPERVISOR_PID_ENV, watch_parent
         if shard is not None and os.environ.get(SUPERVISOR_PID_ENV):
@@ -222,6 +222,12 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
         faulthandler.cancel_dump_traceback_later()
     log.info("event=stopped")
     return 0
+
+
+def _state_machine_build() -> str:
+    """`compiled` where the optional mypyc build is installed (setup.py), else `python`."""
+    from tsched.statemachine import StateMachine
+    return "compiled" if hasattr(StateMachine, "__mypyc_attrs__") else "python"
 
 
 async def _watch_role(node) -> None:

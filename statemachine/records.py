@@ -37,7 +37,16 @@ def task_record(t: Task) -> list:
             t.started_at_ms, t.completed_at_ms, t.failures, attempts]
 
 
-_new_task = Task.__new__
+def _blank_task(cls: type[Task]) -> Task:
+    """A Task whose every slot the caller sets next. A compiled Task (the optional mypyc
+    build, setup.py) can only be made by its __init__."""
+    return cls("", "", "", "", 0, 0, 0, _DEFAULT_RETRY, 0, None, None, 0, 0)
+
+
+_DEFAULT_RETRY = c.RetryPolicy()
+# A Python Task is made without its __init__: that saves a million calls restoring a
+# million tasks.
+_new_task = _blank_task if hasattr(Task, "__mypyc_attrs__") else Task.__new__
 _STATES = {state: state for state in STATES}   # one string object per state, not per task
 
 

@@ -1,10 +1,17 @@
 """Helpers shared by the state machine tests (no tests here)."""
 from __future__ import annotations
 
+import pytest
+
 from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine import commands as c
 
 T0 = 1_700_000_000_000   # an epoch-ms instant the tests start at
+# The optional compiled build (setup.py, TSCHED_COMPILE=1) runs these tests too
+# (tests/integration/test_compiled_build.py). Its Task keeps ints unboxed: there is no int
+# object for equal values to share, which the Python build's memory tests check.
+COMPILED = hasattr(StateMachine, "__mypyc_attrs__")
+INT_OBJECTS = pytest.mark.skipif(COMPILED, reason="a compiled build keeps ints unboxed")
 
 
 class Driver:

@@ -25,6 +25,17 @@ def _blob() -> bytes:
     return sm.snapshot()
 
 
+class _Probe:
+    """Held in a cycle with a state (a compiled StateMachine takes no weak reference)."""
+
+
+def _probe(sm: StateMachine) -> weakref.ref:
+    probe = _Probe()
+    probe.sm = sm
+    sm.tasks["~probe"] = probe   # type: ignore[assignment]
+    return weakref.ref(probe)
+
+
 def test_restored_state_is_frozen_and_a_replaced_one_is_collected(tmp_path, unfrozen):
     replica = Replica(self_id="a", self_raft="127.0.0.1:1", peers={}, data_dir=tmp_path)
     enabled = gc.isenabled()
@@ -34,7 +45,7 @@ def test_restored_state_is_frozen_and_a_replaced_one_is_collected(tmp_path, unfr
     frozen_task = next(iter(first.tasks.values()))
     assert not any(frozen_task is o for o in gc.get_objects())   # no generation holds it
     replica._sm = first
-    old = weakref.ref(first)
+    old = _probe(first)
     del first, frozen_task
     second = replica._restore_frozen(_blob())
     assert replica._sm is second            # swapped in before the old one was collected

@@ -1,0 +1,112 @@
+"""An optional compiled build of the state machine (everything else is in pyproject.toml).
+
+`TSCHED_COMPILE=1 pip install .` compiles `statemachine/` with mypyc (a C compiler and
+Python's headers needed): the same code, the same results, about a third of a replica's
+CPU per task lifecycle less (bench/README.md, "A compiled state machine"). Without the
+variable, or when anything of the build fails (no compiler, no headers), the install is
+the plain Python package and says so; nothing else changes.
+
+Only a regular install is compiled, never an editable one (`pip install -e .`): compiled
+modules sit beside their sources and are imported instead of them, so an edited source
+would silently not run.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+SM_DIR = ROOT / "statemachine"
+# Stay Python: the package's lazy `__init__`, and the commands, whose fields hold whatever a
+# log entry holds until validated (a compiled class would check their declared types) and
+# whose decoder builds them by setting slots (statemachine/codec.py).
+KEPT_PYTHON = ("__init__.py", "commands.py")
+# Every compiled module shares one library, a module of the package (not a top-level one).
+GROUP = "tsched.statemachine._compiled"
+WANTED = os.environ.get("TSCHED_COMPILE", "") == "1"
+_generated: list[Extension] = []
+
+
+def compiled_sources() -> list[str]:
+    return sorted(p.name for p in SM_DIR.glob("*.py") if p.name not in KEPT_PYTHON)
+
+
+def _say(message: str) -> None:
+    print(f"tsched: {message}", file=sys.stderr)
+
+
+def _fallback(exc: BaseException) -> None:
+    _say(f"the compiled state machine could not be built ({exc.__class__.__name__}: "
+         f"{str(exc)[:300]}); installing the Python one, which computes the same")
+
+
+class BuildExt(build_ext):
+    """Generates the C code when the build is set up (not each time pip runs this file),
+    and falls back to the Python package when the compiled one cannot be built."""
+
+    def finalize_options(self) -> None:
+        self.distribution.ext_modules = self._extensions()
+        super().finalize_options()
+
+    def _extensions(self) -> list[Extension]:
+        if not WANTED:
+            return []
+        if _generated:   # pip may set the command up more than once: generate once
+            return _generated
+        if self.editable_mode or self.inplace:
+            _say("an editable install keeps the state machine in Python (TSCHED_COMPILE "
+                 "applies to `pip install .`)")
+            return []
+        try:
+            _generated.extend(self._mypycify())
+            return _generated
+        except Exception as exc:  # noqa: BLE001 - any failure means: install the Python one
+            _fallback(exc)
+            return []
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - no compiler, no headers, ...
+            self._discard_outputs()
+            _fallback(exc)
+            return
+        if self.extensions:
+            _say(f"state machine compiled: {len(self.extensions)} extension modules")
+
+    def _mypycify(self) -> list[Extension]:
+        from mypyc.build import mypycify   # build requirement only when TSCHED_COMPILE=1
+
+        # mypyc names a module by its path: compile a copy laid out as its package is named.
+        work = ROOT / "build" / "mypyc"
+        pkg = work / "src" / "tsched" / "statemachine"
+        shutil.rmtree(work, ignore_errors=True)
+        pkg.mkdir(parents=True)
+        for name in compiled_sources() + list(KEPT_PYTHON):
+            shutil.copy2(SM_DIR / name, pkg / name)
+        here = os.getcwd()
+        os.chdir(work / "src")
+        try:
+            paths = [f"tsched/statemachine/{name}" for name in compiled_sources()]
+            return mypycify(
+                paths + ["--explicit-package-bases", f"--config-file={ROOT / 'pyproject.toml'}"],
+                group_name=GROUP, target_dir=str(work / "c"))
+        finally:
+            os.chdir(here)
+
+    def _discard_outputs(self) -> None:
+        for ext in self.extensions:
+            Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
+
+
+setup(
+    cmdclass={"build_ext": BuildExt},
+    # One placeholder makes setuptools run build_ext; BuildExt puts the real modules in.
+    ext_modules=[Extension(f"{GROUP}__placeholder", sources=[])] if WANTED else [],
+    setup_requires=["mypy>=1.10,<3"] if WANTED else [],
+)
