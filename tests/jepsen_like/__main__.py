@@ -1,8 +1,10 @@
-"""`python -m tests.jepsen_like --duration S --seed N --out DIR [--nodes 3|5] [--shards S]`."""
+"""`python -m tests.jepsen_like --duration S --seed N --out DIR [--nodes 3|5] [--shards S]
+[--code DIR]`."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .nemesis import FAULTS
@@ -22,6 +24,8 @@ def main(argv=None) -> int:
                    help="node failpoint to turn on (repeatable)")
     p.add_argument("--faults", default=",".join(FAULTS),
                    help=f"comma-separated subset of: {','.join(FAULTS)}")
+    p.add_argument("--code", help="run the nodes from this folder's tsched/ (e.g. an unpacked "
+                   "wheel of the compiled build) instead of the checkout")
     a = p.parse_args(argv)
     faults = tuple(f for f in a.faults.split(",") if f)
     unknown = sorted(set(faults) - set(FAULTS))
@@ -29,7 +33,10 @@ def main(argv=None) -> int:
         p.error(f"unknown faults {unknown}")
     if not 1 <= a.shards <= 64:
         p.error("--shards must be in 1..64")
-    summary = run(a.out, a.duration, a.seed, a.nodes, tuple(a.failpoint), faults, a.shards)
+    if a.code and not os.path.isdir(os.path.join(a.code, "tsched", "node")):
+        p.error(f"--code {a.code}: no tsched/node in it")
+    summary = run(a.out, a.duration, a.seed, a.nodes, tuple(a.failpoint), faults, a.shards,
+                  a.code)
     print(json.dumps(summary))
     return 0 if summary["valid"] else 1
 

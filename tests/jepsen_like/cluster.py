@@ -28,19 +28,22 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 PACKAGES = ("statemachine", "node", "client")
 
 
-def snapshot_code(out_dir: str) -> str:
+def snapshot_code(out_dir: str, installed: str | None = None) -> str:
     """Copy the node's source into DIR/code/tsched and return the folder for PYTHONPATH.
 
     Nodes restarted mid-run must run the code the run started with: a source edit landing
     between a node's first start and its restart would otherwise replay the same log
-    through other rules and look like lost or rewritten history."""
+    through other rules and look like lost or rewritten history. `installed`: a folder
+    holding `tsched/` as installed (e.g. an unpacked wheel of the compiled build, setup.py)
+    to copy instead of the checkout."""
     root = os.path.join(out_dir, "code")
     pkg = os.path.join(root, "tsched")
     os.makedirs(pkg, exist_ok=True)
     with open(os.path.join(pkg, "__init__.py"), "w", encoding="utf-8") as f:
         f.write('"""A frozen copy of tsched for one harness run."""\n')
     for name in PACKAGES:
-        shutil.copytree(os.path.join(REPO_ROOT, name), os.path.join(pkg, name),
+        src = os.path.join(installed, "tsched", name) if installed else os.path.join(REPO_ROOT, name)
+        shutil.copytree(src, os.path.join(pkg, name),
                         ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
     return root
 
@@ -67,13 +70,13 @@ class NodeView:
 class Cluster(ProcessCluster):
     def __init__(self, out_dir: str, n_nodes: int = 3, failpoints: tuple[str, ...] = (),
                  hub: ProxyHub | None = None, shards: int = 1,
-                 disks: SmallDisks | None = None) -> None:
+                 disks: SmallDisks | None = None, code: str | None = None) -> None:
         out = os.path.abspath(out_dir)
         os.makedirs(out, exist_ok=True)
         self.hub = hub or ProxyHub()
         self.rejoin_started: set[str] = set()     # started with --rejoin-empty (nemesis)
         self.failpoints = tuple(failpoints)
-        self.code_path = snapshot_code(out)
+        self.code_path = snapshot_code(out, code)
         super().__init__(Path(out), n_nodes, name="jepsen", shards=shards)
         self.out_dir = out
         self.command = tsnode_command()

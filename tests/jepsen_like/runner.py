@@ -240,10 +240,11 @@ async def final_tasks(cluster: Cluster, session) -> dict:
 
 
 async def _run(out_dir: str, duration_s: float, seed: int, n_nodes: int,
-               failpoints: tuple[str, ...], faults: tuple[str, ...], shards: int) -> dict:
+               failpoints: tuple[str, ...], faults: tuple[str, ...], shards: int,
+               code: str | None = None) -> dict:
     rng = random.Random(seed)
     cluster = Cluster(out_dir, n_nodes, failpoints, shards=shards,
-                      disks=SmallDisks() if "disk_full" in faults else None)
+                      disks=SmallDisks() if "disk_full" in faults else None, code=code)
     history = History(os.path.join(out_dir, "history.jsonl"))
     final = {"tasks": {}, "digests": [], "converged": False}
     try:
@@ -309,10 +310,12 @@ def tenants_for(shards: int) -> dict[str, int]:
 
 def run(out_dir: str, duration_s: float, seed: int, n_nodes: int = 3,
         failpoints: tuple[str, ...] = (), faults: tuple[str, ...] = FAULTS,
-        shards: int = 1) -> dict:
-    """Run, check and summarise; returns the summary (also in DIR/summary.json)."""
+        shards: int = 1, code: str | None = None) -> dict:
+    """Run, check and summarise; returns the summary (also in DIR/summary.json). `code`: a
+    folder holding an installed `tsched/` to run instead of the checkout (`snapshot_code`)."""
     os.makedirs(out_dir, exist_ok=True)
-    final = asyncio.run(_run(out_dir, duration_s, seed, n_nodes, failpoints, faults, shards))
+    final = asyncio.run(_run(out_dir, duration_s, seed, n_nodes, failpoints, faults, shards,
+                             code))
     report = checker.check(read(os.path.join(out_dir, "history.jsonl")), final)
     summary = checker.write_summary(out_dir, seed, duration_s, report)
     if not report["valid"]:
