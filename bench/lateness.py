@@ -11,6 +11,7 @@ are already waiting. Two modes, each its own run on the same cluster:
     python -m bench.lateness --duration-s 10 --modes prefetch
     python -m bench.lateness --baseline 3483ebd --rounds 2   # A/B against that Worker
     python -m bench.lateness --nodes-of 43d0e1b              # that revision's nodes
+    python -m bench.lateness --compiled          # nodes with the compiled state machine
 
 Besides lateness it prints what each task cost the cluster: Raft entries applied and HTTP
 requests served (all nodes, forwarded ones counted at both) per task; and each garbage
@@ -36,7 +37,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 from bench.lib.api import Api, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
-from bench.lib.revision import extract_client, extract_tree  # noqa: E402
+from bench.lib.revision import add_compiled_flag, compiled_tree, extract_client, extract_tree  # noqa: E402
 from bench.lifecycle import longest_gc_pauses, report_gc_pauses  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -207,6 +208,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=1, help="runs of each mode (and side)")
     p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
     p.add_argument("--nodes-of", metavar="REV", help="run that git revision's nodes instead")
+    add_compiled_flag(p)
     add_common_flags(p)
     return p.parse_args(argv)
 
@@ -214,6 +216,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def config_from(args: argparse.Namespace) -> Config:
     return Config(rate_per_s=args.rate, duration_s=args.duration_s, lead_s=args.lead_s,
                   workers=args.workers, concurrency=args.concurrency)
+
+
+def nodes_env(args: argparse.Namespace, tmp: str) -> dict[str, str] | None:
+    """The nodes' PYTHONPATH: another revision's tree, the compiled build, or this checkout."""
+    if args.nodes_of and args.compiled:
+        raise SystemExit("--nodes-of and --compiled: choose one")
+    if args.nodes_of:
+        return {"PYTHONPATH": extract_tree(args.nodes_of, tmp)}
+    if args.compiled:
+        return {"PYTHONPATH": compiled_tree(os.path.join(tmp, "compiled"))}
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,8 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tsched-bench-client-") as tmp, \
             tempfile.TemporaryDirectory(prefix="tsched-bench-nodes-") as nodes_tmp, \
             LocalCluster(args.nodes, keep=args.keep, shards=args.shards,
-                         env={"PYTHONPATH": extract_tree(args.nodes_of, nodes_tmp)}
-                         if args.nodes_of else None) as cluster:
+                         env=nodes_env(args, nodes_tmp)) as cluster:
         sides: dict[str, str | None] = {"": None}
         if args.baseline:
             sides = {"_baseline": extract_client(args.baseline, tmp), "": None}
@@ -235,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                         {"nodes": args.nodes, "shards": args.shards, **asdict(cfg),
                          "modes": ",".join(modes), "client_loop": loop_name,
                          "baseline": args.baseline or "-", "rounds": args.rounds,
-                         "nodes_of": args.nodes_of or "this code"},
+                         "nodes_of": args.nodes_of or "this code",
+                         "state_machine": "compiled" if args.compiled else "python"},
                         data_dir=cluster.root)
         cluster.wait_writable()
         report.start()

@@ -43,7 +43,7 @@ from bench.lib import contention  # noqa: E402
 from bench.lib.api import Api, HttpError, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
-from bench.lib.revision import extract_tree  # noqa: E402
+from bench.lib.revision import add_compiled_flag, compiled_tree, extract_tree  # noqa: E402
 
 TARGET = ">= 10,000 /s (3 nodes)"
 
@@ -264,6 +264,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=1,
                    help="clusters per side (each runs --runs runs); alternating with --baseline")
     p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
+    add_compiled_flag(p)
     add_common_flags(p)
     return p.parse_args(argv)
 
@@ -282,18 +283,20 @@ def main(argv: list[str] | None = None) -> int:
                     args, {"nodes": args.nodes, "runs": args.runs, "rounds": args.rounds,
                            **asdict(cfg), "carry_runs": args.carry,
                            "baseline": args.baseline or "-", "client_loop": loop_name,
+                           "state_machine": "compiled" if args.compiled else "python",
                            "durability": "node default (fsync)"},
                     data_dir=tempfile.gettempdir())
     report.start()
     with tempfile.TemporaryDirectory(prefix="tsched-bench-nodes-") as tmp:
-        sides: dict[str, str | None] = {"": None}
+        this = compiled_tree(os.path.join(tmp, "compiled")) if args.compiled else None
+        sides: dict[str, str | None] = {"": this}
         if args.baseline:
-            sides = {"_baseline": extract_tree(args.baseline, tmp), "": None}
+            sides = {"_baseline": extract_tree(args.baseline, tmp), "": this}
         results: dict[str, list[dict]] = {side: [] for side in sides}
         for rnd in range(args.rounds):
             for side, path in sides.items():
                 report.note(f"round {rnd + 1}: nodes of "
-                            + (f"{args.baseline} (baseline)" if path else "this code"))
+                            + (f"{args.baseline} (baseline)" if side else "this code"))
                 with LocalCluster(args.nodes, keep=args.keep,
                                   env={"PYTHONPATH": path} if path else None) as cluster:
                     cluster.wait_writable()

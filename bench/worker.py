@@ -28,7 +28,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 from bench.lib.api import Api  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
-from bench.lib.revision import extract_client  # noqa: E402
+from bench.lib.revision import add_compiled_flag, compiled_tree, extract_client  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = ">= 6,000 /s at concurrency 4"
@@ -99,6 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--nocarry", action="store_true",
                    help="also run this Worker with completions never riding on claims")
     p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
+    add_compiled_flag(p)
     add_common_flags(p)
     return p.parse_args(argv)
 
@@ -111,11 +112,15 @@ def main(argv: list[str] | None = None) -> int:
             sides = {"baseline": extract_client(args.baseline, tmp), "current": None}
         if args.nocarry:
             sides["nocarry"] = None
-        with LocalCluster(args.nodes, keep=args.keep) as cluster:
+        nodes_path = compiled_tree(os.path.join(tmp, "compiled")) if args.compiled else None
+        with LocalCluster(args.nodes, keep=args.keep,
+                          env={"PYTHONPATH": nodes_path} if nodes_path else None) as cluster:
             report = Report("one Worker process, no-op handler: tasks/s end to end", "bench.worker",
                             args, {"nodes": args.nodes, "tasks": args.tasks, "rounds": args.rounds,
                                    "concurrency": args.concurrency, "handler": args.handler,
-                                   "baseline": args.baseline or "-"}, data_dir=cluster.root)
+                                   "baseline": args.baseline or "-",
+                                   "state_machine": "compiled" if args.compiled else "python"},
+                            data_dir=cluster.root)
             cluster.wait_writable()
             report.start()
             results = asyncio.run(measure(cluster.urls, args, sides, report))

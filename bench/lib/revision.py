@@ -1,12 +1,15 @@
-"""Another revision's `client/` (for A/B runs of the Worker in one benchmark run), and
-what the benchmarks' Worker processes share (their loop and `--client-dir` flags)."""
+"""Another revision's `client/` (for A/B runs of the Worker in one benchmark run), what the
+benchmarks' Worker processes share (their loop and `--client-dir` flags), and the node
+code other than this checkout's Python: another revision's, or the compiled build."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import importlib
+import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,3 +58,29 @@ def extract_tree(rev: str, into: str) -> str:
                              check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
     return into
+
+
+def add_compiled_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--compiled", action="store_true",
+                   help="this code's nodes run the compiled state machine (a wheel of this "
+                        "checkout built with TSCHED_COMPILE=1, setup.py; needs a C compiler)")
+
+
+def compiled_tree(into: str) -> str:
+    """This checkout as a wheel with the compiled state machine, unpacked under `into`: a
+    PYTHONPATH for nodes of the compiled build. Raises when the build fell back to Python
+    (a figure labelled compiled must be one)."""
+    out = Path(into) / "wheel"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(out), str(REPO)], capture_output=True, text=True,
+        env={**os.environ, "TSCHED_COMPILE": "1"})
+    wheels = sorted(out.glob("tsched-*.whl"))
+    if proc.returncode != 0 or not wheels:
+        raise SystemExit(f"building the compiled wheel failed:\n{proc.stderr[-2000:]}")
+    site = Path(into) / "site"
+    with zipfile.ZipFile(wheels[0]) as z:
+        z.extractall(site)
+    if not list((site / "tsched" / "statemachine").glob("machine.*.so")):
+        raise SystemExit("the wheel holds no compiled state machine (no C compiler?)")
+    return str(site)
