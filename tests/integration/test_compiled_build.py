@@ -44,6 +44,14 @@ def compiled(tmp_path_factory) -> Path:
     return site
 
 
+def test_the_wheel_ships_the_dashboard(compiled: Path) -> None:
+    """Package data travels with a regular install (an editable one reads the checkout)."""
+    shipped = compiled / "tsched" / "node" / "static"
+    for f in (ROOT / "node" / "static").iterdir():
+        if f.is_file():
+            assert (shipped / f.name).read_bytes() == f.read_bytes(), f.name
+
+
 def _run(args: list[str], site: Path | None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if site is not None:
