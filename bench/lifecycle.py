@@ -286,12 +286,12 @@ def main(argv: list[str] | None = None) -> int:
                            "state_machine": "compiled" if args.compiled else "python",
                            "durability": "node default (fsync)"},
                     data_dir=tempfile.gettempdir())
-    report.start()
     with tempfile.TemporaryDirectory(prefix="tsched-bench-nodes-") as tmp:
         this = compiled_tree(os.path.join(tmp, "compiled")) if args.compiled else None
         sides: dict[str, str | None] = {"": this}
         if args.baseline:
             sides = {"_baseline": extract_tree(args.baseline, tmp), "": this}
+        report.start()   # after the builds: the machine's load is metered over the runs
         results: dict[str, list[dict]] = {side: [] for side in sides}
         for rnd in range(args.rounds):
             for side, path in sides.items():
