@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 
 from ._jobs import error_code_of
 from .client import AsyncClient
@@ -22,7 +23,7 @@ ATTEMPT_S_MIN = 1.0          # the shortest deadline of one try of a batch
 # polling and sends them at once after this.
 LINGER_S = 0.005
 
-Pending = tuple  # (completion item, future of its error code)
+Pending = tuple  # (completion item, function called once with its error code)
 
 
 class Outbox:
@@ -33,15 +34,20 @@ class Outbox:
         # one try is short, so a node that hangs (a leader lost mid-commit) does not hold
         # up every later completion behind it
         self._attempt_s = max(ATTEMPT_S_MIN, give_up_s / 3)
-        self._queue: list[tuple[dict, asyncio.Future]] = []
-        self._apart: list[tuple[dict, asyncio.Future]] = []   # never carried by a claim again
+        self._queue: list[Pending] = []
+        self._apart: list[Pending] = []   # never carried by a claim again
         self._ready = asyncio.Event()
 
-    async def send(self, item: dict) -> str | None:
-        """Queue one completion item; its error code once sent (None: accepted)."""
-        fut = asyncio.get_running_loop().create_future()
-        self._queue.append((item, fut))
+    def post(self, item: dict, on_code: Callable[[str | None], None]) -> None:
+        """Queue one completion item; `on_code(error code)` once it is sent (None: accepted),
+        called exactly once, on the loop."""
+        self._queue.append((item, on_code))
         self._ready.set()
+
+    async def send(self, item: dict) -> str | None:
+        """`post`, awaiting the error code."""
+        fut = asyncio.get_running_loop().create_future()
+        self.post(item, lambda code: fut.done() or fut.set_result(code))
         return await fut
 
     def take(self, limit: int) -> list[Pending]:
@@ -52,9 +58,8 @@ class Outbox:
 
     @staticmethod
     def answered(taken: list[Pending], answers: list) -> None:
-        for (_, fut), answer in zip(taken, answers):
-            if not fut.done():
-                fut.set_result(error_code_of(answer))
+        for (_, on_code), answer in zip(taken, answers):
+            on_code(error_code_of(answer))
 
     def give_back(self, taken: list[Pending]) -> None:
         """Completions a claim took but got no answer for (or that made it refused): sent
@@ -75,9 +80,8 @@ class Outbox:
                 batch = source[:BATCH_ITEMS_MAX]
                 del source[:BATCH_ITEMS_MAX]
                 codes = await self._send_batch([item for item, _ in batch])
-                for (_, fut), code in zip(batch, codes):
-                    if not fut.done():
-                        fut.set_result(code)
+                for (_, on_code), code in zip(batch, codes):
+                    on_code(code)
 
     async def _send_batch(self, items: list[dict]) -> list[str | None]:
         """Error code per item. Repeats an unanswered batch with the same idempotency key

@@ -3,9 +3,10 @@
 `loop.run_in_executor` costs, per call, a `concurrent.futures.Future` (with its Condition
 and Lock), the chaining of that future to an asyncio one, and a write to the loop's
 self-pipe when it finishes: with no-op handlers that was a third of a Worker process's CPU.
-Here a call is an asyncio future and a queue entry; a thread that finishes a handler
-appends its outcome to a list, and wakes the loop only if the list was empty, so one
-wake-up hands back every outcome that finished meanwhile.
+Here a call is an asyncio future and a queue entry (`run`), or a queue entry and a
+function the loop calls with the outcome (`call`: no future, no task to wake); a thread
+that finishes a handler appends its outcome to a list, and wakes the loop only if the list
+was empty, so one wake-up hands back every outcome that finished meanwhile.
 
 A call whose future was cancelled before a thread took it is not run. `close()` lets each
 thread finish the handler it runs and stops it; what is still queued is not run.
@@ -27,7 +28,7 @@ class HandlerThreads:
         self._loop = loop
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._finished: list[tuple[asyncio.Future, bool, Any]] = []
+        self._finished: list[tuple[Any, bool, Any]] = []   # (future or on_done, ok, value)
         self._closed = False
         self._threads = [threading.Thread(target=self._serve, name=f"{name_prefix}_{i}")
                          for i in range(count)]
@@ -42,6 +43,13 @@ class HandlerThreads:
         self._calls.put((future, fn, args))
         return future
 
+    def call(self, fn: Callable, args: tuple, on_done: Callable[[bool, Any], None]) -> None:
+        """`fn(*args)` on a thread, then `on_done(True, value)` or `on_done(False, exc)` on
+        the loop. Always run once taken; `fn` itself checks whether it is still wanted."""
+        if self._closed:
+            raise RuntimeError("the handler threads are closed")
+        self._calls.put((on_done, fn, args))
+
     def close(self) -> None:
         """Stop the threads once their current call returns; queued calls are dropped."""
         if self._closed:
@@ -49,10 +57,11 @@ class HandlerThreads:
         self._closed = True
         while True:     # drop what no thread took yet (no _STOP is queued before this)
             try:
-                future, _, _ = self._calls.get_nowait()
+                target, _, _ = self._calls.get_nowait()
             except queue.Empty:
                 break
-            future.cancel()
+            if not callable(target):   # a `call`'s on_done is not called: nothing ran
+                target.cancel()
         for _ in self._threads:
             self._calls.put((_STOP, None, ()))
 
@@ -60,18 +69,18 @@ class HandlerThreads:
     def _serve(self) -> None:
         calls = self._calls
         while True:
-            future, fn, args = calls.get()
-            if future is _STOP:
+            target, fn, args = calls.get()
+            if target is _STOP:
                 return
-            if future.cancelled():   # a read of a flag the loop set: the call is dropped
+            if not callable(target) and target.cancelled():   # a flag the loop set: dropped
                 continue
             try:
-                outcome = (future, True, fn(*args))
+                outcome = (target, True, fn(*args))
             except BaseException as exc:   # noqa: BLE001 - handed to the awaiting task
-                outcome = (future, False, exc)
+                outcome = (target, False, exc)
             self._hand_back(outcome)
 
-    def _hand_back(self, outcome: tuple[asyncio.Future, bool, Any]) -> None:
+    def _hand_back(self, outcome: tuple[Any, bool, Any]) -> None:
         with self._lock:
             first = not self._finished
             self._finished.append(outcome)
@@ -85,10 +94,16 @@ class HandlerThreads:
     def _deliver(self) -> None:
         with self._lock:
             finished, self._finished = self._finished, []
-        for future, ok, value in finished:
-            if future.done():      # cancelled while the handler ran: its outcome is dropped
+        for target, ok, value in finished:
+            if callable(target):   # `call`: the loop's function takes it
+                try:
+                    target(ok, value)
+                except Exception as exc:   # noqa: BLE001 - a bug; the other outcomes still go
+                    self._loop.call_exception_handler(
+                        {"message": "a handler outcome's callback raised", "exception": exc})
+            elif target.done():    # cancelled while the handler ran: its outcome is dropped
                 continue
-            if ok:
-                future.set_result(value)
+            elif ok:
+                target.set_result(value)
             else:
-                future.set_exception(value)
+                target.set_exception(value)

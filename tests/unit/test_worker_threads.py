@@ -32,6 +32,57 @@ async def test_outcomes_come_back_to_their_futures_values_and_exceptions():
             assert value == i * i
 
 
+async def test_a_call_hands_its_outcome_to_its_function_on_the_loop():
+    loop = asyncio.get_running_loop()
+    pool = HandlerThreads(3, loop)
+    got: dict[int, tuple[bool, object]] = {}
+    all_back = loop.create_future()
+
+    def work(i: int) -> int:
+        if i % 7 == 0:
+            raise KeyError(i)
+        return -i
+
+    def on_done(i: int, ok: bool, value: object) -> None:
+        assert threading.current_thread() is threading.main_thread()   # the loop's thread
+        got[i] = (ok, value)
+        if len(got) == 100:
+            all_back.set_result(None)
+
+    try:
+        for i in range(100):
+            pool.call(work, (i,), lambda ok, value, i=i: on_done(i, ok, value))
+        await asyncio.wait_for(all_back, WAIT_S)
+    finally:
+        pool.close()
+    for i, (ok, value) in got.items():
+        if i % 7 == 0:
+            assert not ok and isinstance(value, KeyError)
+        else:
+            assert ok and value == -i
+
+
+async def test_close_drops_queued_calls_without_calling_their_functions():
+    pool = HandlerThreads(1, asyncio.get_running_loop())
+    started, release, called = threading.Event(), threading.Event(), []
+
+    def first() -> None:
+        started.set()
+        release.wait(WAIT_S)
+
+    running = pool.run(first)
+    pool.call(called.append, ("queued",), lambda ok, value: called.append("on_done"))
+    assert await asyncio.get_running_loop().run_in_executor(None, started.wait, WAIT_S)
+    pool.close()
+    release.set()
+    await asyncio.wait_for(running, WAIT_S)
+    with pytest.raises(RuntimeError):
+        pool.call(called.append, ("late",), lambda ok, value: None)
+    for t in pool._threads:
+        t.join(WAIT_S)
+    assert called == []
+
+
 async def test_handlers_run_on_named_threads_at_most_count_at_once():
     pool = HandlerThreads(2, asyncio.get_running_loop(), name_prefix="h")
     running, most, lock = 0, 0, threading.Lock()
