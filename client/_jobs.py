@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import threading
 import time
@@ -19,6 +20,8 @@ ERROR_MESSAGE_CHARS_MAX = API_LIMITS.error_message_chars_max
 TRACEBACK_CHARS_MAX = API_LIMITS.traceback_chars_max
 ERROR_BYTES_MAX = LIMITS.error_bytes_max
 
+PARSED_TIMES_MAX = 1024   # distinct time strings remembered (a few claims' and batches' worth)
+
 # Answers meaning the lease is no longer ours: stop, drop any late result.
 LEASE_LOST_CODES = frozenset({"stale_token", "not_found", "invalid_state"})
 
@@ -29,7 +32,17 @@ def parse_time(value: Any) -> _dt.datetime | None:
         return None
     if isinstance(value, (int, float)):
         return _dt.datetime.fromtimestamp(value, _dt.timezone.utc)
+    if isinstance(value, str):
+        return _parse_rfc3339(value)
     return _dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+@functools.lru_cache(maxsize=PARSED_TIMES_MAX)
+def _parse_rfc3339(value: str) -> _dt.datetime:
+    """Cached: the tasks of one claim share their lease's end, and those of one submitted
+    batch their run_at, so most parses are repeats (they were a tenth of a Worker
+    process's CPU with fast handlers). A datetime is immutable: sharing one is safe."""
+    return _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 _MAKING_CONDITION = threading.Lock()
