@@ -20,6 +20,8 @@ this code's cluster round by round: an A/B of node code in one run.
     python -m bench.lifecycle                # 3 nodes, 3 runs of 20,000 tasks
     python -m bench.lifecycle --nodes 5 --tasks 50000
     python -m bench.lifecycle --carry --baseline main --rounds 3 --runs 1
+    python -m bench.lifecycle --compiled --baseline main --baseline-compiled --rounds 3 --runs 1
+        # both sides on the compiled build; without --baseline-compiled the baseline is Python
 """
 from __future__ import annotations
 
@@ -264,9 +266,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=1,
                    help="clusters per side (each runs --runs runs); alternating with --baseline")
     p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
-    add_compiled_flag(p)
+    add_compiled_flag(p, baseline=True)
     add_common_flags(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.baseline_compiled and not args.baseline:
+        p.error("--baseline-compiled needs --baseline REV")
+    return args
 
 
 def config_from(args: argparse.Namespace) -> Config:
@@ -284,13 +289,17 @@ def main(argv: list[str] | None = None) -> int:
                            **asdict(cfg), "carry_runs": args.carry,
                            "baseline": args.baseline or "-", "client_loop": loop_name,
                            "state_machine": "compiled" if args.compiled else "python",
+                           "baseline_state_machine": "compiled" if args.baseline_compiled
+                           else "python",
                            "durability": "node default (fsync)"},
                     data_dir=tempfile.gettempdir())
     with tempfile.TemporaryDirectory(prefix="tsched-bench-nodes-") as tmp:
         this = compiled_tree(os.path.join(tmp, "compiled")) if args.compiled else None
         sides: dict[str, str | None] = {"": this}
         if args.baseline:
-            sides = {"_baseline": extract_tree(args.baseline, tmp), "": this}
+            base = (compiled_tree(os.path.join(tmp, "baseline"), args.baseline)
+                    if args.baseline_compiled else extract_tree(args.baseline, tmp))
+            sides = {"_baseline": base, "": this}
         report.start()   # after the builds: the machine's load is metered over the runs
         results: dict[str, list[dict]] = {side: [] for side in sides}
         for rnd in range(args.rounds):

@@ -6,7 +6,7 @@ import hashlib
 import heapq
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,13 +85,20 @@ def request_id(request: web.Request, suffix: str = "") -> str:
     The id is a digest over the caller's tenant scope too: one tenant's key never answers
     with another tenant's recorded result, and a long key or path stays within the state
     machine's id length."""
+    return request_ids(request)(suffix)
+
+
+def request_ids(request: web.Request) -> Callable[[str], str]:
+    """`request_id(request, suffix)` for the items of one batch (`#i`): the key is checked
+    and the request's part of the digest joined once, not once per item."""
     key = request.headers.get("Idempotency-Key")
     if key is None:
-        return new_id()
+        return lambda suffix: new_id()
     validate.text(key, "Idempotency-Key", validate.IDEMPOTENCY_KEY_CHARS_MAX)
-    scope = request.get(SCOPE_KEY) or ""
-    raw = "\n".join((scope, request.method, request.path, key + suffix))
-    return "idem-" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+    head = "\n".join((request.get(SCOPE_KEY) or "", request.method, request.path, key))
+    sha256 = hashlib.sha256
+    return lambda suffix: "idem-" + sha256((head + suffix).encode("utf-8", "surrogatepass")
+                                           ).hexdigest()
 
 
 # --- JSON in/out ---------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from tsched.statemachine import commands as c
 from . import present, validate
 from .admission import admission_of
 from .api_common import (before_read, json_body, node_of, prefers_minimal, propose,
-                         propose_one, request_id, respond)
+                         propose_one, request_id, request_ids, respond)
 from .auth import SCOPE_KEY
 from .errors import ApiError
 
@@ -47,9 +47,9 @@ async def _submit(request: web.Request) -> web.Response:
         _check_tenant(request, cmd.tenant)
         task, seq = await propose_one(node, cmd, sheddable=True, minimal=minimal)
         return respond(task, seq, status=201, minimal=minimal)
-    cmds = [validate.submit(_scoped(item, scope), now_ms=now,
-                            request_id=request_id(request, f"#{i}"), task_id=node.new_task_id(),
-                            where=f"tasks[{i}]")
+    rid = request_ids(request)
+    cmds = [validate.submit(_scoped(item, scope), now_ms=now, request_id=rid(f"#{i}"),
+                            task_id=node.new_task_id(), where=f"tasks[{i}]")
             for i, item in enumerate(items)]
     for cmd in cmds:
         _check_tenant(request, cmd.tenant)

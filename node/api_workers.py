@@ -7,7 +7,7 @@ from tsched.statemachine import commands as c
 
 from . import claims, validate
 from .api_common import (json_body, node_of, prefers_minimal, propose, propose_one,
-                         request_id, respond)
+                         request_id, request_ids, respond)
 from .api_tasks import tenant_scope
 
 routes = web.RouteTableDef()
@@ -28,8 +28,8 @@ async def claim(request: web.Request) -> web.Response:
     if items is not None:
         # Built here even when forwarded (the leader builds its own from the body): the
         # same checks, and `done.results` is where the answer's per-item results land.
-        cmds = [_completion_cmd(request, it, request_id(request, f"#c{i}"))
-                for i, it in enumerate(items)]
+        build, rid = _completion_builder(request), request_ids(request)
+        cmds = [build(it, rid(f"#c{i}")) for i, it in enumerate(items)]
         done = claims.Completions(cmds, results=None if cmds else [], minimal=minimal)
     tasks, seq = await claims.claim(node, request, params, tenant_scope(request), raw, done,
                                     minimal)
@@ -43,24 +43,34 @@ async def claim(request: web.Request) -> web.Response:
     return respond(out, seq, minimal=minimal, leader_url=node.leader_url())
 
 
-def _heartbeat_cmd(request, item: dict, rid: str) -> c.Heartbeat:
-    return c.Heartbeat(request_id=rid, now_ms=node_of(request).clock.now_ms(),
-                       task_id=item["task_id"], fencing_token=item["fencing_token"],
-                       lease_ms=item["lease_ms"], tenant=tenant_scope(request))
+# A builder makes the commands of one request's items: what every item shares (the clock
+# reading, the caller's scope, the failpoint) is read once per request, not once per item.
+def _heartbeat_builder(request):
+    now, scope = node_of(request).clock.now_ms(), tenant_scope(request)
+
+    def build(item: dict, rid: str) -> c.Heartbeat:
+        return c.Heartbeat(request_id=rid, now_ms=now, task_id=item["task_id"],
+                           fencing_token=item["fencing_token"], lease_ms=item["lease_ms"],
+                           tenant=scope)
+    return build
 
 
-def _completion_cmd(request, item: dict, rid: str):
+def _completion_builder(request):
     node = node_of(request)
     now, scope = node.clock.now_ms(), tenant_scope(request)
-    token = item["fencing_token"]
-    if node.replica.failpoints.on("accept_stale_tokens"):
-        token = _current_token(node, item["task_id"], token)
-    if item["failing"]:
-        return c.Fail(request_id=rid, now_ms=now, task_id=item["task_id"],
-                      fencing_token=token, error=item["error"],
-                      retryable=item["retryable"], tenant=scope)
-    return c.Complete(request_id=rid, now_ms=now, task_id=item["task_id"],
-                      fencing_token=token, result_json=item["result_json"], tenant=scope)
+    stale = node.replica.failpoints.on("accept_stale_tokens")
+
+    def build(item: dict, rid: str):
+        token = item["fencing_token"]
+        if stale:
+            token = _current_token(node, item["task_id"], token)
+        if item["failing"]:
+            return c.Fail(request_id=rid, now_ms=now, task_id=item["task_id"],
+                          fencing_token=token, error=item["error"],
+                          retryable=item["retryable"], tenant=scope)
+        return c.Complete(request_id=rid, now_ms=now, task_id=item["task_id"],
+                          fencing_token=token, result_json=item["result_json"], tenant=scope)
+    return build
 
 
 def _current_token(node, task_id: str, token: int) -> int:
@@ -76,7 +86,7 @@ async def heartbeat(request: web.Request) -> web.Response:
     validate.query(request.query, ())
     item = validate.heartbeat(await json_body(request) or {})
     item["task_id"] = validate.task_id(request.match_info["task_id"])
-    out, seq = await propose_one(node, _heartbeat_cmd(request, item, request_id(request)))
+    out, seq = await propose_one(node, _heartbeat_builder(request)(item, request_id(request)))
     return respond(out, seq)
 
 
@@ -86,7 +96,7 @@ def _single_completion(failing: bool):
         validate.query(request.query, ())
         item = validate.completion(await json_body(request) or {}, failing=failing)
         item["task_id"] = validate.task_id(request.match_info["task_id"])
-        cmd = _completion_cmd(request, item, request_id(request))
+        cmd = _completion_builder(request)(item, request_id(request))
         minimal = prefers_minimal(request)
         task, seq = await propose_one(node, cmd, minimal=minimal)
         return respond(task, seq, minimal=minimal)
@@ -114,22 +124,22 @@ async def release(request: web.Request) -> web.Response:
 
 @routes.post("/v1/completions")
 async def completions(request: web.Request) -> web.Response:
-    return await _batch(request, "completions", validate.completion, _completion_cmd)
+    return await _batch(request, "completions", validate.completion, _completion_builder)
 
 
 @routes.post("/v1/heartbeats")
 async def heartbeats(request: web.Request) -> web.Response:
-    return await _batch(request, "heartbeats", validate.heartbeat, _heartbeat_cmd)
+    return await _batch(request, "heartbeats", validate.heartbeat, _heartbeat_builder)
 
 
-async def _batch(request: web.Request, key: str, parse, build) -> web.Response:
+async def _batch(request: web.Request, key: str, parse, builder) -> web.Response:
     """A batch endpoint: each item validated, one command each (request ids `#i` under the
     request's own), all proposed together, and one result or error object per item."""
     node = node_of(request)
     validate.query(request.query, ())
     items = validate.batch(await json_body(request), key)
-    cmds = [build(request, parse(it, f"{key}[{i}]"), request_id(request, f"#{i}"))
-            for i, it in enumerate(items)]
-    minimal = build is _completion_cmd and prefers_minimal(request)
+    build, rid = builder(request), request_ids(request)
+    cmds = [build(parse(it, f"{key}[{i}]"), rid(f"#{i}")) for i, it in enumerate(items)]
+    minimal = builder is _completion_builder and prefers_minimal(request)
     answers, seq = await propose(node, cmds, minimal=minimal)
     return respond({"results": [claims.render_item(a) for a in answers]}, seq, minimal=minimal)

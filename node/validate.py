@@ -78,6 +78,8 @@ class Fields:
         return key in self.body and self.body[key] is not None
 
     def done(self) -> None:
+        if self.body.keys() <= self.seen:
+            return
         unknown = sorted(k for k in self.body if k not in self.seen)
         if unknown:
             raise invalid(f"unknown field(s) in {self.where}: {', '.join(unknown)}",

@@ -60,20 +60,31 @@ def extract_tree(rev: str, into: str) -> str:
     return into
 
 
-def add_compiled_flag(p: argparse.ArgumentParser) -> None:
+def add_compiled_flag(p: argparse.ArgumentParser, baseline: bool = False) -> None:
     p.add_argument("--compiled", action="store_true",
                    help="this code's nodes run the compiled state machine (a wheel of this "
                         "checkout built with TSCHED_COMPILE=1, setup.py; needs a C compiler)")
+    if baseline:
+        p.add_argument("--baseline-compiled", action="store_true",
+                       help="the baseline's nodes too (a wheel of that revision): an A/B of "
+                            "code on the compiled build; without it --baseline runs Python")
 
 
-def compiled_tree(into: str) -> str:
-    """This checkout as a wheel with the compiled state machine, unpacked under `into`: a
-    PYTHONPATH for nodes of the compiled build. Raises when the build fell back to Python
-    (a figure labelled compiled must be one)."""
+def compiled_tree(into: str, rev: str | None = None) -> str:
+    """This checkout (or revision `rev`, from `git archive`) as a wheel with the compiled
+    state machine, unpacked under `into`: a PYTHONPATH for nodes of the compiled build.
+    Raises when the build fell back to Python (a figure labelled compiled must be one)."""
     out = Path(into) / "wheel"
+    source = REPO
+    if rev is not None:
+        source = Path(into) / "source"
+        source.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", rev], cwd=REPO, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(out), str(REPO)], capture_output=True, text=True,
+         "-w", str(out), str(source)], capture_output=True, text=True,
         env={**os.environ, "TSCHED_COMPILE": "1"})
     wheels = sorted(out.glob("tsched-*.whl"))
     if proc.returncode != 0 or not wheels:
