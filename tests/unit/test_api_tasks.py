@@ -60,6 +60,18 @@ async def test_idempotency_key_header_makes_a_retried_request_apply_once(api: Ap
     assert [t["task_id"] for t in listed["tasks"]] == [a["task_id"]]
 
 
+async def test_a_retried_batch_under_one_key_applies_each_item_once(api: Api, tt):
+    key = {"Idempotency-Key": "batch-" + tt}
+    body = {"tasks": [{"task_type": tt, "payload": i} for i in range(3)]}
+    s1, a = await api.call("POST", "/v1/tasks", body, headers=key)
+    s2, b = await api.call("POST", "/v1/tasks", body, headers=key)
+    assert s1 == s2 == 201
+    ids = [t["task_id"] for t in a["tasks"]]
+    assert len(set(ids)) == 3 and [t["task_id"] for t in b["tasks"]] == ids
+    status, listed = await api.call("GET", f"/v1/tasks?task_type={tt}")
+    assert sorted(t["task_id"] for t in listed["tasks"]) == sorted(ids)
+
+
 async def test_batch_submit_answers_in_order(api: Api, tt):
     status, body = await api.call("POST", "/v1/tasks", {"tasks": [
         {"task_type": tt, "payload": i} for i in range(3)]})
