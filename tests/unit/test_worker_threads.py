@@ -62,27 +62,6 @@ async def test_a_call_hands_its_outcome_to_its_function_on_the_loop():
             assert ok and value == -i
 
 
-async def test_close_drops_queued_calls_without_calling_their_functions():
-    pool = HandlerThreads(1, asyncio.get_running_loop())
-    started, release, called = threading.Event(), threading.Event(), []
-
-    def first() -> None:
-        started.set()
-        release.wait(WAIT_S)
-
-    running = pool.run(first)
-    pool.call(called.append, ("queued",), lambda ok, value: called.append("on_done"))
-    assert await asyncio.get_running_loop().run_in_executor(None, started.wait, WAIT_S)
-    pool.close()
-    release.set()
-    await asyncio.wait_for(running, WAIT_S)
-    with pytest.raises(RuntimeError):
-        pool.call(called.append, ("late",), lambda ok, value: None)
-    for t in pool._threads:
-        t.join(WAIT_S)
-    assert called == []
-
-
 async def test_handlers_run_on_named_threads_at_most_count_at_once():
     pool = HandlerThreads(2, asyncio.get_running_loop(), name_prefix="h")
     running, most, lock = 0, 0, threading.Lock()
@@ -122,6 +101,7 @@ async def test_a_call_cancelled_before_a_thread_takes_it_is_not_run():
 
 
 async def test_close_lets_the_running_call_finish_and_drops_the_queued_ones():
+    """Queued `run`s are cancelled; queued `call`s are dropped without their on_done."""
     pool = HandlerThreads(1, asyncio.get_running_loop())
     started, release, ran = threading.Event(), threading.Event(), []
 
@@ -133,6 +113,7 @@ async def test_close_lets_the_running_call_finish_and_drops_the_queued_ones():
 
     running = pool.run(first)
     queued = pool.run(ran.append, "queued")
+    pool.call(ran.append, ("queued call",), lambda ok, value: ran.append("its on_done"))
     assert await asyncio.get_running_loop().run_in_executor(None, started.wait, WAIT_S)
     pool.close()
     assert queued.cancelled()
@@ -140,6 +121,8 @@ async def test_close_lets_the_running_call_finish_and_drops_the_queued_ones():
     assert await asyncio.wait_for(running, WAIT_S) == "first"
     with pytest.raises(RuntimeError):
         pool.run(ran.append, "late")
+    with pytest.raises(RuntimeError):
+        pool.call(ran.append, ("late call",), lambda ok, value: None)
     for t in pool._threads:
         t.join(WAIT_S)
         assert not t.is_alive()
