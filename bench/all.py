@@ -6,14 +6,26 @@ JSON; the table lists, per DESIGN.md target, the measured median and the target.
     python -m bench.all                        # about 10 minutes on 2 cores
     python -m bench.all --only lifecycle,latency
     python -m bench.all --table-only           # reprint the table from the last results
+    python -m bench.all --compiled             # every node on the compiled state machine
+
+With `--compiled` a wheel of this checkout is built once with the compiled state machine
+(`TSCHED_COMPILE=1`, setup.py) and every benchmark, with the nodes it starts, imports it
+(`PYTHONPATH`); the table's code column says which build each figure is of.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.lib.revision import compiled_tree  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHES = {
@@ -108,9 +120,22 @@ def table(out: Path) -> str:
             shown = f"{value:.3g} {fig['unit']}" if 0 < abs(value) < 0.1 else f"{value:,.2f} {fig['unit']}"
         if fkey != key:
             label = f"{label} ({fkey[len(key) - 1:]})"
+        code = doc["machine"].get("code", "?")
+        if doc["machine"].get("tsched_build") == "compiled":
+            code += " compiled"
         lines.append(f"| {label} | {shown} | {target} | {doc['started']} | "
-                     f"{doc['machine'].get('code', '?')} | {doc['usage']['others_cores']:.2f} |")
+                     f"{code} | {doc['usage']['others_cores']:.2f} |")
     return "\n".join(lines)
+
+
+def _run_all(names: list[str], out: Path, env: dict[str, str] | None) -> list[str]:
+    failed = []
+    for name in names:
+        cmd = [sys.executable, "-m", *BENCHES[name], "--json", str(out / f"{name}.json")]
+        print(f"\n### {' '.join(cmd[1:])}", flush=True)
+        if subprocess.run(cmd, cwd=str(REPO), env=env).returncode != 0:
+            failed.append(name)
+    return failed
 
 
 def main() -> int:
@@ -118,16 +143,20 @@ def main() -> int:
     p.add_argument("--only", default=",".join(DEFAULT), help=f"from: {', '.join(BENCHES)}")
     p.add_argument("--out", default=str(REPO / "bench" / "results"))
     p.add_argument("--table-only", action="store_true")
+    p.add_argument("--compiled", action="store_true",
+                   help="run every benchmark and its nodes on the compiled state machine")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     failed = []
     if not args.table_only:
-        for name in [n for n in args.only.split(",") if n]:
-            cmd = [sys.executable, "-m", *BENCHES[name], "--json", str(out / f"{name}.json")]
-            print(f"\n### {' '.join(cmd[1:])}", flush=True)
-            if subprocess.run(cmd, cwd=str(REPO)).returncode != 0:
-                failed.append(name)
+        with tempfile.TemporaryDirectory(prefix="tsched-bench-all-") as tmp:
+            env = None
+            if args.compiled:
+                site = compiled_tree(tmp)
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                    [site, os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [site])}
+            failed = _run_all([n for n in args.only.split(",") if n], out, env)
     print("\n" + table(out))
     if failed:
         print(f"\nfailed: {', '.join(failed)}")

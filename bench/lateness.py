@@ -37,7 +37,8 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 from bench.lib.api import Api, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
-from bench.lib.revision import add_compiled_flag, compiled_tree, extract_client, extract_tree  # noqa: E402
+from bench.lib.revision import (  # noqa: E402
+    add_compiled_flag, compiled_tree, extract_client, extract_tree, nodes_build)
 from bench.lifecycle import longest_gc_pauses, report_gc_pauses  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                          "modes": ",".join(modes), "client_loop": loop_name,
                          "baseline": args.baseline or "-", "rounds": args.rounds,
                          "nodes_of": args.nodes_of or "this code",
-                         "state_machine": "compiled" if args.compiled else "python"},
+                         "state_machine": nodes_build(args)},
                         data_dir=cluster.root)
         cluster.wait_writable()
         report.start()

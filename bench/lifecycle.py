@@ -45,7 +45,7 @@ from bench.lib import contention  # noqa: E402
 from bench.lib.api import Api, HttpError, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
-from bench.lib.revision import add_compiled_flag, compiled_tree, extract_tree  # noqa: E402
+from bench.lib.revision import add_compiled_flag, compiled_tree, extract_tree, nodes_build  # noqa: E402
 
 TARGET = ">= 10,000 /s (3 nodes)"
 
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                     args, {"nodes": args.nodes, "runs": args.runs, "rounds": args.rounds,
                            **asdict(cfg), "carry_runs": args.carry,
                            "baseline": args.baseline or "-", "client_loop": loop_name,
-                           "state_machine": "compiled" if args.compiled else "python",
+                           "state_machine": nodes_build(args),
                            "baseline_state_machine": "compiled" if args.baseline_compiled
                            else "python",
                            "durability": "node default (fsync)"},

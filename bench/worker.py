@@ -28,7 +28,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 from bench.lib.api import Api  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
-from bench.lib.revision import add_compiled_flag, compiled_tree, extract_client  # noqa: E402
+from bench.lib.revision import add_compiled_flag, compiled_tree, extract_client, nodes_build  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = ">= 6,000 /s at concurrency 4"
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                             args, {"nodes": args.nodes, "tasks": args.tasks, "rounds": args.rounds,
                                    "concurrency": args.concurrency, "handler": args.handler,
                                    "baseline": args.baseline or "-",
-                                   "state_machine": "compiled" if args.compiled else "python"},
+                                   "state_machine": nodes_build(args)},
                             data_dir=cluster.root)
             cluster.wait_writable()
             report.start()

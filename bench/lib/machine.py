@@ -66,6 +66,16 @@ def code_version() -> str:
     return (sha + ("+dirty" if dirty else "")) if sha else "unknown"
 
 
+def tsched_build() -> str:
+    """`compiled` where the `tsched` this process imports (and the nodes it starts, which
+    inherit its environment) is the mypyc build (setup.py), else `python`."""
+    try:
+        from tsched.statemachine import StateMachine
+    except ImportError:
+        return "unknown"
+    return "compiled" if hasattr(StateMachine, "__mypyc_attrs__") else "python"
+
+
 def describe(data_dir: str | None = None) -> dict[str, str]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     info = {
@@ -81,4 +91,5 @@ def describe(data_dir: str | None = None) -> dict[str, str]:
     info["uvloop"] = "available" if importlib.util.find_spec("uvloop") else "absent"
     info["executable"] = sys.executable
     info["code"] = code_version()
+    info["tsched_build"] = tsched_build()
     return info

@@ -12,6 +12,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from .machine import tsched_build
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -68,6 +70,12 @@ def add_compiled_flag(p: argparse.ArgumentParser, baseline: bool = False) -> Non
         p.add_argument("--baseline-compiled", action="store_true",
                        help="the baseline's nodes too (a wheel of that revision): an A/B of "
                             "code on the compiled build; without it --baseline runs Python")
+
+
+def nodes_build(args: argparse.Namespace) -> str:
+    """The build this code's nodes run: `--compiled`, or what this process imports (a
+    PYTHONPATH of the compiled wheel, as `bench.all --compiled` sets, is inherited)."""
+    return "compiled" if args.compiled else tsched_build()
 
 
 def compiled_tree(into: str, rev: str | None = None) -> str:
