@@ -83,7 +83,9 @@ def test_a_flipped_log_entry_stops_the_follower_and_rejoin_empty_restores_it(tmp
         # at most `idle_tick_max_s` later), not with the apply that made the digests equal
         wait_until(lambda: not (c.data_dir(victim) / "REJOINING").exists(), 5.0,
                    "the rejoin marker to go")
-        assert "rejoined: caught up" in c.log(victim, tail_chars=20_000)
+        # the log line follows the marker's removal (made durable first), so wait for it too
+        wait_until(lambda: "rejoined: caught up" in c.log(victim, tail_chars=20_000), 5.0,
+                   "the node to log that it rejoined")
         # It votes again once caught up: a later election can use it.
         assert c.stop(leader) == 0
         assert c.wait_leader(exclude=[leader]) in c.followers(leader)
