@@ -5,7 +5,6 @@ import asyncio
 import hashlib
 import heapq
 import itertools
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from tsched.statemachine.limits import API_LIMITS
 from . import validate
 from .auth import SCOPE_KEY
 from .errors import ApiError
+from .ids import new_id
 
 FORWARDED_HEADER = "X-Tsched-Forwarded"
 MIN_SEQ_WAIT_S = 5.0          # a read waiting for its min_seq gives up after this (504)
@@ -71,12 +71,6 @@ NODE = web.AppKey("node", Node)
 
 def node_of(request: web.Request) -> Node:
     return request.app[NODE]
-
-
-def new_id() -> str:
-    """128 random bits as 32 hex digits, like `uuid4().hex` (unique across nodes and
-    restarts) at a tenth of its cost: every submitted task takes two."""
-    return os.urandom(16).hex()
 
 
 def request_id(request: web.Request, suffix: str = "") -> str:

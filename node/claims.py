@@ -33,6 +33,7 @@ import orjson
 from tsched.statemachine import commands as c
 
 from .errors import STATUS_BY_CODE, ApiError
+from .ids import new_id as _new_id
 
 log = logging.getLogger("tsched.node.claims")
 
@@ -432,11 +433,6 @@ def render_item(answer) -> dict:
 
 def _kind(w: Waiter) -> tuple:
     return (w.params["task_types"], w.tenant, w.params["prefetch_ms"])
-
-
-def _new_id() -> str:
-    from .api_common import new_id
-    return new_id()
 
 
 async def release(node, tasks: list[tuple[str, int]]) -> None:

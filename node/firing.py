@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import uuid
 from collections import OrderedDict
 
 from tsched.statemachine import commands as c
 
 from . import cron
+from .ids import new_id
 
 log = logging.getLogger("tsched.node.firing")
 
@@ -147,5 +147,5 @@ def _fire(sched, fire_ms: int, next_fire_ms: int | None, now_ms: int) -> c.Fire:
     # A fresh request id: a fire proposed twice is already a no-op in the state machine
     # (fire_ms no longer equals next_fire_ms), while a per-occurrence id could be answered
     # from the request table after a PUT made that occurrence due again, wedging the chain.
-    return c.Fire(request_id=uuid.uuid4().hex, now_ms=now_ms, tenant=sched.tenant,
+    return c.Fire(request_id=new_id(), now_ms=now_ms, tenant=sched.tenant,
                   schedule_id=sched.schedule_id, fire_ms=fire_ms, next_fire_ms=next_fire_ms)

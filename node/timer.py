@@ -15,6 +15,7 @@ from tsched.statemachine import commands as c
 
 from . import firing
 from .errors import ApiError
+from .ids import new_id as _new_id
 
 log = logging.getLogger("tsched.node.timer")
 
@@ -143,8 +144,3 @@ class LeaderTimer:
         except ApiError as e:
             log.warning("event=timer_propose_failed node=%s code=%s", self.node.node_id, e.code)
             return False
-
-
-def _new_id() -> str:
-    from .api_common import new_id
-    return new_id()
