@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from tsched.node import ids
 from tsched.node.ids import IDS_PER_READ, IdPool, new_id
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
@@ -37,6 +38,7 @@ def test_threads_taking_at_once_get_distinct_ids():
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_a_forked_child_does_not_hand_out_its_parents_pooled_ids():
+    ids._POOL.clear()
     new_id()                        # the module's pool now holds IDS_PER_READ - 1 ids
     read_end, write_end = os.pipe()
     pid = os.fork()
