@@ -15,9 +15,10 @@ NODE_ID_LEN_MAX = 64
 NODES_MAX = 9
 # Timeouts an operator may tune under [cluster.timeouts]; values in seconds.
 TIMEOUT_KEYS = ("raft_min_s", "raft_max_s", "propose_s", "leader_fallback_s")
-# Log compaction under [cluster.compaction]: a snapshot is taken once the log holds more
-# than `min_entries` entries or `min_bytes` bytes of applied commands, or `min_time_s`
-# passed since the last one. Bounds keep a typo from snapshotting on every entry or never.
+# Log compaction under [cluster.compaction]: a snapshot is taken every `min_entries` log
+# entries and every `min_time_s` seconds, and once the log holds `min_bytes` bytes of
+# applied commands, each node in its own phase (`raft.Replica.compaction_phase`).
+# Bounds keep a typo from snapshotting on every entry or never.
 COMPACTION_BOUNDS = {"min_entries": (10, 10_000_000), "min_time_s": (1.0, 86_400.0),
                      "min_bytes": (1 << 16, 1 << 36)}
 

@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 
 STATE_MACHINE_BUG_EXIT_CODE = 70
 SNAPSHOT_MAGIC = b"TSCHSNP2"
+# pysyncobj's own compaction bounds, set beyond reach: `Replica._compact_when_due` decides.
+COMPACTION_NEVER = 1 << 62
 SNAPSHOT_MAGIC_V1 = b"TSCHSNP1"     # no header checksum; SHA-256 of the state
 _U32 = struct.Struct(">I")
 
@@ -101,7 +103,8 @@ class RaftOptions:
     leader_fallback_timeout_s: float = 1.0
     connection_retry_s: float = 1.0
     connection_timeout_s: float = 3.0
-    # Each compaction forks and writes the whole state: every ~20k entries or 10 minutes.
+    # Each compaction forks and writes the whole state: every 20k entries or 10 minutes,
+    # each node in its own phase (`Replica._compact_when_due`).
     compaction_min_entries: int = 20_000
     compaction_min_time_s: float = 600.0
     # ... or once the applied part of the log holds this many bytes: the in-memory log tail
@@ -587,6 +590,7 @@ class Replica:
         self._snap_pid: int | None = None
         self._snap_abandoned = False
         self._snapshot_bytes: int | None = None   # last_snapshot_bytes, read lazily
+        self._compacted_time_bucket = self._time_bucket(time.time())
         self._last_sent_idx = 0
         self._last_sent_commit = 0
         self._waker: _Waker | None = None
@@ -686,8 +690,10 @@ class Replica:
             serializer=self._serialize,
             deserializer=self._deserialize,
             serializeChecker=self._check_serializing,
-            logCompactionMinEntries=o.compaction_min_entries,
-            logCompactionMinTime=o.compaction_min_time_s,
+            # `_compact_when_due` decides every compaction (pysyncobj's own triggers by
+            # entry count and age fired on every replica at the same index or second).
+            logCompactionMinEntries=COMPACTION_NEVER,
+            logCompactionMinTime=COMPACTION_NEVER,
             logCompactionBatchSize=o.snapshot_chunk_bytes,
             appendEntriesBatchSizeBytes=o.append_entries_batch_bytes,
             sendBufferSize=o.socket_buffer_bytes,
@@ -918,7 +924,7 @@ class Replica:
             last_applied=obj.raftLastApplied,
             commit_term=self._term_at(obj.raftCommitIndex),
         )
-        self._compact_when_log_large(obj)
+        self._compact_when_due(obj)
 
     def _term_at(self, idx: int) -> int:
         journal = self._journal
@@ -927,25 +933,53 @@ class Replica:
         pos = idx - journal[0][1]
         return journal[pos][2] if 0 <= pos < len(journal) else 0
 
-    def _compact_when_log_large(self, obj) -> None:
-        """pysyncobj compacts by entry count and age only; also compact by the bytes a
-        snapshot would let go (the log's mirror is in memory, and a restart replays it)."""
+    def _compact_when_due(self, obj) -> None:
+        """Compact once the applied log passes this node's byte threshold, or its entry
+        count or age crosses this node's next boundary (`compaction_phase`). pysyncobj
+        compacts by entry count and age alone, at the same index on every replica."""
         journal = self._journal
-        if journal is None or self._snap_pid is not None:
+        if journal is None or self._snap_pid is not None or not len(journal):
             return
-        if journal.applied_bytes(obj.raftLastApplied) >= self.compaction_bytes:
+        # pysyncobj snapshots at the entry before the last applied one and keeps that entry
+        # first in the log: the log began in the period of the index after it.
+        applied = obj.raftLastApplied
+        time_bucket = self._time_bucket(time.time())
+        if (journal.applied_bytes(applied) >= self.compaction_bytes
+                or self._entry_bucket(applied) > self._entry_bucket(journal[0][1] + 1)
+                or time_bucket > self._compacted_time_bucket):
+            self._compacted_time_bucket = time_bucket
             obj.forceLogCompaction()
+
+    @property
+    def compaction_phase(self) -> float:
+        """This node's place among the cluster's ids, as a share in [0, 0.5). Replicas apply
+        the same log, so equal thresholds had every node fork and write its snapshot at the
+        same moment: the three children and the copy-on-write faults of their parents
+        starved a 2-core machine at once (at 1,000,000 tasks for seconds; at 20,000 entries
+        every task due in the next 2 s was handed out 40-113 ms late)."""
+        ids = sorted([self.self_id, *self.peers])
+        return ids.index(self.self_id) / (2 * len(ids))
+
+    def _entry_bucket(self, idx: int) -> int:
+        """Which of this node's periods of `compaction_min_entries` log index `idx` is in:
+        a new period means a snapshot is due. Periods are offset by the node's phase, so
+        replicas compact `min_entries` apart, at indices no other replica uses."""
+        period = self.options.compaction_min_entries
+        return (idx + int(period * self.compaction_phase)) // period
+
+    def _time_bucket(self, now_s: float) -> int:
+        """As `_entry_bucket`, for the age bound: periods of `compaction_min_time_s` of the
+        wall clock, offset by the node's phase."""
+        period = self.options.compaction_min_time_s
+        return int((now_s + period * self.compaction_phase) // period)
 
     @property
     def compaction_bytes(self) -> int:
         """This node's share of `compaction_min_bytes`: between a half and all of it, by
-        the node's place among the cluster's ids. Replicas apply the same log, so equal
-        thresholds had every node fork and write its snapshot at the same moment (each
-        child several seconds of CPU at 1,000,000 tasks), starving the cluster at once."""
-        ids = sorted([self.self_id, *self.peers])
-        share = ids.index(self.self_id) / (2 * len(ids))
+        its `compaction_phase`."""
         proportional = self.last_snapshot_bytes * self.options.compaction_log_to_snapshot_ratio
-        return int(max(self.options.compaction_min_bytes, proportional) * (1 - share))
+        return int(max(self.options.compaction_min_bytes, proportional)
+                   * (1 - self.compaction_phase))
 
     @property
     def last_snapshot_bytes(self) -> int:

@@ -48,3 +48,33 @@ def test_replicas_compact_by_log_bytes_and_restart_from_the_snapshot(trio):
         assert len(sm.tasks) == 120
     wait_until(lambda: len({(r.applied_seq, r.digest()) for r in replicas}) == 1, 10,
                "equal digests after the restart")
+
+
+ENTRIES = 60
+STAGGERED = dataclasses.replace(FAST, compaction_min_entries=ENTRIES,
+                                compaction_min_bytes=1 << 30, compaction_log_to_snapshot_ratio=0.0)
+
+
+@pytest.fixture
+def staggered(tmp_path):
+    yield from running_trio(tmp_path, STAGGERED)
+
+
+def test_replicas_compact_by_entry_count_at_different_indices(staggered):
+    """Every replica applies the same log: with one entry-count threshold they all forked a
+    snapshot at the same index, at the same moment. Each compacts in its own phase."""
+    replicas = staggered["replicas"]
+    leader = wait_until(lambda: leader_of(replicas), 15, "a leader")
+    for b in range(ENTRIES + 10):                 # one Raft entry each
+        propose_sync(leader, [submit(f"e{b}")])
+    wait_until(lambda: all(r.snapshots_written >= 1 for r in replicas), 20,
+               "a snapshot on every replica")
+    wait_until(lambda: all(r._journal[0][1] > 1 for r in replicas), 10, "logs trimmed")
+    # pysyncobj snapshots at the entry before the last applied one and keeps it first.
+    at = {r.self_id: r._journal[0][1] for r in replicas}
+    assert len(set(at.values())) == 3, at
+    due = {r.self_id: ENTRIES - int(ENTRIES * r.compaction_phase) for r in replicas}
+    assert sorted(due.values()) == [40, 50, 60]
+    for node, idx in at.items():
+        assert due[node] - 1 <= idx < due[node] + 9, (at, due)
+    assert all(r.snapshots_written == 1 for r in replicas)   # one period, one snapshot

@@ -65,6 +65,19 @@ def test_compaction_thresholds_are_staggered_across_the_cluster(tmp_path):
     assert alone.compaction_bytes == alone.options.compaction_min_bytes
 
 
+def test_compaction_by_age_is_staggered_across_the_cluster(tmp_path):
+    """The age bound starts a new period at a different second on each replica."""
+    from tsched.node.raft import RaftOptions
+    addrs = {"a": "127.0.0.1:1", "b": "127.0.0.1:2", "c": "127.0.0.1:3"}
+    opts = RaftOptions(compaction_min_time_s=600.0)
+    due = {}
+    for i in sorted(addrs):
+        r = Replica(self_id=i, self_raft=addrs[i], data_dir=tmp_path, options=opts,
+                    peers={p: a for p, a in addrs.items() if p != i})
+        due[i] = [t for t in range(1, 1201) if r._time_bucket(t) > r._time_bucket(t - 1)]
+    assert due == {"a": [600, 1200], "b": [500, 1100], "c": [400, 1000]}
+
+
 def test_compaction_waits_for_a_log_as_large_as_the_last_snapshot(tmp_path):
     """A snapshot writes the whole state: with a large state, the log may grow to the last
     snapshot's size before the next one, so the snapshot work per byte of log stays flat."""
