@@ -590,7 +590,7 @@ class Replica:
         self._snap_pid: int | None = None
         self._snap_abandoned = False
         self._snapshot_bytes: int | None = None   # last_snapshot_bytes, read lazily
-        self._compacted_time_bucket = self._time_bucket(time.time())
+        self._compacted_time_period = self._period_of(time.time(), options.compaction_min_time_s)
         self._last_sent_idx = 0
         self._last_sent_commit = 0
         self._waker: _Waker | None = None
@@ -935,22 +935,24 @@ class Replica:
 
     def _compact_when_due(self, obj) -> None:
         """Compact once the applied log passes this node's byte threshold, or its entry
-        count or age crosses this node's next boundary (`compaction_phase`). pysyncobj
-        compacts by entry count and age alone, at the same index on every replica."""
+        count or age enters this node's next period (`_period_of`). pysyncobj compacts by
+        entry count and age alone, at the same index on every replica."""
         journal = self._journal
         if journal is None or self._snap_pid is not None or not len(journal):
             return
-        # pysyncobj snapshots at the entry before the last applied one and keeps that entry
-        # first in the log: the log began in the period of the index after it.
+        o = self.options
         applied = obj.raftLastApplied
-        time_bucket = self._time_bucket(time.time())
+        time_period = self._period_of(time.time(), o.compaction_min_time_s)
         if (journal.applied_bytes(applied) >= self.compaction_bytes
-                or self._entry_bucket(applied) > self._entry_bucket(journal[0][1] + 1)
-                or time_bucket > self._compacted_time_bucket):
-            self._compacted_time_bucket = time_bucket
+                # pysyncobj snapshots at the entry before the last applied one and keeps
+                # that entry first in the log: the log began in the period of the next.
+                or self._period_of(applied, o.compaction_min_entries)
+                > self._period_of(journal[0][1] + 1, o.compaction_min_entries)
+                or time_period > self._compacted_time_period):
+            self._compacted_time_period = time_period
             obj.forceLogCompaction()
 
-    @property
+    @functools.cached_property
     def compaction_phase(self) -> float:
         """This node's place among the cluster's ids, as a share in [0, 0.5). Replicas apply
         the same log, so equal thresholds had every node fork and write its snapshot at the
@@ -960,18 +962,11 @@ class Replica:
         ids = sorted([self.self_id, *self.peers])
         return ids.index(self.self_id) / (2 * len(ids))
 
-    def _entry_bucket(self, idx: int) -> int:
-        """Which of this node's periods of `compaction_min_entries` log index `idx` is in:
-        a new period means a snapshot is due. Periods are offset by the node's phase, so
-        replicas compact `min_entries` apart, at indices no other replica uses."""
-        period = self.options.compaction_min_entries
-        return (idx + int(period * self.compaction_phase)) // period
-
-    def _time_bucket(self, now_s: float) -> int:
-        """As `_entry_bucket`, for the age bound: periods of `compaction_min_time_s` of the
-        wall clock, offset by the node's phase."""
-        period = self.options.compaction_min_time_s
-        return int((now_s + period * self.compaction_phase) // period)
+    def _period_of(self, value: float, period: float) -> int:
+        """Which of this node's periods a log index or a wall-clock second is in: a new
+        period means a snapshot is due. Periods are offset by `compaction_phase`, so
+        replicas compact `period` apart, never at an index or second another one uses."""
+        return int((value + period * self.compaction_phase) // period)
 
     @property
     def compaction_bytes(self) -> int:

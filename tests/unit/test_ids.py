@@ -14,9 +14,9 @@ HEX32 = re.compile(r"[0-9a-f]{32}")
 
 def test_ids_are_32_hex_digits_and_never_repeat_across_refills():
     pool = IdPool()
-    ids = [pool.take() for _ in range(IDS_PER_READ * 3 + 7)]
-    assert all(HEX32.fullmatch(i) for i in ids)
-    assert len(set(ids)) == len(ids)
+    taken = [pool.take() for _ in range(IDS_PER_READ * 3 + 7)]
+    assert all(HEX32.fullmatch(i) for i in taken)
+    assert len(set(taken)) == len(taken)
 
 
 def test_threads_taking_at_once_get_distinct_ids():
