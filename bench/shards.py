@@ -131,7 +131,7 @@ def lifecycles_by_shard(cluster: LocalCluster, r: dict) -> dict[int, int]:
 
 
 # API requests served (`/v1/...`), per shard: with shards the routers label their shard
-# processes' samples `shard="s"` and their own carry none (node/router_merge.py).
+# processes' samples `shard="s"` and their own carry none (node/shards/merge.py).
 _API_REQUESTS = re.compile(r'^tsched_http_request_duration_seconds_count\{(?:shard="(\d+)",)?'
                            r'method="\w+",route="/v1/[^"]*"\} (\S+)$', re.M)
 

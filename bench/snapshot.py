@@ -88,7 +88,7 @@ def level(tasks: int) -> None:
 
 
 def _restore_as_the_node_does(blob: bytes):
-    """With collections paused, as node/raft.py restores (the state machine leaves the
+    """With collections paused, as node/raft/replica.py restores (the state machine leaves the
     garbage collector to the node)."""
     enabled = gc.isenabled()
     gc.disable()

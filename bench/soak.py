@@ -4,11 +4,11 @@ The lifecycle workload of `bench.lifecycle` (batched submits, long-polling claim
 completions) runs back to back on one 3-node cluster for `--duration-s`, then the nodes'
 logs are read for lines at ERROR or CRITICAL (in normal operation there must be none:
 those levels page a person) and `/metrics` for Raft entries re-sent and log truncations
-(both must stay 0 without faults, `node/replication.py`). It also prints what tells why
+(both must stay 0 without faults, `node/raft/replication.py`). It also prints what tells why
 they would not: Raft ticks later than half an election timeout (the watchdog's lines and
-`/metrics`), the longest gap between ticks, apply slices cut (`node/apply_budget.py`), the
+`/metrics`), the longest gap between ticks, apply slices cut (`node/raft/apply_budget.py`), the
 highest term (1 + the elections) and each generation's longest garbage-collection pause
-on any node (`node/gcpolicy.py`).
+on any node (`node/ops/gcpolicy.py`).
 
     python -m bench.soak                      # 10 minutes, 3 nodes
     python -m bench.soak --duration-s 60      # a short look
@@ -39,9 +39,9 @@ from bench.lifecycle import (Config, longest_gc_pauses, metric_sums,  # noqa: E4
 # The node's log format: "<ISO time> <LEVEL> <logger> ..." (node/main.py).
 _ALARM = re.compile(r"^\S+ (ERROR|CRITICAL) ", re.M)
 ALARM_LINES_SHOWN_MAX = 20       # the figure counts them all; the report quotes the first few
-# Signs of a Raft thread held too long (node/watchdog.py, node/apply_budget.py), summed.
+# Signs of a Raft thread held too long (node/raft/watchdog.py, node/raft/apply_budget.py), summed.
 _STALLS = re.compile(r"^tsched_raft_(late_ticks|apply_slices_cut)_total (\S+)$", re.M)
-# The watchdog's WARNING line (node/watchdog.py).
+# The watchdog's WARNING line (node/raft/watchdog.py).
 _LATE = re.compile(r" raft: (\d+) tick\(s\) late, the longest ([\d.]+) s between ticks")
 
 

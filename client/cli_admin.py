@@ -9,7 +9,7 @@ from . import render
 from .cli_common import State, json_option, cli, pass_state, time_option
 from .dev import DevError, run_dev
 
-# The API's bounds on a schedule's policies (node/api_schedules.py), checked before sending.
+# The API's bounds on a schedule's policies (node/api/schedules.py), checked before sending.
 CATCHUP_WINDOW_S_MAX = 7 * 86_400
 JITTER_S_MAX = 3_600
 OVERLAPS = ["allow", "skip", "buffer_one"]

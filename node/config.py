@@ -144,13 +144,13 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
         path=path, ca_file=_path(cluster, "ca_file", "[cluster]", base_dir),
         shards=_shards(cluster), replicas=_replicas(cluster))
     _check_raft_security(cfg)
-    from .shards import check_shape
+    from tsched.node.shards.layout import check_shape
     check_shape(cfg)
     return cfg
 
 
 def _shards(cluster: Mapping[str, Any]) -> int:
-    from .shards import SHARDS_MAX
+    from tsched.node.shards.layout import SHARDS_MAX
     value = cluster.get("shards", 1)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= SHARDS_MAX:
         raise ConfigError(f"[cluster] shards must be an integer in 1..{SHARDS_MAX}, "
@@ -159,7 +159,7 @@ def _shards(cluster: Mapping[str, Any]) -> int:
 
 
 def _replicas(cluster: Mapping[str, Any]) -> int | None:
-    from .shards import REPLICA_CHOICES
+    from tsched.node.shards.layout import REPLICA_CHOICES
     value = cluster.get("replicas")
     if value is None:
         return None

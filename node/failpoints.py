@@ -79,14 +79,14 @@ NONE = Failpoints()
 
 
 def diverging_kit(limits=None):
-    """The replica's machine kit (node/raft.py) with a state machine that refuses every
+    """The replica's machine kit (node/raft/replica.py) with a state machine that refuses every
     completion: the `diverge_apply` failpoint."""
     from dataclasses import replace
 
     from tsched.statemachine import StateMachine, commands
     from tsched.statemachine.errors import STALE_TOKEN, Result
 
-    from .raft import default_kit
+    from tsched.node.raft.replica import default_kit
 
     class DivergingMachine(StateMachine):
         def _apply_untidy(self, cmd):

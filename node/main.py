@@ -19,14 +19,14 @@ from aiohttp import web
 
 from tsched.statemachine.limits import API_LIMITS
 
-from . import config as config_mod
-from . import tls
-from .api_common import Node
-from .app import make_app
-from .clock import Clock
-from .gcpolicy import GcPolicy
-from .handoff import hand_over
-from .journal import CorruptStorage, fatal_corruption
+from tsched.node import config as config_mod
+from tsched.node import tls
+from tsched.node.api.common import Node
+from tsched.node.api.app import make_app
+from tsched.node.clock import Clock
+from tsched.node.ops.gcpolicy import GcPolicy
+from tsched.node.raft.handoff import hand_over
+from tsched.node.raft.journal import CorruptStorage, fatal_corruption
 
 log = logging.getLogger("tsched.node")
 
@@ -51,13 +51,13 @@ STOP_STACKS_AFTER_S = 12.0
                    "local shard replica's)")
 def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
         rejoin_empty: bool) -> None:
-    from . import shards
+    from tsched.node.shards import layout as shards
     try:
         cfg = config_mod.load(config_path)
         me = cfg.node(node_id)
         shards.check_data_dir(cfg, me)     # reads only: a refused data dir is left as it is
         if shard is not None:
-            from .supervisor import die_with_parent
+            from tsched.node.shards.supervisor import die_with_parent
             die_with_parent()              # first: a supervisor killed now takes us along
             cfg, me = shards.shard_process_config(cfg, node_id, shard)
         _check_http_exposure(cfg, me)
@@ -69,7 +69,7 @@ def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
         click.echo(f"tsnode: {e}", err=True)
         sys.exit(2)
     if shard is None and not shards.is_single_group(cfg):
-        from .supervisor import run_supervisor
+        from tsched.node.shards.supervisor import run_supervisor
         setup_logging(node_id, log_format)
         if rejoin_empty:
             _discard_local_data(cfg, me, shard)
@@ -89,8 +89,8 @@ def _discard_local_data(cfg, me, shard: int | None) -> None:
     replica's (each child then starts as a rejoining replica)."""
     from pathlib import Path
 
-    from . import shards
-    from .rejoin import discard_data
+    from tsched.node.shards import layout as shards
+    from tsched.node.raft.rejoin import discard_data
     if shard is not None or shards.is_single_group(cfg):
         discard_data(Path(me.data_dir))
         return
@@ -99,7 +99,7 @@ def _discard_local_data(cfg, me, shard: int | None) -> None:
 
 
 def _check_http_exposure(cfg, me) -> None:
-    from .auth import parse as parse_auth
+    from tsched.node.api.auth import parse as parse_auth
     parse_auth(cfg.auth)   # a malformed [auth] stops the node here, with the reason
     if cfg.auth is None and not config_mod.is_loopback(me.http_host):
         raise config_mod.ConfigError(
@@ -117,8 +117,8 @@ def _use_uvloop() -> None:
 
 
 def build_replica(cfg, node_id: str):
-    from .failpoints import Failpoints, diverging_kit
-    from .raft import Replica
+    from tsched.node.failpoints import Failpoints, diverging_kit
+    from tsched.node.raft.replica import Replica
     failpoints, limits = Failpoints.from_env(), _limits(cfg)
     kit = {"machine": diverging_kit(limits)} if failpoints.on("diverge_apply") else {}
     return Replica.from_config(cfg, node_id, failpoints=failpoints, limits=limits,
@@ -172,7 +172,7 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
     if log_context is not None:
         log_context.term_of = lambda: replica.term
     if cfg.archive_dir is not None:   # before start: the log's replay archives too
-        from .archive import Archive, archive_dir
+        from tsched.node.ops.archive import Archive, archive_dir
         where = archive_dir(cfg.archive_dir, me.data_dir)
         replica.add_apply_listener(Archive(where).on_apply)
         log.info("event=archive_enabled dir=%s", where)
@@ -198,9 +198,9 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
         log.info("event=http_listening addr=%s url=%s raft=%s cluster=%s state_machine=%s",
                  me.http, me.url, me.raft, cfg.name, _state_machine_build())
         background = [loop.create_task(_watch_role(node))]
-        from .supervisor import SUPERVISOR_PID_ENV, watch_parent
+        from tsched.node.shards.supervisor import SUPERVISOR_PID_ENV, watch_parent
         if shard is not None and os.environ.get(SUPERVISOR_PID_ENV):
-            from .leader_spread import shard_channel
+            from tsched.node.shards.leader_spread import shard_channel
             background.append(loop.create_task(watch_parent(stop)))
             background.append(loop.create_task(shard_channel(node, stop)))
         if gc_policy is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ssl
 
-from .config import ConfigError
+from tsched.node.config import ConfigError
 
 TLS_VERSION_MIN = ssl.TLSVersion.TLSv1_2
 

@@ -11,7 +11,7 @@ Two frozen dataclasses:
 - `ApiLimits`: bounds that only the HTTP layer has (request sizes, waits, pages). They do
   not decide replicated results, so they are not replica configuration.
 
-The HTTP layer (`node/validate.py`), its OpenAPI document (`node/openapi.py`) and `tsctl`
+The HTTP layer (`node/api/validate.py`), its OpenAPI document (`node/api/openapi.py`) and `tsctl`
 (`client/cli*.py`) take their numbers from `LIMITS` and `API_LIMITS` below, so a request the
 state machine would refuse is refused before anything is proposed: nothing over a limit is
 written to the Raft log. This module imports nothing, so that the client can use it.
@@ -115,7 +115,7 @@ class ApiLimits:
     # ~ a node's commit rate (~5,000 submits/s on 2 cores) x the ~2 s a submit may wait;
     # many full batches (`request_items_max`) fit, so a healthy cluster never sheds.
     proposals_waiting_max: int = 10_000
-    # Submit requests in progress at one node (node/admission.py): past either bound a new
+    # Submit requests in progress at one node (node/api/admission.py): past either bound a new
     # submit is answered `busy` before its body is read. Requests, not tasks: a request's
     # HTTP cost is what starves a node's loop (tasks are bounded by the proposal queue).
     # The benches' heaviest healthy load keeps 4 batch requests in progress per node,

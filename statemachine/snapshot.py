@@ -9,8 +9,8 @@ derived index is rebuilt. Formats 1-3 are still read; they carry no roll, so the
 roll is the hash of the snapshot's bytes (`digest.roll_from_blob`): replicas that restore
 the same snapshot agree.
 
-The garbage collector is the node's business (node/raft.py restores with collections
-paused and the result frozen, node/gcpolicy.py): nothing here touches it.
+The garbage collector is the node's business (node/raft/replica.py restores with collections
+paused and the result frozen, node/ops/gcpolicy.py): nothing here touches it.
 """
 from __future__ import annotations
 

@@ -19,11 +19,11 @@ import pytest
 
 from tests.api_support import Api
 from tests.net import free_port
-from tsched.node.api_common import Node
-from tsched.node.app import make_app
+from tsched.node.api.common import Node
+from tsched.node.api.app import make_app
 from tsched.node.clock import Clock
 from tsched.node.config import ClusterConfig, NodeConfig
-from tsched.node.raft import RaftOptions, Replica
+from tsched.node.raft.replica import RaftOptions, Replica
 
 FAST = RaftOptions(raft_min_timeout_s=0.05, raft_max_timeout_s=0.1,
                    leader_fallback_timeout_s=0.1, fsync=False)

@@ -46,8 +46,8 @@ def compiled(tmp_path_factory) -> Path:
 
 def test_the_wheel_ships_the_dashboard(compiled: Path) -> None:
     """Package data travels with a regular install (an editable one reads the checkout)."""
-    shipped = compiled / "tsched" / "node" / "static"
-    for f in (ROOT / "node" / "static").iterdir():
+    shipped = compiled / "tsched" / "node" / "api" / "static"
+    for f in (ROOT / "node" / "api" / "static").iterdir():
         if f.is_file():
             assert (shipped / f.name).read_bytes() == f.read_bytes(), f.name
 

@@ -457,7 +457,7 @@ def conforms(schema: dict, value, doc: dict, where: str = "$") -> list[str]:
 
 
 def test_real_answers_match_the_openapi_document(tmp_path):
-    from tsched.node import openapi
+    from tsched.node.api import openapi
     doc = openapi.document()
     (tmp_path / "cluster").mkdir()
     with Cluster(tmp_path / "cluster") as c:

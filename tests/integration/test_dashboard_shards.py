@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tsched.node.shards import shard_of_tenant
+from tsched.node.shards.layout import shard_of_tenant
 
 from .cluster import Cluster
 from .test_dashboard import browser_page, needs_chromium, until

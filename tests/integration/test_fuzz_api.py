@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 
-from tsched.node import openapi
+from tsched.node.api import openapi
 from tsched.node.errors import STATUS_BY_CODE
 
 from .cluster import Cluster

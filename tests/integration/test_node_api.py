@@ -10,7 +10,7 @@ from datetime import datetime
 import httpx
 import pytest
 
-from tsched.node.timer import FIRE_LEAD_MS
+from tsched.node.scheduling.timer import FIRE_LEAD_MS
 
 from .cluster import Cluster
 
@@ -386,7 +386,7 @@ def test_the_leaders_timer_fires_a_schedule_on_time(cluster: Cluster):
 
 
 def test_a_watch_through_a_follower_is_answered_ready_and_leases_nothing(cluster: Cluster):
-    """The watch a sharded node's router sends each shard (node/claims.py): it waits like a
+    """The watch a sharded node's router sends each shard (node/scheduling/claims.py): it waits like a
     claim, is answered `ready` once a claim of its kind would find work, and leases
     nothing; it carries no completions."""
     leader, f1, f2 = roles(cluster)

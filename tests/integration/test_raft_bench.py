@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.integration.raft_support import cluster_spec, wait_until  # noqa: E402
-from tsched.node.proposer import Proposer  # noqa: E402
-from tsched.node.raft import RaftOptions, Replica  # noqa: E402
+from tsched.node.raft.proposer import Proposer  # noqa: E402
+from tsched.node.raft.replica import RaftOptions, Replica  # noqa: E402
 from tsched.statemachine import StateMachine, commands  # noqa: E402
 
 # The child replica: raft_support.py run as a module from the repository root.

@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.raft_support import (FAST, cluster_spec, leader_of, make_replica,
                                                  mini_kit, propose_sync, submit, wait_until)
-from tsched.node.raft import RaftSecurityError, Replica
+from tsched.node.raft.replica import RaftSecurityError, Replica
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,7 +15,7 @@ import pytest
 from tests.integration.raft_support import (FAST, cluster_spec, leader_of, make_replica,
                                                  propose_sync, submit, wait_until)
 from tsched.node.failpoints import CRASH_EXIT_CODE
-from tsched.node.journal import read_entries
+from tsched.node.raft.journal import read_entries
 
 pytestmark = pytest.mark.timeout(120)
 # The child replica: raft_support.py run as a module from the repository root.

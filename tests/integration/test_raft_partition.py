@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.raft_support import (FAST, cluster_spec, leader_of, mini_kit,
                                                  propose_sync, submit, wait_until)
-from tsched.node.raft import Replica
+from tsched.node.raft.replica import Replica
 
 pytestmark = pytest.mark.timeout(120)
 

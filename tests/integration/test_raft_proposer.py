@@ -8,7 +8,7 @@ import pytest
 
 from tests.integration.raft_support import (cluster_spec, leader_of, make_replica, submit,
                                                  wait_until)
-from tsched.node.proposer import ProposalError, Proposer
+from tsched.node.raft.proposer import ProposalError, Proposer
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.integration.raft_support import (leader_of, real_replica, running_trio, submit,
                                                  wait_until)
-from tsched.node.proposer import Proposer
+from tsched.node.raft.proposer import Proposer
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,6 +1,6 @@
 """A replica held up does not cost the cluster an election.
 
-A backlog of committed entries is applied a slice per tick (`node/apply_budget.py`).
+A backlog of committed entries is applied a slice per tick (`node/raft/apply_budget.py`).
 Scenario: three replicas whose state machine takes 25 ms per entry; the leader is handed
 80 batches at once, so all three hold about 2 s of applying (past the 0.4 s election
 timeout these tests run with) as soon as the batches commit. Applied in one tick, the
@@ -8,7 +8,7 @@ replicas fell silent for that long and the cluster elected again. Applied a slic
 time, every replica applies all 80 in order and the leader and its term stay the same.
 
 A leader whose own Raft thread was held does not step down for the answers it did not
-get meanwhile (`node/stall_clock.py`). Scenario: the leader's thread is held 1 s, longer
+get meanwhile (`node/raft/stall_clock.py`). Scenario: the leader's thread is held 1 s, longer
 than its 0.4 s leader-fallback timeout and shorter than the followers' 2 s election
 timeout; it stays leader in the same term.
 """
@@ -21,7 +21,7 @@ import pytest
 
 from tests.integration.raft_support import (FAST, MiniMachine, cluster_spec, leader_of,
                                             make_replica, mini_kit, submit, wait_until)
-from tsched.node.raft import MachineKit
+from tsched.node.raft.replica import MachineKit
 
 pytestmark = pytest.mark.slow
 

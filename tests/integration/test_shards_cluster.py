@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tsched.client import Client, Worker
-from tsched.node.shards import shard_of_tenant
+from tsched.node.shards.layout import shard_of_tenant
 
 from .cluster import TSNODE, Cluster
 from .worker_support import running, wait_for

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .history import INFO, OK, pairs
 from .timefmt import to_ms
-from tsched.node.timer import FIRE_LEAD_MS   # a fire is made this long before it is due
+from tsched.node.scheduling.timer import FIRE_LEAD_MS   # a fire is made this long before it is due
 
 TERMINAL = ("completed", "cancelled", "dead_letter")
 CHECKS = ("lost", "stale_accepted", "double_lease", "cap_exceeded", "cancel_violations",

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from tests.integration.cluster import Cluster as ProcessCluster
-from tsched.node.journal import STORAGE_CORRUPT_EXIT_CODE
+from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE
 
 from .disks import SmallDisks
 from .proxy import ProxyHub

@@ -14,7 +14,7 @@ from collections import Counter
 
 import aiohttp
 
-from tsched.node.rejoin import MARKER_NAME
+from tsched.node.raft.rejoin import MARKER_NAME
 
 from .cluster import Cluster
 from .history import OK, History

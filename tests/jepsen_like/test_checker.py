@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from tsched.node.timer import FIRE_LEAD_MS
+from tsched.node.scheduling.timer import FIRE_LEAD_MS
 
 from .checker import CHECKS, check, check_diverged_reads
 from .timefmt import to_rfc3339

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tsched.node.admission import Admission
+from tsched.node.api.admission import Admission
 from tsched.node.errors import ApiError
 
 

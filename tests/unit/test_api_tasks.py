@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tsched.node import api_common
+from tsched.node.api import common as api_common
 from tests.api_support import Api, assert_error
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pysyncobj.syncobj import FAIL_REASON
 
-from tsched.node.apply_budget import BoundedApply
+from tsched.node.raft.apply_budget import BoundedApply
 
 
 class FakeRaft(BoundedApply):

@@ -6,7 +6,7 @@ import gzip
 
 from tests.unit.sm_support import T0, Driver
 from tsched.client.archive import Query, file_name, search
-from tsched.node.archive import Archive
+from tsched.node.ops.archive import Archive
 from tsched.statemachine import commands as c
 
 DAY_MS = 86_400_000

@@ -1,10 +1,10 @@
-"""[auth] parsing and token identification (node/auth.py); the HTTP rules are tested on a
+"""[auth] parsing and token identification (node/api/auth.py); the HTTP rules are tested on a
 real cluster in tests/integration/test_auth_cluster.py."""
 from __future__ import annotations
 
 import pytest
 
-from tsched.node.auth import AuthConfigError, Identity, digest_of, parse
+from tsched.node.api.auth import AuthConfigError, Identity, digest_of, parse
 
 
 def test_no_auth_section_means_no_auth():
@@ -53,7 +53,7 @@ def test_tsnode_refuses_a_malformed_auth_section(tmp_path):
 
 
 def test_many_tenant_tokens_are_identified_by_lookup():
-    from tsched.node.auth import LINEAR_SCAN_MAX
+    from tsched.node.api.auth import LINEAR_SCAN_MAX
     n = LINEAR_SCAN_MAX * 3
     auth = parse({"tenant_token_sha256": {f"t{i}": [digest_of(f"tok{i}")] for i in range(n)}})
     assert len(auth.entries) > LINEAR_SCAN_MAX

@@ -9,10 +9,11 @@ import uuid
 import pytest
 
 from tests.api_support import Api, assert_error, until
-from tsched.node import claims, validate
-from tsched.node.api_common import Node
-from tsched.node.app import BODY_BYTES_MAX, make_app
-from tsched.node.auth import digest_of
+from tsched.node.scheduling import claims
+from tsched.node.api import validate
+from tsched.node.api.common import Node
+from tsched.node.api.app import BODY_BYTES_MAX, make_app
+from tsched.node.api.auth import digest_of
 from tsched.node.clock import Clock
 from tsched.node.config import ClusterConfig, NodeConfig
 

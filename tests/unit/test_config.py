@@ -151,7 +151,7 @@ def test_log_lines_carry_node_and_term_in_both_formats(capsys):
 
 
 def test_compaction_thresholds_reach_the_raft_options(tmp_path):
-    from tsched.node.raft import Replica
+    from tsched.node.raft.replica import Replica
     cfg = config.load(write(tmp_path, GOOD + "\n[cluster.compaction]\nmin_entries = 50\n"
                                               "min_time_s = 30\nmin_bytes = 1048576\n"))
     assert dict(cfg.compaction) == {"min_entries": 50, "min_time_s": 30, "min_bytes": 1 << 20}

@@ -5,7 +5,7 @@ import datetime as dt
 
 import pytest
 
-from tsched.node import cron
+from tsched.node.scheduling import cron
 
 
 def ms(text: str) -> int:

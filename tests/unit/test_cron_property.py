@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tsched.node import cron
+from tsched.node.scheduling import cron
 
 UTC = dt.timezone.utc
 ZONES = ["UTC", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Asia/Kolkata"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 
-from tsched.node import cron, firing
+from tsched.node.scheduling import cron, firing
 from tsched.statemachine import StateMachine
 from tsched.statemachine import commands as c
 

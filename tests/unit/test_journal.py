@@ -7,7 +7,7 @@ import lmdb
 import msgpack
 import pytest
 
-from tsched.node.journal import CorruptStorage, LmdbJournal, read_entries
+from tsched.node.raft.journal import CorruptStorage, LmdbJournal, read_entries
 
 
 def entries(n, start=1, term=1):

@@ -10,10 +10,10 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from tsched.node import api_ops
-from tsched.node.api_common import NODE, Node
-from tsched.node.app import error_middleware
-from tsched.node.metrics import (OTHER_LABEL, AttemptTracker, NodeMetrics, bounded_tenants)
+from tsched.node.api import ops as api_ops
+from tsched.node.api.common import NODE, Node
+from tsched.node.api.app import error_middleware
+from tsched.node.ops.metrics import (OTHER_LABEL, AttemptTracker, NodeMetrics, bounded_tenants)
 from tsched.statemachine import StateMachine
 from tsched.statemachine import commands as c
 

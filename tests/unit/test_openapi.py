@@ -5,9 +5,9 @@ import re
 
 import orjson
 
-from tsched.node import openapi
-from tsched.node.api_common import Node
-from tsched.node.app import make_app
+from tsched.node.api import openapi
+from tsched.node.api.common import Node
+from tsched.node.api.app import make_app
 from tsched.node.errors import STATUS_BY_CODE
 
 METHODS = {"get", "put", "post", "delete", "patch"}

@@ -29,9 +29,9 @@ def test_dashboard_files_are_package_data():
     """The dashboard's folder is a data-only package (setuptools warns about a folder that
     Python could import but the `packages` list leaves out), and all its files ship."""
     cfg = _setuptools()
-    assert "tsched.node.static" in cfg["packages"]
-    patterns = cfg["package-data"]["tsched.node.static"]
-    static = [p for p in (ROOT / "node" / "static").iterdir() if p.is_file()]
+    assert "tsched.node.api.static" in cfg["packages"]
+    patterns = cfg["package-data"]["tsched.node.api.static"]
+    static = [p for p in (ROOT / "node" / "api" / "static").iterdir() if p.is_file()]
     assert static, "the dashboard has no files"
     for f in static:
         assert any(f.match(p) for p in patterns), f

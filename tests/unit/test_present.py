@@ -1,12 +1,12 @@
-"""Rendering state objects as API JSON (node/present.py): its caches never change an answer."""
+"""Rendering state objects as API JSON (node/api/present.py): its caches never change an answer."""
 from __future__ import annotations
 
 import datetime as dt
 
 import orjson
 
-from tsched.node import present
-from tsched.node.validate import json_text
+from tsched.node.api import present
+from tsched.node.api.validate import json_text
 from tsched.statemachine import commands as c
 
 from tests.unit.sm_support import T0, Driver
@@ -54,7 +54,7 @@ def test_a_task_answer_carries_payload_and_result_as_the_json_values_given():
 
 
 def test_a_minimal_claim_answer_is_the_whole_tasks_worker_fields_as_the_contract_names_them():
-    from tsched.node.openapi import CLAIMED_FIELDS
+    from tsched.node.api.openapi import CLAIMED_FIELDS
     d = Driver()
     d.add("t1", payload_json=json_text({"n": 1}, "payload"))
     cmd = c.Claim(request_id="r1", now_ms=T0, worker_id="w", task_types=("email",),

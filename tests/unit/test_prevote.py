@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from pysyncobj.monotonic import monotonic
 
-from tsched.node import prevote as pv
+from tsched.node.raft import prevote as pv
 
 
 class FakeObj:

@@ -1,12 +1,13 @@
-"""A replica applies the batches it proposed from the commands it encoded (node/proposed.py):
+"""A replica applies the batches it proposed from the commands it encoded (node/raft/proposed.py):
 only for exactly those bytes, and those commands are what decoding would give, field by
 field and type by type."""
 from __future__ import annotations
 
 import dataclasses
 
-from tsched.node import proposed, validate
-from tsched.node.proposed import ProposedBatches
+from tsched.node.raft import proposed
+from tsched.node.api import validate
+from tsched.node.raft.proposed import ProposedBatches
 from tsched.statemachine import codec
 from tsched.statemachine import commands as c
 

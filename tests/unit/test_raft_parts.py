@@ -1,11 +1,11 @@
-"""Pieces of node/raft.py and node/failpoints.py that need no cluster."""
+"""Pieces of node/raft/replica.py and node/failpoints.py that need no cluster."""
 from __future__ import annotations
 
 import pytest
 
 from tsched.node.failpoints import Failpoints
-from tsched.node.journal import CorruptStorage
-from tsched.node.raft import (RaftSecurityError, check_raft_security, publish_snapshot,
+from tsched.node.raft.journal import CorruptStorage
+from tsched.node.raft.replica import (RaftSecurityError, check_raft_security, publish_snapshot,
                               read_snapshot, read_snapshot_header, snapshot_tmp_path,
                               write_snapshot)
 
@@ -92,7 +92,7 @@ class _Polled:
 ])
 def test_the_raft_thread_polls_until_its_next_timer(role, heartbeat_in_s, election_in_s,
                                                     low, high):
-    from tsched.node.raft import RaftOptions, _TimedPoller
+    from tsched.node.raft.replica import RaftOptions, _TimedPoller
     obj = _Polled(role, heartbeat_in_s, election_in_s)
     obj._poller = obj
     _TimedPoller.install(obj, RaftOptions())
@@ -102,7 +102,7 @@ def test_the_raft_thread_polls_until_its_next_timer(role, heartbeat_in_s, electi
 
 @pytest.mark.parametrize("role", [0, 1, 2])
 def test_a_replica_with_entries_left_to_apply_does_not_sleep(role):
-    from tsched.node.raft import RaftOptions, _TimedPoller
+    from tsched.node.raft.replica import RaftOptions, _TimedPoller
     obj = _Polled(role, 0.03, 0.06)
     obj.cut = True
     obj._poller = obj
@@ -112,7 +112,7 @@ def test_a_replica_with_entries_left_to_apply_does_not_sleep(role):
 
 
 def test_heartbeats_are_at_most_a_tenth_of_the_timeouts():
-    from tsched.node.raft import RaftOptions, heartbeat_period_s
+    from tsched.node.raft.replica import RaftOptions, heartbeat_period_s
     assert heartbeat_period_s(RaftOptions()) == 0.1
     fast = RaftOptions(raft_min_timeout_s=0.05, raft_max_timeout_s=0.1,
                        leader_fallback_timeout_s=0.1)

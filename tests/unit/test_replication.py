@@ -1,5 +1,5 @@
-"""node/replication.py: AppendEntries handling that neither re-sends nor rewrites held entries."""
-from tsched.node.replication import (ReplicationStats, next_index_after_success,
+"""node/raft/replication.py: AppendEntries handling that neither re-sends nor rewrites held entries."""
+from tsched.node.raft.replication import (ReplicationStats, next_index_after_success,
                                      trim_append_entries)
 
 

@@ -6,9 +6,9 @@ import httpx
 import pytest
 
 from tsched.client._core import SeqTracker
-from tsched.node import router_merge
+from tsched.node.shards import merge as router_merge
 from tsched.node.errors import ApiError
-from tsched.node.router import parse_min_seqs
+from tsched.node.shards.router import parse_min_seqs
 
 
 def test_min_seq_pairs_parse_and_bad_ones_are_invalid_argument():
@@ -75,7 +75,7 @@ def test_the_client_keeps_sequences_per_shard():
 def test_claims_ask_the_shard_that_last_gave_work_first_but_every_fourth_rotates():
     from types import SimpleNamespace
 
-    from tsched.node.router_claims import ROTATE_EVERY, _order, _remember_productive
+    from tsched.node.shards.claims import ROTATE_EVERY, _order, _remember_productive
     r = SimpleNamespace(count=4, rotation=0, productive={})
     kind = ("w", ("t",), 30_000, 0, None)
     assert [_order(r, kind)[0] for _ in range(4)] == [0, 1, 2, 3]   # nothing known: in turn
@@ -89,7 +89,7 @@ def test_claims_ask_the_shard_that_last_gave_work_first_but_every_fourth_rotates
 def test_open_watches_are_counted_per_work_and_shard_whichever_worker_opened_them():
     from types import SimpleNamespace
 
-    from tsched.node.router_claims import _count_watch, _watched
+    from tsched.node.shards.claims import _count_watch, _watched
     r = SimpleNamespace(watching={})
     a, b = ("w-a", ("t",), 30_000, 0, None), ("w-b", ("t",), 60_000, 0, None)
     other = ("w-a", ("u",), 30_000, 0, None)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tsched.node import config, shards
+from tsched.node import config
+from tsched.node.shards import layout as shards
 
 
 def cluster_toml(tmp_path: Path, nodes: int = 3, extra: str = "") -> str:
@@ -114,7 +115,7 @@ def test_cron_occurrence_ids_carry_their_shard_and_old_ones_none():
 
 
 def test_a_shard_timer_fires_with_its_shard():
-    from tsched.node import firing
+    from tsched.node.scheduling import firing
     from tsched.statemachine import StateMachine, commands as c
     sm = StateMachine()
     sm.apply(c.PutSchedule(request_id="p", now_ms=1_000, tenant="t", schedule_id="s",
@@ -157,7 +158,7 @@ def test_a_single_group_data_dir_is_refused_by_a_sharded_config_and_left_alone(t
 # --- leader spread ---------------------------------------------------------------------------
 
 def test_an_overloaded_node_moves_one_shard_to_the_replica_leading_fewest():
-    from tsched.node.leader_spread import plan_move
+    from tsched.node.shards.leader_spread import plan_move
     replicas = {s: ["n1", "n2", "n3"] for s in range(4)}
     leaders = {0: "n1", 1: "n1", 2: "n1", 3: "n2"}
     assert plan_move("n1", leaders, replicas, 4, 3) == (0, "n3")
@@ -167,7 +168,7 @@ def test_an_overloaded_node_moves_one_shard_to_the_replica_leading_fewest():
 
 
 def test_a_spreader_moves_only_after_two_checks_over_the_share():
-    from tsched.node.leader_spread import Spreader
+    from tsched.node.shards.leader_spread import Spreader
     sp = Spreader("n1", 3, 3, {s: ["n1", "n2", "n3"] for s in range(3)})
     for s in range(3):
         sp.note(s, b'{"role": "leader", "leader": "n1", "term": 2}\n')
@@ -179,8 +180,8 @@ def test_a_spreader_moves_only_after_two_checks_over_the_share():
 
 
 def test_claims_go_to_the_leaders_replica_first_and_other_requests_stay_local(tmp_path):
-    from tsched.node.leader_spread import Spreader
-    from tsched.node.upstream import Upstreams
+    from tsched.node.shards.leader_spread import Spreader
+    from tsched.node.shards.upstream import Upstreams
     cfg = load(tmp_path, nodes=3, extra="shards = 2")
     up = Upstreams(cfg, "n1")
     spreader = Spreader("n1", 2, 3, {0: ["n1", "n2", "n3"], 1: ["n2", "n3", "n1"]})

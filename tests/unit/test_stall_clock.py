@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tsched.node.stall_clock import forgive_stall
+from tsched.node.raft.stall_clock import forgive_stall
 
 
 class FakeRaft:

@@ -1,5 +1,5 @@
 """The leader timer stops when its app closes, even when the state changed in the same loop
-iteration as the close (node/timer.py): a lost cancel had made the app's cleanup wait
+iteration as the close (node/scheduling/timer.py): a lost cancel had made the app's cleanup wait
 forever, one test run in a few."""
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tsched.node.metrics import NodeMetrics
-from tsched.node.router_merge import sum_timeseries
-from tsched.node.timeseries import TimeSeries, quantile_ms
+from tsched.node.ops.metrics import NodeMetrics
+from tsched.node.shards.merge import sum_timeseries
+from tsched.node.ops.timeseries import TimeSeries, quantile_ms
 
 T = 1_800_000_000 // 60 * 60      # an epoch second at a whole minute
 

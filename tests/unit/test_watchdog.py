@@ -1,7 +1,7 @@
 """The Raft thread's watchdog, on a clock of its own."""
 from __future__ import annotations
 
-from tsched.node.watchdog import Watchdog
+from tsched.node.raft.watchdog import Watchdog
 
 
 class Clock:

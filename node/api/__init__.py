@@ -1,0 +1,1 @@
+"""The HTTP API: the app factory, one module per resource, auth, admission, validation and rendering."""

@@ -1,0 +1,136 @@
+"""The node's aiohttp application: routes, error shape, and the services' lifecycles.
+
+Everything a handler needs lives in the `Node` under `NODE` (no module globals). The
+startup context wires the Raft apply listener into the loop, and starts the forwarder, the
+claim dispatcher and the leader's timer; the cleanup half stops them.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+
+from aiohttp import web
+
+from tsched.node.api import cluster as api_cluster, tasks as api_tasks, tenants as api_tenants, workers as api_workers, present
+from tsched.node.api.admission import ADMISSION, Admission
+from tsched.node.api.common import NODE, Node, error_response
+from tsched.node.scheduling.claims import ClaimHub, enables_claims
+from tsched.node.errors import ApiError
+from tsched.node.api.forward import Forwarder
+from tsched.node.tls import cluster_client_context
+from tsched.node.scheduling.timer import LeaderTimer
+
+log = logging.getLogger("tsched.node.http")
+
+BODY_BYTES_MAX = 1024 * 1024
+
+# aiohttp's own HTTP errors (no route, wrong method, body too large) in our error shape.
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+def make_app(node: Node) -> web.Application:
+    middlewares = [error_middleware]
+    if node.shard is not None:
+        from tsched.node.shards.layout import shard_tag_middleware
+        middlewares.insert(0, shard_tag_middleware(node.shard))
+    app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=middlewares)
+    app[NODE] = node
+    app[ADMISSION] = Admission()
+    app.cleanup_ctx.append(_services)
+    for module in (api_tasks, api_workers, api_tenants, api_cluster):
+        app.router.add_routes(module.routes)
+    _mount_optional(app)
+    return app
+
+
+def _mount_optional(app: web.Application) -> None:
+    """Parts built separately, mounted when present: schedules (`routes`); operations
+    (`api_ops.setup`: metrics, health, stats, OpenAPI, dashboard); auth (`middleware`)."""
+    for name in ("schedules",):
+        module = _optional(name)
+        if module is not None and hasattr(module, "routes"):
+            app.router.add_routes(module.routes)
+    ops = _optional("ops")   # metrics, health, stats, dashboard (and its middleware)
+    if ops is not None:
+        ops.setup(app)
+    auth = _optional("auth")
+    if auth is not None:
+        auth.setup(app)   # parses [auth] once; its middleware runs inside the error shape
+
+
+def _optional(name: str):
+    try:
+        return importlib.import_module(f"tsched.node.api.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"tsched.node.api.{name}":
+            raise
+        return None
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
+    node = request.app[NODE]
+    try:
+        return await handler(request)
+    except ApiError as e:
+        return error_response(e, node.replica.applied_seq)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        code = _HTTP_CODES.get(e.status, "invalid_argument")
+        msg = "request body too large" if e.status == 413 else e.reason
+        err = ApiError(code, msg, {"status": e.status})
+        resp = error_response(err, node.replica.applied_seq)
+        resp.set_status(e.status)
+        return resp
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("event=http_500 node=%s method=%s path=%s", node.node_id,
+                      request.method, request.path)
+        return error_response(ApiError("internal", "internal error (a bug; see the node log)"),
+                              None)
+
+
+async def _services(app: web.Application):
+    from tsched.node.raft.proposer import Proposer
+    node = app[NODE]
+    loop = asyncio.get_running_loop()
+    node.proposer = Proposer(node.replica, loop, render=present.result,
+                             render_minimal=present.minimal_result)
+    node.forwarder = Forwarder(node.node_id, ssl=cluster_client_context(node.config))
+    await node.forwarder.start()
+    node.claims = ClaimHub(node)
+    node.timer = LeaderTimer(node)
+    closed = False
+
+    def on_applied(seq: int, wake: bool) -> None:
+        if closed:
+            return
+        node.seqs.on_applied(seq)
+        if wake:
+            node.claims.wake()
+        node.timer.state_changed()
+
+    def listener(seq, cmds, results) -> None:  # on the Raft thread, under the lock
+        if closed:
+            return
+        try:
+            loop.call_soon_threadsafe(on_applied, seq, enables_claims(cmds))
+        except RuntimeError:
+            pass  # the loop is closed: the node is stopping
+
+    node.replica.add_apply_listener(listener)
+    node.claims.start()
+    node.timer.start()
+    yield
+    closed = True
+    await node.timer.close()
+    await node.claims.close()
+    close = getattr(node.proposer, "close", None)
+    if close is not None:
+        result = close()
+        if asyncio.iscoroutine(result):
+            await result
+    await node.forwarder.close()

@@ -1,0 +1,206 @@
+"""Bearer-token authentication and tenant scoping (DESIGN.md section 7, SECURITY.md).
+
+With an `[auth]` section in cluster.toml every request but the open ones (health, readiness,
+the dashboard's static page, the OpenAPI document) needs `Authorization: Bearer T`:
+
+    [auth]
+    admin_token_sha256 = ["<hex>"]              # everything
+    metrics_token_sha256 = ["<hex>"]            # optional: GET /metrics only (a scraper)
+    [auth.tenant_token_sha256]
+    acme = ["<hex>", "<hex>"]                   # acme's tasks, schedules and claims only
+
+Only SHA-256 digests are stored, so the file gives no token away; a presented token is
+hashed and compared with every digest in constant time. A tenant token sets
+`request[SCOPE_KEY]`, which handlers pass into reads and commands; this module refuses
+what no tenant token may do at all (tenant settings, cluster operations, metrics).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from aiohttp import web
+
+from tsched.node.errors import ApiError
+
+log = logging.getLogger("tsched.node.auth")
+
+TOKEN_CHARS_MAX = 1024          # longer Authorization values are refused before hashing
+DIGESTS_MAX = 20_000            # digests in the whole [auth] section
+LINEAR_SCAN_MAX = 64            # up to this many digests, every one is compared per request
+TENANT_CHARS_MAX = 64
+# The tenant a scoped token is limited to, read by handlers through api_tasks.tenant_scope.
+SCOPE_KEY: web.RequestKey[str] = web.RequestKey("tenant_scope", str)
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_KEYS = ("admin_token_sha256", "tenant_token_sha256", "metrics_token_sha256")
+
+# Reachable without a token: liveness/readiness probes, and the dashboard's page and assets
+# (they hold no data; every API call the dashboard makes carries the token typed into it).
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/", "/v1/openapi.json"})
+OPEN_PREFIXES = ("/static/",)
+METRICS_PATH = "/metrics"
+TIMESERIES_PATH = "/v1/timeseries"   # the dashboard's graphs: cluster-wide counts
+
+
+class AuthConfigError(ValueError):
+    """The [auth] section is malformed; the message says where."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    kind: str                   # "admin" | "tenant" | "metrics"
+    tenant: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"tenant:{self.tenant}" if self.kind == "tenant" else self.kind
+
+
+@dataclass(frozen=True)
+class Auth:
+    """The parsed [auth] section: (digest bytes, identity) pairs."""
+
+    entries: tuple[tuple[bytes, Identity], ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_digest", dict(self.entries))
+
+    def identify(self, token: str) -> Identity | None:
+        """The token's identity, or None.
+
+        Few digests (the usual case): each is compared with `hmac.compare_digest` and the
+        scan never stops early, so timing says nothing about which digest matched or how
+        closely. Many (thousands of tenant tokens): a dict lookup keyed by the digest, so a
+        request costs the same whatever the count; Python's per-process keyed hashing and
+        the SHA-256 in between leave an attacker nothing to learn a token from."""
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        if len(self.entries) > LINEAR_SCAN_MAX:
+            return self._by_digest.get(digest)
+        found = None
+        for known, identity in self.entries:
+            if hmac.compare_digest(known, digest) and found is None:
+                found = identity
+        return found
+
+
+def parse(raw: Mapping[str, Any] | None) -> Auth | None:
+    """cluster.toml's [auth] table -> Auth (None when there is no [auth])."""
+    if raw is None:
+        return None
+    unknown = sorted(set(raw) - set(_KEYS))
+    if unknown:
+        raise AuthConfigError(f"[auth] unknown keys: {', '.join(unknown)} "
+                              f"(known: {', '.join(_KEYS)})")
+    entries = [(d, Identity("admin"))
+               for d in _digests(raw.get("admin_token_sha256"), "admin_token_sha256")]
+    entries += [(d, Identity("metrics"))
+                for d in _digests(raw.get("metrics_token_sha256"), "metrics_token_sha256")]
+    tenants = raw.get("tenant_token_sha256", {})
+    if not isinstance(tenants, Mapping):
+        raise AuthConfigError("[auth.tenant_token_sha256] must be a table: tenant = [digests]")
+    for tenant in sorted(tenants):
+        if not isinstance(tenant, str) or not _TENANT_RE.match(tenant):
+            raise AuthConfigError(f"[auth.tenant_token_sha256] {tenant!r} is not a tenant name "
+                                  f"(1..{TENANT_CHARS_MAX} of A-Z a-z 0-9 _ . -)")
+        where = f"tenant_token_sha256.{tenant}"
+        entries += [(d, Identity("tenant", tenant)) for d in _digests(tenants[tenant], where)]
+    if not entries:
+        raise AuthConfigError("[auth] lists no token digests: nobody could use the API")
+    if len(entries) > DIGESTS_MAX:
+        raise AuthConfigError(f"[auth] lists {len(entries)} digests; the limit is {DIGESTS_MAX}")
+    seen: dict[bytes, Identity] = {}
+    for digest, identity in entries:
+        if seen.setdefault(digest, identity) != identity:
+            raise AuthConfigError(f"[auth] one token digest is listed for both "
+                                  f"{seen[digest].name} and {identity.name}")
+    return Auth(entries=tuple(entries))
+
+
+def _digests(value: Any, where: str) -> list[bytes]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise AuthConfigError(f"[auth] {where} must be a list of SHA-256 hex digests")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not _HEX64.match(item.lower()):
+            raise AuthConfigError(f"[auth] {where}[{i}] is not a SHA-256 hex digest "
+                                  "(64 hex digits: `printf %s TOKEN | sha256sum`)")
+        out.append(bytes.fromhex(item))
+    return out
+
+
+def digest_of(token: str) -> str:
+    """The hex digest to put in cluster.toml for `token`."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# --- the middleware -----------------------------------------------------------------------
+
+AUTH = web.AppKey("auth", object)    # Auth | None: the parsed [auth] of this node
+
+
+def setup(app: web.Application) -> None:
+    """Parse the node's [auth] once and mount the middleware (app.py calls this)."""
+    from tsched.node.api.common import NODE
+    app[AUTH] = parse(getattr(app[NODE].config, "auth", None))
+    app.middlewares.append(middleware)
+
+
+@web.middleware
+async def middleware(request: web.Request, handler) -> web.StreamResponse:
+    auth = request.app[AUTH]
+    if auth is None or _is_open(request.path):
+        return await handler(request)
+    identity = auth.identify(_bearer(request))
+    if identity is None:
+        raise ApiError("unauthenticated", "the bearer token is not known to this cluster")
+    _authorize(request, identity)
+    if identity.kind == "tenant":
+        request[SCOPE_KEY] = identity.tenant
+    return await handler(request)
+
+
+def _is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
+def _bearer(request: web.Request) -> str:
+    header = request.headers.get("Authorization")
+    if header is None:
+        raise ApiError("unauthenticated", "this cluster needs `Authorization: Bearer <token>`")
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError("unauthenticated", "the Authorization header must be `Bearer <token>`")
+    if len(token) > TOKEN_CHARS_MAX:
+        raise ApiError("unauthenticated", f"the token is longer than {TOKEN_CHARS_MAX} characters")
+    return token
+
+
+def _authorize(request: web.Request, identity: Identity) -> None:
+    """Refuse what this kind of token may never do; per-tenant checks live in handlers."""
+    if identity.kind == "admin":
+        return
+    path = request.path
+    if identity.kind == "metrics":
+        if path != METRICS_PATH:
+            raise ApiError("forbidden", "a metrics token may only read /metrics")
+        return
+    if _admin_only(request.method, path):
+        raise ApiError("forbidden", f"{request.method} {path} needs an admin token",
+                       {"tenant": identity.tenant})
+
+
+def _admin_only(method: str, path: str) -> bool:
+    if path in (METRICS_PATH, TIMESERIES_PATH, "/v1/cluster") or path.startswith("/v1/cluster/"):
+        return True     # cluster-wide figures, node addresses, leadership changes
+    if path.startswith("/v1/tenants/") and method not in ("GET", "HEAD"):
+        return True     # caps and weights decide fairness between tenants
+    return False

@@ -1,0 +1,120 @@
+"""Task endpoints: submit, read, list, cancel, replay, discard (DESIGN.md section 7)."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from tsched.statemachine import commands as c
+
+from tsched.node.api import present, validate
+from tsched.node.api.admission import admission_of
+from tsched.node.api.common import (before_read, json_body, node_of, prefers_minimal, propose,
+                         propose_one, request_id, request_ids, respond)
+from tsched.node.api.auth import SCOPE_KEY
+from tsched.node.errors import ApiError
+
+routes = web.RouteTableDef()
+
+
+def tenant_scope(request: web.Request) -> str | None:
+    """The tenant a scoped API token is limited to (None: any). Set by the auth layer."""
+    return request.get(SCOPE_KEY)
+
+
+def _check_tenant(request: web.Request, tenant: str) -> None:
+    scope = tenant_scope(request)
+    if scope is not None and tenant != scope:
+        raise ApiError("forbidden", f"this token may only act for tenant {scope!r}")
+
+
+@routes.post("/v1/tasks")
+async def submit(request: web.Request) -> web.Response:
+    # Asked before the body is read: a busy node's refusal costs it little (DESIGN 14.2).
+    with admission_of(request).submit():
+        return await _submit(request)
+
+
+async def _submit(request: web.Request) -> web.Response:
+    node = node_of(request)
+    validate.query(request.query, ())
+    body = await json_body(request)
+    items = validate.submit_batch(body)
+    now = node.clock.now_ms()
+    scope = tenant_scope(request)
+    minimal = prefers_minimal(request)
+    if items is None:
+        cmd = validate.submit(_scoped(body, scope), now_ms=now, request_id=request_id(request),
+                              task_id=node.new_task_id())
+        _check_tenant(request, cmd.tenant)
+        task, seq = await propose_one(node, cmd, sheddable=True, minimal=minimal)
+        return respond(task, seq, status=201, minimal=minimal)
+    rid = request_ids(request)
+    cmds = [validate.submit(_scoped(item, scope), now_ms=now, request_id=rid(f"#{i}"),
+                            task_id=node.new_task_id(), where=f"tasks[{i}]")
+            for i, item in enumerate(items)]
+    for cmd in cmds:
+        _check_tenant(request, cmd.tenant)
+    answers, seq = await propose(node, cmds, sheddable=True, minimal=minimal)
+    return respond({"tasks": [a.body() if isinstance(a, ApiError) else a for a in answers]},
+                   seq, status=201, minimal=minimal)
+
+
+def _scoped(item, scope: str | None):
+    """A tenant token's submit without `tenant` is for the token's tenant."""
+    if scope is not None and isinstance(item, dict) and item.get("tenant") is None:
+        return {**item, "tenant": scope}
+    return item
+
+
+@routes.get("/v1/tasks/{task_id}")
+async def get_task(request: web.Request) -> web.Response:
+    node = node_of(request)
+    tid = validate.task_id(request.match_info["task_id"])
+    relayed = await before_read(request, node)
+    if relayed is not None:
+        return relayed
+    with node.replica.read() as sm:
+        t = sm.get_task(tid, tenant=tenant_scope(request))
+        if t is None:
+            raise ApiError("not_found", f"no task {tid}", {"task_id": tid})
+        out, seq = present.task(t), sm.seq
+    return respond(out, seq)
+
+
+@routes.get("/v1/tasks")
+async def list_tasks(request: web.Request) -> web.Response:
+    node = node_of(request)
+    extra = ("state", "tenant", "task_type", "schedule_id", "limit", "cursor")
+    relayed = await before_read(request, node, extra)
+    if relayed is not None:
+        return relayed
+    filters = validate.task_filters(request.query)
+    scope = tenant_scope(request)
+    if scope is not None:
+        if filters["tenant"] not in (None, scope):
+            raise ApiError("forbidden", f"this token may only read tenant {scope!r}")
+        filters["tenant"] = scope
+    with node.replica.read() as sm:
+        try:
+            tasks, cursor = sm.list_tasks(**filters)
+        except ValueError as e:  # a cursor that is not one of ours
+            raise validate.invalid(f"bad cursor: {e}", field="cursor") from None
+        out, seq = [present.task(t) for t in tasks], sm.seq
+    return respond({"tasks": out, "next_cursor": cursor}, seq)
+
+
+def _action(command_type):
+    async def handler(request: web.Request) -> web.Response:
+        node = node_of(request)
+        validate.query(request.query, ())
+        tid = validate.task_id(request.match_info["task_id"])
+        validate.empty(await json_body(request))
+        cmd = command_type(request_id=request_id(request), now_ms=node.clock.now_ms(),
+                           task_id=tid, tenant=tenant_scope(request))
+        task, seq = await propose_one(node, cmd)
+        return respond(task, seq)
+    return handler
+
+
+routes.post("/v1/tasks/{task_id}/cancel")(_action(c.Cancel))
+routes.post("/v1/tasks/{task_id}/replay")(_action(c.Replay))
+routes.post("/v1/tasks/{task_id}/discard")(_action(c.Discard))

@@ -1,0 +1,64 @@
+"""Tenant endpoints: caps and weights (DESIGN.md section 7)."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from tsched.statemachine import commands as c
+
+from tsched.node.api import present, validate
+from tsched.node.api.common import before_read, json_body, node_of, propose_one, request_id, respond
+from tsched.node.api.tasks import tenant_scope
+from tsched.node.errors import ApiError
+
+routes = web.RouteTableDef()
+
+
+def _tenant_param(request: web.Request) -> str:
+    tenant = validate.tenant(request.match_info["tenant"])
+    scope = tenant_scope(request)
+    if scope is not None and scope != tenant:
+        raise ApiError("not_found", f"no tenant {tenant}", {"tenant": tenant})
+    return tenant
+
+
+@routes.put("/v1/tenants/{tenant}")
+async def put_tenant(request: web.Request) -> web.Response:
+    node = node_of(request)
+    validate.query(request.query, ())
+    tenant = _tenant_param(request)
+    if tenant_scope(request) is not None:
+        raise ApiError("forbidden", "only an admin token may change tenant settings")
+    settings = validate.tenant_settings(await json_body(request) or {})
+    cmd = c.SetTenant(request_id=request_id(request), now_ms=node.clock.now_ms(),
+                      tenant=tenant, **settings)
+    out, seq = await propose_one(node, cmd)
+    return respond(out, seq)
+
+
+@routes.get("/v1/tenants/{tenant}")
+async def get_tenant(request: web.Request) -> web.Response:
+    node = node_of(request)
+    tenant = _tenant_param(request)
+    relayed = await before_read(request, node)
+    if relayed is not None:
+        return relayed
+    with node.replica.read() as sm:
+        view = sm.get_tenant(tenant)
+        if view is None:
+            raise ApiError("not_found", f"no tenant {tenant}", {"tenant": tenant})
+        out, seq = present.tenant(view), sm.seq
+    return respond(out, seq)
+
+
+@routes.get("/v1/tenants")
+async def list_tenants(request: web.Request) -> web.Response:
+    node = node_of(request)
+    relayed = await before_read(request, node)
+    if relayed is not None:
+        return relayed
+    scope = tenant_scope(request)
+    with node.replica.read() as sm:
+        views = [present.tenant(v) for v in sm.list_tenants()
+                 if scope is None or v.tenant == scope]
+        seq = sm.seq
+    return respond({"tenants": views}, seq)

@@ -1,0 +1,465 @@
+"""Request JSON -> typed, bounded values and commands (DESIGN.md section 7).
+
+Every field is type-checked and bounded here, before anything is proposed; unknown fields
+are refused. The state machine checks again at apply time (its limits are authoritative).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from typing import Any, Mapping
+
+import orjson
+
+from tsched.statemachine import commands as c
+from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
+
+from tsched.node.errors import ApiError, invalid
+
+# Every bound comes from statemachine/limits.py (one place): the state machine's own bounds
+# (LIMITS), converted to the API's units, so that what the state machine would refuse is
+# refused here, before anything is proposed; and the bounds only the API has (API_LIMITS).
+# A cluster may set `[limits]`: the HTTP layer keeps the defaults, so a raised limit is
+# still refused here and a lowered one is refused by the state machine at apply.
+L, A = LIMITS, API_LIMITS
+PAYLOAD_BYTES_MAX = L.payload_bytes_max
+RESULT_BYTES_MAX = L.result_bytes_max
+ERROR_BYTES_MAX = L.error_bytes_max
+ERROR_CHARS_MAX = ERROR_BYTES_MAX        # characters of an error are bytes at most
+ID_CHARS_MAX = L.id_chars_max
+TENANT_CHARS_MAX = L.tenant_chars_max
+TASK_TYPE_CHARS_MAX = L.task_type_chars_max
+IDEMPOTENCY_KEY_CHARS_MAX = L.idempotency_key_chars_max
+BATCH_MAX = A.request_items_max
+TASK_TYPES_MAX = L.claim_task_types_max
+CLAIM_TASKS_MAX = L.claim_tasks_max
+WAIT_S_MAX = A.claim_wait_ms_max // SECOND_MS
+LEASE_S_MIN = L.lease_ms_min / SECOND_MS
+LEASE_S_MAX = L.lease_ms_max // SECOND_MS
+PREFETCH_MS_MAX = L.prefetch_ms_max
+PRIORITY_MAX = L.priority_max
+TIMEOUT_S_MIN = L.timeout_ms_min / SECOND_MS
+TIMEOUT_S_MAX = L.timeout_ms_max // SECOND_MS
+DELAY_S_MAX = L.run_at_ahead_ms_max // SECOND_MS
+MAX_RETRIES_MAX = L.max_retries_max
+RETRY_S_MAX = L.backoff_ms_max // SECOND_MS
+MULTIPLIER_MIN = L.multiplier_milli_min / 1000
+MULTIPLIER_MAX = L.multiplier_milli_max / 1000
+JITTER_MAX = L.jitter_permille_max / 1000
+FENCING_TOKEN_MAX = L.fencing_token_max
+TENANT_RUNNING_MAX = L.tenant_running_max
+TENANT_WEIGHT_MAX = L.tenant_weight_max
+LIST_LIMIT_MAX = A.list_page_items_max
+CURSOR_CHARS_MAX = A.cursor_chars_max
+JSON_DEPTH_MAX = A.json_depth_max
+EPOCH_MS_MAX = A.epoch_ms_max
+STATES = ("pending", "running", "completed", "cancelled", "dead_letter", "discarded")
+LISTED_STATES = STATES + ("retrying",)   # `retrying`: a view of pending (DESIGN 14.1)
+
+_TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,%d}$" % TENANT_CHARS_MAX)
+_NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]+$")   # lengths are checked by `text`
+
+
+class Fields:
+    """Reads a JSON object field by field and refuses the ones nobody asked for."""
+
+    def __init__(self, body: Any, where: str = "body") -> None:
+        if not isinstance(body, dict):
+            raise invalid(f"{where} must be a JSON object")
+        self.body, self.where, self.seen = body, where, set()
+
+    def get(self, key: str) -> Any:
+        self.seen.add(key)
+        return self.body.get(key)
+
+    def has(self, key: str) -> bool:
+        self.seen.add(key)
+        return key in self.body and self.body[key] is not None
+
+    def done(self) -> None:
+        if self.body.keys() <= self.seen:
+            return
+        unknown = sorted(k for k in self.body if k not in self.seen)
+        if unknown:
+            raise invalid(f"unknown field(s) in {self.where}: {', '.join(unknown)}",
+                          fields=unknown)
+
+
+# --- scalar checks -------------------------------------------------------------------------
+
+def integer(value: Any, name: str, lo: int, hi: int, default: int | None = None) -> int:
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(f"{name} must be an integer in {lo}..{hi}", field=name)
+    if not lo <= value <= hi:
+        raise invalid(f"{name} must be in {lo}..{hi}, got {value}", field=name)
+    return value
+
+
+def number(value: Any, name: str, lo: float, hi: float, default: float | None = None) -> float:
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise invalid(f"{name} must be a number in {lo}..{hi}", field=name)
+    if not lo <= value <= hi:
+        raise invalid(f"{name} must be in {lo}..{hi}, got {value}", field=name)
+    return value
+
+
+def seconds_ms(value: Any, name: str, lo_s: float, hi_s: float, default_ms: int) -> int:
+    if value is None:
+        return default_ms
+    return round(number(value, name, lo_s, hi_s) * 1000)
+
+
+def boolean(value: Any, name: str, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid(f"{name} must be true or false", field=name)
+    return value
+
+
+def text(value: Any, name: str, hi: int, *, lo: int = 1, default: str | None = None,
+         pattern: re.Pattern | None = None) -> str | None:
+    if value is None:
+        if default is not None or lo == 0:
+            return default
+        raise invalid(f"{name} is required", field=name)
+    if not isinstance(value, str) or not lo <= len(value) <= hi:
+        raise invalid(f"{name} must be a string of {lo}..{hi} characters", field=name)
+    if pattern is not None and not pattern.match(value):
+        raise invalid(f"{name} {value!r} has characters that are not allowed", field=name)
+    return value
+
+
+def tenant(value: Any, name: str = "tenant", default: str | None = None) -> str:
+    return text(value, name, TENANT_CHARS_MAX, default=default, pattern=_TENANT_RE)
+
+
+def name(value: Any, field: str, hi: int = ID_CHARS_MAX) -> str:
+    return text(value, field, hi, pattern=_NAME_RE)
+
+
+def sized_text(value: Any, name: str, bytes_max: int) -> str:
+    """A string whose UTF-8 size is bounded (as the state machine counts it): too big is
+    413 `too_large`."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise invalid(f"{name} must be a string", field=name)
+    if len(value) > bytes_max or len(value.encode("utf-8", "surrogatepass")) > bytes_max:
+        raise ApiError("too_large", f"{name} is over {bytes_max} bytes, the limit",
+                       {"field": name, "limit": bytes_max})
+    return value
+
+
+ERROR_DETAIL_CHARS_MAX = {"type": API_LIMITS.error_type_chars_max,
+                          "message": API_LIMITS.error_message_chars_max,
+                          "traceback": API_LIMITS.traceback_chars_max}
+
+
+def error_text(value: Any) -> str:
+    """A failure's `error`: a string, or `{type, message, traceback}` (DESIGN 14.1) kept as
+    its compact JSON text (keys in that order), so the replicated attempt keeps one string
+    bounded by `error_bytes_max`."""
+    if not isinstance(value, dict):
+        return sized_text(value, "error", ERROR_BYTES_MAX)
+    f = Fields(value, "error")
+    detail = {}
+    for key, chars_max in ERROR_DETAIL_CHARS_MAX.items():
+        optional = key != "type"
+        detail[key] = text(f.get(key), f"error.{key}", chars_max, lo=0 if optional else 1,
+                           default="" if optional else None)
+    f.done()
+    return sized_text(orjson.dumps(detail).decode(), "error", ERROR_BYTES_MAX)
+
+
+def json_text(value: Any, name: str, limit: int = PAYLOAD_BYTES_MAX) -> str:
+    """A JSON value as canonical text (sorted keys), refused if larger than `limit` bytes."""
+    try:
+        raw = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        raise invalid(f"{name} is not representable as JSON", field=name) from None
+    if len(raw) > limit:
+        raise ApiError("too_large", f"{name} is {len(raw)} bytes, the limit is {limit}",
+                       {"field": name, "limit": limit})
+    return raw.decode()
+
+
+def json_depth(value: Any, raw: bytes, limit: int = JSON_DEPTH_MAX) -> None:
+    """Refuse a parsed document nested deeper than `limit` arrays/objects."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return      # it cannot be deeper than its number of brackets: no walk needed
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            raise ApiError("too_large", f"the body is nested deeper than {limit} levels",
+                           {"field": "body", "limit": limit})
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+
+
+def instant_ms(value: Any, name: str) -> int:
+    """RFC 3339 string (with offset) or epoch seconds -> epoch ms."""
+    if isinstance(value, str):
+        try:
+            t = _dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise invalid(f"{name} must be RFC 3339 (e.g. 2026-12-01T15:00:00Z) "
+                          "or epoch seconds", field=name) from None
+        if t.tzinfo is None:
+            raise invalid(f"{name} needs a time zone offset (Z or +hh:mm)", field=name)
+        ms = int(t.timestamp() * 1000)
+    else:
+        ms = round(number(value, name, 0, EPOCH_MS_MAX / 1000) * 1000)
+    if not 0 <= ms <= EPOCH_MS_MAX:
+        raise invalid(f"{name} is out of range", field=name)
+    return ms
+
+
+def task_id(value: str) -> str:
+    return text(value, "task_id", ID_CHARS_MAX, pattern=_NAME_RE)
+
+
+# --- bodies --------------------------------------------------------------------------------
+
+# Frozen, so one instance serves every submit without a policy (building one per task was
+# a fifth of validating a submit).
+_DEFAULT_RETRY = c.RetryPolicy()
+
+
+def retry_policy(value: Any) -> c.RetryPolicy:
+    if value is None:
+        return _DEFAULT_RETRY
+    f = Fields(value, "retry")
+    d = _DEFAULT_RETRY
+    backoff = f.get("backoff")
+    if backoff is not None and backoff not in ("exponential", "linear", "fixed"):
+        raise invalid("retry.backoff must be exponential, linear or fixed", field="retry.backoff")
+    base_ms = seconds_ms(f.get("base_s"), "retry.base_s", 0, RETRY_S_MAX, d.base_ms)
+    max_ms = seconds_ms(f.get("max_s"), "retry.max_s", 0, RETRY_S_MAX, d.max_ms)
+    mult = number(f.get("multiplier"), "retry.multiplier", MULTIPLIER_MIN, MULTIPLIER_MAX,
+                  d.multiplier_milli / 1000)
+    jitter = number(f.get("jitter"), "retry.jitter", 0, JITTER_MAX, d.jitter_permille / 1000)
+    f.done()
+    if max_ms < base_ms:
+        raise invalid("retry.max_s must be >= retry.base_s", field="retry.max_s")
+    return c.RetryPolicy(backoff=backoff or d.backoff, base_ms=base_ms, max_ms=max_ms,
+                         multiplier_milli=round(mult * 1000), jitter_permille=round(jitter * 1000))
+
+
+def submit(body: Any, *, now_ms: int, request_id: str, task_id: str,
+           where: str = "body") -> c.SubmitTask:
+    f = Fields(body, where)
+    run_at_ms = None
+    if f.has("run_at") and f.has("delay_s"):
+        raise invalid("give run_at or delay_s, not both", field="delay_s")
+    if f.has("run_at"):
+        run_at_ms = run_at(f.get("run_at"), now_ms)
+    elif f.has("delay_s"):
+        run_at_ms = now_ms + seconds_ms(f.get("delay_s"), "delay_s", 0, DELAY_S_MAX, 0)
+    cmd = c.SubmitTask(
+        request_id=request_id, now_ms=now_ms, task_id=task_id,
+        task_type=name(f.get("task_type"), "task_type", TASK_TYPE_CHARS_MAX),
+        tenant=tenant(f.get("tenant"), default="default"),
+        payload_json=json_text(f.get("payload"), "payload"),
+        priority=integer(f.get("priority"), "priority", 0, PRIORITY_MAX, default=5),
+        run_at_ms=run_at_ms,
+        timeout_ms=timeout_ms(f.get("timeout_s"), 300_000),
+        max_retries=integer(f.get("max_retries"), "max_retries", 0, MAX_RETRIES_MAX, default=3),
+        retry=retry_policy(f.get("retry")),
+        idempotency_key=text(f.get("idempotency_key"), "idempotency_key",
+                             IDEMPOTENCY_KEY_CHARS_MAX, lo=0, pattern=_NAME_RE) or None,
+    )
+    f.done()
+    return cmd
+
+
+def run_at(value: Any, now_ms: int) -> int:
+    """An instant at most `DELAY_S_MAX` ahead of `now_ms` (the state machine's bound)."""
+    ms = instant_ms(value, "run_at")
+    if ms > now_ms + L.run_at_ahead_ms_max:
+        raise invalid(f"run_at is more than {DELAY_S_MAX // 86_400} days ahead",
+                      field="run_at")
+    return ms
+
+
+def timeout_ms(value: Any, default_ms: int) -> int:
+    return seconds_ms(value, "timeout_s", TIMEOUT_S_MIN, TIMEOUT_S_MAX, default_ms)
+
+
+def lease_ms(value: Any) -> int:
+    return seconds_ms(value, "lease_s", LEASE_S_MIN, LEASE_S_MAX, 30_000)
+
+
+def submit_batch(body: Any) -> list[Any] | None:
+    """The task objects of a batch submit, or None when the body is one task."""
+    if not isinstance(body, dict):
+        raise invalid("body must be a JSON object")
+    if "tasks" not in body:
+        return None
+    f = Fields(body)
+    items = f.get("tasks")
+    f.done()
+    if not isinstance(items, list) or not items:
+        raise invalid("tasks must be a non-empty list", field="tasks")
+    if len(items) > BATCH_MAX:
+        raise ApiError("too_large", f"at most {BATCH_MAX} tasks per batch",
+                       {"field": "tasks", "limit": BATCH_MAX})
+    return items
+
+
+def claim(body: Any) -> dict[str, Any]:
+    f = Fields(body)
+    types = f.get("task_types")
+    if not isinstance(types, list) or not 1 <= len(types) <= TASK_TYPES_MAX:
+        raise invalid(f"task_types must be a list of 1..{TASK_TYPES_MAX} task types",
+                      field="task_types")
+    out = {
+        "worker_id": name(f.get("worker_id"), "worker_id"),
+        "task_types": tuple(sorted({name(t, "task_types[]", TASK_TYPE_CHARS_MAX)
+                                    for t in types})),
+        "max_tasks": integer(f.get("max_tasks"), "max_tasks", 1, CLAIM_TASKS_MAX, default=1),
+        "wait_s": number(f.get("wait_s"), "wait_s", 0, WAIT_S_MAX, default=0),
+        "lease_ms": lease_ms(f.get("lease_s")),
+        "prefetch_ms": integer(f.get("prefetch_ms"), "prefetch_ms", 0, PREFETCH_MS_MAX,
+                               default=0),
+        "completions": claim_completions(f.get("completions")),
+    }
+    f.done()
+    return out
+
+
+def claim_completions(items: Any) -> list[dict[str, Any]] | None:
+    """A claim's `completions` (those of `POST /v1/completions`); None when absent, and
+    an empty list allowed (a worker with nothing to report sends the same shape)."""
+    if items is None:
+        return None
+    if not isinstance(items, list):
+        raise invalid("completions must be a list", field="completions")
+    if len(items) > BATCH_MAX:
+        raise ApiError("too_large", f"at most {BATCH_MAX} completions per request",
+                       {"field": "completions", "limit": BATCH_MAX})
+    return [completion(it, f"completions[{i}]") for i, it in enumerate(items)]
+
+
+def fencing_token(value: Any) -> int:
+    if value is None:
+        raise invalid("fencing_token is required", field="fencing_token")
+    return integer(value, "fencing_token", 0, FENCING_TOKEN_MAX)
+
+
+def heartbeat(body: Any, where: str = "body") -> dict[str, Any]:
+    f = Fields(body, where)
+    out = {"fencing_token": fencing_token(f.get("fencing_token")),
+           "lease_ms": lease_ms(f.get("lease_s"))}
+    if where != "body":
+        out["task_id"] = task_id(f.get("task_id"))
+    f.done()
+    return out
+
+
+def completion(body: Any, where: str = "body", *, failing: bool | None = None) -> dict[str, Any]:
+    """complete ({fencing_token, result}) or fail ({fencing_token, error, retryable}).
+
+    `failing` None (batch items) decides by the fields present."""
+    f = Fields(body, where)
+    if failing is None:
+        failing = "error" in body or "retryable" in body
+        if failing and "result" in body:
+            raise invalid(f"{where} has both result and error", field="result")
+    out: dict[str, Any] = {"fencing_token": fencing_token(f.get("fencing_token")),
+                           "failing": failing}
+    if where != "body":
+        out["task_id"] = task_id(f.get("task_id"))
+    if failing:
+        out["error"] = error_text(f.get("error"))
+        out["retryable"] = boolean(f.get("retryable"), "retryable", True)
+    else:
+        out["result_json"] = json_text(f.get("result"), "result", RESULT_BYTES_MAX)
+    f.done()
+    return out
+
+
+def batch(body: Any, key: str) -> list[Any]:
+    f = Fields(body)
+    items = f.get(key)
+    f.done()
+    if not isinstance(items, list) or not items:
+        raise invalid(f"{key} must be a non-empty list", field=key)
+    if len(items) > BATCH_MAX:
+        raise ApiError("too_large", f"at most {BATCH_MAX} {key} per request",
+                       {"field": key, "limit": BATCH_MAX})
+    return items
+
+
+def empty(body: Any) -> None:
+    """Action endpoints (cancel, replay, discard) take no fields."""
+    if body is None:
+        return
+    Fields(body).done()
+
+
+def tenant_settings(body: Any) -> dict[str, Any]:
+    f = Fields(body)
+    out = {"max_running": None, "weight": None}
+    if f.has("max_running"):
+        out["max_running"] = integer(f.get("max_running"), "max_running", 0, TENANT_RUNNING_MAX)
+    if f.has("weight"):
+        out["weight"] = integer(f.get("weight"), "weight", 1, TENANT_WEIGHT_MAX)
+    f.done()
+    return out
+
+
+def transfer(body: Any) -> str | None:
+    if body is None:
+        return None
+    f = Fields(body)
+    to = text(f.get("to"), "to", 64, lo=0) or None
+    f.done()
+    return to
+
+
+# --- query strings -------------------------------------------------------------------------
+
+def query(q: Mapping[str, str], allowed: tuple[str, ...]) -> None:
+    unknown = sorted(k for k in q if k not in allowed)
+    if unknown:
+        raise invalid(f"unknown query parameter(s): {', '.join(unknown)}", fields=unknown)
+
+
+def query_int(q: Mapping[str, str], key: str, lo: int, hi: int, default: int | None) -> int | None:
+    raw = q.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise invalid(f"{key} must be an integer", field=key) from None
+    return integer(value, key, lo, hi)
+
+
+def consistency(q: Mapping[str, str]) -> str:
+    value = q.get("consistency", "local")
+    if value not in ("local", "linearizable"):
+        raise invalid("consistency must be local or linearizable", field="consistency")
+    return value
+
+
+def task_filters(q: Mapping[str, str]) -> dict[str, Any]:
+    state = q.get("state")
+    if state is not None and state not in LISTED_STATES:
+        raise invalid(f"state must be one of {', '.join(LISTED_STATES)}", field="state")
+    return {
+        "state": state,
+        "tenant": tenant(q["tenant"]) if "tenant" in q else None,
+        "task_type": name(q["task_type"], "task_type") if "task_type" in q else None,
+        "schedule_id": name(q["schedule_id"], "schedule_id") if "schedule_id" in q else None,
+        "cursor": text(q["cursor"], "cursor", CURSOR_CHARS_MAX) if "cursor" in q else None,
+        "limit": query_int(q, "limit", 1, LIST_LIMIT_MAX, 100),
+    }

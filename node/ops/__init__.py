@@ -1,0 +1,1 @@
+"""Operations: metrics, time series, the garbage-collector policy, the audit archive."""

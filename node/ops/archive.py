@@ -1,0 +1,82 @@
+"""The audit archive (DESIGN 14.3): every task this node's replica evicts, on disk.
+
+Writing. `Archive.on_apply` is a Replica apply listener (the Raft thread, under the replica
+lock, straight after the batch is applied). A Tick that evicted tasks answers with them
+(statemachine: `evicted_answer`); the listener appends one JSON line per task to
+`DIR/tasks-YYYY-MM-DD.jsonl.gz` (the UTC day of the Tick's `now_ms`) as one gzip member,
+then flushes and fsyncs the file before it returns. Raft compaction snapshots the state
+after apply, so a snapshot that no longer holds a task (and the log compacted behind it)
+can only exist once the task's line is on disk. A crash after the write and before the
+next snapshot replays the Tick and appends the task again: readers drop repeats by
+`task_id` (the last line wins). A node that catches up by installing a snapshot does not
+see the evictions inside it; the nodes that applied them archived them.
+
+Reading is the client's (client/archive.py: `tsctl archive search`), which also names the
+files and the format version.
+"""
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+from pathlib import Path
+from typing import Iterable
+
+import orjson
+
+from tsched.client.archive import FORMAT_VERSION, file_name
+
+from tsched.node.api import present
+from tsched.node.raft.journal import STORAGE_ERROR_EXIT_CODE
+
+log = logging.getLogger("tsched.node.archive")
+
+# A storage failure, like a failed log write (journal.py): stop rather than lose audit
+# records; a shard's supervisor stops the whole node on it too.
+ARCHIVE_FAILURE_EXIT_CODE = STORAGE_ERROR_EXIT_CODE
+
+
+def archive_dir(config_dir: str, data_dir: str | os.PathLike) -> Path:
+    """`[archive] dir`: a relative path is under the node's data_dir."""
+    path = Path(config_dir)
+    return path if path.is_absolute() else Path(data_dir) / path
+
+
+class Archive:
+    def __init__(self, directory: Path) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.archived = 0          # task lines written (metrics, tests)
+
+    def on_apply(self, seq: int, cmds: list, results: list) -> None:
+        for cmd, res in zip(cmds, results):
+            value = res.value if res.ok else None
+            if isinstance(value, dict) and value.get("evicted"):
+                try:
+                    self.write(cmd.now_ms, value["evicted"])
+                except OSError:
+                    # The Replica logs and goes on after a listener's exception; going on
+                    # here would let compaction drop the only trace of these tasks.
+                    log.critical("archive: cannot write %d evicted tasks to %s: stopping",
+                                 len(value["evicted"]), self.dir, exc_info=True)
+                    logging.shutdown()
+                    os._exit(ARCHIVE_FAILURE_EXIT_CODE)
+
+    def write(self, now_ms: int, tasks: Iterable) -> None:
+        """Append the tasks as one gzip member, durable when this returns."""
+        stamp = present.rfc3339(now_ms)
+        lines = b"".join(orjson.dumps({"v": FORMAT_VERSION, "archived_at": stamp,
+                                       "task": present.task(t)}) + b"\n" for t in tasks)
+        path = self.dir / file_name(now_ms)
+        new = not path.exists()
+        with open(path, "ab") as f:
+            f.write(gzip.compress(lines, compresslevel=6))
+            f.flush()
+            os.fsync(f.fileno())
+        if new:   # the file's directory entry must be durable too
+            fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.archived += lines.count(b"\n")

@@ -1,0 +1,1 @@
+"""Raft: the replica, its LMDB journal, transport, snapshots and the proposer."""

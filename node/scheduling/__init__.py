@@ -1,0 +1,1 @@
+"""The leader's duties: the due-task timer, cron fires and claims."""

@@ -1,0 +1,256 @@
+"""Shard arithmetic: which shard a tenant or a task id belongs to, where each shard's
+replicas live, their ports and data folders (DESIGN.md section 13).
+
+Pure functions of the configuration: the supervisor, the router and the shard processes
+all compute the same answers from the same `cluster.toml`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from aiohttp import web
+
+from tsched.node.config import ClusterConfig, ConfigError, NodeConfig, split_address
+
+SHARDS_MAX = 64
+REPLICA_CHOICES = (3, 5)
+REPLICAS_MAX = 5
+# Shard s of a node listens on its base Raft port + 100 * s, so nodes of one host with
+# consecutive base ports never collide; its internal HTTP API (routers reach it there) is
+# 50 above that Raft port.
+SHARD_PORT_STEP = 100
+SHARD_HTTP_OFFSET = 50
+PORT_MAX = 65535
+STAMP_FILE = "shards.json"      # in a node's data_dir: the shape its data was made with
+# What a data dir made by a single group (shards = 1, today's layout) holds at its top.
+_SINGLE_GROUP_FILES = ("raft-log", "snapshot.bin")
+SHARD_ID_HEX = 2                # a task id's first two hex digits name its shard
+OCCURRENCE_ID_CHARS = 36        # `s03-` and 32 hex digits: a shard's cron occurrence
+
+
+def replicas_of(cfg: ClusterConfig) -> int:
+    """R: the configured value, else the number of nodes (at most 5 when there are several
+    shards; a single group keeps every node, as before shards)."""
+    r = getattr(cfg, "replicas", None)
+    if r is not None:
+        return r
+    n = len(cfg.nodes)
+    return n if shards_of(cfg) == 1 else min(n, REPLICAS_MAX)
+
+
+def shards_of(cfg: ClusterConfig) -> int:
+    return getattr(cfg, "shards", 1) or 1
+
+
+def is_single_group(cfg: ClusterConfig) -> bool:
+    """One shard on every node: the node is today's node, with no supervisor or router
+    in front of it (no extra process hop on the hot path)."""
+    return shards_of(cfg) == 1 and replicas_of(cfg) == len(cfg.nodes)
+
+
+# --- routing -------------------------------------------------------------------------------
+
+TENANT_SHARDS_CACHED_MAX = 4096
+
+
+@functools.lru_cache(maxsize=TENANT_SHARDS_CACHED_MAX)
+def shard_of_tenant(tenant: str, shards: int) -> int:
+    # Cached: a router hashes the tenant of every item of every submit (500 per batch),
+    # from a handful of tenants; the hash was 3% of a router's CPU.
+    digest = hashlib.blake2b(tenant.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
+def shard_of_task_id(task_id: str, shards: int) -> int | None:
+    """The shard a task id names: a task's in its first two hex digits, a cron occurrence's
+    after its `s` (`s03-` and 32 hex digits). None when the id carries no shard (an
+    occurrence made before occurrences named their shard: `s-` and 32 hex digits) and
+    the shards must be asked. An id naming a shard that does not exist is `-1`."""
+    if len(task_id) == OCCURRENCE_ID_CHARS and task_id[0] == "s" and task_id[3] == "-":
+        head = task_id[1:1 + SHARD_ID_HEX]
+    elif len(task_id) == 32:
+        head = task_id[:SHARD_ID_HEX]
+    else:
+        return None
+    if not all(ch in "0123456789abcdef" for ch in head):
+        return None
+    s = int(head, 16)
+    return s if s < shards else -1
+
+
+def task_id_in(shard: int, random_hex: str) -> str:
+    """A task id of `shard`: its number in two hex digits, then 30 random ones."""
+    return f"{shard:02x}{random_hex[SHARD_ID_HEX:]}"
+
+
+# --- placement and addresses ---------------------------------------------------------------
+
+def placement(cfg: ClusterConfig, shard: int) -> tuple[NodeConfig, ...]:
+    """The R nodes of `shard`: in config order from node `shard mod N`, wrapping."""
+    n = len(cfg.nodes)
+    return tuple(cfg.nodes[(shard + i) % n] for i in range(replicas_of(cfg)))
+
+
+def local_shards(cfg: ClusterConfig, node_id: str) -> list[int]:
+    return [s for s in range(shards_of(cfg))
+            if any(n.id == node_id for n in placement(cfg, s))]
+
+
+def shard_raft(node: NodeConfig, shard: int) -> str:
+    host, port = split_address(node.raft, "raft")
+    return f"{host}:{port + SHARD_PORT_STEP * shard}"
+
+
+def shard_http(node: NodeConfig, shard: int) -> str:
+    host, port = split_address(node.raft, "raft")
+    return f"{host}:{port + SHARD_PORT_STEP * shard + SHARD_HTTP_OFFSET}"
+
+
+def shard_data_dir(cfg: ClusterConfig, node: NodeConfig, shard: int) -> str:
+    if shards_of(cfg) == 1:
+        return node.data_dir      # a single shard keeps today's layout: no migration
+    return os.path.join(node.data_dir, f"shard-{shard}")
+
+
+def shard_config(cfg: ClusterConfig, shard: int) -> ClusterConfig:
+    """The single-group configuration one shard's processes run: its R nodes, each at the
+    shard's Raft port, internal HTTP address and data folder."""
+    nodes = tuple(dataclasses.replace(n, raft=shard_raft(n, shard), http=shard_http(n, shard),
+                                      data_dir=shard_data_dir(cfg, n, shard))
+                  for n in placement(cfg, shard))
+    return dataclasses.replace(cfg, nodes=nodes, shards=1, replicas=len(nodes))
+
+
+def shard_process_config(cfg: ClusterConfig, node_id: str, shard: int
+                         ) -> tuple[ClusterConfig, NodeConfig]:
+    """What the process of `node_id`'s replica of `shard` runs with; ConfigError when the
+    node holds no replica of that shard."""
+    if not 0 <= shard < shards_of(cfg):
+        raise ConfigError(f"--shard {shard}: the cluster has shards 0..{shards_of(cfg) - 1}")
+    sub = shard_config(cfg, shard)
+    try:
+        return sub, sub.node(node_id)
+    except ConfigError:
+        raise ConfigError(f"node {node_id} holds no replica of shard {shard}") from None
+
+
+def check_shape(cfg: ClusterConfig) -> None:
+    """`replicas` fits the nodes, and every port a shard uses exists and is used once per
+    host. Raises ConfigError naming the field."""
+    s, n = shards_of(cfg), len(cfg.nodes)
+    if getattr(cfg, "replicas", None) is not None and cfg.replicas > n:
+        raise ConfigError(f"[cluster] replicas = {cfg.replicas} is more than the "
+                          f"{n} nodes of the cluster")
+    if s == 1 and replicas_of(cfg) == n:
+        return           # today's single group: its addresses are checked as ever
+    seen: dict[tuple[str, int], str] = {}
+    for node in cfg.nodes:
+        host, _ = split_address(node.http, "http")
+        seen[(host, split_address(node.http, "http")[1])] = f"node {node.id} http"
+    for shard in range(s):
+        for node in placement(cfg, shard):
+            for what, addr in (("raft", _unchecked(node.raft, shard, 0)),
+                               ("internal http", _unchecked(node.raft, shard,
+                                                            SHARD_HTTP_OFFSET))):
+                host, port = addr
+                if port > PORT_MAX:
+                    raise ConfigError(
+                        f"[cluster] shards = {s}: node {node.id}'s shard {shard} {what} port "
+                        f"{port} is above {PORT_MAX}; lower the node's raft port")
+                key = (host, port)
+                if key in seen:
+                    raise ConfigError(f"[cluster] shards = {s}: node {node.id}'s shard {shard} "
+                                      f"{what} port {host}:{port} is also {seen[key]}")
+                seen[key] = f"node {node.id} shard {shard} {what}"
+
+
+def _unchecked(raft: str, shard: int, offset: int) -> tuple[str, int]:
+    host, port = split_address(raft, "raft")
+    return host, port + SHARD_PORT_STEP * shard + offset
+
+
+# --- the data dir's shape ------------------------------------------------------------------
+
+def shape_of(cfg: ClusterConfig) -> dict[str, int]:
+    return {"shards": shards_of(cfg), "replicas": replicas_of(cfg)}
+
+
+def check_data_dir(cfg: ClusterConfig, node: NodeConfig) -> None:
+    """Refuse a data dir made with other `shards`/`replicas` values (ConfigError naming
+    both). Reads only: nothing is created or changed."""
+    want = shape_of(cfg)
+    found = recorded_shape(Path(node.data_dir), len(cfg.nodes))
+    if found is None or found == want:
+        return
+    diffs = [f"{k} = {found[k]} (the config says {k} = {want[k]})"
+             for k in ("shards", "replicas") if found[k] != want[k]]
+    raise ConfigError(f"node {node.id}: data dir {node.data_dir} was made with "
+                      f"{' and '.join(diffs)}; these are fixed for the life of the cluster "
+                      "(changing them needs an export and re-import)")
+
+
+def recorded_shape(data_dir: Path, nodes: int) -> dict[str, int] | None:
+    """The shape a data dir was made with; None when it holds no data yet."""
+    stamp = data_dir / STAMP_FILE
+    if stamp.exists():
+        try:
+            doc = json.loads(stamp.read_text())
+            return {"shards": int(doc["shards"]), "replicas": int(doc["replicas"])}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{stamp}: unreadable ({e}); it records the data dir's shards "
+                              "and replicas") from None
+    if any((data_dir / name).exists() for name in _SINGLE_GROUP_FILES):
+        return {"shards": 1, "replicas": nodes}
+    return None
+
+
+def stamp_data_dir(cfg: ClusterConfig, node: NodeConfig) -> None:
+    """Record the shape of a sharded node's data dir (a single group writes nothing: its
+    layout stays as it was before shards). Written atomically, once."""
+    if is_single_group(cfg):
+        return
+    data_dir = Path(node.data_dir)
+    stamp = data_dir / STAMP_FILE
+    if stamp.exists():
+        return
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = stamp.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(shape_of(cfg), f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, stamp)
+    fd = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- a shard process's answers name their shard ---------------------------------------------
+
+SHARD_HEADER = "X-Tsched-Shard"
+
+
+def shard_tag_middleware(shard: int):
+    """Every JSON object a shard process answers gains `"shard": s` (and a header), so a
+    client keeps its read-your-writes sequence per shard. Spliced into the bytes: the body
+    is not parsed again."""
+    head = b'{"shard":%d,' % shard
+    empty = b'{"shard":%d}' % shard
+
+    @web.middleware
+    async def tag(request: web.Request, handler) -> web.StreamResponse:
+        resp = await handler(request)
+        if isinstance(resp, web.Response) and resp.content_type == "application/json":
+            body = resp.body
+            if isinstance(body, bytes) and body[:1] == b"{":
+                resp.body = empty if body == b"{}" else head + body[1:]
+            resp.headers[SHARD_HEADER] = str(shard)
+        return resp
+    return tag

@@ -1,0 +1,235 @@
+"""The public HTTP API of a node whose cluster has several shards (DESIGN.md section 13).
+
+It holds no state machine: every request goes to the shard processes. Tenant-scoped
+requests go to their tenant's shard, task requests to the shard named by the task id,
+batches are split by shard and answered in the request's order, listings and stats merge
+the shards, and claims gather tasks from every shard (`router_claims`). Answers from one
+shard pass through as bytes (the shard process already named its shard in them).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+
+import orjson
+from aiohttp import web
+
+from tsched.node.shards import layout as shards_mod
+from tsched.node.api import validate
+from tsched.node.api.common import error_response
+from tsched.node.api.auth import parse as parse_auth
+from tsched.node.errors import ApiError
+from tsched.node.shards.upstream import PASS_REQUEST_HEADERS, Answer, Upstreams
+
+log = logging.getLogger("tsched.node.router")
+
+BODY_BYTES_MAX = 1024 * 1024
+DEFAULT_TENANT = "default"
+# Cron occurrence ids made before occurrences named their shard (`s-...`, not `s03-...`)
+# carry no shard number: the router remembers the shard of those it has seen, else asks
+# every shard.
+ID_CACHE_MAX = 100_000
+
+
+class Router:
+    """What the router's handlers share; one per app, held under ROUTER."""
+
+    def __init__(self, cfg, node_id: str, upstreams: Upstreams) -> None:
+        self.cfg, self.node_id, self.up = cfg, node_id, upstreams
+        self.count = upstreams.count
+        self.auth = parse_auth(cfg.auth)
+        self.ids: OrderedDict[str, int] = OrderedDict()
+        self.rotation = 0        # which shard a claim asks first; moves on every claim
+        self.polls: dict[tuple, list] = {}   # open shard long polls by claim kind
+        self.productive: dict[tuple, int] = {}   # claim kind -> the shard that last gave tasks
+        # work (task types, prefetch, scope) -> {shard: open watches}: such a shard has no
+        # claimable work of that kind, or its watch would have answered (router_claims)
+        self.watching: dict[tuple, dict[int, int]] = {}
+
+    # -- who --
+    def scope(self, request: web.Request) -> str | None:
+        """The tenant a scoped token acts for (the shard process checks the token again)."""
+        if self.auth is None:
+            return None
+        header = request.headers.get("Authorization", "")
+        if not header.startswith("Bearer "):
+            return None
+        identity = self.auth.identify(header[7:].strip())
+        return identity.tenant if identity is not None and identity.kind == "tenant" else None
+
+    def tenant_shard(self, tenant) -> int:
+        if not isinstance(tenant, str):
+            return 0      # not a tenant name: any shard answers the validation error
+        return shards_mod.shard_of_tenant(tenant, self.count)
+
+    def remember(self, task_id: str, shard: int) -> None:
+        if shards_mod.shard_of_task_id(task_id, self.count) is not None:
+            return
+        self.ids[task_id] = shard
+        self.ids.move_to_end(task_id)
+        while len(self.ids) > ID_CACHE_MAX:
+            self.ids.popitem(last=False)
+
+    async def id_shard(self, request: web.Request, task_id: str) -> int:
+        s = shards_mod.shard_of_task_id(task_id, self.count)
+        if s is not None and s >= 0:
+            return s
+        if s == -1:
+            raise ApiError("not_found", f"no task {task_id} (its shard does not exist)",
+                           {"task_id": task_id})
+        if task_id in self.ids:
+            return self.ids[task_id]
+        path = f"/v1/tasks/{task_id}"
+        answers = await asyncio.gather(*(self.send(request, i, "GET", path, None)
+                                         for i in range(self.count)), return_exceptions=True)
+        for i, a in enumerate(answers):
+            if isinstance(a, Answer) and a.status == 200:
+                self.remember(task_id, i)
+                return i
+        for a in answers:
+            if isinstance(a, Answer) and a.status in (401, 403):
+                raise Relayed(a)
+            if not isinstance(a, Answer) or a.status != 404:
+                # a shard that could not say: the task may be there
+                raise ApiError("unavailable", f"task {task_id}: not every shard answered",
+                               {"task_id": task_id})
+        raise ApiError("not_found", f"no task {task_id}", {"task_id": task_id})
+
+    # -- sending --
+    async def send(self, request: web.Request, shard: int, method: str, path_qs: str,
+                   body: bytes | None, timeout_s: float | None = None,
+                   extra_headers: dict[str, str] | None = None,
+                   to_leader: bool = False) -> Answer:
+        """`extra_headers`: added to those of `request` that pass to shards. `to_leader`:
+        to the shard's leader's replica first (Upstreams.send)."""
+        headers = {k: request.headers[k] for k in PASS_REQUEST_HEADERS if k in request.headers}
+        headers.update(extra_headers or {})
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        kw = {} if timeout_s is None else {"timeout_s": timeout_s}
+        return await self.up.send(shard, method, path_qs, body, headers, to_leader=to_leader,
+                                  **kw)
+
+    async def relay(self, request: web.Request, shard: int, body: bytes | None = None,
+                    path_qs: str | None = None) -> web.Response:
+        """Send the request as it is to one shard and answer with that shard's answer."""
+        if body is None and request.can_read_body:
+            body = await request.read()
+        if path_qs is None:
+            path_qs = with_min_seq(request, shard)
+        a = await self.send(request, shard, request.method, path_qs, body or None)
+        return as_response(a)
+
+
+ROUTER = web.AppKey("router", Router)
+
+
+class Relayed(Exception):
+    """A shard's answer that becomes the router's answer as it is (a 4xx every shard
+    would give alike)."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(answer.status)
+        self.answer = answer
+
+
+def as_response(a: Answer) -> web.Response:
+    ctype = a.content_type or "application/octet-stream"
+    return web.Response(body=a.body, status=a.status, content_type=ctype, headers=a.headers)
+
+
+def json_response(body: dict, status: int = 200, headers: dict | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
+                        headers=headers)
+
+
+PREFERENCE_APPLIED = "Preference-Applied"
+
+
+def applied_preferences(*parts) -> dict[str, str]:
+    """`Preference-Applied` for an answer joined from others (shards' `Answer`s, or the
+    router's own responses; a failed part has no headers): what they applied."""
+    for part in parts:
+        headers = getattr(part, "headers", None)
+        if headers is not None and PREFERENCE_APPLIED in headers:
+            return {PREFERENCE_APPLIED: headers[PREFERENCE_APPLIED]}
+    return {}
+
+
+def with_min_seq(request: web.Request, shard: int | None) -> str:
+    """The request's path and query, with `min_seq` for `shard` only.
+
+    `min_seq` is either one number (the sequence of the one shard the read goes to) or
+    `s:N` pairs separated by commas, one per shard the client has written to; a read of
+    one shard takes its pair and drops the others."""
+    q = request.query
+    raw = q.get("min_seq")
+    if raw is None or ":" not in raw:
+        return request.path_qs
+    seqs = parse_min_seqs(raw)
+    params = [(k, v) for k, v in q.items() if k != "min_seq"]
+    if shard is not None and seqs.get(shard):
+        params.append(("min_seq", str(seqs[shard])))
+    return str(request.rel_url.with_query(params))
+
+
+def parse_min_seqs(raw: str) -> dict[int, int]:
+    out = {}
+    for item in raw.split(","):
+        s, sep, n = item.partition(":")
+        if not sep or not s.isdigit() or not n.isdigit() or len(n) > 19:
+            raise validate.invalid("min_seq must be a number or shard:seq pairs "
+                                   "separated by commas", field="min_seq")
+        out[int(s)] = int(n)
+    return out
+
+
+def min_seq_for(request: web.Request, shard: int) -> int | None:
+    """`min_seq` for one shard of a read that spans several."""
+    raw = request.query.get("min_seq")
+    if raw is None:
+        return None
+    if ":" not in raw:
+        return validate.query_int(request.query, "min_seq", 0, 2**63 - 1, 0) or None
+    return parse_min_seqs(raw).get(shard)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except Relayed as e:
+        return as_response(e.answer)
+    except ApiError as e:
+        return error_response(e, None)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(
+            e.status, "invalid_argument")
+        resp = error_response(ApiError(code, e.reason, {"status": e.status}), None)
+        resp.set_status(e.status)
+        return resp
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("event=http_500 method=%s path=%s", request.method, request.path)
+        return error_response(ApiError("internal", "internal error (a bug; see the log)"), None)
+
+
+def make_router_app(router: Router) -> web.Application:
+    from tsched.node.shards import claims as router_claims, merge as router_merge, routes as router_routes
+    app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[error_middleware])
+    app[ROUTER] = router
+    app.router.add_routes(router_routes.routes)
+    app.router.add_routes(router_claims.routes)
+    app.router.add_routes(router_merge.routes)
+    app.router.add_route("*", "/{tail:.*}", router_routes.to_any_shard)
+
+    async def lifecycle(app: web.Application):
+        await router.up.start()
+        yield
+        await router.up.close()
+    app.cleanup_ctx.append(lifecycle)
+    return app

@@ -1,0 +1,214 @@
+"""`tsnode` of a cluster with several shards: one OS process per local shard replica, and
+the router on the node's public HTTP address (DESIGN.md section 13).
+
+A shard process is today's node for one shard (`tsnode --shard s`), on the shard's Raft
+port and an internal HTTP port. One that dies is started again after a backoff that
+doubles up to `RESTART_BACKOFF_MAX_S` (and starts over once it has run for
+`RESTART_RESET_S`). SIGTERM/SIGINT stop the router, then every shard process. Shard
+processes end themselves when the supervisor dies, even by SIGKILL: the kernel sends them
+SIGTERM (PR_SET_PDEATHSIG on Linux) and each also watches its parent's pid.
+
+A shard process that stops on damaged or full storage (its exit codes in `FATAL_EXIT_CODES`)
+is not started again: starting it would only fail the same way. The whole node stops with
+that code, loudly, as a single-group node does, so that an operator repairs it (for damage,
+`tsnode --rejoin-empty`).
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import sys
+
+from aiohttp import web
+
+from tsched.statemachine.limits import API_LIMITS
+
+from tsched.node.shards import layout as shards_mod
+from tsched.node import tls
+from tsched.node.ops.gcpolicy import settle_router
+from tsched.node.shards.leader_spread import SPREAD_CHECK_S, Spreader
+from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
+from tsched.node.shards.router import Router, make_router_app
+from tsched.node.shards.upstream import Upstreams
+
+log = logging.getLogger("tsched.node.supervisor")
+
+RESTART_BACKOFF_FIRST_S = 0.5
+RESTART_BACKOFF_MAX_S = 10.0
+RESTART_RESET_S = 30.0          # a process that ran this long restarts without delay growth
+STOP_WAIT_S = 10.0              # per shard process, after SIGTERM, before SIGKILL
+PARENT_CHECK_S = 1.0
+SUPERVISOR_PID_ENV = "TSCHED_SUPERVISOR_PID"
+SHUTDOWN_S = 3.0
+_PR_SET_PDEATHSIG = 1
+FATAL_EXIT_CODES = (STORAGE_ERROR_EXIT_CODE, STORAGE_CORRUPT_EXIT_CODE)
+
+
+class ShardProcess:
+    """One local shard replica's process, started again whenever it dies."""
+
+    def __init__(self, shard: int, argv: list[str], spreader: Spreader | None = None,
+                 on_fatal=None) -> None:
+        self.shard, self.argv = shard, argv
+        self.spreader = spreader
+        self.on_fatal = on_fatal        # called with the exit code of a storage failure
+        self.proc: asyncio.subprocess.Process | None = None
+        self.restarts = 0
+        self.stopping = False
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = RESTART_BACKOFF_FIRST_S
+        while not self.stopping:
+            env = dict(os.environ, **{SUPERVISOR_PID_ENV: str(os.getpid())})
+            # stdin: commands, and its end tells the process the supervisor is gone;
+            # stdout: the process's status lines (its log goes to stderr, shared). It stays
+            # in the supervisor's process group: a signal to the node's group (a SIGKILL or
+            # SIGSTOP of the whole node, Ctrl-C in a terminal) reaches every shard too.
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv, env=env, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE)
+            started = loop.time()
+            log.info("event=shard_started shard=%d pid=%d", self.shard, self.proc.pid)
+            await self._read_status(self.proc)
+            code = await self.proc.wait()
+            if self.spreader is not None:
+                self.spreader.forget(self.shard)
+            if self.stopping:
+                break
+            if code in FATAL_EXIT_CODES:
+                log.critical("event=shard_storage_failed shard=%d pid=%d code=%d: stopping "
+                             "the node (see the shard's log for the file)", self.shard,
+                             self.proc.pid, code)
+                if self.on_fatal is not None:
+                    self.on_fatal(code)
+                break
+            if loop.time() - started >= RESTART_RESET_S:
+                backoff = RESTART_BACKOFF_FIRST_S
+            self.restarts += 1
+            log.warning("event=shard_exited shard=%d pid=%d code=%s restart_in_s=%.1f",
+                        self.shard, self.proc.pid, code, backoff)
+            await asyncio.sleep(backoff)   # a stop that came meanwhile ends the loop
+            backoff = min(RESTART_BACKOFF_MAX_S, backoff * 2)
+
+    async def _read_status(self, proc) -> None:
+        while True:
+            try:
+                line = await proc.stdout.readline()
+            except ValueError:      # a line longer than the stream's limit: not ours
+                continue
+            if not line:
+                return
+            if self.spreader is not None:
+                self.spreader.note(self.shard, line)
+
+    def send(self, command: str) -> None:
+        proc = self.proc
+        if proc is not None and proc.returncode is None and proc.stdin is not None:
+            try:
+                proc.stdin.write(command.encode() + b"\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    async def stop(self) -> None:
+        self.stopping = True
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), STOP_WAIT_S)
+        except TimeoutError:
+            log.warning("event=shard_kill shard=%d pid=%d", self.shard, proc.pid)
+            proc.kill()
+            await proc.wait()
+
+
+def shard_argv(config_path: str, node_id: str, shard: int, log_format: str) -> list[str]:
+    return [sys.executable, "-m", "tsched.node.main", "--config", os.path.abspath(config_path),
+            "--id", node_id, "--shard", str(shard), "--log-format", log_format]
+
+
+async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str) -> int:
+    me = cfg.node(node_id)
+    shards_mod.stamp_data_dir(cfg, me)
+    local = shards_mod.local_shards(cfg, node_id)
+    spreader = Spreader(node_id, shards_mod.shards_of(cfg), len(cfg.nodes),
+                        {s: [n.id for n in shards_mod.placement(cfg, s)] for s in local})
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    fatal: list[int] = []
+
+    def on_fatal(code: int) -> None:
+        fatal.append(code)
+        stop.set()
+    procs = {s: ShardProcess(s, shard_argv(config_path, node_id, s, log_format), spreader,
+                             on_fatal) for s in local}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runs = [loop.create_task(p.run(), name=f"shard-{p.shard}") for p in procs.values()]
+    runs.append(loop.create_task(_keep_spread(spreader, procs)))
+    upstreams = Upstreams(cfg, node_id, ssl=tls.cluster_client_context(cfg))
+    upstreams.leader_of = spreader.leader_of
+    router = Router(cfg, node_id, upstreams)
+    runner = web.AppRunner(make_router_app(router), access_log=None, handle_signals=False,
+                           shutdown_timeout=SHUTDOWN_S)
+    try:
+        await runner.setup()
+        settle_router()
+        await web.TCPSite(runner, me.http_host, me.http_port, reuse_address=True,
+                          backlog=API_LIMITS.accept_queue_connections_max,
+                          ssl_context=tls.node_server_context(me)).start()
+        log.info("event=http_listening addr=%s url=%s shards=%d local_shards=%s cluster=%s",
+                 me.http, me.url, router.count, ",".join(map(str, local)), cfg.name)
+        await stop.wait()
+        log.info("event=stopping")
+    finally:
+        await runner.cleanup()
+        await asyncio.gather(*(p.stop() for p in procs.values()))
+        for t in runs:
+            t.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
+    log.info("event=stopped")
+    return fatal[0] if fatal else 0
+
+
+async def _keep_spread(spreader: Spreader, procs: dict[int, ShardProcess]) -> None:
+    while True:
+        await asyncio.sleep(SPREAD_CHECK_S)
+        move = spreader.check()
+        if move is not None:
+            shard, to = move
+            log.info("event=leader_spread shard=%d to=%s", shard, to)
+            procs[shard].send(f"transfer {to}")
+
+
+# --- in a shard process ----------------------------------------------------------------------
+
+def die_with_parent() -> None:
+    """Ask Linux to send SIGTERM to this process when its parent (the supervisor) dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass     # the parent-pid watch below still ends the process
+
+
+async def watch_parent(stop: asyncio.Event) -> None:
+    """Stop when the supervisor that started this process is gone (re-parented)."""
+    want = os.environ.get(SUPERVISOR_PID_ENV)
+    if not want:
+        return
+    if os.getppid() != int(want):
+        stop.set()
+        return
+    while not stop.is_set():
+        await asyncio.sleep(PARENT_CHECK_S)
+        if os.getppid() != int(want):
+            log.warning("event=supervisor_gone shard_process_stopping=true")
+            stop.set()
