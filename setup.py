@@ -83,12 +83,12 @@ class BuildExt(build_ext):
         from mypyc.build import mypycify   # build requirement only when TSCHED_COMPILE=1
 
         # mypyc names a module by its path: compile a copy laid out as its package is named.
+        sys.path.insert(0, str(ROOT))   # tsched_tree.py, beside this file (not installed)
+        from tsched_tree import build_tree
+
         work = ROOT / "build" / "mypyc"
-        pkg = work / "src" / "tsched" / "statemachine"
         shutil.rmtree(work, ignore_errors=True)
-        pkg.mkdir(parents=True)
-        for name in compiled_sources() + list(KEPT_PYTHON):
-            shutil.copy2(SM_DIR / name, pkg / name)
+        build_tree(work / "src", packages=("statemachine",), init=False)
         here = os.getcwd()
         os.chdir(work / "src")
         try:

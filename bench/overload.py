@@ -258,7 +258,7 @@ def report_answers(report: Report, s: dict, rate: float, seconds: float) -> None
     report.distribution("accepted_submit_latency_from_schedule", accepted[1], "ms")
     report.distribution("refused_submit_latency_from_send",
                         [ms for send, _ in by_kind.values() for ms in send], "ms")
-    for kind, (send, sched) in sorted(by_kind.items()):
+    for kind, (send, _sched) in sorted(by_kind.items()):
         report.distribution(f"{kind}_latency_from_send", send, "ms")
 
 

@@ -50,7 +50,7 @@ async def fill(api: Api, urls: list[str], task_type: str, count: int, batch: int
             # Spread over tenants: one tenant may hold at most 1,000,000 live tasks.
             tenant = f"scale-{i % FILL_TENANTS}"
             tasks = [{"task_type": task_type, "tenant": tenant, "payload": {"n": k}} for k in range(n)]
-            for attempt in range(5):
+            for _attempt in range(5):
                 try:
                     created = await api.submit(urls[i % len(urls)], tasks, timeout_s=60)
                     last.append(created[-1]["task_id"])

@@ -61,7 +61,7 @@ async def drain(urls: list[str], task_type: str, n: int, concurrency: int, handl
     except asyncio.TimeoutError:
         proc.kill()
         await proc.wait()
-        raise RuntimeError(f"the Worker did not finish {n} tasks in {RUN_TIMEOUT_S} s")
+        raise RuntimeError(f"the Worker did not finish {n} tasks in {RUN_TIMEOUT_S} s") from None
     done = [line for line in out.decode().splitlines() if line.startswith("done ")]
     if proc.returncode != 0 or not done:
         raise RuntimeError(f"worker process failed (exit {proc.returncode}): {out.decode()[-500:]}")

@@ -10,7 +10,6 @@ from typing import (TYPE_CHECKING, Any, Callable, Generic, Iterable, ParamSpec, 
                     TypeVar)
 
 from . import _appcall
-from .client import AsyncClient, Client
 from .errors import ApiError
 from .handles import AsyncTaskHandle, TaskHandle
 

@@ -12,6 +12,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from tsched_tree import build_tree
+
 from .machine import tsched_build
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,12 +56,7 @@ def run_worker_process(main, args: argparse.Namespace) -> int:
 def extract_tree(rev: str, into: str) -> str:
     """That revision's node, state machine and client as the `tsched` package under `into`
     (a PYTHONPATH for nodes of that revision: an A/B of node code in one benchmark run)."""
-    root = Path(into) / "tsched"
-    root.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "archive", rev, "node", "statemachine", "client"], cwd=REPO,
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
-    return into
+    return str(build_tree(into, rev=rev))
 
 
 def add_compiled_flag(p: argparse.ArgumentParser, baseline: bool = False) -> None:

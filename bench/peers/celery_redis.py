@@ -32,7 +32,7 @@ try:
     import celery
     import redis
 except ImportError:
-    raise SystemExit("Celery and redis-py are needed: pip install -e '.[bench]'")
+    raise SystemExit("Celery and redis-py are needed: pip install -e '.[bench]'") from None
 
 from bench import lateness, lifecycle  # noqa: E402
 from bench.lib.api import install_fast_loop  # noqa: E402

@@ -52,7 +52,7 @@ class RedisServer:
                     return
             except redis.ConnectionError:
                 if self.proc and self.proc.poll() is not None:
-                    raise RuntimeError("redis-server exited at start")
+                    raise RuntimeError("redis-server exited at start") from None
                 if time.monotonic() > deadline:
                     raise
             time.sleep(0.05)

@@ -144,7 +144,7 @@ class Cluster:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(timeout=10)
             raise AssertionError(f"{node_id} did not stop within {timeout_s}s:\n"
-                                 f"{self.log(node_id)}")
+                                 f"{self.log(node_id)}") from None
 
     def pause(self, node_id: str) -> None:
         self.signal(node_id, signal.SIGSTOP)

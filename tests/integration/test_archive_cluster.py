@@ -45,7 +45,7 @@ def test_evicted_tasks_are_archived_by_every_node_and_searchable(archiving):
                             retryable=False)
         want = sorted([done["task_id"], dead["task_id"]])
         for node in cluster.ids:      # retention evicts on every replica; each archives
-            wait_until(lambda: archived_ids(cluster, node) == want, 60, f"{node}'s archive")
+            wait_until(lambda node=node: archived_ids(cluster, node) == want, 60, f"{node}'s archive")
         with pytest.raises(ApiError) as gone:
             client.get(done["task_id"])          # gone from the state
         assert gone.value.code == "not_found"

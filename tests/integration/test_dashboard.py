@@ -364,7 +364,7 @@ def test_metrics_and_readiness_on_a_real_cluster(tmp_path):
         c.start()
         leader = c.wait_leader()
         follower = c.followers(leader)[0]
-        for i in range(2):
+        for _ in range(2):
             s, b = c.call(follower, "POST", "/v1/tasks", {"task_type": "m", "tenant": "acme"})
             assert s == 201, b
         s, b = c.call(follower, "POST", "/v1/claims", {"worker_id": "w", "task_types": ["m"],

@@ -62,7 +62,7 @@ def test_operations_metrics_after_real_work(cluster: Cluster) -> None:
         m = scrape(cluster, node)
         return m.get("tsched_lease_expirations_total", {}).get(()) == 1 and m
     for node in cluster.ids:     # every replica counts the same events
-        m = wait_until(lambda: counted(node), timeout_s=20, what=f"{node} to count the expiry")
+        m = wait_until(lambda node=node: counted(node), timeout_s=20, what=f"{node} to count the expiry")
         run = {k: v for k, v in m["tsched_task_run_seconds_count"].items()}
         assert run == {(("task_type", "report"),): 3}, run
         assert m["tsched_task_run_seconds_sum"][(("task_type", "report"),)] > 0

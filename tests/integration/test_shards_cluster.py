@@ -236,7 +236,7 @@ def test_a_worker_claiming_again_and_again_keeps_one_waiter_per_shard(sharded):
     got = []
     for _ in range(20):
         result: dict = {}
-        waiting = threading.Thread(target=lambda: result.update(
+        waiting = threading.Thread(target=lambda result=result: result.update(
             answer=sharded.call("n1", "POST", "/v1/claims", claim, timeout_s=30)))
         waiting.start()
 
@@ -291,7 +291,7 @@ def test_a_claim_skips_shards_another_worker_watches_yet_gets_work_that_lands_th
 
     for _ in range(3):    # w-a's watches must stay open until w-b's claim was counted
         result: dict = {}
-        waiting = threading.Thread(target=lambda: result.update(answer=sharded.call(
+        waiting = threading.Thread(target=lambda result=result: result.update(answer=sharded.call(
             "n1", "POST", "/v1/claims", {**claim, "worker_id": "w-a", "wait_s": 4.5},
             timeout_s=30)))
         waiting.start()

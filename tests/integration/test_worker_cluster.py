@@ -195,6 +195,6 @@ def test_worker_rides_out_a_leader_kill(fresh_cluster):
                 survivors = [i for i in c.ids if i != leader]
                 raise AssertionError(f"progress (time, handled, states): {progress[::20]}; "
                                      f"status: {[c.self_status(i) for i in survivors]}; "
-                                     f"logs: {[c.log(i)[-3000:] for i in survivors]}")
+                                     f"logs: {[c.log(i)[-3000:] for i in survivors]}") from None
         results = sorted(client.get(i)["result"] for i in ids)
     assert results == list(range(80))

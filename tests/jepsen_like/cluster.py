@@ -14,18 +14,16 @@ a frozen copy of the code (`snapshot_code`).
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
 from tests.integration.cluster import Cluster as ProcessCluster
+from tsched_tree import build_tree
 from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE
 
 from .disks import SmallDisks
 from .proxy import ProxyHub
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGES = ("statemachine", "node", "client")
 
 
 def snapshot_code(out_dir: str, installed: str | None = None) -> str:
@@ -36,16 +34,8 @@ def snapshot_code(out_dir: str, installed: str | None = None) -> str:
     through other rules and look like lost or rewritten history. `installed`: a folder
     holding `tsched/` as installed (e.g. an unpacked wheel of the compiled build, setup.py)
     to copy instead of the checkout."""
-    root = os.path.join(out_dir, "code")
-    pkg = os.path.join(root, "tsched")
-    os.makedirs(pkg, exist_ok=True)
-    with open(os.path.join(pkg, "__init__.py"), "w", encoding="utf-8") as f:
-        f.write('"""A frozen copy of tsched for one harness run."""\n')
-    for name in PACKAGES:
-        src = os.path.join(installed, "tsched", name) if installed else os.path.join(REPO_ROOT, name)
-        shutil.copytree(src, os.path.join(pkg, name),
-                        ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
-    return root
+    return str(build_tree(os.path.join(out_dir, "code"), source=installed,
+                          installed=installed is not None))
 
 
 def tsnode_command() -> list[str]:

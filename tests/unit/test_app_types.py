@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tsched_tree import build_tree
+
 ROOT = Path(__file__).resolve().parents[2]
 # The modules of tasks-as-functions and tsworker; the older client modules are not typed
 # strictly: --follow-imports=silent takes their annotations without checking their bodies.
@@ -45,9 +47,7 @@ def mypy(*args: str, path: Path | None = None) -> subprocess.CompletedProcess[st
 
 def source_tree(tmp_path: Path) -> Path:
     """`tsched.client` as mypy can find it (the editable install maps it at import time)."""
-    (tmp_path / "src" / "tsched").mkdir(parents=True)
-    (tmp_path / "src" / "tsched" / "client").symlink_to(ROOT / "client")
-    return tmp_path / "src"
+    return build_tree(tmp_path / "src", packages=("client",), link=True, init=False)
 
 
 def test_the_app_modules_pass_mypy_strict():

@@ -61,7 +61,7 @@ def test_fair_share_between_tenants_at_same_priority() -> None:
 def test_weights_share_in_proportion() -> None:
     d = Driver()
     d.ok(c.SetTenant, tenant="heavy", weight=3)
-    for i in range(40):
+    for _ in range(40):
         d.add(tenant="heavy")
         d.add(tenant="light")
     got = [t.tenant for t in d.claim(max_tasks=40)]

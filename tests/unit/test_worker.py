@@ -189,7 +189,9 @@ def test_exceptions_are_retryable_and_nonretryable_is_not(fake):
 
     def unserialisable(payload, ctx):
         return {1, 2}
-    fake.add("a", "boom"); fake.add("b", "stop"); fake.add("c", "set")
+    fake.add("a", "boom")
+    fake.add("b", "stop")
+    fake.add("c", "set")
     with Running(make(fake, {"boom": boom, "stop": stop, "set": unserialisable})):
         wait_for(lambda: len(fake.reports) == 3, "three reports")
     a, b, c = fake.report("a"), fake.report("b"), fake.report("c")
