@@ -2,6 +2,7 @@
 
     from tsched.client import App, AsyncApp, TaskFailed          # tasks as decorated functions
     from tsched.client import Client, AsyncClient, Worker, NonRetryable, ApiError
+    from tsched.client import effect_once   # a handler's database effect, once per execution
 
 `Worker` (and `tsworker`) load when first named: `python -m tsched.client.worker` runs that
 module as `__main__`, which must not be imported already by its package.
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ._jobs import TaskContext
 from .app import App, AsyncApp
 from .client import AsyncClient, Client
+from .effects import effect_once
 from .errors import ApiError, NonRetryable, Overloaded, Unavailable
 from .handles import TaskCancelled, TaskFailed
 
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
     from .worker import Worker
 
 __all__ = ["ApiError", "App", "AsyncApp", "AsyncClient", "Client", "NonRetryable", "Overloaded",
-           "TaskCancelled", "TaskContext", "TaskFailed", "Unavailable", "Worker"]
+           "TaskCancelled", "TaskContext", "TaskFailed", "Unavailable", "Worker", "effect_once"]
 
 
 def __getattr__(name: str) -> Any:
