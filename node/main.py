@@ -21,7 +21,7 @@ from tsched.statemachine.limits import API_LIMITS
 
 from tsched.node import config as config_mod
 from tsched.node import tls
-from tsched.node.api.common import Node
+from tsched.node.api.services import Node
 from tsched.node.api.app import make_app
 from tsched.node.clock import Clock
 from tsched.node.ops.gcpolicy import GcPolicy

@@ -14,7 +14,8 @@ from aiohttp import web
 
 from tsched.node.api import cluster as api_cluster, tasks as api_tasks, tenants as api_tenants, workers as api_workers, present
 from tsched.node.api.admission import ADMISSION, Admission
-from tsched.node.api.common import NODE, Node, error_response
+from tsched.node.api.jsonio import error_response
+from tsched.node.api.services import NODE, Node
 from tsched.node.scheduling.claims import ClaimHub, enables_claims
 from tsched.node.errors import ApiError
 from tsched.node.api.forward import Forwarder

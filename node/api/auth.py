@@ -25,6 +25,8 @@ from typing import Any, Mapping
 
 from aiohttp import web
 
+from tsched.node.api.scope import SCOPE_KEY
+from tsched.node.api.services import NODE
 from tsched.node.errors import ApiError
 
 log = logging.getLogger("tsched.node.auth")
@@ -33,8 +35,6 @@ TOKEN_CHARS_MAX = 1024          # longer Authorization values are refused before
 DIGESTS_MAX = 20_000            # digests in the whole [auth] section
 LINEAR_SCAN_MAX = 64            # up to this many digests, every one is compared per request
 TENANT_CHARS_MAX = 64
-# The tenant a scoped token is limited to, read by handlers through api_tasks.tenant_scope.
-SCOPE_KEY: web.RequestKey[str] = web.RequestKey("tenant_scope", str)
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -148,7 +148,6 @@ AUTH = web.AppKey("auth", object)    # Auth | None: the parsed [auth] of this no
 
 def setup(app: web.Application) -> None:
     """Parse the node's [auth] once and mount the middleware (app.py calls this)."""
-    from tsched.node.api.common import NODE
     app[AUTH] = parse(getattr(app[NODE].config, "auth", None))
     app.middlewares.append(middleware)
 

@@ -8,7 +8,10 @@ import asyncio
 from aiohttp import web
 
 from tsched.node.api import validate
-from tsched.node.api.common import FORWARDED_HEADER, json_body, node_of, relay_to_leader, respond
+from tsched.node.api.forward import FORWARDED_HEADER
+from tsched.node.api.jsonio import json_body, respond
+from tsched.node.api.reads import relay_to_leader
+from tsched.node.api.services import node_of
 from tsched.node.errors import ApiError
 
 routes = web.RouteTableDef()

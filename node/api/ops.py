@@ -17,8 +17,10 @@ from tsched.node.ops import metrics as metrics_mod
 from tsched.node.api import openapi, validate
 from tsched.node.ops import timeseries
 from tsched.node.api.admission import ADMISSION
-from tsched.node.api.common import NODE, before_read, respond
-from tsched.node.api.tasks import tenant_scope
+from tsched.node.api.jsonio import respond
+from tsched.node.api.reads import before_read
+from tsched.node.api.services import NODE
+from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError, invalid
 
 # A follower this many Raft entries behind what it knows to be committed is still catching

@@ -7,17 +7,14 @@ from tsched.statemachine import commands as c
 
 from tsched.node.api import present, validate
 from tsched.node.api.admission import admission_of
-from tsched.node.api.common import (before_read, json_body, node_of, prefers_minimal, propose,
-                         propose_one, request_id, request_ids, respond)
-from tsched.node.api.auth import SCOPE_KEY
+from tsched.node.api.jsonio import json_body, prefers_minimal, respond
+from tsched.node.api.proposing import propose, propose_one, request_id, request_ids
+from tsched.node.api.reads import before_read
+from tsched.node.api.services import node_of
+from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError
 
 routes = web.RouteTableDef()
-
-
-def tenant_scope(request: web.Request) -> str | None:
-    """The tenant a scoped API token is limited to (None: any). Set by the auth layer."""
-    return request.get(SCOPE_KEY)
 
 
 def _check_tenant(request: web.Request, tenant: str) -> None:
