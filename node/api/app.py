@@ -74,12 +74,12 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
 async def _services(app: web.Application):
     node = app[NODE]
     loop = asyncio.get_running_loop()
-    node.proposer = Proposer(node.replica, loop, render=present.result,
-                             render_minimal=present.minimal_result)
-    node.forwarder = Forwarder(node.node_id, ssl=cluster_client_context(node.config))
-    await node.forwarder.start()
-    node.claims = ClaimHub(node)
-    node.timer = LeaderTimer(node)
+    proposer = node.proposer = Proposer(node.replica, loop, render=present.result,
+                                        render_minimal=present.minimal_result)
+    forwarder = node.forwarder = Forwarder(node.node_id, ssl=cluster_client_context(node.config))
+    await forwarder.start()
+    claims = node.claims = ClaimHub(node)
+    timer = node.timer = LeaderTimer(node)
     closed = False
 
     def on_applied(seq: int, wake: bool) -> None:
@@ -87,8 +87,8 @@ async def _services(app: web.Application):
             return
         node.seqs.on_applied(seq)
         if wake:
-            node.claims.wake()
-        node.timer.state_changed()
+            claims.wake()
+        timer.state_changed()
 
     def listener(seq, cmds, results) -> None:  # on the Raft thread, under the lock
         if closed:
@@ -99,15 +99,15 @@ async def _services(app: web.Application):
             pass  # the loop is closed: the node is stopping
 
     node.replica.add_apply_listener(listener)
-    node.claims.start()
-    node.timer.start()
+    claims.start()
+    timer.start()
     yield
     closed = True
-    await node.timer.close()
-    await node.claims.close()
-    close = getattr(node.proposer, "close", None)
+    await timer.close()
+    await claims.close()
+    close = getattr(proposer, "close", None)
     if close is not None:
         result = close()
         if asyncio.iscoroutine(result):
             await result
-    await node.forwarder.close()
+    await forwarder.close()

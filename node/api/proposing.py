@@ -45,6 +45,7 @@ async def propose(node: Node, cmds: list, *, sheddable: bool = False,
     `sheddable`: a full proposal queue answers 429 `overloaded` (DESIGN 14.2). `minimal`:
     render the minimal answers (`prefers_minimal`), for every command or per command."""
     from tsched.node.raft.proposer import ProposalError
+    assert node.proposer is not None, "the app's startup context makes the proposer"
     try:
         return await node.proposer.propose(cmds, node.propose_timeout_s, sheddable=sheddable,
                                            minimal=minimal)

@@ -45,6 +45,7 @@ async def relay_to_leader(request: web.Request, node: Node) -> web.Response:
         raise ApiError("no_leader", "no leader is known at the moment")
     body = await request.read()
     auth = request.headers.get("Authorization")
+    assert node.forwarder is not None, "the app's startup context makes the forwarder"
     status, data = await node.forwarder.send(url, request.method, request.path_qs,
                                              body or None, timeout_s=MIN_SEQ_WAIT_S + 5,
                                              headers={"Authorization": auth} if auth else None)

@@ -3,12 +3,22 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from tsched.node.api.seq_watcher import SeqWatcher
 from tsched.node.ids import new_id
+
+if TYPE_CHECKING:   # types only: these modules import the api at run time
+    from tsched.node.api.forward import Forwarder
+    from tsched.node.clock import Clock
+    from tsched.node.config import ClusterConfig
+    from tsched.node.ops.gcpolicy import GcPolicy
+    from tsched.node.raft.proposer import Proposer
+    from tsched.node.raft.replica import Replica
+    from tsched.node.scheduling.claims import ClaimHub
+    from tsched.node.scheduling.timer import LeaderTimer
 
 PROPOSE_TIMEOUT_S = 10.0      # a write waiting for its commit gives up after this (504)
 
@@ -18,15 +28,16 @@ class Node:
     """The services handlers use; one per app, held under NODE."""
 
     node_id: str
-    config: Any                 # config.ClusterConfig
-    replica: Any                # raft.Replica
-    clock: Any                  # clock.Clock
-    proposer: Any = None        # proposer.Proposer, made at app startup
-    forwarder: Any = None       # forward.Forwarder
-    claims: Any = None          # claims.ClaimHub
-    timer: Any = None           # timer.LeaderTimer
-    gc_policy: Any = None       # gcpolicy.GcPolicy (tsnode installs one; tests may not)
-    seqs: "SeqWatcher" = field(default_factory=lambda: SeqWatcher())
+    config: ClusterConfig
+    replica: Replica
+    clock: Clock
+    # Made by the app's startup context (app.py), None before it ran and in bare tests.
+    proposer: Proposer | None = None
+    forwarder: Forwarder | None = None
+    claims: ClaimHub | None = None
+    timer: LeaderTimer | None = None
+    gc_policy: GcPolicy | None = None   # tsnode installs one; tests may not
+    seqs: SeqWatcher = field(default_factory=lambda: SeqWatcher())
     propose_timeout_s: float = PROPOSE_TIMEOUT_S
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)   # set on SIGTERM
     shard: int | None = None    # this process's shard when the cluster has several
