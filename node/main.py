@@ -264,7 +264,9 @@ class _Json(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
                + f".{int(record.msecs):03d}Z", "level": record.levelname.lower(),
-               "logger": record.name, "node": record.node, "term": record.term,
+               # node and term: set on every record by the handler's _Context filter
+               "logger": record.name, "node": record.node,  # type: ignore[attr-defined]
+               "term": record.term,  # type: ignore[attr-defined]
                "msg": record.getMessage()}
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)

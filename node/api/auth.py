@@ -20,7 +20,7 @@ import hashlib
 import hmac
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from aiohttp import web
@@ -67,6 +67,7 @@ class Auth:
     """The parsed [auth] section: (digest bytes, identity) pairs."""
 
     entries: tuple[tuple[bytes, Identity], ...]
+    _by_digest: dict[bytes, Identity] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_digest", dict(self.entries))
@@ -143,7 +144,7 @@ def digest_of(token: str) -> str:
 
 # --- the middleware -----------------------------------------------------------------------
 
-AUTH = web.AppKey("auth", object)    # Auth | None: the parsed [auth] of this node
+AUTH: web.AppKey[Auth | None] = web.AppKey("auth")    # the parsed [auth] of this node
 
 
 def setup(app: web.Application) -> None:
@@ -162,6 +163,7 @@ async def middleware(request: web.Request, handler) -> web.StreamResponse:
         raise ApiError("unauthenticated", "the bearer token is not known to this cluster")
     _authorize(request, identity)
     if identity.kind == "tenant":
+        assert identity.tenant is not None, "parse() gives every tenant identity its tenant"
         request[SCOPE_KEY] = identity.tenant
     return await handler(request)
 

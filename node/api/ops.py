@@ -111,6 +111,7 @@ async def stats(request: web.Request) -> web.StreamResponse:
         tenant = scoped
     m = request.app[metrics_mod.METRICS]
     view = m.queue_view()
+    assert view is not None, "the metrics are made with this app's node, which has a replica"
     by_tenant = view.by_tenant if tenant is None else {
         tenant: view.by_tenant.get(tenant, {})}
     body = {
@@ -174,7 +175,8 @@ def setup(app: web.Application) -> None:
     app.middlewares.append(metrics_mod.middleware)
     served = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource}
     # A route another module already serves stays theirs (aiohttp refuses duplicates).
-    app.router.add_routes([r for r in routes if (r.method, r.path) not in served])
+    app.router.add_routes([r for r in routes
+                           if not (isinstance(r, web.RouteDef) and (r.method, r.path) in served)])
     app[TIMESERIES] = timeseries.TimeSeries(app[metrics_mod.METRICS])
     app.cleanup_ctx.append(_bind_metrics)
     app.cleanup_ctx.append(_sample_timeseries)

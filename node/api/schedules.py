@@ -51,7 +51,7 @@ def _tenant_query(request: web.Request) -> str:
     return tenant
 
 
-def _check_scope(scope: str | None, tenant: str) -> None:
+def _check_scope(scope: str | None, tenant: str | None) -> None:
     if scope is not None and tenant != scope:
         raise ApiError("forbidden", f"this token may only act for tenant {scope!r}")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, overload
 
 import orjson
 
@@ -68,7 +68,8 @@ class Fields:
     def __init__(self, body: Any, where: str = "body") -> None:
         if not isinstance(body, dict):
             raise invalid(f"{where} must be a JSON object")
-        self.body, self.where, self.seen = body, where, set()
+        self.body, self.where = body, where
+        self.seen: set[str] = set()
 
     def get(self, key: str) -> Any:
         self.seen.add(key)
@@ -137,11 +138,15 @@ def text(value: Any, name: str, hi: int, *, lo: int = 1, default: str | None = N
 
 
 def tenant(value: Any, name: str = "tenant", default: str | None = None) -> str:
-    return text(value, name, TENANT_CHARS_MAX, default=default, pattern=_TENANT_RE)
+    out = text(value, name, TENANT_CHARS_MAX, default=default, pattern=_TENANT_RE)
+    assert out is not None, "text() answers a missing value by the default or refuses it"
+    return out
 
 
 def name(value: Any, field: str, hi: int = ID_CHARS_MAX) -> str:
-    return text(value, field, hi, pattern=NAME_RE)
+    out = text(value, field, hi, pattern=NAME_RE)
+    assert out is not None, "text() refuses a missing value without a default (lo is 1)"
+    return out
 
 
 def sized_text(value: Any, name: str, bytes_max: int) -> str:
@@ -224,7 +229,7 @@ def instant_ms(value: Any, name: str) -> int:
 
 
 def task_id(value: str) -> str:
-    return text(value, "task_id", ID_CHARS_MAX, pattern=NAME_RE)
+    return name(value, "task_id")
 
 
 # --- bodies --------------------------------------------------------------------------------
@@ -275,8 +280,8 @@ def fencing_token(value: Any) -> int:
 
 def heartbeat(body: Any, where: str = "body") -> dict[str, Any]:
     f = Fields(body, where)
-    out = {"fencing_token": fencing_token(f.get("fencing_token")),
-           "lease_ms": lease_ms(f.get("lease_s"))}
+    out: dict[str, Any] = {"fencing_token": fencing_token(f.get("fencing_token")),
+                           "lease_ms": lease_ms(f.get("lease_s"))}
     if where != "body":
         out["task_id"] = task_id(f.get("task_id"))
     f.done()
@@ -326,7 +331,7 @@ def empty(body: Any) -> None:
 
 def tenant_settings(body: Any) -> dict[str, Any]:
     f = Fields(body)
-    out = {"max_running": None, "weight": None}
+    out: dict[str, Any] = {"max_running": None, "weight": None}
     if f.has("max_running"):
         out["max_running"] = integer(f.get("max_running"), "max_running", 0, TENANT_RUNNING_MAX)
     if f.has("weight"):
@@ -352,6 +357,10 @@ def query(q: Mapping[str, str], allowed: tuple[str, ...]) -> None:
         raise invalid(f"unknown query parameter(s): {', '.join(unknown)}", fields=unknown)
 
 
+@overload
+def query_int(q: Mapping[str, str], key: str, lo: int, hi: int, default: int) -> int: ...
+@overload
+def query_int(q: Mapping[str, str], key: str, lo: int, hi: int, default: None) -> int | None: ...
 def query_int(q: Mapping[str, str], key: str, lo: int, hi: int, default: int | None) -> int | None:
     raw = q.get(key)
     if raw is None:

@@ -1,6 +1,8 @@
 """Worker endpoints: long-poll claims, heartbeats, completions (DESIGN.md section 7)."""
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from tsched.statemachine import commands as c
@@ -35,7 +37,7 @@ async def claim(request: web.Request) -> web.Response:
         done = claims.Completions(cmds, results=None if cmds else [], minimal=minimal)
     tasks, seq = await claims.claim(node, request, params, tenant_scope(request), raw, done,
                                     minimal)
-    out = {"tasks": tasks}
+    out: dict[str, Any] = {"tasks": tasks}
     if tasks is claims.READY:
         out["ready"] = True
     if done is not None:
