@@ -1,7 +1,8 @@
 """Reading the audit archive's files (DESIGN 14.3): `tsctl archive search` and tests.
 
-The files are written by the nodes (node/ops/archive.py): `tasks-YYYY-MM-DD.jsonl.gz`, gzip
-members of JSON lines `{"v": 1, "archived_at": ..., "task": {...}}`. `search` reads every
+The files are written by the nodes (node/ops/archive.py) in the format of
+statemachine/archive_format.py: `tasks-YYYY-MM-DD.jsonl.gz`, gzip members of JSON lines
+`{"v": 1, "archived_at": ..., "task": {...}}`. `search` reads every
 file of a directory, oldest day first; a file that is not gzip, is truncated or holds a
 line that is not a record is reported (`skipped`) by name and left out, never fatal.
 Repeats of a task (a node replayed its log after a crash) are dropped by `task_id`: the
@@ -17,17 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-FORMAT_VERSION = 1
-FILE_PREFIX, FILE_SUFFIX = "tasks-", ".jsonl.gz"
-RECORD_BYTES_MAX = 16 << 20     # a line longer than any task record is corruption
-
-
-def file_name(now_ms: int) -> str:
-    """The file of the UTC day of `now_ms`."""
-    day = _dt.datetime.fromtimestamp(now_ms / 1000, _dt.timezone.utc).strftime("%Y-%m-%d")
-    return f"{FILE_PREFIX}{day}{FILE_SUFFIX}"
+from tsched.statemachine.archive_format import is_archive_file, last_by_task_id, parse_records
 
 
 @dataclass
@@ -79,21 +70,7 @@ def read_file(path: Path) -> list[dict]:
             raw = f.read()
     except (OSError, EOFError, zlib.error) as e:   # not gzip, truncated, bad CRC
         raise ValueError(f"{type(e).__name__}: {e}") from None
-    out = []
-    for lineno, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
-            continue
-        if len(line) > RECORD_BYTES_MAX:
-            raise ValueError(f"line {lineno} is over {RECORD_BYTES_MAX} bytes")
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError as e:
-            raise ValueError(f"line {lineno}: {e}") from None
-        if not (isinstance(record, dict) and isinstance(record.get("task"), dict)
-                and isinstance(record["task"].get("task_id"), str)):
-            raise ValueError(f"line {lineno} is not an archive record")
-        out.append(record)
-    return out
+    return parse_records(raw)
 
 
 def search(directory: str | os.PathLike, query: Query) -> Found:
@@ -101,18 +78,13 @@ def search(directory: str | os.PathLike, query: Query) -> Found:
     (the last written wins), in file (day) then line order."""
     found = Found()
     by_id: dict[str, dict] = {}
-    paths = sorted(p for p in Path(directory).iterdir()
-                   if p.name.startswith(FILE_PREFIX) and p.name.endswith(FILE_SUFFIX))
+    paths = sorted(p for p in Path(directory).iterdir() if is_archive_file(p.name))
     for path in paths:
         try:
             records = read_file(path)
         except ValueError as e:
             found.skipped.append((path.name, str(e)))
             continue
-        for record in records:
-            if query.matches(record["task"]):
-                tid = record["task"]["task_id"]
-                by_id.pop(tid, None)           # re-insert: the last occurrence's place
-                by_id[tid] = record
+        last_by_task_id([r for r in records if query.matches(r["task"])], by_id)
     found.records = list(by_id.values())
     return found

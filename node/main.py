@@ -21,7 +21,7 @@ from tsched.statemachine.limits import API_LIMITS
 
 from tsched.node import config as config_mod
 from tsched.node import tls
-from tsched.node.api.common import Node
+from tsched.node.api.services import Node
 from tsched.node.api.app import make_app
 from tsched.node.clock import Clock
 from tsched.node.ops.gcpolicy import GcPolicy
@@ -264,7 +264,9 @@ class _Json(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
                + f".{int(record.msecs):03d}Z", "level": record.levelname.lower(),
-               "logger": record.name, "node": record.node, "term": record.term,
+               # node and term: set on every record by the handler's _Context filter
+               "logger": record.name, "node": record.node,  # type: ignore[attr-defined]
+               "term": record.term,  # type: ignore[attr-defined]
                "msg": record.getMessage()}
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)

@@ -19,7 +19,7 @@ import pytest
 
 from tests.api_support import Api
 from tests.net import free_port
-from tsched.node.api.common import Node
+from tsched.node.api.services import Node
 from tsched.node.api.app import make_app
 from tsched.node.clock import Clock
 from tsched.node.config import ClusterConfig, NodeConfig

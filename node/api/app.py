@@ -7,19 +7,21 @@ claim dispatcher and the leader's timer; the cleanup half stops them.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 
 from aiohttp import web
 
-from tsched.node.api import cluster as api_cluster, tasks as api_tasks, tenants as api_tenants, workers as api_workers, present
+from tsched.node.api import auth, cluster, ops, present, schedules, tasks, tenants, workers
 from tsched.node.api.admission import ADMISSION, Admission
-from tsched.node.api.common import NODE, Node, error_response
-from tsched.node.scheduling.claims import ClaimHub, enables_claims
-from tsched.node.errors import ApiError
 from tsched.node.api.forward import Forwarder
-from tsched.node.tls import cluster_client_context
+from tsched.node.api.jsonio import error_response
+from tsched.node.api.services import NODE, Node
+from tsched.node.errors import ApiError
+from tsched.node.raft.proposer import Proposer
+from tsched.node.scheduling.claims import ClaimHub, enables_claims
 from tsched.node.scheduling.timer import LeaderTimer
+from tsched.node.shards.layout import shard_tag_middleware
+from tsched.node.tls import cluster_client_context
 
 log = logging.getLogger("tsched.node.http")
 
@@ -32,40 +34,16 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 def make_app(node: Node) -> web.Application:
     middlewares = [error_middleware]
     if node.shard is not None:
-        from tsched.node.shards.layout import shard_tag_middleware
         middlewares.insert(0, shard_tag_middleware(node.shard))
     app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=middlewares)
     app[NODE] = node
     app[ADMISSION] = Admission()
     app.cleanup_ctx.append(_services)
-    for module in (api_tasks, api_workers, api_tenants, api_cluster):
+    for module in (tasks, workers, tenants, cluster, schedules):
         app.router.add_routes(module.routes)
-    _mount_optional(app)
+    ops.setup(app)    # metrics, health, stats, OpenAPI, dashboard (and its middleware)
+    auth.setup(app)   # parses [auth] once; its middleware runs inside the error shape
     return app
-
-
-def _mount_optional(app: web.Application) -> None:
-    """Parts built separately, mounted when present: schedules (`routes`); operations
-    (`api_ops.setup`: metrics, health, stats, OpenAPI, dashboard); auth (`middleware`)."""
-    for name in ("schedules",):
-        module = _optional(name)
-        if module is not None and hasattr(module, "routes"):
-            app.router.add_routes(module.routes)
-    ops = _optional("ops")   # metrics, health, stats, dashboard (and its middleware)
-    if ops is not None:
-        ops.setup(app)
-    auth = _optional("auth")
-    if auth is not None:
-        auth.setup(app)   # parses [auth] once; its middleware runs inside the error shape
-
-
-def _optional(name: str):
-    try:
-        return importlib.import_module(f"tsched.node.api.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"tsched.node.api.{name}":
-            raise
-        return None
 
 
 @web.middleware
@@ -94,15 +72,14 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
 
 
 async def _services(app: web.Application):
-    from tsched.node.raft.proposer import Proposer
     node = app[NODE]
     loop = asyncio.get_running_loop()
-    node.proposer = Proposer(node.replica, loop, render=present.result,
-                             render_minimal=present.minimal_result)
-    node.forwarder = Forwarder(node.node_id, ssl=cluster_client_context(node.config))
-    await node.forwarder.start()
-    node.claims = ClaimHub(node)
-    node.timer = LeaderTimer(node)
+    proposer = node.proposer = Proposer(node.replica, loop, render=present.result,
+                                        render_minimal=present.minimal_result)
+    forwarder = node.forwarder = Forwarder(node.node_id, ssl=cluster_client_context(node.config))
+    await forwarder.start()
+    claims = node.claims = ClaimHub(node)
+    timer = node.timer = LeaderTimer(node)
     closed = False
 
     def on_applied(seq: int, wake: bool) -> None:
@@ -110,8 +87,8 @@ async def _services(app: web.Application):
             return
         node.seqs.on_applied(seq)
         if wake:
-            node.claims.wake()
-        node.timer.state_changed()
+            claims.wake()
+        timer.state_changed()
 
     def listener(seq, cmds, results) -> None:  # on the Raft thread, under the lock
         if closed:
@@ -122,15 +99,15 @@ async def _services(app: web.Application):
             pass  # the loop is closed: the node is stopping
 
     node.replica.add_apply_listener(listener)
-    node.claims.start()
-    node.timer.start()
+    claims.start()
+    timer.start()
     yield
     closed = True
-    await node.timer.close()
-    await node.claims.close()
-    close = getattr(node.proposer, "close", None)
+    await timer.close()
+    await claims.close()
+    close = getattr(proposer, "close", None)
     if close is not None:
         result = close()
         if asyncio.iscoroutine(result):
             await result
-    await node.forwarder.close()
+    await forwarder.close()

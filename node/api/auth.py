@@ -20,11 +20,13 @@ import hashlib
 import hmac
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from aiohttp import web
 
+from tsched.node.api.scope import SCOPE_KEY
+from tsched.node.api.services import NODE
 from tsched.node.errors import ApiError
 
 log = logging.getLogger("tsched.node.auth")
@@ -33,8 +35,6 @@ TOKEN_CHARS_MAX = 1024          # longer Authorization values are refused before
 DIGESTS_MAX = 20_000            # digests in the whole [auth] section
 LINEAR_SCAN_MAX = 64            # up to this many digests, every one is compared per request
 TENANT_CHARS_MAX = 64
-# The tenant a scoped token is limited to, read by handlers through api_tasks.tenant_scope.
-SCOPE_KEY: web.RequestKey[str] = web.RequestKey("tenant_scope", str)
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -67,6 +67,7 @@ class Auth:
     """The parsed [auth] section: (digest bytes, identity) pairs."""
 
     entries: tuple[tuple[bytes, Identity], ...]
+    _by_digest: dict[bytes, Identity] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_digest", dict(self.entries))
@@ -143,12 +144,11 @@ def digest_of(token: str) -> str:
 
 # --- the middleware -----------------------------------------------------------------------
 
-AUTH = web.AppKey("auth", object)    # Auth | None: the parsed [auth] of this node
+AUTH: web.AppKey[Auth | None] = web.AppKey("auth")    # the parsed [auth] of this node
 
 
 def setup(app: web.Application) -> None:
     """Parse the node's [auth] once and mount the middleware (app.py calls this)."""
-    from tsched.node.api.common import NODE
     app[AUTH] = parse(getattr(app[NODE].config, "auth", None))
     app.middlewares.append(middleware)
 
@@ -163,6 +163,7 @@ async def middleware(request: web.Request, handler) -> web.StreamResponse:
         raise ApiError("unauthenticated", "the bearer token is not known to this cluster")
     _authorize(request, identity)
     if identity.kind == "tenant":
+        assert identity.tenant is not None, "parse() gives every tenant identity its tenant"
         request[SCOPE_KEY] = identity.tenant
     return await handler(request)
 

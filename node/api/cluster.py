@@ -8,7 +8,11 @@ import asyncio
 from aiohttp import web
 
 from tsched.node.api import validate
-from tsched.node.api.common import FORWARDED_HEADER, json_body, node_of, relay_to_leader, respond
+from tsched.node.config import NodeConfig
+from tsched.node.api.forward import FORWARDED_HEADER
+from tsched.node.api.jsonio import json_body, respond
+from tsched.node.api.reads import relay_to_leader
+from tsched.node.api.services import Node, node_of
 from tsched.node.errors import ApiError
 
 routes = web.RouteTableDef()
@@ -16,7 +20,7 @@ routes = web.RouteTableDef()
 PEER_STATUS_TIMEOUT_S = 1.0
 
 
-def self_status(node) -> dict:
+def self_status(node: Node) -> dict:
     me = node.config.node(node.node_id)
     st = node.replica.status()
     return {"id": node.node_id, "http": me.http, "raft": me.raft, "role": st["role"],
@@ -33,7 +37,8 @@ async def cluster_self(request: web.Request) -> web.Response:
     return respond(out, out["applied_seq"])
 
 
-async def _peer_status(node, peer, auth: str | None) -> dict:
+async def _peer_status(node: Node, peer: NodeConfig, auth: str | None) -> dict:
+    assert node.forwarder is not None, "the app's startup context makes the forwarder"
     # The caller's token goes along: peers check it as they would the caller's own request.
     data = await node.forwarder.get_json(peer.url + "/v1/cluster/self", PEER_STATUS_TIMEOUT_S,
                                          headers={"Authorization": auth} if auth else None)

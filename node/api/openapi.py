@@ -498,7 +498,8 @@ def _with_leader_header(operation: dict[str, Any]) -> dict[str, Any]:
 
 def _task_paths() -> dict[str, Any]:
     task, action_body = ref("Task"), obj({}, closed=True)
-    action = dict(body=action_body, body_required=False, params=[TASK_ID], errors=WRITE_ERRORS)
+    action: dict[str, Any] = dict(body=action_body, body_required=False, params=[TASK_ID],
+                                  errors=WRITE_ERRORS)
     submit = {"oneOf": [ref("TaskSubmit"), obj({"tasks": {
         "type": "array", "items": ref("TaskSubmit"), "minItems": 1, "maxItems": v.BATCH_MAX}},
         ("tasks",), closed=True)]}
@@ -508,11 +509,6 @@ def _task_paths() -> dict[str, Any]:
                                       "applied_seq": APPLIED_SEQ, "shard": SHARD,
                                       "applied_seqs": APPLIED_SEQS},
                                ("tasks",))]}
-    results = {"type": "array", "items": {"oneOf": [task, brief, ref("HeartbeatAnswer"),
-                                                    ref("Error")]}}
-    reported = {"oneOf": [task, brief]}
-    answers = obj({"results": results, "applied_seq": APPLIED_SEQ, "shard": SHARD,
-                   "applied_seqs": APPLIED_SEQS}, ("results",))
     return {
         "/v1/tasks": {
             "post": _submit_op(submitted, submit),
@@ -532,6 +528,18 @@ def _task_paths() -> dict[str, Any]:
             "post": op("Replay a dead-lettered task", task, **action, tag="dead letters")},
         "/v1/tasks/{task_id}/discard": {
             "post": op("Discard a dead-lettered task", task, **action, tag="dead letters")},
+        **_worker_task_paths(task, brief),
+    }
+
+
+def _worker_task_paths(task: Schema, brief: Schema) -> dict[str, Any]:
+    """The paths a worker uses: heartbeats, completions and failures, releases, claims."""
+    results = {"type": "array", "items": {"oneOf": [task, brief, ref("HeartbeatAnswer"),
+                                                    ref("Error")]}}
+    reported = {"oneOf": [task, brief]}
+    answers = obj({"results": results, "applied_seq": APPLIED_SEQ, "shard": SHARD,
+                   "applied_seqs": APPLIED_SEQS}, ("results",))
+    return {
         "/v1/tasks/{task_id}/heartbeat": {"post": op(
             "Heartbeat", ref("HeartbeatAnswer"), body=ref("HeartbeatRequest"), params=[TASK_ID],
             errors=WRITE_ERRORS, tag="workers")},
@@ -573,7 +581,7 @@ def _task_paths() -> dict[str, Any]:
 def _schedule_paths() -> dict[str, Any]:
     sched = ref("Schedule")
     one = [SCHEDULE_ID, SCHEDULE_TENANT]
-    action = dict(params=one, errors=WRITE_ERRORS, tag="schedules")
+    action: dict[str, Any] = dict(params=one, errors=WRITE_ERRORS, tag="schedules")
     return {
         "/v1/schedules": {"get": op(
             "List schedules", obj({"schedules": {"type": "array", "items": sched},

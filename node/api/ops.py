@@ -17,8 +17,10 @@ from tsched.node.ops import metrics as metrics_mod
 from tsched.node.api import openapi, validate
 from tsched.node.ops import timeseries
 from tsched.node.api.admission import ADMISSION
-from tsched.node.api.common import NODE, before_read, respond
-from tsched.node.api.tasks import tenant_scope
+from tsched.node.api.jsonio import respond
+from tsched.node.api.reads import before_read
+from tsched.node.api.services import NODE
+from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError, invalid
 
 # A follower this many Raft entries behind what it knows to be committed is still catching
@@ -109,6 +111,7 @@ async def stats(request: web.Request) -> web.StreamResponse:
         tenant = scoped
     m = request.app[metrics_mod.METRICS]
     view = m.queue_view()
+    assert view is not None, "the metrics are made with this app's node, which has a replica"
     by_tenant = view.by_tenant if tenant is None else {
         tenant: view.by_tenant.get(tenant, {})}
     body = {
@@ -172,7 +175,8 @@ def setup(app: web.Application) -> None:
     app.middlewares.append(metrics_mod.middleware)
     served = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource}
     # A route another module already serves stays theirs (aiohttp refuses duplicates).
-    app.router.add_routes([r for r in routes if (r.method, r.path) not in served])
+    app.router.add_routes([r for r in routes
+                           if not (isinstance(r, web.RouteDef) and (r.method, r.path) in served)])
     app[TIMESERIES] = timeseries.TimeSeries(app[metrics_mod.METRICS])
     app.cleanup_ctx.append(_bind_metrics)
     app.cleanup_ctx.append(_sample_timeseries)

@@ -16,9 +16,12 @@ from tsched.statemachine import commands as c
 from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
 
 from tsched.node.scheduling import cron, firing
-from tsched.node.api import present, validate
-from tsched.node.api.common import before_read, json_body, node_of, propose_one, request_id, respond
-from tsched.node.api.tasks import tenant_scope
+from tsched.node.api import present, submission, validate
+from tsched.node.api.jsonio import json_body, respond
+from tsched.node.api.proposing import propose_one, request_id
+from tsched.node.api.reads import before_read
+from tsched.node.api.services import node_of
+from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError, invalid
 
 routes = web.RouteTableDef()
@@ -48,7 +51,7 @@ def _tenant_query(request: web.Request) -> str:
     return tenant
 
 
-def _check_scope(scope: str | None, tenant: str) -> None:
+def _check_scope(scope: str | None, tenant: str | None) -> None:
     if scope is not None and tenant != scope:
         raise ApiError("forbidden", f"this token may only act for tenant {scope!r}")
 
@@ -74,7 +77,7 @@ def _template(value: Any) -> c.TaskTemplate:
                                        validate.TIMEOUT_S_MIN, validate.TIMEOUT_S_MAX, 300_000),
         max_retries=validate.integer(f.get("max_retries"), "task.max_retries", 0,
                                      validate.MAX_RETRIES_MAX, default=3),
-        retry=validate.retry_policy(f.get("retry")),
+        retry=submission.retry_policy(f.get("retry")),
     )
     f.done()
     return out

@@ -5,19 +5,16 @@ from aiohttp import web
 
 from tsched.statemachine import commands as c
 
-from tsched.node.api import present, validate
+from tsched.node.api import present, submission, validate
 from tsched.node.api.admission import admission_of
-from tsched.node.api.common import (before_read, json_body, node_of, prefers_minimal, propose,
-                         propose_one, request_id, request_ids, respond)
-from tsched.node.api.auth import SCOPE_KEY
+from tsched.node.api.jsonio import json_body, prefers_minimal, respond
+from tsched.node.api.proposing import propose, propose_one, request_id, request_ids
+from tsched.node.api.reads import before_read
+from tsched.node.api.services import node_of
+from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError
 
 routes = web.RouteTableDef()
-
-
-def tenant_scope(request: web.Request) -> str | None:
-    """The tenant a scoped API token is limited to (None: any). Set by the auth layer."""
-    return request.get(SCOPE_KEY)
 
 
 def _check_tenant(request: web.Request, tenant: str) -> None:
@@ -37,18 +34,18 @@ async def _submit(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
     body = await json_body(request)
-    items = validate.submit_batch(body)
+    items = submission.submit_batch(body)
     now = node.clock.now_ms()
     scope = tenant_scope(request)
     minimal = prefers_minimal(request)
     if items is None:
-        cmd = validate.submit(_scoped(body, scope), now_ms=now, request_id=request_id(request),
+        cmd = submission.submit(_scoped(body, scope), now_ms=now, request_id=request_id(request),
                               task_id=node.new_task_id())
         _check_tenant(request, cmd.tenant)
         task, seq = await propose_one(node, cmd, sheddable=True, minimal=minimal)
         return respond(task, seq, status=201, minimal=minimal)
     rid = request_ids(request)
-    cmds = [validate.submit(_scoped(item, scope), now_ms=now, request_id=rid(f"#{i}"),
+    cmds = [submission.submit(_scoped(item, scope), now_ms=now, request_id=rid(f"#{i}"),
                             task_id=node.new_task_id(), where=f"tasks[{i}]")
             for i, item in enumerate(items)]
     for cmd in cmds:

@@ -6,8 +6,11 @@ from aiohttp import web
 from tsched.statemachine import commands as c
 
 from tsched.node.api import present, validate
-from tsched.node.api.common import before_read, json_body, node_of, propose_one, request_id, respond
-from tsched.node.api.tasks import tenant_scope
+from tsched.node.api.jsonio import json_body, respond
+from tsched.node.api.proposing import propose_one, request_id
+from tsched.node.api.reads import before_read
+from tsched.node.api.services import node_of
+from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError
 
 routes = web.RouteTableDef()

@@ -2,17 +2,18 @@
 
 Every field is type-checked and bounded here, before anything is proposed; unknown fields
 are refused. The state machine checks again at apply time (its limits are authoritative).
+Here: the bounds, the field checks, the workers' and tenants' bodies and the query strings;
+a task submission's body is submission.py's.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import math
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, overload
 
 import orjson
 
-from tsched.statemachine import commands as c
 from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
 
 from tsched.node.errors import ApiError, invalid
@@ -58,7 +59,7 @@ STATES = ("pending", "running", "completed", "cancelled", "dead_letter", "discar
 LISTED_STATES = STATES + ("retrying",)   # `retrying`: a view of pending (DESIGN 14.1)
 
 _TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,%d}$" % TENANT_CHARS_MAX)
-_NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]+$")   # lengths are checked by `text`
+NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]+$")   # lengths are checked by `text`
 
 
 class Fields:
@@ -67,7 +68,8 @@ class Fields:
     def __init__(self, body: Any, where: str = "body") -> None:
         if not isinstance(body, dict):
             raise invalid(f"{where} must be a JSON object")
-        self.body, self.where, self.seen = body, where, set()
+        self.body, self.where = body, where
+        self.seen: set[str] = set()
 
     def get(self, key: str) -> Any:
         self.seen.add(key)
@@ -136,11 +138,15 @@ def text(value: Any, name: str, hi: int, *, lo: int = 1, default: str | None = N
 
 
 def tenant(value: Any, name: str = "tenant", default: str | None = None) -> str:
-    return text(value, name, TENANT_CHARS_MAX, default=default, pattern=_TENANT_RE)
+    out = text(value, name, TENANT_CHARS_MAX, default=default, pattern=_TENANT_RE)
+    assert out is not None, "text() answers a missing value by the default or refuses it"
+    return out
 
 
 def name(value: Any, field: str, hi: int = ID_CHARS_MAX) -> str:
-    return text(value, field, hi, pattern=_NAME_RE)
+    out = text(value, field, hi, pattern=NAME_RE)
+    assert out is not None, "text() refuses a missing value without a default (lo is 1)"
+    return out
 
 
 def sized_text(value: Any, name: str, bytes_max: int) -> str:
@@ -223,95 +229,13 @@ def instant_ms(value: Any, name: str) -> int:
 
 
 def task_id(value: str) -> str:
-    return text(value, "task_id", ID_CHARS_MAX, pattern=_NAME_RE)
+    return name(value, "task_id")
 
 
 # --- bodies --------------------------------------------------------------------------------
 
-# Frozen, so one instance serves every submit without a policy (building one per task was
-# a fifth of validating a submit).
-_DEFAULT_RETRY = c.RetryPolicy()
-
-
-def retry_policy(value: Any) -> c.RetryPolicy:
-    if value is None:
-        return _DEFAULT_RETRY
-    f = Fields(value, "retry")
-    d = _DEFAULT_RETRY
-    backoff = f.get("backoff")
-    if backoff is not None and backoff not in ("exponential", "linear", "fixed"):
-        raise invalid("retry.backoff must be exponential, linear or fixed", field="retry.backoff")
-    base_ms = seconds_ms(f.get("base_s"), "retry.base_s", 0, RETRY_S_MAX, d.base_ms)
-    max_ms = seconds_ms(f.get("max_s"), "retry.max_s", 0, RETRY_S_MAX, d.max_ms)
-    mult = number(f.get("multiplier"), "retry.multiplier", MULTIPLIER_MIN, MULTIPLIER_MAX,
-                  d.multiplier_milli / 1000)
-    jitter = number(f.get("jitter"), "retry.jitter", 0, JITTER_MAX, d.jitter_permille / 1000)
-    f.done()
-    if max_ms < base_ms:
-        raise invalid("retry.max_s must be >= retry.base_s", field="retry.max_s")
-    return c.RetryPolicy(backoff=backoff or d.backoff, base_ms=base_ms, max_ms=max_ms,
-                         multiplier_milli=round(mult * 1000), jitter_permille=round(jitter * 1000))
-
-
-def submit(body: Any, *, now_ms: int, request_id: str, task_id: str,
-           where: str = "body") -> c.SubmitTask:
-    f = Fields(body, where)
-    run_at_ms = None
-    if f.has("run_at") and f.has("delay_s"):
-        raise invalid("give run_at or delay_s, not both", field="delay_s")
-    if f.has("run_at"):
-        run_at_ms = run_at(f.get("run_at"), now_ms)
-    elif f.has("delay_s"):
-        run_at_ms = now_ms + seconds_ms(f.get("delay_s"), "delay_s", 0, DELAY_S_MAX, 0)
-    cmd = c.SubmitTask(
-        request_id=request_id, now_ms=now_ms, task_id=task_id,
-        task_type=name(f.get("task_type"), "task_type", TASK_TYPE_CHARS_MAX),
-        tenant=tenant(f.get("tenant"), default="default"),
-        payload_json=json_text(f.get("payload"), "payload"),
-        priority=integer(f.get("priority"), "priority", 0, PRIORITY_MAX, default=5),
-        run_at_ms=run_at_ms,
-        timeout_ms=timeout_ms(f.get("timeout_s"), 300_000),
-        max_retries=integer(f.get("max_retries"), "max_retries", 0, MAX_RETRIES_MAX, default=3),
-        retry=retry_policy(f.get("retry")),
-        idempotency_key=text(f.get("idempotency_key"), "idempotency_key",
-                             IDEMPOTENCY_KEY_CHARS_MAX, lo=0, pattern=_NAME_RE) or None,
-    )
-    f.done()
-    return cmd
-
-
-def run_at(value: Any, now_ms: int) -> int:
-    """An instant at most `DELAY_S_MAX` ahead of `now_ms` (the state machine's bound)."""
-    ms = instant_ms(value, "run_at")
-    if ms > now_ms + L.run_at_ahead_ms_max:
-        raise invalid(f"run_at is more than {DELAY_S_MAX // 86_400} days ahead",
-                      field="run_at")
-    return ms
-
-
-def timeout_ms(value: Any, default_ms: int) -> int:
-    return seconds_ms(value, "timeout_s", TIMEOUT_S_MIN, TIMEOUT_S_MAX, default_ms)
-
-
 def lease_ms(value: Any) -> int:
     return seconds_ms(value, "lease_s", LEASE_S_MIN, LEASE_S_MAX, 30_000)
-
-
-def submit_batch(body: Any) -> list[Any] | None:
-    """The task objects of a batch submit, or None when the body is one task."""
-    if not isinstance(body, dict):
-        raise invalid("body must be a JSON object")
-    if "tasks" not in body:
-        return None
-    f = Fields(body)
-    items = f.get("tasks")
-    f.done()
-    if not isinstance(items, list) or not items:
-        raise invalid("tasks must be a non-empty list", field="tasks")
-    if len(items) > BATCH_MAX:
-        raise ApiError("too_large", f"at most {BATCH_MAX} tasks per batch",
-                       {"field": "tasks", "limit": BATCH_MAX})
-    return items
 
 
 def claim(body: Any) -> dict[str, Any]:
@@ -356,8 +280,8 @@ def fencing_token(value: Any) -> int:
 
 def heartbeat(body: Any, where: str = "body") -> dict[str, Any]:
     f = Fields(body, where)
-    out = {"fencing_token": fencing_token(f.get("fencing_token")),
-           "lease_ms": lease_ms(f.get("lease_s"))}
+    out: dict[str, Any] = {"fencing_token": fencing_token(f.get("fencing_token")),
+                           "lease_ms": lease_ms(f.get("lease_s"))}
     if where != "body":
         out["task_id"] = task_id(f.get("task_id"))
     f.done()
@@ -407,7 +331,7 @@ def empty(body: Any) -> None:
 
 def tenant_settings(body: Any) -> dict[str, Any]:
     f = Fields(body)
-    out = {"max_running": None, "weight": None}
+    out: dict[str, Any] = {"max_running": None, "weight": None}
     if f.has("max_running"):
         out["max_running"] = integer(f.get("max_running"), "max_running", 0, TENANT_RUNNING_MAX)
     if f.has("weight"):
@@ -433,6 +357,10 @@ def query(q: Mapping[str, str], allowed: tuple[str, ...]) -> None:
         raise invalid(f"unknown query parameter(s): {', '.join(unknown)}", fields=unknown)
 
 
+@overload
+def query_int(q: Mapping[str, str], key: str, lo: int, hi: int, default: int) -> int: ...
+@overload
+def query_int(q: Mapping[str, str], key: str, lo: int, hi: int, default: None) -> int | None: ...
 def query_int(q: Mapping[str, str], key: str, lo: int, hi: int, default: int | None) -> int | None:
     raw = q.get(key)
     if raw is None:

@@ -1,15 +1,18 @@
 """Worker endpoints: long-poll claims, heartbeats, completions (DESIGN.md section 7)."""
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from tsched.statemachine import commands as c
 
 from tsched.node.scheduling import claims
 from tsched.node.api import validate
-from tsched.node.api.common import (json_body, node_of, prefers_minimal, propose, propose_one,
-                         request_id, request_ids, respond)
-from tsched.node.api.tasks import tenant_scope
+from tsched.node.api.jsonio import json_body, prefers_minimal, respond
+from tsched.node.api.proposing import propose, propose_one, request_id, request_ids
+from tsched.node.api.services import node_of
+from tsched.node.api.scope import tenant_scope
 
 routes = web.RouteTableDef()
 
@@ -34,7 +37,7 @@ async def claim(request: web.Request) -> web.Response:
         done = claims.Completions(cmds, results=None if cmds else [], minimal=minimal)
     tasks, seq = await claims.claim(node, request, params, tenant_scope(request), raw, done,
                                     minimal)
-    out = {"tasks": tasks}
+    out: dict[str, Any] = {"tasks": tasks}
     if tasks is claims.READY:
         out["ready"] = True
     if done is not None:

@@ -11,8 +11,8 @@ next snapshot replays the Tick and appends the task again: readers drop repeats 
 `task_id` (the last line wins). A node that catches up by installing a snapshot does not
 see the evictions inside it; the nodes that applied them archived them.
 
-Reading is the client's (client/archive.py: `tsctl archive search`), which also names the
-files and the format version.
+Reading is the client's (client/archive.py: `tsctl archive search`); the file names and
+the format version are statemachine/archive_format.py's, which both sides share.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import Iterable
 
 import orjson
 
-from tsched.client.archive import FORMAT_VERSION, file_name
+from tsched.statemachine.archive_format import FORMAT_VERSION, file_name
 
 from tsched.node.api import present
 from tsched.node.raft.journal import STORAGE_ERROR_EXIT_CODE

@@ -419,7 +419,7 @@ def _uncarried(w: Waiter) -> bool:
 async def _propose_all(node, cmds: list, minimal: bool | list[bool] = False
                        ) -> tuple[list, int | None]:
     """One answer per command; a failed proposal answers each with its error."""
-    from tsched.node.api.common import propose
+    from tsched.node.api.proposing import propose
     try:
         return await propose(node, cmds, minimal=minimal)
     except ApiError as e:
@@ -437,7 +437,7 @@ def _kind(w: Waiter) -> tuple:
 
 async def release(node, tasks: list[tuple[str, int]]) -> None:
     """Give claimed tasks back because nobody will receive them."""
-    from tsched.node.api.common import propose
+    from tsched.node.api.proposing import propose
     now = node.clock.now_ms()
     cmds = [c.Release(request_id=_new_id(), now_ms=now, task_id=tid, fencing_token=tok)
             for tid, tok in tasks]
@@ -470,7 +470,7 @@ async def claim(node, request, params: dict, tenant: str | None, body: bytes,
 async def _claim(node, request, params: dict, tenant: str | None, body: bytes,
                  completions: Completions | None, minimal: bool
                  ) -> tuple[list[dict], int]:
-    from tsched.node.api.common import request_id
+    from tsched.node.api.proposing import request_id
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params["wait_s"]
     forwarded = bool(request.headers.get("X-Tsched-Forwarded"))

@@ -137,7 +137,7 @@ class LeaderTimer:
         return await self._propose(cmds) if cmds else True
 
     async def _propose(self, cmds: list) -> bool:
-        from tsched.node.api.common import propose
+        from tsched.node.api.proposing import propose
         try:
             await propose(self.node, cmds)
             return True

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from tsched.node.shards import layout as shards_mod
 from tsched.node.api import validate
-from tsched.node.api.common import error_response
+from tsched.node.api.jsonio import error_response
 from tsched.node.api.auth import parse as parse_auth
 from tsched.node.errors import ApiError
 from tsched.node.shards.upstream import PASS_REQUEST_HEADERS, Answer, Upstreams

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tsched.node.api import common as api_common
+from tsched.node.api import reads as api_reads
 from tests.api_support import Api, assert_error
 
 
@@ -135,7 +135,7 @@ async def test_linearizable_read_commits_a_barrier_first(api: Api, tt):
 
 
 async def test_min_seq_beyond_the_applied_seq_times_out(api: Api, monkeypatch):
-    monkeypatch.setattr(api_common, "MIN_SEQ_WAIT_S", 0.2)
+    monkeypatch.setattr(api_reads, "MIN_SEQ_WAIT_S", 0.2)
     status, body = await api.call("GET", "/v1/tasks?min_seq=999999999")
     assert_error(status, body, 504, "timeout")
 

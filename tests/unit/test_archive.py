@@ -5,9 +5,10 @@ from __future__ import annotations
 import gzip
 
 from tests.unit.sm_support import T0, Driver
-from tsched.client.archive import Query, file_name, search
+from tsched.client.archive import Query, search
 from tsched.node.ops.archive import Archive
 from tsched.statemachine import commands as c
+from tsched.statemachine.archive_format import file_name
 
 DAY_MS = 86_400_000
 

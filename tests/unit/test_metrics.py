@@ -11,7 +11,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from tsched.node.api import ops as api_ops
-from tsched.node.api.common import NODE, Node
+from tsched.node.api.services import NODE, Node
 from tsched.node.api.app import error_middleware
 from tsched.node.ops.metrics import (OTHER_LABEL, AttemptTracker, NodeMetrics, bounded_tenants)
 from tsched.statemachine import StateMachine

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from tsched.node.raft import proposed
-from tsched.node.api import validate
+from tsched.node.api import submission, validate
 from tsched.node.raft.proposed import ProposedBatches
 from tsched.statemachine import codec
 from tsched.statemachine import commands as c
@@ -60,13 +60,13 @@ def _same_types(a, b) -> bool:
 
 def test_the_commands_the_api_builds_decode_to_equal_commands_of_the_same_types():
     """What the leader applies without decoding is what its followers decode."""
-    submit = validate.submit({"task_type": "email", "payload": {"to": ["a", 1, 2.5, None]},
+    submit = submission.submit({"task_type": "email", "payload": {"to": ["a", 1, 2.5, None]},
                               "tenant": "acme", "priority": 7, "delay_s": 1.5,
                               "timeout_s": 90, "max_retries": 4, "idempotency_key": "k-1",
                               "retry": {"backoff": "exponential", "base_s": 0.5,
                                         "max_s": 30, "multiplier": 1.5, "jitter": 0.2}},
                              now_ms=5_000, request_id="r1", task_id="t1")
-    plain = validate.submit({"task_type": "email"}, now_ms=5_000, request_id="r2",
+    plain = submission.submit({"task_type": "email"}, now_ms=5_000, request_id="r2",
                             task_id="t2")
     p = validate.claim({"worker_id": "w", "task_types": ["b", "a"], "max_tasks": 10,
                         "lease_s": 12.5, "prefetch_ms": 250})

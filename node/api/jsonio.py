@@ -1,0 +1,75 @@
+"""JSON in and out: the request body parsed and bounded, answers with the applied seq, the
+error shape, and the `Prefer: return=minimal` preference."""
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tsched.statemachine.limits import API_LIMITS
+
+from tsched.node.api import validate
+from tsched.node.errors import ApiError
+
+
+async def json_body(request: web.Request) -> Any:
+    """The parsed body, or None when there is none. Size is bounded by client_max_size."""
+    raw = await request.read()
+    if not raw.strip():
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise validate.invalid(f"body is not valid JSON: {e}") from None
+    validate.json_depth(value, raw)
+    return value
+
+
+def respond(body: dict, seq: int, status: int = 200, minimal: bool = False,
+            leader_url: str | None = None) -> web.Response:
+    """`minimal`: the answer honoured `Prefer: return=minimal` (RFC 7240 says to tell).
+    `leader_url`: named in LEADER_HEADER (claims: a client may send its next one there)."""
+    body["applied_seq"] = seq
+    headers = {"X-Applied-Seq": str(seq)}
+    if minimal:
+        headers[PREFERENCE_APPLIED_HEADER] = RETURN_MINIMAL
+    if leader_url is not None:
+        headers[LEADER_HEADER] = leader_url
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
+                        headers=headers)
+
+
+LEADER_HEADER = "X-Tsched-Leader"   # the leader's URL, on claim answers
+PREFER_HEADER = "Prefer"
+PREFERENCE_APPLIED_HEADER = "Preference-Applied"
+RETURN_MINIMAL = "return=minimal"
+PREFER_BYTES_MAX = 1024
+
+
+def prefers_minimal(request: web.Request) -> bool:
+    """The request says `Prefer: return=minimal` (RFC 7240): the tasks a submit creates and
+    the completions and failures it reports are then answered by each task's id and state
+    (present.minimal_result). A preference the node does not know, or a header past
+    PREFER_BYTES_MAX, is ignored, as the RFC asks."""
+    raw = request.headers.get(PREFER_HEADER)
+    if not raw or len(raw) > PREFER_BYTES_MAX:
+        return False
+    for pref in raw.split(","):
+        name, _, value = pref.split(";", 1)[0].strip().partition("=")
+        if name.strip().lower() == "return" and value.strip().strip('"').lower() == "minimal":
+            return True
+    return False
+
+
+def error_response(err: ApiError, seq: int | None) -> web.Response:
+    body = err.body()
+    headers = {}
+    if err.code == "overloaded":   # DESIGN 14.2: every overloaded answer says when to retry
+        headers["Retry-After"] = str(err.details.get("retry_after_s")
+                                     or API_LIMITS.shed_retry_after_s)
+    if seq is not None:
+        body["applied_seq"] = seq
+        headers["X-Applied-Seq"] = str(seq)
+    return web.Response(body=orjson.dumps(body), status=err.status,
+                        content_type="application/json", headers=headers)
