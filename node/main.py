@@ -25,6 +25,7 @@ from tsched.node.api.services import Node
 from tsched.node.api.app import make_app
 from tsched.node.clock import Clock
 from tsched.node.ops.gcpolicy import GcPolicy
+from tsched.node.ops.sd_notify import Notifier
 from tsched.node.raft.handoff import hand_over
 from tsched.node.raft.journal import CorruptStorage, fatal_corruption
 
@@ -186,6 +187,7 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
         node.propose_timeout_s = cfg.timeouts["propose_s"]
     runner = web.AppRunner(make_app(node), access_log=None, handle_signals=False,
                            shutdown_timeout=SHUTDOWN_S)
+    notifier = Notifier()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -197,6 +199,7 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
                           ssl_context=tls.node_server_context(me)).start()
         log.info("event=http_listening addr=%s url=%s raft=%s cluster=%s state_machine=%s",
                  me.http, me.url, me.raft, cfg.name, _state_machine_build())
+        notifier.send("READY=1")
         background = [loop.create_task(_watch_role(node))]
         from tsched.node.shards.supervisor import SUPERVISOR_PID_ENV, watch_parent
         if shard is not None and os.environ.get(SUPERVISOR_PID_ENV):
@@ -208,6 +211,7 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
                 gc_policy.run(lambda: not replica.is_ready_leader())))
         await stop.wait()
         log.info("event=stopping")
+        notifier.send("STOPPING=1")
         faulthandler.dump_traceback_later(STOP_STACKS_AFTER_S, exit=False)
         replica.leaving = True     # no campaign, no leadership handed to it from now on
         await hand_over(replica)   # still serving: forwarded requests reach the successor
