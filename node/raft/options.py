@@ -1,7 +1,12 @@
-"""The Raft options (`RaftOptions`) and the timings derived from them."""
+"""The Raft options (`RaftOptions`), the timings derived from them, and pysyncobj's
+configuration (`sync_obj_conf`) built from them."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, Callable
+
+from pysyncobj import SyncObjConf
 
 # pysyncobj's own compaction bounds, set beyond reach: `Replica._compact_when_due` decides.
 COMPACTION_NEVER = 1 << 62
@@ -86,3 +91,61 @@ def heartbeat_period_s(o: RaftOptions) -> float:
     return min(o.append_entries_period_s, o.raft_min_timeout_s / 10,
                o.leader_fallback_timeout_s / 10)
 
+
+
+def options_from_cluster(cluster, options: RaftOptions | None = None) -> RaftOptions:
+    """`options` (or the defaults) with the timeouts and compaction bounds of a
+    `config.ClusterConfig`."""
+    t = dict(getattr(cluster, "timeouts", None) or {})
+    opts = options or RaftOptions()
+    mapping = {"raft_min_s": "raft_min_timeout_s", "raft_max_s": "raft_max_timeout_s",
+               "leader_fallback_s": "leader_fallback_timeout_s"}
+    # Field name -> value, ints and floats by field: typed loosely for dataclasses.replace.
+    overrides: dict[str, Any] = {mapping[k]: float(v) for k, v in t.items() if k in mapping}
+    compaction = dict(getattr(cluster, "compaction", None) or {})
+    if "min_entries" in compaction:
+        overrides["compaction_min_entries"] = int(compaction["min_entries"])
+    if "min_time_s" in compaction:
+        overrides["compaction_min_time_s"] = float(compaction["min_time_s"])
+    if "min_bytes" in compaction:
+        overrides["compaction_min_bytes"] = int(compaction["min_bytes"])
+    if overrides:
+        opts = dataclasses.replace(opts, **overrides)
+    return opts
+
+
+def sync_obj_conf(o: RaftOptions, *, password: str | None, bind_address: str, journal_file: str,
+                  snapshot_file: str, serializer: Callable, deserializer: Callable,
+                  serialize_checker: Callable, on_state_changed: Callable) -> SyncObjConf:
+    """pysyncobj's configuration for these options, a node's address and files, and the
+    replica's hooks (snapshots written and read by the replica, leadership changes)."""
+    return SyncObjConf(
+        password=password,
+        autoTickPeriod=o.auto_tick_period_s,
+        appendEntriesPeriod=heartbeat_period_s(o),
+        raftMinTimeout=o.raft_min_timeout_s,
+        raftMaxTimeout=o.raft_max_timeout_s,
+        leaderFallbackTimeout=o.leader_fallback_timeout_s,
+        connectionRetryTime=o.connection_retry_s,
+        connectionTimeout=max(o.connection_timeout_s, o.raft_max_timeout_s),
+        commandsWaitLeader=False,
+        commandsQueueSize=o.commands_queue_max,
+        bindAddress=bind_address,
+        bindRetryTime=o.bind_retry_s,
+        maxBindRetries=o.bind_retries_max,
+        journalFile=journal_file,
+        fullDumpFile=snapshot_file,
+        serializer=serializer,
+        deserializer=deserializer,
+        serializeChecker=serialize_checker,
+        # `Replica._compact_when_due` decides every compaction (pysyncobj's own triggers by
+        # entry count and age fired on every replica at the same index or second).
+        logCompactionMinEntries=COMPACTION_NEVER,
+        logCompactionMinTime=COMPACTION_NEVER,
+        logCompactionBatchSize=o.snapshot_chunk_bytes,
+        appendEntriesBatchSizeBytes=o.append_entries_batch_bytes,
+        sendBufferSize=o.socket_buffer_bytes,
+        recvBufferSize=o.socket_buffer_bytes,
+        dynamicMembershipChange=False,
+        onStateChanged=on_state_changed,
+    )

@@ -3,76 +3,54 @@
 DESIGN.md sections 3, 4 and 6 list what this module guards against:
 - exactly one `@replicated` method, `apply(blob)`, which never raises;
 - the log in LMDB (`journal.py`), made durable by one group commit before any vote or
-  replication message leaves the node (`_GuardedTransport.send`);
-- snapshots written by a forked child, so the Raft thread stalls only for the fork;
+  replication message leaves the node (`transport.GuardedTransport.send`);
+- snapshots written by a forked child, so the Raft thread stalls only for the fork
+  (`snapshot_writer.py`), and compacted in each node's own phase (`compaction.py`);
 - leadership that accounts for quorum and the leader's connection, and a barrier entry per
-  term before a new leader calls itself ready;
-- a Raft port bound to its configured address, refused admin messages, bounded messages,
-  and no non-loopback address without a secret.
+  term before a new leader calls itself ready (`barrier.py`);
+- a Raft port bound to its configured address, refused admin messages, bounded messages
+  (`transport.py`), and no non-loopback address without a secret (`security.py`).
 """
 from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import functools
-import gc
 import logging
 import os
-import signal
 import threading
 import time
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from pysyncobj import FAIL_REASON, SyncObjConf
-from pysyncobj.config import SERIALIZER_STATE
-from pysyncobj.monotonic import monotonic as monotonicTime
 
-from tsched.node.raft import journal as journal_mod
-from tsched.node.raft.prevote import PreVote
-from tsched.node.raft.proposed import ProposedBatches
-from tsched.node.raft.rejoin import RejoinGate
-from tsched.node.raft.watchdog import LATE_TICK_SHARE, Watchdog
 from tsched.node.failpoints import NONE as NO_FAILPOINTS
 from tsched.node.failpoints import Failpoints
-from tsched.node.ops.gcpolicy import GcPolicy
+from tsched.node.raft import journal as journal_mod
+from tsched.node.raft import snapshot_loader
+from tsched.node.raft.barrier import TermBarrier
+from tsched.node.raft.compaction import CompactionPolicy, compaction_phase
 from tsched.node.raft.machine_kit import MachineKit, default_kit
-from tsched.node.raft.options import COMPACTION_NEVER, RaftOptions, heartbeat_period_s
+from tsched.node.raft.options import RaftOptions, options_from_cluster, sync_obj_conf
 from tsched.node.raft.poller import TimedPoller, Waker
+from tsched.node.raft.prevote import PreVote
+from tsched.node.raft.proposed import ProposedBatches
 from tsched.node.raft.raft_object import RaftObject
+from tsched.node.raft.rejoin import RejoinGate
 from tsched.node.raft.replication import ReplicationStats
 from tsched.node.raft.security import check_raft_security
-from tsched.node.raft.snapshot_file import (publish_snapshot, read_snapshot, read_snapshot_header,
-                                            snapshot_tmp_path, write_snapshot)
+from tsched.node.raft.snapshot_file import snapshot_index
+from tsched.node.raft.snapshot_writer import SnapshotWriter
 from tsched.node.raft.transport import DialNode, GuardedTransport
+from tsched.node.raft.view import ROLE_NAMES, View
+from tsched.node.raft.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
 
 STATE_MACHINE_BUG_EXIT_CODE = 70
 _FAIL_NAMES = {v: k.lower() for k, v in vars(FAIL_REASON).items() if not k.startswith("_")}
-_ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
-
-
-class _View(NamedTuple):
-    """What other threads may know of Raft: refreshed on every tick, swapped atomically."""
-
-    role: int = 0
-    term: int = 0
-    leader: str | None = None          # raft address
-    has_quorum: bool = False
-    connected: frozenset = frozenset()   # raft addresses of connected peers
-    commit_index: int = 0
-    last_applied: int = 0
-    commit_term: int = 0               # term of the entry at commit_index (0: not in the log)
-
-
-def _entry(e) -> tuple[bytes, int, int]:
-    return (bytes(e[0]), int(e[1]), int(e[2]))
-
-
-# --- the replica -------------------------------------------------------------------------
 
 class Replica:
     """One node's replica: owns the state machine, its lock, and the Raft object."""
@@ -92,8 +70,7 @@ class Replica:
         self.failpoints = failpoints or NO_FAILPOINTS
         self.dial_overrides = dict(dial_overrides or {})
         self._kit = machine if machine is not None else default_kit(limits)
-        self._proposed = None if self._kit.as_batch is None else \
-            ProposedBatches(self._kit.as_batch)
+        self._proposed = ProposedBatches(self._kit.as_batch) if self._kit.as_batch else None
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._id_by_addr = {addr: nid for nid, addr in self.peers.items()}
         self._id_by_addr[self_raft] = self_id
@@ -103,51 +80,29 @@ class Replica:
         self._sm = self._kit.new()
         self._listeners: list[Callable] = []
         self._tick_tasks: collections.deque = collections.deque()
-        self._view = _View()
-        self._ready_term = -1
-        self._barrier_rid: str | None = None
-        self._snap_pid: int | None = None
-        self._snap_abandoned = False
-        self._snapshot_bytes: int | None = None   # last_snapshot_bytes, read lazily
-        self._compacted_time_period = self._period_of(time.time(), options.compaction_min_time_s)
-        self._last_sent_idx = 0
-        self._last_sent_commit = 0
+        self._view = View()
+        self._barrier = TermBarrier(self_id, self._kit, self._clock_ms, lambda: self._obj)
+        self._snapshots = SnapshotWriter(self.snapshot_path, options.snapshot_child_nice)
+        self._compaction = CompactionPolicy(options, compaction_phase(self_id, self.peers),
+                                            time.time())
         self._waker: Waker | None = None
         self._obj: RaftObject | None = None
         self._journal: journal_mod.LmdbJournal | None = None
-        self.snapshot_stalls_ms: list[float] = []
-        self.snapshots_written = 0
         self.replication = ReplicationStats()
         self.rejoin = RejoinGate(self.data_dir)
         self.leaving = False             # stopping: campaigns for nothing (handoff.py)
         self.prevote = PreVote(min_timeout_s=options.raft_min_timeout_s,
                                may_vote=self.rejoin.may_vote) if options.pre_vote else None
-        self.watchdog = Watchdog(stall_ready_s=options.raft_max_timeout_s,
-                                 stall_exit_s=options.watchdog_stall_exit_s,
-                                 tick_failures_max=options.watchdog_tick_failures_max,
-                                 late_tick_s=LATE_TICK_SHARE * options.raft_min_timeout_s)
+        self.watchdog = Watchdog.for_options(options)
 
     @classmethod
     def from_config(cls, cluster, node_id: str, failpoints: Failpoints | None = None,
                     options: RaftOptions | None = None, **kwargs) -> "Replica":
         """From `config.ClusterConfig`: its node, peers, secret, timeouts and compaction."""
         node = cluster.node(node_id)
-        t = dict(getattr(cluster, "timeouts", None) or {})
-        opts = options or RaftOptions()
-        mapping = {"raft_min_s": "raft_min_timeout_s", "raft_max_s": "raft_max_timeout_s",
-                   "leader_fallback_s": "leader_fallback_timeout_s"}
-        overrides = {mapping[k]: float(v) for k, v in t.items() if k in mapping}
-        compaction = dict(getattr(cluster, "compaction", None) or {})
-        if "min_entries" in compaction:
-            overrides["compaction_min_entries"] = int(compaction["min_entries"])
-        if "min_time_s" in compaction:
-            overrides["compaction_min_time_s"] = float(compaction["min_time_s"])
-        if "min_bytes" in compaction:
-            overrides["compaction_min_bytes"] = int(compaction["min_bytes"])
-        if overrides:
-            opts = dataclasses.replace(opts, **overrides)
         return cls(self_id=node_id, self_raft=node.raft, peers=cluster.peers_of(node_id),
-                   data_dir=Path(node.data_dir), secret=cluster.secret, options=opts,
+                   data_dir=Path(node.data_dir), secret=cluster.secret,
+                   options=options_from_cluster(cluster, options),
                    failpoints=failpoints, **kwargs)
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -162,9 +117,8 @@ class Replica:
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        trim = None
-        if self.snapshot_path.exists():
-            trim = int(read_snapshot_header(self.snapshot_path)["raft"][1][1])
+        # A crash may have left log entries that the snapshot covers: trimmed first.
+        trim = snapshot_index(self.snapshot_path)
         self._journal = journal_mod.LmdbJournal(self.journal_path, fsync=self.options.fsync,
                                                 trim_before_idx=trim)
         journal_mod.prepare(str(self.journal_path), self._journal)
@@ -189,37 +143,12 @@ class Replica:
             raise OSError(f"cannot bind the Raft address {self.self_raft}: {exc!r}") from exc
 
     def _conf(self) -> SyncObjConf:
-        o = self.options
-        return SyncObjConf(
-            password=self.secret,
-            autoTickPeriod=o.auto_tick_period_s,
-            appendEntriesPeriod=heartbeat_period_s(o),
-            raftMinTimeout=o.raft_min_timeout_s,
-            raftMaxTimeout=o.raft_max_timeout_s,
-            leaderFallbackTimeout=o.leader_fallback_timeout_s,
-            connectionRetryTime=o.connection_retry_s,
-            connectionTimeout=max(o.connection_timeout_s, o.raft_max_timeout_s),
-            commandsWaitLeader=False,
-            commandsQueueSize=o.commands_queue_max,
-            bindAddress=self.self_raft,
-            bindRetryTime=o.bind_retry_s,
-            maxBindRetries=o.bind_retries_max,
-            journalFile=str(self.journal_path),
-            fullDumpFile=str(self.snapshot_path),
-            serializer=self._serialize,
-            deserializer=self._deserialize,
-            serializeChecker=self._check_serializing,
-            # `_compact_when_due` decides every compaction (pysyncobj's own triggers by
-            # entry count and age fired on every replica at the same index or second).
-            logCompactionMinEntries=COMPACTION_NEVER,
-            logCompactionMinTime=COMPACTION_NEVER,
-            logCompactionBatchSize=o.snapshot_chunk_bytes,
-            appendEntriesBatchSizeBytes=o.append_entries_batch_bytes,
-            sendBufferSize=o.socket_buffer_bytes,
-            recvBufferSize=o.socket_buffer_bytes,
-            dynamicMembershipChange=False,
-            onStateChanged=self._on_state_changed,
-        )
+        """pysyncobj's configuration, with this replica's hooks (options.py)."""
+        return sync_obj_conf(
+            self.options, password=self.secret, bind_address=self.self_raft,
+            journal_file=str(self.journal_path), snapshot_file=str(self.snapshot_path),
+            serializer=self._serialize, deserializer=self._deserialize,
+            serialize_checker=self._check_serializing, on_state_changed=self._on_state_changed)
 
     def stop(self) -> None:
         self.watchdog.stop()
@@ -229,7 +158,7 @@ class Replica:
             if self._waker is not None:
                 self._waker.close(obj._poller)
                 self._waker = None
-        self._abandon_snapshot_child()     # an unpublished snapshot is simply not taken
+        self._snapshots.abandon()          # an unpublished snapshot is simply not taken
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -297,14 +226,14 @@ class Replica:
 
     def is_ready_leader(self) -> bool:
         v = self._view
-        return v.role == 2 and v.has_quorum and self._ready_term == v.term
+        return v.role == 2 and v.has_quorum and self._barrier.ready_term == v.term
 
     def status(self) -> dict:
         v = self._view
         with self._lock:
             applied, digest = self._sm.seq, self._sm.digest()
         return {
-            "id": self.self_id, "raft": self.self_raft, "role": _ROLE_NAMES[v.role],
+            "id": self.self_id, "raft": self.self_raft, "role": ROLE_NAMES[v.role],
             "term": v.term, "leader": self.leader_id(), "commit_index": v.commit_index,
             "applied_seq": applied, "digest": digest, "ready": self.is_ready_leader(),
             "peers": {nid: {"raft": addr, "reachable": addr in v.connected}
@@ -383,46 +312,18 @@ class Replica:
                 logging.shutdown()
                 os._exit(STATE_MACHINE_BUG_EXIT_CODE)
             seq = self._sm.seq
-            self._note_barrier(cmds)
+            self._barrier.note_applied(cmds)
             for fn in self._listeners:
                 try:
                     fn(seq, cmds, results)
                 except Exception:
                     log.exception("apply listener failed")
 
-    def _note_barrier(self, cmds) -> None:
-        rid = self._barrier_rid
-        if rid is not None and any(getattr(c, "request_id", None) == rid for c in cmds):
-            self._ready_term = int(rid.rsplit(":", 1)[1])
-
     def _on_state_changed(self, old, new) -> None:
         obj = self._obj                  # None once stop() began
         if new == 2 and obj is not None:
             self.replication.on_leadership()
-            self._propose_barrier(obj.raftCurrentTerm)
-
-    def _propose_barrier(self, term: int) -> None:
-        obj = self._obj
-        if obj is None or not obj._isLeader() or obj.raftCurrentTerm != term:
-            return
-        rid = f"barrier:{self.self_id}:{term}"
-        self._barrier_rid = rid
-        blob = self._kit.encode_batch([self._kit.barrier(rid, self._clock_ms())])
-
-        def done(_res, err):
-            if err != FAIL_REASON.SUCCESS:
-                self._propose_barrier(term)
-
-        obj.apply(blob, callback=done)
-
-    def _before_tick(self, obj) -> None:
-        """A node rejoining empty starts no election (and ends that once caught up); any
-        other asks for a pre-vote before it campaigns."""
-        if self.rejoin.rejoining or self.leaving:
-            obj._SyncObj__raftElectionDeadline = monotonicTime() + self.options.raft_max_timeout_s
-            self.rejoin.check_caught_up(obj)
-        elif self.prevote is not None:
-            self.prevote.before_tick(obj)
+            self._barrier.propose(obj.raftCurrentTerm)
 
     def _on_tick(self) -> None:
         while self._tick_tasks:
@@ -430,231 +331,70 @@ class Replica:
         obj = self._obj
         if obj is None:
             return
-        self._send_new_entries_now(obj)
-        peers = obj.otherNodes
-        leader = obj._getLeader()
-        self._view = _View(
-            role=obj._SyncObj__raftState,
-            term=obj.raftCurrentTerm,
-            leader=leader.id if leader is not None else None,
-            has_quorum=obj.hasQuorum,
-            connected=frozenset(n.id for n in peers if obj.isNodeConnected(n)),
-            commit_index=obj.raftCommitIndex,
-            last_applied=obj.raftLastApplied,
-            commit_term=self._term_at(obj.raftCommitIndex),
-        )
+        obj.send_new_entries_now(self._journal)
+        self._view = View.sample(obj, self._journal)
         self._compact_when_due(obj)
 
-    def _term_at(self, idx: int) -> int:
-        journal = self._journal
-        if journal is None or not len(journal):
-            return 0
-        pos = idx - journal[0][1]
-        return journal[pos][2] if 0 <= pos < len(journal) else 0
-
     def _compact_when_due(self, obj) -> None:
-        """Compact once the applied log passes this node's byte threshold, or its entry
-        count or age enters this node's next period (`_period_of`). pysyncobj compacts by
-        entry count and age alone, at the same index on every replica."""
+        """Compact when this node's policy says so (compaction.py)."""
         journal = self._journal
-        if journal is None or self._snap_pid is not None or not len(journal):
+        if journal is None or self._snapshots.busy or not len(journal):
             return
-        o = self.options
         applied = obj.raftLastApplied
-        time_period = self._period_of(time.time(), o.compaction_min_time_s)
-        if (journal.applied_bytes(applied) >= self.compaction_bytes
-                # pysyncobj snapshots at the entry before the last applied one and keeps
-                # that entry first in the log: the log began in the period of the next.
-                or self._period_of(applied, o.compaction_min_entries)
-                > self._period_of(journal[0][1] + 1, o.compaction_min_entries)
-                or time_period > self._compacted_time_period):
-            self._compacted_time_period = time_period
+        if self._compaction.due(applied_idx=applied, first_idx=journal[0][1],
+                                applied_bytes=journal.applied_bytes(applied),
+                                last_snapshot_bytes=self._snapshots.file_bytes,
+                                now_s=time.time()):
             obj.forceLogCompaction()
 
-    @functools.cached_property
+    @property
     def compaction_phase(self) -> float:
-        """This node's place among the cluster's ids, as a share in [0, 0.5). Replicas apply
-        the same log, so equal thresholds had every node fork and write its snapshot at the
-        same moment: the three children and the copy-on-write faults of their parents
-        starved a 2-core machine at once (at 1,000,000 tasks for seconds; at 20,000 entries
-        every task due in the next 2 s was handed out 40-113 ms late)."""
-        ids = sorted([self.self_id, *self.peers])
-        return ids.index(self.self_id) / (2 * len(ids))
-
-    def _period_of(self, value: float, period: float) -> int:
-        """Which of this node's periods a log index or a wall-clock second is in: a new
-        period means a snapshot is due. Periods are offset by `compaction_phase`, so
-        replicas compact `period` apart, never at an index or second another one uses."""
-        return int((value + period * self.compaction_phase) // period)
+        """This node's place among the cluster's ids, as a share in [0, 0.5) (compaction.py)."""
+        return self._compaction.phase
 
     @property
     def compaction_bytes(self) -> int:
-        """This node's share of `compaction_min_bytes`: between a half and all of it, by
-        its `compaction_phase`."""
-        proportional = self.last_snapshot_bytes * self.options.compaction_log_to_snapshot_ratio
-        return int(max(self.options.compaction_min_bytes, proportional)
-                   * (1 - self.compaction_phase))
+        """This node's share of `compaction_min_bytes` (compaction.py)."""
+        return self._compaction.bytes_threshold(self._snapshots.file_bytes)
 
     @property
-    def last_snapshot_bytes(self) -> int:
-        """The size of the newest snapshot file (0 without one): written here, received
-        from the leader, or found at start. Read once per new snapshot, not per tick."""
-        if self._snapshot_bytes is None:
-            try:
-                self._snapshot_bytes = self.snapshot_path.stat().st_size
-            except OSError:
-                self._snapshot_bytes = 0
-        return self._snapshot_bytes
+    def snapshot_stalls_ms(self) -> list[float]:
+        """The Raft thread's stall for each snapshot fork."""
+        return self._snapshots.stalls_ms
 
-    def _send_new_entries_now(self, obj) -> None:
-        """A leader sends entries added in this tick at once (one group commit for all of
-        them) instead of at the next heartbeat: pysyncobj does so only with batching off,
-        which costs one fsync per entry. Saves up to appendEntriesPeriod per proposal.
-        Likewise when the commit index moved: followers then apply (and answer the writes
-        they forwarded) without waiting for the next heartbeat."""
-        if obj._SyncObj__raftState != 2:
-            return
-        last = self._journal[-1][1] if self._journal is not None and len(self._journal) else 0
-        commit = obj.raftCommitIndex
-        if last > self._last_sent_idx or commit > self._last_sent_commit:
-            self._last_sent_idx = max(self._last_sent_idx, last)
-            self._last_sent_commit = commit
-            obj._SyncObj__sendAppendEntries()
+    @property
+    def snapshots_written(self) -> int:
+        return self._snapshots.written
 
     # --- snapshots (pysyncobj serializer hooks, Raft thread) ------------------------------
 
     def _serialize(self, _tmp_name: str, data) -> None:
-        """Fork: the child writes and fsyncs the snapshot; the Raft thread pays only for the
-        fork, and later renames the finished file into place (`_check_serializing`), so a
-        snapshot installed from the leader meanwhile is never overwritten by an older one.
+        """A forked child writes the snapshot (snapshot_writer.py)."""
+        self._snapshots.fork(data, lambda: self._sm.snapshot())
 
-        pysyncobj then tries to rename its own temp file, which does not exist; that
-        failure is expected and ignored because `_check_serializing` reports the outcome."""
-        last, prev, cluster = data
-        raft_data = [list(last), list(prev), sorted(n.id for n in cluster)]
-        started = time.perf_counter()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            gc.disable()   # a short-lived child: collections would only walk the state
-            try:
-                os.nice(self.options.snapshot_child_nice)
-                write_snapshot(self.snapshot_path, raft_data, self._sm.snapshot())
-                code = 0
-            finally:
-                os._exit(code)
-        self._snap_pid = pid
-        stall_ms = (time.perf_counter() - started) * 1000
-        self.snapshot_stalls_ms.append(stall_ms)
-        log.info("raft: snapshot at index %d forked (Raft thread stalled %.1f ms)", prev[1], stall_ms)
-
-    def _check_serializing(self):
-        self._unblock_snapshot_sending()
-        if self._snap_abandoned:
-            self._snap_abandoned = False
-            return SERIALIZER_STATE.FAILED      # lets pysyncobj start the next one
-        if self._snap_pid is None:
-            return SERIALIZER_STATE.NOT_SERIALIZING
-        status = self._reap_snapshot_child(block=False)
-        if status is None:
-            return SERIALIZER_STATE.SERIALIZING
-        if status != 0:
-            log.error("raft: snapshot child failed (wait status %d)", status)
-            return SERIALIZER_STATE.FAILED
-        try:
-            publish_snapshot(self.snapshot_path)
-            self._snapshot_bytes = None
-        except OSError as exc:
-            log.error("raft: could not publish the snapshot: %r", exc)
-            return SERIALIZER_STATE.FAILED
-        self.snapshots_written += 1
-        return SERIALIZER_STATE.SUCCESS
-
-    def _unblock_snapshot_sending(self) -> None:
-        """pysyncobj's Serializer, after calling `_serialize`, fails to rename a temp file
-        of its own and marks itself busy (pid -2) until the checker reports an outcome; while
-        busy it sends no snapshot to a follower that needs one. A follower catching up at
-        1,000,000 tasks thus waited for a whole snapshot to be written (tens of seconds)
-        before its transfer even started. Ours are written by our own child and published
-        by an atomic rename, so the snapshot file is always complete: let it be sent."""
-        serializer = getattr(self._obj, "_SyncObj__serializer", None)
-        if serializer is not None:
-            serializer._Serializer__pid = 0
-
-    def _abandon_snapshot_child(self) -> None:
-        if self._snap_pid is None:
-            return
-        try:
-            os.kill(self._snap_pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self._reap_snapshot_child(block=True)
-        self._snap_abandoned = True
-        with contextlib.suppress(FileNotFoundError):
-            snapshot_tmp_path(self.snapshot_path).unlink()
-
-    def _reap_snapshot_child(self, block: bool) -> int | None:
-        pid = self._snap_pid
-        if pid is None:
-            return None
-        rpid, status = os.waitpid(pid, 0 if block else os.WNOHANG)
-        if rpid == 0:
-            return None
-        self._snap_pid = None
-        return status
-
-    def _restore_frozen(self, state: bytes):
-        """Restore with collections paused, and move the restored state out of the cyclic
-        GC's walks (`GcPolicy.after_restore`) before they resume: otherwise the first young
-        collection walks every restored object (about a second at 1,000,000 tasks, before
-        the node serves its first read). A state installed over one that has applied
-        commands is swapped in first, then everything is unfrozen and collected once: the
-        old state's reference cycles (the machine and its handlers) would never be
-        reclaimed while frozen, and GcPolicy freezes the survivors of full collections."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            sm = self._kit.restore(state)
-            if getattr(self._sm, "seq", 0):
-                with self._lock:
-                    old, self._sm = self._sm, sm
-                del old
-                gc.unfreeze()
-                gc.collect()
-            GcPolicy.after_restore()
-            return sm
-        finally:
-            if enabled:
-                gc.enable()
+    def _check_serializing(self) -> int:
+        return self._snapshots.check(self._obj)   # the child's outcome, published on success
 
     def _deserialize(self, file_name: str):
-        """Restore the state machine from a snapshot (ours, or one received from the leader:
-        pysyncobj renamed that into place without fsync, so make it durable first)."""
-        path = Path(file_name)
-        self._abandon_snapshot_child()   # it holds an older state than this file
-        try:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            journal_mod.fsync_dir(path.parent)
-            self._snapshot_bytes = None
-            started = time.perf_counter()
-            with self.watchdog.busy("restoring a snapshot"):
-                raft_data, state = read_snapshot(path)
-                sm = self._restore_frozen(state)
-            log.info("raft: snapshot at index %d restored in %.2f s (%d bytes)",
-                     raft_data[1][1], time.perf_counter() - started, len(state))
-        except journal_mod.CorruptStorage as exc:
-            self.watchdog.mark_fatal(str(exc))
-            journal_mod.fatal_corruption(exc)
-        except Exception as exc:
-            # pysyncobj would log this and carry on with an empty state: never do that.
-            journal_mod.fatal_storage_error(f"loading snapshot {path}", exc)
+        """Restore the state machine from a snapshot: ours, or one received from the
+        leader (snapshot_loader.py)."""
+        self._snapshots.abandon()   # it holds an older state than this file
+        self._snapshots.forget_file_bytes()
+        raft_data, sm = snapshot_loader.load(Path(file_name), self.watchdog, self._restore_frozen)
         with self._lock:
             self._sm = sm
         del sm
-        last, prev, cluster = raft_data
-        return _entry(last), _entry(prev), set(cluster)
+        return raft_data
 
+    def _restore_frozen(self, state: bytes):
+        return snapshot_loader.restore_frozen(self._kit.restore, state, self._swap_in)
+
+    def _swap_in(self, sm) -> bool:
+        """Install `sm` now if the current state has applied commands (so that the old one
+        can be collected); otherwise `_deserialize` installs it."""
+        if not getattr(self._sm, "seq", 0):
+            return False
+        with self._lock:
+            old, self._sm = self._sm, sm
+        del old
+        return True

@@ -92,6 +92,13 @@ def read_snapshot_header(path: Path) -> dict:
         return _parse_snapshot_header(path, head + f.read(size))[0]
 
 
+def snapshot_index(path: Path) -> int | None:
+    """The log index the snapshot at `path` was taken at, or None without a snapshot."""
+    if not path.exists():
+        return None
+    return int(read_snapshot_header(path)["raft"][1][1])
+
+
 def read_snapshot(path: Path) -> tuple[list, bytes]:
     with open(path, "rb") as f:
         data = f.read()

@@ -20,7 +20,7 @@ from tsched.node.raft.prevote import PreVote
 from tsched.node.raft.rejoin import RejoinGate
 from tsched.node.raft.replication import ReplicationStats
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("tsched.node.raft.replica")   # the replica's log lines, as they were
 
 # Messages that reflect the log, term or vote: the journal is synced before each leaves.
 DURABLE_BEFORE_SEND = frozenset({"append_entries", "next_node_idx", "request_vote", "response_vote"})

@@ -21,7 +21,10 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from tsched.node.raft.options import RaftOptions
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,14 @@ class Watchdog:
         self._fatal: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def for_options(cls, o: RaftOptions) -> Watchdog:
+        """A replica's watchdog: not ready after an election timeout without progress, and
+        the bounds of `RaftOptions.watchdog_*`."""
+        return cls(stall_ready_s=o.raft_max_timeout_s, stall_exit_s=o.watchdog_stall_exit_s,
+                   tick_failures_max=o.watchdog_tick_failures_max,
+                   late_tick_s=LATE_TICK_SHARE * o.raft_min_timeout_s)
 
     # --- told by the Raft thread -----------------------------------------------------------
 

@@ -75,7 +75,7 @@ def test_compaction_by_age_is_staggered_across_the_cluster(tmp_path):
         r = Replica(self_id=i, self_raft=addrs[i], data_dir=tmp_path, options=opts,
                     peers={p: a for p, a in addrs.items() if p != i})
         due[i] = [t for t in range(1, 1201)
-                  if r._period_of(t, 600.0) > r._period_of(t - 1, 600.0)]
+                  if r._compaction.period_of(t, 600.0) > r._compaction.period_of(t - 1, 600.0)]
     assert due == {"a": [600, 1200], "b": [500, 1100], "c": [400, 1000]}
 
 
