@@ -14,6 +14,8 @@ which is the only time this module reads LMDB (pysyncobj reads the in-memory mir
 Database `meta` holds `term`, `vote`, `commit` and `format` (`LOG_FORMAT`). A log without
 `format` was written before checksums (format 1: term plus bytes): it is rewritten with
 checksums, in one transaction, when it is opened.
+
+pysyncobj is handed an `LmdbJournal` through `journal_hook.py`.
 """
 from __future__ import annotations
 
@@ -26,7 +28,6 @@ import crc32c
 import lmdb
 import msgpack
 from pysyncobj import journal as _pysyncobj_journal
-from pysyncobj import syncobj as _pysyncobj_syncobj
 
 log = logging.getLogger(__name__)
 
@@ -386,25 +387,3 @@ def read_entries(path: str | os.PathLike) -> list[tuple[bytes, int, int]]:
         journal._env.close()
         journal._env = None
 
-
-# --- installation ------------------------------------------------------------------------
-
-_prepared: dict[str, LmdbJournal] = {}
-
-
-def prepare(path: str, journal: LmdbJournal) -> None:
-    """Hand `journal` to the next SyncObj constructed with journalFile=`path`."""
-    _prepared[path] = journal
-
-
-def _create_journal(journalFile=None):
-    if journalFile is None:
-        return _pysyncobj_journal.MemoryJournal()
-    journal = _prepared.pop(journalFile, None)
-    return journal if journal is not None else LmdbJournal(journalFile)
-
-
-# Why a module-level replacement: SyncObj.__init__ calls `createJournal(conf.journalFile)`
-# by its module-global name and offers no hook for a custom journal class. This is the one
-# place that swaps it; every SyncObj in this process then logs to LMDB.
-_pysyncobj_syncobj.createJournal = _create_journal

@@ -28,7 +28,7 @@ from pysyncobj import FAIL_REASON, SyncObjConf
 from tsched.node.failpoints import NONE as NO_FAILPOINTS
 from tsched.node.failpoints import Failpoints
 from tsched.node.raft import journal as journal_mod
-from tsched.node.raft import snapshot_loader
+from tsched.node.raft import journal_hook, snapshot_loader
 from tsched.node.raft.barrier import TermBarrier
 from tsched.node.raft.compaction import CompactionPolicy, compaction_phase
 from tsched.node.raft.machine_kit import MachineKit, default_kit
@@ -121,7 +121,7 @@ class Replica:
         trim = snapshot_index(self.snapshot_path)
         self._journal = journal_mod.LmdbJournal(self.journal_path, fsync=self.options.fsync,
                                                 trim_before_idx=trim)
-        journal_mod.prepare(str(self.journal_path), self._journal)
+        journal_hook.prepare(str(self.journal_path), self._journal)
         transport = functools.partial(GuardedTransport, journal=self._journal,
                                       failpoints=self.failpoints,
                                       message_bytes_max=self.options.message_bytes_max,
