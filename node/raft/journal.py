@@ -106,10 +106,11 @@ class LmdbJournal(_pysyncobj_journal.Journal):
                  fsync: bool = True, trim_before_idx: int | None = None) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._env = lmdb.open(str(self.path), map_size=map_size_bytes, max_dbs=2,
-                              sync=fsync, metasync=fsync, subdir=True, lock=True)
-        self._log_db = self._env.open_db(b"log")
-        self._meta_db = self._env.open_db(b"meta")
+        env = lmdb.open(str(self.path), map_size=map_size_bytes, max_dbs=2,
+                        sync=fsync, metasync=fsync, subdir=True, lock=True)
+        self._env: lmdb.Environment | None = env     # None once closed
+        self._log_db = env.open_db(b"log")
+        self._meta_db = env.open_db(b"meta")
         self._format = LOG_FORMAT
         self._entries: list[tuple[bytes, int, int]] = []
         self.bytes_held = 0              # command bytes in `_entries` (compaction by size)
@@ -128,6 +129,11 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             self.trim_front_to(trim_before_idx)
             self.sync()
 
+    @property
+    def _open_env(self) -> lmdb.Environment:
+        assert self._env is not None, f"the Raft log in {self.path} is used after close()"
+        return self._env
+
     # --- loading ---------------------------------------------------------------------
 
     @property
@@ -143,7 +149,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             self._migrate()
 
     def _read_all(self) -> None:
-        with self._env.begin() as txn:
+        with self._open_env.begin() as txn:
             meta = {bytes(k): bytes(v) for k, v in txn.cursor(db=self._meta_db)}
             self._format = _format_of(meta, txn.stat(self._log_db)["entries"])
             for key, value in txn.cursor(db=self._log_db):
@@ -186,7 +192,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         """Rewrite a format-1 log (no checksums) with checksums, in one transaction."""
         log.info("raft log %s has format %d; adding checksums to its %d entries",
                     self.path, self._format, len(self._entries))
-        with self._env.begin(write=True) as txn:
+        with self._open_env.begin(write=True) as txn:
             for command, idx, term in self._entries:
                 key = _KEY.pack(idx)
                 txn.put(key, _log_value(key, term, command), db=self._log_db)
@@ -312,7 +318,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             return
         while True:
             try:
-                with self._env.begin(write=True) as txn:
+                with self._open_env.begin(write=True) as txn:
                     self._write(txn)
                 break
             except lmdb.MapFullError:
@@ -361,9 +367,9 @@ class LmdbJournal(_pysyncobj_journal.Journal):
                 break
 
     def _grow(self) -> None:
-        size = self._env.info()["map_size"] * 2
+        size = self._open_env.info()["map_size"] * 2
         log.warning("Raft log map full; growing LMDB map to %d bytes", size)
-        self._env.set_mapsize(size)
+        self._open_env.set_mapsize(size)
 
     def close(self) -> None:
         if self._env is not None:
@@ -384,6 +390,6 @@ def read_entries(path: str | os.PathLike) -> list[tuple[bytes, int, int]]:
     try:
         return list(journal._entries)
     finally:
-        journal._env.close()
+        journal._open_env.close()
         journal._env = None
 

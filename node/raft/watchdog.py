@@ -80,14 +80,15 @@ class Watchdog:
 
     def tick_ok(self) -> None:
         now = self._clock()
-        if self.late_tick_s is not None and self._busy is None and self._ticked:
-            self._note_gap(now, now - self._last_alive)
+        late_tick_s = self.late_tick_s
+        if late_tick_s is not None and self._busy is None and self._ticked:
+            self._note_gap(now, now - self._last_alive, late_tick_s)
         self._ticked = True     # the first gap is start-up (opening the log), not lateness
         self._last_alive = now
         self._failures = 0
 
-    def _note_gap(self, now: float, gap_s: float) -> None:
-        if gap_s <= self.late_tick_s:
+    def _note_gap(self, now: float, gap_s: float, late_tick_s: float) -> None:
+        if gap_s <= late_tick_s:
             return
         self.late_ticks += 1
         self._late_unlogged += 1
@@ -97,7 +98,7 @@ class Watchdog:
         log.warning("raft: %d tick(s) late, the longest %.2f s between ticks (heartbeats are "
                     "due every few tens of ms; elections start after %.2f s): the process "
                     "is starved of CPU or was paused", self._late_unlogged, self._late_max_s,
-                    self.late_tick_s / LATE_TICK_SHARE)
+                    late_tick_s / LATE_TICK_SHARE)
         self._late_logged_at, self._late_unlogged, self._late_max_s = now, 0, 0.0
 
     def progress(self) -> None:
