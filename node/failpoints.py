@@ -14,7 +14,7 @@ Names:
   the claim is answered (the answer is lost with the leader). Once per `record_path`: a
   node started with the file already written does not crash, so the next leader answers.
 - `diverge_apply`: this node's state machine refuses every completion as `stale_token`
-  where its peers accept it (`diverging_kit`): a replica that applies differently. Set it
+  where its peers accept it (`raft.machine_kit.diverging_kit`): a replica that applies differently. Set it
   on one node only (`node_env` in tests/integration/cluster.py); exists so that a test can
   prove that replicas' digests then differ.
 """
@@ -77,22 +77,3 @@ class Failpoints:
 
 NONE = Failpoints()
 
-
-def diverging_kit(limits=None):
-    """The replica's machine kit (node/raft/replica.py) with a state machine that refuses every
-    completion: the `diverge_apply` failpoint."""
-    from dataclasses import replace
-
-    from tsched.statemachine import StateMachine, commands
-    from tsched.statemachine.errors import STALE_TOKEN, Result
-
-    from tsched.node.raft.replica import default_kit
-
-    class DivergingMachine(StateMachine):
-        def _apply_untidy(self, cmd):
-            if type(cmd) is commands.Complete:
-                return Result(STALE_TOKEN, "diverge_apply failpoint", None, {})
-            return super()._apply_untidy(cmd)
-
-    return replace(default_kit(limits), new=lambda: DivergingMachine(limits=limits),
-                   restore=lambda blob: DivergingMachine.restore(blob, limits=limits))

@@ -118,7 +118,8 @@ def _use_uvloop() -> None:
 
 
 def build_replica(cfg, node_id: str):
-    from tsched.node.failpoints import Failpoints, diverging_kit
+    from tsched.node.failpoints import Failpoints
+    from tsched.node.raft.machine_kit import diverging_kit
     from tsched.node.raft.replica import Replica
     failpoints, limits = Failpoints.from_env(), _limits(cfg)
     kit = {"machine": diverging_kit(limits)} if failpoints.on("diverge_apply") else {}

@@ -23,7 +23,8 @@ from tsched.node.api.services import Node
 from tsched.node.api.app import make_app
 from tsched.node.clock import Clock
 from tsched.node.config import ClusterConfig, NodeConfig
-from tsched.node.raft.replica import RaftOptions, Replica
+from tsched.node.raft.options import RaftOptions
+from tsched.node.raft.replica import Replica
 
 FAST = RaftOptions(raft_min_timeout_s=0.05, raft_max_timeout_s=0.1,
                    leader_fallback_timeout_s=0.1, fsync=False)

@@ -1,4 +1,4 @@
-"""Applying committed entries a slice at a time: what `raft.py` changes in pysyncobj's tick.
+"""Applying committed entries a slice at a time: what `RaftObject` changes in pysyncobj's tick.
 
 pysyncobj 0.3.17 applies every committed entry in the tick that sees it committed, and only
 then sends heartbeats and reads its sockets. When many entries commit at once (a leader
@@ -19,8 +19,12 @@ each once: only the point where a tick stops changes.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
 from pysyncobj.syncobj import FAIL_REASON
+
+if TYPE_CHECKING:
+    from pysyncobj import SyncObjConf
 
 # Entries read from the journal per slice; a slice stops at whichever comes first.
 ENTRIES_PER_READ = 64
@@ -29,10 +33,20 @@ ENTRIES_PER_READ = 64
 class BoundedApply:
     """A mixin for `SyncObj`: overrides its private `__applyLogEntries`."""
 
-    apply_budget_s: float = 0.2    # `raft.apply_budget_s(RaftOptions)` sets it
+    apply_budget_s: float = 0.2    # `options.apply_budget_s(RaftOptions)` sets it
     slices_cut = 0        # ticks that stopped applying with committed entries left
     cut = False           # the last tick did: the next one must not wait
     clock = staticmethod(time.monotonic)
+
+    if TYPE_CHECKING:   # the private state of the SyncObj this is mixed into
+        _SyncObj__raftCommitIndex: int
+        _SyncObj__raftLastApplied: int
+        _SyncObj__conf: SyncObjConf
+        _SyncObj__commandsWaitingCommit: dict[int, list]
+
+        def _SyncObj__getEntries(self, fromIDx: int, count: int) -> list: ...
+
+        def _SyncObj__doApplyCommand(self, command: bytes) -> Any: ...
 
     def _unapplied(self) -> int:
         return self._SyncObj__raftCommitIndex - self._SyncObj__raftLastApplied

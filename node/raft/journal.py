@@ -14,6 +14,8 @@ which is the only time this module reads LMDB (pysyncobj reads the in-memory mir
 Database `meta` holds `term`, `vote`, `commit` and `format` (`LOG_FORMAT`). A log without
 `format` was written before checksums (format 1: term plus bytes): it is rewritten with
 checksums, in one transaction, when it is opened.
+
+pysyncobj is handed an `LmdbJournal` through `journal_hook.py`.
 """
 from __future__ import annotations
 
@@ -26,7 +28,6 @@ import crc32c
 import lmdb
 import msgpack
 from pysyncobj import journal as _pysyncobj_journal
-from pysyncobj import syncobj as _pysyncobj_syncobj
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +106,11 @@ class LmdbJournal(_pysyncobj_journal.Journal):
                  fsync: bool = True, trim_before_idx: int | None = None) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._env = lmdb.open(str(self.path), map_size=map_size_bytes, max_dbs=2,
-                              sync=fsync, metasync=fsync, subdir=True, lock=True)
-        self._log_db = self._env.open_db(b"log")
-        self._meta_db = self._env.open_db(b"meta")
+        env = lmdb.open(str(self.path), map_size=map_size_bytes, max_dbs=2,
+                        sync=fsync, metasync=fsync, subdir=True, lock=True)
+        self._env: lmdb.Environment | None = env     # None once closed
+        self._log_db = env.open_db(b"log")
+        self._meta_db = env.open_db(b"meta")
         self._format = LOG_FORMAT
         self._entries: list[tuple[bytes, int, int]] = []
         self.bytes_held = 0              # command bytes in `_entries` (compaction by size)
@@ -127,6 +129,11 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             self.trim_front_to(trim_before_idx)
             self.sync()
 
+    @property
+    def _open_env(self) -> lmdb.Environment:
+        assert self._env is not None, f"the Raft log in {self.path} is used after close()"
+        return self._env
+
     # --- loading ---------------------------------------------------------------------
 
     @property
@@ -142,7 +149,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             self._migrate()
 
     def _read_all(self) -> None:
-        with self._env.begin() as txn:
+        with self._open_env.begin() as txn:
             meta = {bytes(k): bytes(v) for k, v in txn.cursor(db=self._meta_db)}
             self._format = _format_of(meta, txn.stat(self._log_db)["entries"])
             for key, value in txn.cursor(db=self._log_db):
@@ -185,7 +192,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         """Rewrite a format-1 log (no checksums) with checksums, in one transaction."""
         log.info("raft log %s has format %d; adding checksums to its %d entries",
                     self.path, self._format, len(self._entries))
-        with self._env.begin(write=True) as txn:
+        with self._open_env.begin(write=True) as txn:
             for command, idx, term in self._entries:
                 key = _KEY.pack(idx)
                 txn.put(key, _log_value(key, term, command), db=self._log_db)
@@ -311,7 +318,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             return
         while True:
             try:
-                with self._env.begin(write=True) as txn:
+                with self._open_env.begin(write=True) as txn:
                     self._write(txn)
                 break
             except lmdb.MapFullError:
@@ -360,9 +367,9 @@ class LmdbJournal(_pysyncobj_journal.Journal):
                 break
 
     def _grow(self) -> None:
-        size = self._env.info()["map_size"] * 2
+        size = self._open_env.info()["map_size"] * 2
         log.warning("Raft log map full; growing LMDB map to %d bytes", size)
-        self._env.set_mapsize(size)
+        self._open_env.set_mapsize(size)
 
     def close(self) -> None:
         if self._env is not None:
@@ -383,28 +390,6 @@ def read_entries(path: str | os.PathLike) -> list[tuple[bytes, int, int]]:
     try:
         return list(journal._entries)
     finally:
-        journal._env.close()
+        journal._open_env.close()
         journal._env = None
 
-
-# --- installation ------------------------------------------------------------------------
-
-_prepared: dict[str, LmdbJournal] = {}
-
-
-def prepare(path: str, journal: LmdbJournal) -> None:
-    """Hand `journal` to the next SyncObj constructed with journalFile=`path`."""
-    _prepared[path] = journal
-
-
-def _create_journal(journalFile=None):
-    if journalFile is None:
-        return _pysyncobj_journal.MemoryJournal()
-    journal = _prepared.pop(journalFile, None)
-    return journal if journal is not None else LmdbJournal(journalFile)
-
-
-# Why a module-level replacement: SyncObj.__init__ calls `createJournal(conf.journalFile)`
-# by its module-global name and offers no hook for a custom journal class. This is the one
-# place that swaps it; every SyncObj in this process then logs to LMDB.
-_pysyncobj_syncobj.createJournal = _create_journal

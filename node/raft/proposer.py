@@ -239,7 +239,7 @@ class Proposer:
         answers = []
         for cmd, result in zip(cmds, results):
             rid = getattr(cmd, "request_id", None)
-            entries = waiters.get(rid)
+            entries = waiters.get(rid) if rid is not None else None
             if entries:
                 render = self._render_minimal if _all_minimal(entries) else self._render
                 answers.append((rid, render(cmd, result) if render else result))

@@ -21,7 +21,10 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from tsched.node.raft.options import RaftOptions
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +68,27 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @classmethod
+    def for_options(cls, o: RaftOptions) -> Watchdog:
+        """A replica's watchdog: not ready after an election timeout without progress, and
+        the bounds of `RaftOptions.watchdog_*`."""
+        return cls(stall_ready_s=o.raft_max_timeout_s, stall_exit_s=o.watchdog_stall_exit_s,
+                   tick_failures_max=o.watchdog_tick_failures_max,
+                   late_tick_s=LATE_TICK_SHARE * o.raft_min_timeout_s)
+
     # --- told by the Raft thread -----------------------------------------------------------
 
     def tick_ok(self) -> None:
         now = self._clock()
-        if self.late_tick_s is not None and self._busy is None and self._ticked:
-            self._note_gap(now, now - self._last_alive)
+        late_tick_s = self.late_tick_s
+        if late_tick_s is not None and self._busy is None and self._ticked:
+            self._note_gap(now, now - self._last_alive, late_tick_s)
         self._ticked = True     # the first gap is start-up (opening the log), not lateness
         self._last_alive = now
         self._failures = 0
 
-    def _note_gap(self, now: float, gap_s: float) -> None:
-        if gap_s <= self.late_tick_s:
+    def _note_gap(self, now: float, gap_s: float, late_tick_s: float) -> None:
+        if gap_s <= late_tick_s:
             return
         self.late_ticks += 1
         self._late_unlogged += 1
@@ -86,7 +98,7 @@ class Watchdog:
         log.warning("raft: %d tick(s) late, the longest %.2f s between ticks (heartbeats are "
                     "due every few tens of ms; elections start after %.2f s): the process "
                     "is starved of CPU or was paused", self._late_unlogged, self._late_max_s,
-                    self.late_tick_s / LATE_TICK_SHARE)
+                    late_tick_s / LATE_TICK_SHARE)
         self._late_logged_at, self._late_unlogged, self._late_max_s = now, 0, 0.0
 
     def progress(self) -> None:

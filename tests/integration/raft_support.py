@@ -17,7 +17,9 @@ import msgpack
 from tests.net import free_port
 
 from tsched.node.failpoints import Failpoints
-from tsched.node.raft.replica import MachineKit, RaftOptions, Replica
+from tsched.node.raft.machine_kit import MachineKit
+from tsched.node.raft.options import RaftOptions
+from tsched.node.raft.replica import Replica
 from tsched.statemachine import commands, errors
 
 FAST = RaftOptions(raft_min_timeout_s=0.4, raft_max_timeout_s=0.8, leader_fallback_timeout_s=0.4,

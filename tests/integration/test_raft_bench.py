@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.integration.raft_support import cluster_spec, wait_until  # noqa: E402
 from tsched.node.raft.proposer import Proposer  # noqa: E402
-from tsched.node.raft.replica import RaftOptions, Replica  # noqa: E402
+from tsched.node.raft.options import RaftOptions  # noqa: E402
+from tsched.node.raft.replica import Replica  # noqa: E402
 from tsched.statemachine import StateMachine, commands  # noqa: E402
 
 # The child replica: raft_support.py run as a module from the repository root.

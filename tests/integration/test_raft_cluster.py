@@ -12,7 +12,8 @@ import pytest
 
 from tests.integration.raft_support import (FAST, cluster_spec, leader_of, make_replica,
                                                  mini_kit, propose_sync, submit, wait_until)
-from tsched.node.raft.replica import RaftSecurityError, Replica
+from tsched.node.raft.replica import Replica
+from tsched.node.raft.security import RaftSecurityError
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -21,7 +21,7 @@ import pytest
 
 from tests.integration.raft_support import (FAST, MiniMachine, cluster_spec, leader_of,
                                             make_replica, mini_kit, submit, wait_until)
-from tsched.node.raft.replica import MachineKit
+from tsched.node.raft.machine_kit import MachineKit
 
 pytestmark = pytest.mark.slow
 

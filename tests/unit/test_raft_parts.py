@@ -1,13 +1,13 @@
-"""Pieces of node/raft/replica.py and node/failpoints.py that need no cluster."""
+"""Pieces of node/raft/ and node/failpoints.py that need no cluster."""
 from __future__ import annotations
 
 import pytest
 
 from tsched.node.failpoints import Failpoints
 from tsched.node.raft.journal import CorruptStorage
-from tsched.node.raft.replica import (RaftSecurityError, check_raft_security, publish_snapshot,
-                              read_snapshot, read_snapshot_header, snapshot_tmp_path,
-                              write_snapshot)
+from tsched.node.raft.security import RaftSecurityError, check_raft_security
+from tsched.node.raft.snapshot_file import (publish_snapshot, read_snapshot, read_snapshot_header,
+                                            snapshot_tmp_path, write_snapshot)
 
 
 @pytest.mark.parametrize("addr", ["127.0.0.1:1", "localhost:2", "[::1]:3", "127.9.9.9:4"])
@@ -92,27 +92,29 @@ class _Polled:
 ])
 def test_the_raft_thread_polls_until_its_next_timer(role, heartbeat_in_s, election_in_s,
                                                     low, high):
-    from tsched.node.raft.replica import RaftOptions, _TimedPoller
+    from tsched.node.raft.options import RaftOptions
+    from tsched.node.raft.poller import TimedPoller
     obj = _Polled(role, heartbeat_in_s, election_in_s)
     obj._poller = obj
-    _TimedPoller.install(obj, RaftOptions())
+    TimedPoller.install(obj, RaftOptions())
     obj._poller.poll(0.005)                      # pysyncobj's fixed autoTickPeriod
     assert low - 0.005 <= obj.timeouts[0] <= high
 
 
 @pytest.mark.parametrize("role", [0, 1, 2])
 def test_a_replica_with_entries_left_to_apply_does_not_sleep(role):
-    from tsched.node.raft.replica import RaftOptions, _TimedPoller
+    from tsched.node.raft.options import RaftOptions
+    from tsched.node.raft.poller import TimedPoller
     obj = _Polled(role, 0.03, 0.06)
     obj.cut = True
     obj._poller = obj
-    _TimedPoller.install(obj, RaftOptions())
+    TimedPoller.install(obj, RaftOptions())
     obj._poller.poll(0.005)
     assert obj.timeouts == [0.0]
 
 
 def test_heartbeats_are_at_most_a_tenth_of_the_timeouts():
-    from tsched.node.raft.replica import RaftOptions, heartbeat_period_s
+    from tsched.node.raft.options import RaftOptions, heartbeat_period_s
     assert heartbeat_period_s(RaftOptions()) == 0.1
     fast = RaftOptions(raft_min_timeout_s=0.05, raft_max_timeout_s=0.1,
                        leader_fallback_timeout_s=0.1)

@@ -54,7 +54,7 @@ def test_restored_state_is_frozen_and_a_replaced_one_is_collected(tmp_path, unfr
 
 
 def test_compaction_thresholds_are_staggered_across_the_cluster(tmp_path):
-    from tsched.node.raft.replica import RaftOptions
+    from tsched.node.raft.options import RaftOptions
     addrs = {"a": "127.0.0.1:1", "b": "127.0.0.1:2", "c": "127.0.0.1:3"}
     got = [Replica(self_id=i, self_raft=addrs[i], peers={p: a for p, a in addrs.items()
                                                         if p != i}, data_dir=tmp_path,
@@ -67,7 +67,7 @@ def test_compaction_thresholds_are_staggered_across_the_cluster(tmp_path):
 
 def test_compaction_by_age_is_staggered_across_the_cluster(tmp_path):
     """The age bound starts a new period at a different second on each replica."""
-    from tsched.node.raft.replica import RaftOptions
+    from tsched.node.raft.options import RaftOptions
     addrs = {"a": "127.0.0.1:1", "b": "127.0.0.1:2", "c": "127.0.0.1:3"}
     opts = RaftOptions(compaction_min_time_s=600.0)
     due = {}
@@ -75,14 +75,14 @@ def test_compaction_by_age_is_staggered_across_the_cluster(tmp_path):
         r = Replica(self_id=i, self_raft=addrs[i], data_dir=tmp_path, options=opts,
                     peers={p: a for p, a in addrs.items() if p != i})
         due[i] = [t for t in range(1, 1201)
-                  if r._period_of(t, 600.0) > r._period_of(t - 1, 600.0)]
+                  if r._compaction.period_of(t, 600.0) > r._compaction.period_of(t - 1, 600.0)]
     assert due == {"a": [600, 1200], "b": [500, 1100], "c": [400, 1000]}
 
 
 def test_compaction_waits_for_a_log_as_large_as_the_last_snapshot(tmp_path):
     """A snapshot writes the whole state: with a large state, the log may grow to the last
     snapshot's size before the next one, so the snapshot work per byte of log stays flat."""
-    from tsched.node.raft.replica import RaftOptions
+    from tsched.node.raft.options import RaftOptions
     replica = Replica(self_id="a", self_raft="127.0.0.1:1", peers={}, data_dir=tmp_path,
                       options=RaftOptions(compaction_min_bytes=6_000))
     assert replica.compaction_bytes == 6_000                 # no snapshot yet: the floor

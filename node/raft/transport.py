@@ -1,0 +1,157 @@
+"""pysyncobj's TCP transport, guarded: peers dialled at their own address, a bound on
+every message, admin messages and unknown identities refused, and the journal made durable
+(one group commit) before any vote or replication message leaves (DESIGN.md section 6)."""
+from __future__ import annotations
+
+import logging
+import pickle
+import struct
+import zlib
+from typing import Callable
+
+from pysyncobj.dns_resolver import globalDnsResolver
+from pysyncobj.monotonic import monotonic as monotonicTime
+from pysyncobj.node import TCPNode
+from pysyncobj.tcp_connection import TcpConnection
+from pysyncobj.transport import TCPTransport
+
+from tsched.node.failpoints import Failpoints
+from tsched.node.raft.prevote import PreVote
+from tsched.node.raft.rejoin import RejoinGate
+from tsched.node.raft.replication import ReplicationStats
+
+log = logging.getLogger("tsched.node.raft.replica")   # the replica's log lines, as they were
+
+# Messages that reflect the log, term or vote: the journal is synced before each leaves.
+DURABLE_BEFORE_SEND = frozenset({"append_entries", "next_node_idx", "request_vote", "response_vote"})
+ALLOWED_UTILITY_MESSAGES = frozenset({"status"})
+
+
+class DialNode(TCPNode):
+    """A peer with its Raft identity (`host:port`) that is dialled at another address."""
+
+    def __init__(self, address, dial: str | None = None, **kwargs):
+        super().__init__(address, **kwargs)
+        self._dial = dial
+
+    @property
+    def ip(self):
+        if self._dial is None:
+            return super().ip
+        return globalDnsResolver().resolve(self._dial.rsplit(":", 1)[0])
+
+    @property
+    def port(self):
+        if self._dial is None:
+            return super().port
+        return int(self._dial.rsplit(":", 1)[1])
+
+
+_WIRE_PICKLE_PROTOCOL = 5
+_WIRE_ZLIB_LEVEL = 0
+
+
+class BoundedConnection(TcpConnection):
+    """Refuses (disconnects) a message whose declared length exceeds the bound, before
+    buffering it; pysyncobj itself accepts up to 2 GiB per message."""
+
+    _message_bytes_max = 64 << 20
+
+    def send(self, message):
+        """pysyncobj's framing (zlib stream of a pickle, optional Fernet, 4-byte length),
+        encoded for CPU: pickle protocol 5 instead of 2 (which turns every log entry's
+        bytes into a latin-1 str and back) and zlib level 0 (a stored stream) instead of
+        3, which cost more Raft-thread time than any other step of replication. Peers
+        decode either form with the same `pickle.loads(zlib.decompress(...))`."""
+        if self.sendRandKey:
+            message = (self.sendRandKey, message)
+        data = zlib.compress(pickle.dumps(message, _WIRE_PICKLE_PROTOCOL), _WIRE_ZLIB_LEVEL)
+        if self.encryptor:
+            data = self.encryptor.encrypt_at_time(data, int(monotonicTime()))
+        self._TcpConnection__writeBuffer += struct.pack("i", len(data)) + data
+        self._TcpConnection__trySendBuffer()
+
+    def _TcpConnection__processParseMessage(self):
+        buf = self._TcpConnection__readBuffer
+        if len(buf) >= 4:
+            declared = struct.unpack("i", buf[:4])[0]
+            if declared < 0 or declared > self._message_bytes_max:
+                log.warning("raft: refused a %d-byte message (limit %d); disconnecting",
+                            declared, self._message_bytes_max)
+                self.disconnect()
+                return None
+        return TcpConnection._TcpConnection__processParseMessage(self)
+
+
+def _bound(conn: TcpConnection, limit: int) -> None:
+    conn.__class__ = BoundedConnection
+    conn._message_bytes_max = limit
+
+
+class GuardedTransport(TCPTransport):
+    def __init__(self, syncObj, selfNode, otherNodes, *, journal, failpoints: Failpoints,
+                 message_bytes_max: int, replication: ReplicationStats, gate: RejoinGate,
+                 prevote: PreVote | None, may_lead: Callable[[], bool]):
+        self._journal = journal
+        self._replication = replication
+        self._gate = gate
+        self._prevote = prevote
+        self._may_lead = may_lead
+        self._failpoints = failpoints
+        self._message_bytes_max = message_bytes_max
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def addNode(self, node):
+        super().addNode(node)
+        conn = self._connections.get(node)
+        if conn is not None:
+            _bound(conn, self._message_bytes_max)
+
+    def _onNewIncomingConnection(self, conn):
+        _bound(conn, self._message_bytes_max)
+        super()._onNewIncomingConnection(conn)
+
+    def _onIncomingMessageReceived(self, conn, message):
+        if self._syncObj.encryptor and not conn.sendRandKey:
+            return super()._onIncomingMessageReceived(conn, message)   # key exchange
+        if isinstance(message, list):
+            if message[:1] and message[0] in ALLOWED_UTILITY_MESSAGES:
+                return super()._onIncomingMessageReceived(conn, message)
+            return self._refuse(conn, f"utility message {message[:1]!r}")
+        # Only configured peers may identify themselves; no read-only observers.
+        if not isinstance(message, str) or message not in self._nodeAddrToNode:
+            return self._refuse(conn, f"identity {str(message)[:64]!r}")
+        return super()._onIncomingMessageReceived(conn, message)
+
+    def _onMessageReceived(self, node, message):
+        if isinstance(message, dict):
+            if message.get("type") == "request_vote" and not self._gate.may_vote():
+                return   # a node rejoining empty grants no vote (rejoin.py)
+            if message.get("type") == "timeout_now" and not self._may_lead():
+                return   # a stopping node takes no leadership handed over to it
+            if self._prevote is not None and self._prevote.on_message(self._syncObj, node, message):
+                return
+        super()._onMessageReceived(node, message)
+
+    def _refuse(self, conn, what: str) -> None:
+        log.warning("raft: refused %s on an incoming connection", what)
+        conn.send("FAIL refused")
+        conn.disconnect()
+        self._unknownConnections.discard(conn)
+
+    def send(self, node, message):
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind in DURABLE_BEFORE_SEND and not self._failpoints.on("skip_sync_before_send"):
+            self._journal.sync()
+        if kind == "append_entries":
+            self._replication.on_sent(node, message.get("entries"))
+        sent = super().send(node, message)
+        if kind == "next_node_idx" and sent and self._failpoints.on("crash_after_ack"):
+            self._maybe_crash_after_ack(message)
+        return sent
+
+    def _maybe_crash_after_ack(self, message) -> None:
+        acked = message["next_node_idx"] - 1
+        if message["success"] and acked > self._journal.startup_last_idx:
+            self._failpoints.crash(f"acked {acked}")
+
