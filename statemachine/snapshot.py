@@ -1,4 +1,4 @@
-"""Snapshots: the replicated state to bytes (format 4, codec.py) and back.
+"""Snapshots: the replicated state to bytes (format 4, snapshot_format.py) and back.
 
 Written: the counters, tenants and schedules in canonical order, the tasks in seq order,
 the request table in its order, the digest's roll (so that a restored replica continues
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from . import codec
+from . import codec, snapshot_format
 from .digest import full_hexdigest, roll_from_blob
 from .model import STATES
 from .reads import list_tenants
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def head(sm: StateMachine) -> dict:
     return {
-        "v": codec.SNAPSHOT_VERSION, "seq": sm.seq, "now_ms": sm.now_ms,
+        "v": snapshot_format.SNAPSHOT_VERSION, "seq": sm.seq, "now_ms": sm.now_ms,
         "cluster_token": sm.cluster_token, "task_seq": sm.task_seq,
         "tenants": [codec.tenant_record(v) for v in list_tenants(sm)],
         "schedules": [codec.schedule_record(sm.schedules[k]) for k in sorted(sm.schedules)],
@@ -39,12 +39,12 @@ def head(sm: StateMachine) -> dict:
 def snapshot(sm: StateMachine) -> bytes:
     tasks = _Sized(sm.store.all.oldest_first(), len(sm.tasks))
     top = dict(head(sm), state_digest=full_hexdigest(sm))
-    return codec.encode_snapshot(top, tasks, sm.requests)
+    return snapshot_format.encode_snapshot(top, tasks, sm.requests)
 
 
 def restore(sm: StateMachine, blob: bytes):
     """Fills `sm`, a new StateMachine, from `blob`."""
-    top, tasks, requests = codec.decode_snapshot(blob, sys.intern)
+    top, tasks, requests = snapshot_format.decode_snapshot(blob, sys.intern)
     sm.seq, sm.now_ms = top["seq"], top["now_ms"]
     sm.cluster_token, sm.task_seq = top["cluster_token"], top["task_seq"]
     for r in top["tenants"]:

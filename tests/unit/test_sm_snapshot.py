@@ -6,7 +6,7 @@ import msgpack
 import pytest
 from sm_support import COMPILED, INT_OBJECTS, T0, Driver
 
-from tsched.statemachine import StateMachine, codec
+from tsched.statemachine import StateMachine, codec, snapshot_format
 from tsched.statemachine import commands as c
 from tsched.statemachine.codec import DecodeError
 from tsched.statemachine.digest import full_hexdigest
@@ -15,7 +15,7 @@ from tsched.statemachine.digest import full_hexdigest
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of 7 rows, so a few hundred tasks span many chunks (and a short last one)."""
-    monkeypatch.setattr(codec, "TASK_CHUNK", 7)
+    monkeypatch.setattr(snapshot_format, "TASK_CHUNK", 7)
 
 
 def _mixed(n: int = 400) -> Driver:
