@@ -197,6 +197,7 @@ def build_request(call: Call, url: str, token: str | None, min_seq: int | str
         headers["Authorization"] = f"Bearer {token}"
     params = dict(call.params)
     if call.write:
+        assert call.key is not None, "a write's key is made in Call.__post_init__"
         headers["Idempotency-Key"] = call.key
     elif min_seq and call.replica_read:
         params.setdefault("min_seq", min_seq)
