@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -22,6 +23,11 @@ from .errors import ApiError, Overloaded, Unavailable
 # 503 no_leader/unavailable, 502 from a proxy, 504 timeout (an ambiguous write is safe to
 # repeat because it carries the same Idempotency-Key).
 RETRY_STATUSES = frozenset({502, 503, 504})
+# Final answers to a write that no retry, not even under a new key, may follow: 409
+# `request_expired` (the key is past the cluster's request window, so whether an earlier
+# try was applied can no longer be told; DESIGN 6, 7). A 409 is never retried (above);
+# the completions outbox (_outbox.py) gives such a batch up rather than re-sending it.
+FINAL_CODES = frozenset({"request_expired"})
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 1.0
 ERROR_TEXT_MAX_CHARS = 300     # of a non-JSON error body kept in an ApiError message
@@ -42,8 +48,19 @@ def parse_urls(urls: str | Iterable[str]) -> list[str]:
     return out
 
 
-def new_key() -> str:
-    return uuid.uuid4().hex
+# A write's Idempotency-Key carries when it was made (DESIGN 6): `tsched1-<ms>-<nonce>`,
+# <ms> epoch milliseconds of this machine's clock, <nonce> 32 random hex digits. The
+# cluster applies a retry of it once while it is younger than its request window (120 s
+# by default) and refuses an older one `request_expired`, a final answer; so this
+# machine's clock must be within 30 s of the cluster's. The state machine's parser of
+# this format (statemachine/request_ids.py) is tested against this function.
+KEY_FORMAT = "tsched1-{ms}-{nonce}"
+
+
+def new_key(now_ms: int | None = None) -> str:
+    """A fresh Idempotency-Key made at `now_ms` (epoch ms; default: now)."""
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return KEY_FORMAT.format(ms=ms, nonce=uuid.uuid4().hex)
 
 
 def to_time(value: Any) -> Any:
@@ -180,6 +197,7 @@ def build_request(call: Call, url: str, token: str | None, min_seq: int | str
         headers["Authorization"] = f"Bearer {token}"
     params = dict(call.params)
     if call.write:
+        assert call.key is not None, "a write's key is made in Call.__post_init__"
         headers["Idempotency-Key"] = call.key
     elif min_seq and call.replica_read:
         params.setdefault("min_seq", min_seq)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable
 
+from ._core import FINAL_CODES, new_key
 from ._jobs import error_code_of
 from .client import AsyncClient
 from .errors import ApiError, Unavailable
@@ -86,7 +86,7 @@ class Outbox:
     async def _send_batch(self, items: list[dict]) -> list[str | None]:
         """Error code per item. Repeats an unanswered batch with the same idempotency key
         until the leases it reports on have surely expired."""
-        key = uuid.uuid4().hex
+        key = new_key()
         give_up_at = time.monotonic() + self._give_up_s
         while True:
             try:
@@ -99,7 +99,7 @@ class Outbox:
                     log.error("completions lost after the lease: %s", exc)
                     return ["unavailable"] * len(items)
             except ApiError as exc:
-                if len(items) == 1:
-                    return [exc.code]
+                if len(items) == 1 or exc.code in FINAL_CODES:   # final: never re-sent
+                    return [exc.code] * len(items)
                 # one bad item (too large...) refuses the batch: send them one by one
                 return [code for one in items for code in await self._send_batch([one])]

@@ -100,6 +100,26 @@ def load(path: str) -> ClusterConfig:
     return parse(doc, base_dir=base, path=os.path.abspath(path))
 
 
+# `[limits] request_window_s`: how long a retried write is applied once (DESIGN 6, 8); the
+# state machine's `Limits.request_window_ms`. At least the client's 30 s retry horizon.
+REQUEST_WINDOW_S_BOUNDS = (30.0, 86_400.0)
+
+
+def _limits(table: dict) -> dict:
+    """`[limits]` as `Limits` fields: `request_window_s` becomes `request_window_ms`; the
+    other keys are `Limits` field names already (node/main.py builds them)."""
+    out = dict(table)
+    if "request_window_s" in out:
+        value = out.pop("request_window_s")
+        low, high = REQUEST_WINDOW_S_BOUNDS
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not low <= value <= high:
+            raise ConfigError(f"[limits] request_window_s must be a number of seconds in "
+                              f"[{low:g}, {high:g}], not {value!r}")
+        out["request_window_ms"] = round(value * 1000)
+    return out
+
+
 def _archive_dir(table: Any) -> str | None:
     """`[archive] dir = "archive"` (DESIGN 14.3); no table: no archive."""
     if table is None:
@@ -139,7 +159,7 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
         timeouts=MappingProxyType(_timeouts(cluster.get("timeouts"))),
         compaction=MappingProxyType(_compaction(cluster.get("compaction"))),
         auth=MappingProxyType(auth) if auth is not None else None,
-        limits=MappingProxyType(limits) if limits is not None else None,
+        limits=MappingProxyType(_limits(limits)) if limits is not None else None,
         archive_dir=_archive_dir(doc.get("archive")),
         path=path, ca_file=_path(cluster, "ca_file", "[cluster]", base_dir),
         shards=_shards(cluster), replicas=_replicas(cluster))

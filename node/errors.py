@@ -14,6 +14,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "stale_token": 409,
     "conflict": 409,
     "invalid_state": 409,
+    "request_expired": 409,     # the cluster moved past the id's window: final, as stale_token
     "too_large": 413,
     "tenant_limit": 429,
     "overloaded": 429,          # shed or a full proposal queue: comes with Retry-After

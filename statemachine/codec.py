@@ -1,22 +1,16 @@
-"""Bytes in and out of the state machine: command batches and snapshots (msgpack).
+"""Bytes in and out of the state machine: command batches and records (msgpack).
 
-The only module that uses msgpack. A batch: see `BATCH_FORMAT`; decoding checks the
+With snapshot_format.py, the only modules that use msgpack. A batch: see `BATCH_FORMAT`; decoding checks the
 structure and raises `DecodeError`; field *values* are checked at apply time.
 
 `pack(record)` is the canonical encoding of a record (records.py), which the state digest
-hashes (digest.py). A snapshot (format 4) is a msgpack map of counters and plain lists in a
-canonical order (tenants and schedules sorted, the record counts, the digest's `roll` and
-the `state_digest`), then the tasks in seq order in chunks of up to `TASK_CHUNK` rows
-(`records.task_chunk`), then an array of the request records in table order: equal states
-encode to equal bytes. Formats 1-3 are read (3: the head has `tasks_sum` instead of the
-roll, and the request records are followed by their item hashes, one bin of 16 bytes each).
+hashes (digest.py). Snapshots' bytes: snapshot_format.py.
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import operator
-from collections.abc import Iterator
 from itertools import islice
 
 import msgpack
@@ -25,17 +19,13 @@ from . import commands as c
 from .errors import DecodeError
 from .limits import Limits
 from .records import (request_record, retry_from, retry_record, schedule_from,
-                      schedule_record, task_chunk, task_from, task_record, tasks_of_chunk,
-                      template_from, template_record, tenant_from, tenant_record)
+                      schedule_record, task_from, task_record, template_from, template_record, tenant_from, tenant_record)
 
-__all__ = ["DecodeError", "encode_batch", "decode_batch", "encode_snapshot", "decode_snapshot",
+__all__ = ["DecodeError", "encode_batch", "decode_batch",
            "pack", "request_record", "retry_from", "retry_record", "schedule_from",
            "schedule_record", "task_from", "task_record", "template_from", "template_record",
            "tenant_from", "tenant_record"]
 
-SNAPSHOT_VERSION = 4
-SNAPSHOT_VERSIONS_READ = (1, 2, 3, 4)   # 1: the tasks were a list inside the map; 2: one by one
-TASK_CHUNK = 4096                    # task records per array in a format 3 or 4 snapshot
 BATCH_COMMANDS_MAX = Limits().batch_commands_max   # one bound for encode and decode
 
 _TAGS: dict[str, type[c.Command]] = {cls.__name__: cls for cls in c.COMMAND_TYPES}
@@ -216,7 +206,6 @@ def _maker(cls):
 assert not any(hasattr(cls, "__post_init__") for cls in c.COMMAND_TYPES)
 _MAKERS = {cls.__name__: (cls, len(_FIELDS[cls]) + 1, _maker(cls)) for cls in c.COMMAND_TYPES}
 _ADDED_LATER: dict[type, list] = {c.Fire: [None]}   # defaults of fields added last (Fire.shard)
-_first = operator.itemgetter(0)   # mapped lazily: compiled, a returned genexp becomes a list
 
 
 def _positional(item) -> c.Command:
@@ -266,135 +255,3 @@ def _retry_positional(value) -> c.RetryPolicy:
 def pack(record) -> bytes:
     """The canonical encoding of a record (what the digest hashes)."""
     return msgpack.packb(record, use_bin_type=True)
-
-
-# --- snapshots ----------------------------------------------------------------------------------
-
-def encode_snapshot(head: dict, tasks, requests) -> bytes:
-    """`head`: {"v", "seq", "now_ms", "cluster_token", "task_seq", "tenants", "schedules",
-    "roll", "state_digest"} with record lists in canonical order; `tasks`: a sized iterable
-    of Tasks in seq order; `requests`: the request table (an ordered mapping). One Packer
-    appends everything to one buffer: the head (with both counts), the tasks in chunks of
-    `TASK_CHUNK` rows, an array of the request records."""
-    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
-    packer.pack(dict(head, task_count=len(tasks), request_count=len(requests)))
-    pack_one = packer.pack
-    chunk: list = []
-    for task in tasks:
-        chunk.append(task)
-        if len(chunk) == TASK_CHUNK:
-            pack_one(task_chunk(chunk))
-            chunk = []
-    if chunk:
-        pack_one(task_chunk(chunk))
-    pack_one([request_record(request_id, rec) for request_id, rec in requests.items()])
-    return packer.bytes()
-
-
-def decode_snapshot(blob: bytes, intern=lambda s: s) -> tuple[dict, Iterator, Iterator]:
-    """(head, tasks, requests): two iterators, to be consumed in that order. `tasks` yields
-    (Tasks, encodings): a list of Tasks in seq order, and their records' canonical bytes
-    (memoryviews) when the format has them (1 and 2), else None; `requests` yields the
-    request records (formats 1-3 with item hashes, which are checked and dropped). `intern` is
-    applied to repeated strings. They raise DecodeError on a malformed or truncated
-    blob."""
-    if not isinstance(blob, (bytes, bytearray, memoryview)):
-        raise DecodeError("a snapshot is bytes")
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, use_list=False,
-                                max_buffer_size=max(len(blob), 1 << 20))
-    unpacker.feed(blob)
-    try:
-        head = unpacker.unpack()
-    except Exception as exc:   # msgpack raises several unrelated types on junk
-        raise DecodeError(f"not a snapshot: {exc.__class__.__name__}") from None
-    if not isinstance(head, dict) or head.get("v") not in SNAPSHOT_VERSIONS_READ:
-        version = head.get("v") if isinstance(head, dict) else None
-        raise DecodeError(f"unknown snapshot version {version!r} (this node reads "
-                          f"{', '.join(map(str, SNAPSHOT_VERSIONS_READ))})")
-    cache: dict = {}
-    if head["v"] == 1:
-        return (head, _chunked(_records_v1(head.get("tasks", ())), cache, intern),
-                map(_first, _records_v1(head.get("requests", ()))))
-    counts = head.get("task_count", -1), head.get("request_count", -1)
-    if any(type(n) is not int or n < 0 for n in counts):
-        raise DecodeError("snapshot without record counts")
-    view = memoryview(blob)
-    if head["v"] == 2:
-        tasks = _chunked(_records(unpacker, view, counts[0], False), cache, intern)
-    else:   # 3 carried the tasks' digest sum, 4 carries the roll (digest.py)
-        key = "tasks_sum" if head["v"] == 3 else "roll"
-        if not isinstance(head.get(key), bytes) or len(head[key]) != 16:
-            raise DecodeError(f"snapshot without the digest's {key}")
-        return (head, _chunks(unpacker, counts[0], cache, intern),
-                _requests(unpacker, counts[1], hashed=head["v"] == 3))
-    return head, tasks, map(_first, _records(unpacker, view, counts[1], True))
-
-
-def _chunks(unpacker, count: int, cache: dict, intern):
-    left = count
-    while left > 0:
-        try:
-            chunk = unpacker.unpack()
-        except Exception as exc:
-            raise DecodeError(f"snapshot records: {exc.__class__.__name__}") from None
-        tasks = tasks_of_chunk(chunk, cache, intern)
-        if not 0 < len(tasks) <= min(left, TASK_CHUNK):
-            raise DecodeError("snapshot task rows do not match their count")
-        left -= len(tasks)
-        yield tasks, None
-
-
-def _requests(unpacker, count: int, hashed: bool):
-    try:
-        records = unpacker.unpack()
-        hashes = unpacker.unpack() if hashed else b"\0" * (16 * count)
-    except Exception as exc:
-        raise DecodeError(f"snapshot requests: {exc.__class__.__name__}") from None
-    if type(records) is not tuple or len(records) != count or type(hashes) is not bytes \
-            or len(hashes) != 16 * count:
-        raise DecodeError("snapshot requests do not match their count")
-    if _left(unpacker):
-        raise DecodeError("trailing bytes after the snapshot's records")
-    yield from records
-
-
-def _left(unpacker) -> bool:
-    try:
-        unpacker.unpack()
-    except msgpack.OutOfData:
-        return False
-    except Exception:
-        return True
-    return True
-
-
-def _chunked(records, cache: dict, intern):
-    """Format 1 and 2 records, one by one, as Tasks in chunks with their encodings."""
-    tasks, encodings = [], []
-    for record, encoded in records:
-        tasks.append(task_from(record, cache, intern))
-        encodings.append(encoded)
-        if len(tasks) == TASK_CHUNK:
-            yield tasks, encodings
-            tasks, encodings = [], []
-    if tasks:
-        yield tasks, encodings
-
-
-def _records(unpacker, view: memoryview, count: int, last: bool):
-    start = unpacker.tell()
-    for _ in range(count):
-        try:
-            record = unpacker.unpack()
-        except Exception as exc:
-            raise DecodeError(f"snapshot records: {exc.__class__.__name__}") from None
-        end = unpacker.tell()
-        yield record, view[start:end]
-        start = end
-    if last and start != len(view):
-        raise DecodeError("trailing bytes after the snapshot's records")
-
-
-def _records_v1(records):
-    for record in records:
-        yield record, pack(record)

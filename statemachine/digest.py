@@ -27,6 +27,12 @@ canonical record, `codec.pack(codec.task_record(t))`, ...); each keyed collectio
 contributes its size and the sum of its item hashes mod 2**128; the request table, a FIFO
 whose order decides evictions, contributes sum(h_i * B**(n-1-i)) mod 2**127-1 over its
 entries oldest first; the digest is the SHA-256 of the counters with those sizes and sums.
+The times the request table's entries were recorded (request_table.py) are not hashed:
+each is the state clock (hashed) when its entry was added, so they follow from the log
+as the entries do, and a replica whose times differed would evict differently, which the
+table's contribution then shows. (Hashing them would change the state digest of every
+state with a request table: a state restored from an older snapshot would no longer show
+the digest its writer's replicas did after the same commands.)
 """
 from __future__ import annotations
 

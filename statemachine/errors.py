@@ -20,9 +20,10 @@ INVALID_STATE = "invalid_state"         # 409: the transition is illegal in the 
 TOO_LARGE = "too_large"                 # 413: a payload, result or batch exceeds its limit
 TENANT_LIMIT = "tenant_limit"           # 429: a per-tenant or global count limit is reached
 OVERLOADED = "overloaded"               # 429: a low-priority submit shed under load
+REQUEST_EXPIRED = "request_expired"     # 409: the request id's time is past the window
 
 CODES = (OK, INVALID_ARGUMENT, NOT_FOUND, STALE_TOKEN, CONFLICT, INVALID_STATE, TOO_LARGE,
-         TENANT_LIMIT, OVERLOADED)
+         TENANT_LIMIT, OVERLOADED, REQUEST_EXPIRED)
 
 
 class Result(NamedTuple):

@@ -46,7 +46,17 @@ class Limits:
     tenants_max: int = 10_000
     schedules_max: int = 100_000
     schedules_per_tenant_max: int = 1_000
-    requests_max: int = 100_000              # request_id table (FIFO eviction)
+    # The request table (DESIGN 6): every request id is kept at least `request_window_ms`
+    # after it was recorded, and `request_ahead_ms_max` longer (an id whose client time is
+    # that far ahead of the state clock expires that much later). A timed id older than the
+    # window is refused `request_expired`, one further ahead than `request_ahead_ms_max` is
+    # refused `invalid_argument`. The count bound holds the design's peak, 10,000 recorded
+    # writes/s, for window + ahead (150 s): about 560 MiB at ~390 B an entry (a submit's
+    # answer, bench/request_table_bytes.py). Full with its oldest entry still kept: a new
+    # write is refused `tenant_limit` (nothing is forgotten early).
+    requests_max: int = 1_500_000
+    request_window_ms: int = 120_000         # 4 x the client's 30 s retry horizon
+    request_ahead_ms_max: int = 30_000       # client clocks within 30 s of the cluster's
     attempts_kept_max: int = 50              # per task; older attempts are dropped
     fires_kept: int = 20                     # FireRecords per schedule
     claim_tasks_max: int = 100               # max_tasks of one Claim

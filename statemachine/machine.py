@@ -3,8 +3,9 @@
 Where things are (each module readable on its own):
 
 - machine.py (here): `apply` checks a command's envelope (request_id, now_ms), advances the
-  clock, answers a repeated request_id from the request table, and otherwise runs the
-  command's handler; the public API of docs/internals.md.
+  clock, answers a repeated request_id from the request table, checks a new one against
+  the table's window (request_table.py), and otherwise runs the command's handler; the
+  public API of docs/internals.md.
 - handlers, by what they act on: tasks.py (submit, cancel, replay, discard, retention),
   leases.py (claim, heartbeat, complete, fail, release, lease expiry), schedules.py,
   tenants.py. A handler validates first (validate.py) and raises `Rejected` before it
@@ -16,7 +17,8 @@ Where things are (each module readable on its own):
 - reads.py and snapshot.py: reads, and snapshot/restore.
 - digest.py: the rolling digest and the state digest; codec.py: bytes in and out.
 
-Replicated state: tasks, tenants, schedules, the request table and four counters (seq,
+Replicated state: tasks, tenants, schedules, the request table (with the times its
+entries were recorded) and four counters (seq,
 now_ms, cluster_token, task_seq), and the digest's `roll` (a hash of every batch applied and
 its result codes, digest.py). Everything else is derived (the store) and rebuilt by
 `restore`.
@@ -29,10 +31,10 @@ from typing import Any
 
 from . import codec
 from . import commands as c
-from . import leases, reads, schedules, snapshot, tasks, tenants
+from . import leases, reads, request_table, schedules, snapshot, tasks, tenants
 from . import validate as V
 from . import digest as D
-from .errors import INVALID_ARGUMENT, OK, OVERLOADED, TENANT_LIMIT, Result
+from .errors import INVALID_ARGUMENT, OK, OVERLOADED, REQUEST_EXPIRED, TENANT_LIMIT, Result
 from .limits import Limits
 from .model import Schedule, Task, TenantView
 from .results import DONE, Answer, refused, render
@@ -66,7 +68,11 @@ RECORDED_WHEN_REFUSED = (c.Complete,)
 # afresh rather than refused again from the table; and under overload a flood of them
 # would push the records of applied commands out of the FIFO table (and fill memory with
 # answers nobody will ask for again), weakening exactly-once for the writes that went in.
-UNRECORDED_REFUSALS = (OVERLOADED, TENANT_LIMIT)
+# A request id older than its window (`request_expired`, request_table.py) is not recorded
+# either: it changed nothing, and every repeat of it is refused alike (the clock only
+# advances), so recording it would only fill the table. (One too far ahead is an
+# `invalid_argument`, recorded as any.)
+UNRECORDED_REFUSALS = (OVERLOADED, TENANT_LIMIT, REQUEST_EXPIRED)
 
 
 class StateMachine:
@@ -82,6 +88,7 @@ class StateMachine:
         self.schedules: dict[tuple[str, str], Schedule] = {}
         # OrderedDict: popping a plain dict's oldest key is O(deleted keys) until it resizes
         self.requests: OrderedDict[str, tuple] = OrderedDict()
+        self.request_times = request_table.RequestTimes()   # when each was recorded
         self.roll = D.ROLL_START          # digest.py: every batch and its result codes
         # derived
         self.store = Store(self.limits, self.tasks, self.tenants, self.schedules)
@@ -118,24 +125,20 @@ class StateMachine:
             return Result(r.code, r.message, None, r.details)
         self.now_ms = max(self.now_ms, cmd.now_ms)
         recorded = type(cmd) not in UNRECORDED
-        if recorded:
-            row = self.requests.get(cmd.request_id)
-            if row is not None:
-                return render(self, row)
         try:
+            if recorded:
+                row = self.requests.get(cmd.request_id)
+                if row is not None:
+                    return render(self, row)
+                request_table.admit(self, cmd.request_id)   # its window, the table's room
             row = handler(self, cmd)
         except Rejected as r:
             row = refused(r.code, r.message, r.details)
         code = row[0]
         if recorded and code not in UNRECORDED_REFUSALS and (
                 code != OK or type(cmd) not in RECORDED_WHEN_REFUSED):
-            self._remember(cmd.request_id, row)
+            request_table.remember(self, cmd.request_id, row)
         return render(self, row)
-
-    def _remember(self, request_id: str, row: tuple) -> None:
-        self.requests[request_id] = row
-        if len(self.requests) > self.limits.requests_max:
-            self.requests.popitem(last=False)   # FIFO: oldest first
 
     # --- reads (reads.py; callers hold the replica lock) ----------------------------------
     def get_task(self, task_id: str, tenant: str | None = None) -> Task | None:

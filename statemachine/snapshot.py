@@ -1,9 +1,9 @@
-"""Snapshots: the replicated state to bytes (format 4, codec.py) and back.
+"""Snapshots: the replicated state to bytes (format 5, snapshot_format.py) and back.
 
 Written: the counters, tenants and schedules in canonical order, the tasks in seq order,
-the request table in its order, the digest's roll (so that a restored replica continues
-the value its peers have) and the state digest (computed here, by the node's forked
-snapshot child, off the apply path; digest.py). Read back: the records are decoded, every
+the request table in its order and when its entries were recorded, the digest's roll (so
+that a restored replica continues the value its peers have) and the state digest
+(computed here, by the node's forked snapshot child, off the apply path; digest.py). Read back: the records are decoded, every
 task goes through the store's `index` (in bulk mode: each heap ordered once), and every
 derived index is rebuilt. Formats 1-3 are still read; they carry no roll, so the restored
 roll is the hash of the snapshot's bytes (`digest.roll_from_blob`): replicas that restore
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from . import codec
+from . import codec, request_table, snapshot_format
 from .digest import full_hexdigest, roll_from_blob
 from .model import STATES
 from .reads import list_tenants
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def head(sm: StateMachine) -> dict:
     return {
-        "v": codec.SNAPSHOT_VERSION, "seq": sm.seq, "now_ms": sm.now_ms,
+        "v": snapshot_format.SNAPSHOT_VERSION, "seq": sm.seq, "now_ms": sm.now_ms,
         "cluster_token": sm.cluster_token, "task_seq": sm.task_seq,
         "tenants": [codec.tenant_record(v) for v in list_tenants(sm)],
         "schedules": [codec.schedule_record(sm.schedules[k]) for k in sorted(sm.schedules)],
@@ -39,12 +39,13 @@ def head(sm: StateMachine) -> dict:
 def snapshot(sm: StateMachine) -> bytes:
     tasks = _Sized(sm.store.all.oldest_first(), len(sm.tasks))
     top = dict(head(sm), state_digest=full_hexdigest(sm))
-    return codec.encode_snapshot(top, tasks, sm.requests)
+    return snapshot_format.encode_snapshot(top, tasks, sm.requests,
+                                           sm.request_times.as_runs())
 
 
 def restore(sm: StateMachine, blob: bytes):
     """Fills `sm`, a new StateMachine, from `blob`."""
-    top, tasks, requests = codec.decode_snapshot(blob, sys.intern)
+    top, tasks, requests, times = snapshot_format.decode_snapshot(blob, sys.intern)
     sm.seq, sm.now_ms = top["seq"], top["now_ms"]
     sm.cluster_token, sm.task_seq = top["cluster_token"], top["task_seq"]
     for r in top["tenants"]:
@@ -60,8 +61,20 @@ def restore(sm: StateMachine, blob: bytes):
         sm.store.index_schedule(sched)
     for rid, rec in requests:
         sm.requests[rid] = tuple(rec)
+    _restore_times(sm, times)
     sm.store.tidy()
     return sm
+
+
+def _restore_times(sm: StateMachine, runs: list) -> None:
+    """The request table's times (format 5); the entries of an older format, which has
+    none, are untimed (request_table.py: evicted as before, by the count bound only)."""
+    if not runs and sm.requests:
+        runs = [[request_table.UNTIMED_MS, len(sm.requests)]]
+    for ms, n in runs:
+        sm.request_times.add(ms, n)
+    if sm.request_times.count != len(sm.requests):   # an id twice in the records
+        raise codec.DecodeError("snapshot: the request times do not match the table")
 
 
 def _index_tasks(sm: StateMachine, chunks) -> None:

@@ -13,7 +13,9 @@ from tsched.statemachine import codec
 from tsched.statemachine import commands as c
 
 T0 = 1_700_000_000_000
-SMALL = Limits(requests_max=6, terminal_tasks_max=3, attempts_kept_max=2, fires_kept=2,
+# A request table of 10 ids kept 5 s: the plan's steps both fill it and let it expire
+SMALL = Limits(requests_max=10, request_window_ms=4_000, request_ahead_ms_max=1_000,
+               terminal_tasks_max=3, attempts_kept_max=2, fires_kept=2,
                retention_ms=30_000, evictions_per_tick_max=2, live_tasks_max=12)
 TASKS = ("t1", "t2", "t3", "t4")
 TENANTS = ("a", "b")

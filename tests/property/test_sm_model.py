@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from tsched.statemachine import StateMachine
+from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine import commands as c
 
 T0 = 1_700_000_000_000
@@ -36,6 +36,11 @@ class RefTask:
         self.lease = self.started = None
         self.cancel_requested = False
         self.last_outcome = None   # outcome of the attempt holding `token`
+
+
+# The reference remembers every request id: the machine under test keeps them a year
+# (the plan's clock moves by hours at most), so no id leaves its request table here.
+MODEL_LIMITS = Limits(request_window_ms=366 * 86_400_000)
 
 
 class Reference:
@@ -218,7 +223,7 @@ def pick_task(self, data, prefer: str | None = None) -> str:
 class SchedulerModel(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
-        self.sm = StateMachine()
+        self.sm = StateMachine(MODEL_LIMITS)
         self.ref = Reference()
         self.ref.now = T0
         self.now = T0
@@ -350,7 +355,7 @@ class SchedulerModel(RuleBasedStateMachine):
 
     @rule()
     def replay_log(self):
-        fresh = StateMachine()
+        fresh = StateMachine(MODEL_LIMITS)
         for cmd in self.log:
             fresh.apply_batch([cmd])
         assert fresh.digest() == self.sm.digest()
@@ -384,7 +389,7 @@ class SchedulerModel(RuleBasedStateMachine):
     def snapshot_round_trip(self):
         if not hasattr(self, "sm"):
             return
-        twin = StateMachine.restore(self.sm.snapshot())
+        twin = StateMachine.restore(self.sm.snapshot(), MODEL_LIMITS)
         assert twin.digest() == self.sm.digest()
         assert twin.state_digest() == self.sm.state_digest()
         assert twin.next_timer_ms() == self.sm.next_timer_ms()

@@ -275,3 +275,21 @@ def test_claims_follow_the_leader_a_claim_answer_names_and_other_calls_stay(node
     assert len(a.requests("POST", "/v1/claims")) == 1
     assert len(a.requests("GET", "/v1/tasks/t1")) == 1
     assert len(b.requests("POST", "/v1/claims")) == 3
+
+
+def test_request_expired_is_a_final_error_and_keys_carry_their_time(nodes):
+    """A write whose key is past the cluster's request window: raised at once, not retried
+    on another node, not retried under a new key. The key names when it was made."""
+    a, b = nodes
+    for node in nodes:
+        node.route("POST", "/v1/tasks", lambda r: error("request_expired", "too old", 409))
+    before_ms = int(time.time() * 1000)
+    with Client([a.url, b.url]) as c:
+        with pytest.raises(ApiError) as info:
+            c.submit("email", {})
+    assert info.value.code == "request_expired" and info.value.status == 409
+    [sent] = a.requests("POST", "/v1/tasks")
+    assert b.requests("POST", "/v1/tasks") == []
+    prefix, made_ms, nonce = sent.headers["Idempotency-Key"].split("-")
+    assert prefix == "tsched1" and len(nonce) == 32
+    assert before_ms <= int(made_ms) <= int(time.time() * 1000)

@@ -170,3 +170,14 @@ def test_compaction_thresholds_reach_the_raft_options(tmp_path):
 def test_bad_compaction_settings_are_refused(tmp_path, table, match):
     with pytest.raises(config.ConfigError, match=match):
         config.load(write(tmp_path, GOOD + f"\n[cluster.compaction]\n{table}\n"))
+
+
+def test_limits_request_window_s_is_the_state_machines_request_window_ms(tmp_path):
+    from tsched.statemachine import Limits
+    cfg = config.load(write(tmp_path, GOOD + "[limits]\nrequest_window_s = 300\n"))
+    assert dict(cfg.limits) == {"request_window_ms": 300_000}
+    assert Limits(**cfg.limits).request_window_ms == 300_000
+    assert Limits().request_window_ms == 120_000    # no key: the default
+    for bad in ("10", "true", '"120"', "100000"):
+        with pytest.raises(config.ConfigError, match="request_window_s"):
+            config.load(write(tmp_path, GOOD + f"[limits]\nrequest_window_s = {bad}\n"))

@@ -11,8 +11,9 @@ from tsched.statemachine import commands as c
 from tsched.statemachine import codec
 from tsched.statemachine.digest import full_hexdigest, roll_from_blob
 
-SMALL = Limits(requests_max=4, terminal_tasks_max=2, attempts_kept_max=2, fires_kept=2,
-               retention_ms=60_000)
+# A request table of 8 ids kept no longer than the millisecond they were recorded in
+SMALL = Limits(requests_max=8, request_window_ms=0, request_ahead_ms_max=0,
+               terminal_tasks_max=2, attempts_kept_max=2, fires_kept=2, retention_ms=60_000)
 
 
 def _checked(d: Driver) -> str:
@@ -130,10 +131,12 @@ def test_cases_cover_every_command_type() -> None:
 
 def test_request_table_eviction_keeps_twins_equal() -> None:
     d = _seeded(SMALL)
-    for i in range(7):   # each submit records a request and evicts the oldest
+    for i in range(7):   # each submit records a request and evicts expired ones
+        d.now += 1
         d.add(f"e{i}", tenant="acme")
-        assert len(d.sm.requests) == SMALL.requests_max
+        assert len(d.sm.requests) <= SMALL.requests_max
         _checked(d)
+    assert "req-1" not in d.sm.requests and len(d.sm.requests) < 7
 
 
 def test_equal_states_have_equal_state_digests_whatever_the_calls_in_between() -> None:
@@ -205,7 +208,7 @@ def test_a_snapshot_carries_its_state_digest() -> None:
     head = msgpack.Unpacker(raw=False)
     head.feed(d.sm.snapshot())
     top = head.unpack()
-    assert top["v"] == 4 and top["state_digest"] == d.sm.state_digest()
+    assert top["v"] == 5 and top["state_digest"] == d.sm.state_digest()
     assert top["roll"] == d.sm.roll
 
 

@@ -6,7 +6,7 @@ import msgpack
 import pytest
 from sm_support import COMPILED, INT_OBJECTS, T0, Driver
 
-from tsched.statemachine import StateMachine, codec
+from tsched.statemachine import StateMachine, codec, snapshot_format
 from tsched.statemachine import commands as c
 from tsched.statemachine.codec import DecodeError
 from tsched.statemachine.digest import full_hexdigest
@@ -15,7 +15,7 @@ from tsched.statemachine.digest import full_hexdigest
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of 7 rows, so a few hundred tasks span many chunks (and a short last one)."""
-    monkeypatch.setattr(codec, "TASK_CHUNK", 7)
+    monkeypatch.setattr(snapshot_format, "TASK_CHUNK", 7)
 
 
 def _mixed(n: int = 400) -> Driver:
@@ -116,10 +116,10 @@ def test_a_format_2_snapshot_restores_to_the_same_state() -> None:
 
 
 def _parts(sm: StateMachine) -> list:
-    """A snapshot of under one chunk: [head, chunk, request records]."""
+    """A snapshot of under one chunk: [head, chunk, request records, request times]."""
     unpacker = msgpack.Unpacker(raw=False, use_list=True)
     unpacker.feed(sm.snapshot())
-    return [unpacker.unpack() for _ in range(3)]
+    return [unpacker.unpack() for _ in range(4)]
 
 
 def _packed(parts: list) -> bytes:
@@ -132,13 +132,15 @@ def test_the_parts_repacked_restore() -> None:
 
 
 @pytest.mark.parametrize("damage, match", [
-    ("version", "unknown snapshot version 5"), ("no_roll", "roll"),
+    ("version", "unknown snapshot version 6"), ("no_roll", "roll"),
     ("short_row", "rows"), ("count", "task rows"), ("requests", "requests"),
-    ("strings", "strings"), ("duplicate", "twice"), ("trailing", "trailing")])
-def test_a_bad_format_4_snapshot_is_a_decode_error(damage: str, match: str) -> None:
-    head, chunk, records = parts = _parts(_mixed(20).sm)
+    ("strings", "strings"), ("duplicate", "twice"), ("trailing", "trailing"),
+    ("times_count", "times do not match"), ("times_order", "ascending"),
+    ("no_times", "OutOfData")])
+def test_a_bad_format_5_snapshot_is_a_decode_error(damage: str, match: str) -> None:
+    head, chunk, records, times = parts = _parts(_mixed(20).sm)
     if damage == "version":
-        head["v"] = 5
+        head["v"] = 6
     elif damage == "no_roll":
         del head["roll"]
     elif damage == "short_row":
@@ -151,6 +153,12 @@ def test_a_bad_format_4_snapshot_is_a_decode_error(damage: str, match: str) -> N
         chunk[0][0] = 5
     elif damage == "duplicate":
         chunk[2][1][1] = chunk[2][0][1]
+    elif damage == "times_count":
+        times[-1][1] += 1
+    elif damage == "times_order":
+        parts[3] = times[::-1] if len(times) > 1 else [[times[0][0], 1]] * times[0][1]
+    elif damage == "no_times":
+        parts.pop()
     else:
         parts.append(0)
     with pytest.raises(DecodeError, match=match):

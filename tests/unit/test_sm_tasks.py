@@ -104,10 +104,19 @@ def test_repeated_request_id_returns_the_first_result() -> None:
 
 
 def test_request_table_is_bounded_fifo() -> None:
-    d = Driver(Limits(requests_max=3))
-    for i in range(5):
+    """Full, with every id still in its window: a new write is refused, not an id forgotten;
+    once the oldest are past the window they go first (test_sm_request_window.py: more)."""
+    lim = Limits(requests_max=3)
+    d = Driver(lim)
+    for i in range(3):
         d.run(c.SetTenant, request_id=f"r{i}", tenant="acme", weight=1 + i)
-    assert list(d.sm.requests) == ["r2", "r3", "r4"]
+    full = d.run(c.SetTenant, request_id="r3", tenant="acme", weight=4)
+    assert full.code == e.TENANT_LIMIT and full.details["limit"] == "requests_max"
+    assert list(d.sm.requests) == ["r0", "r1", "r2"]
+    d.now += lim.request_window_ms + lim.request_ahead_ms_max + 1
+    for i in range(3, 5):
+        d.run(c.SetTenant, request_id=f"r{i}", tenant="acme", weight=1 + i)
+    assert list(d.sm.requests) == ["r3", "r4"]   # r0-r2 expired: the first write took them
     # r0 fell out: it applies again
     assert d.run(c.SetTenant, request_id="r0", tenant="acme", weight=77).value["tenant"].weight == 77
 
