@@ -2,13 +2,13 @@
 that make a retried request (same Idempotency-Key) apply once."""
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
 from tsched.statemachine.limits import API_LIMITS
+from tsched.statemachine.request_ids import request_ids_for
 
 from tsched.node.api import validate
 from tsched.node.api.scope import SCOPE_KEY
@@ -33,10 +33,7 @@ def request_ids(request: web.Request) -> Callable[[str], str]:
     if key is None:
         return lambda suffix: new_id()
     validate.text(key, "Idempotency-Key", validate.IDEMPOTENCY_KEY_CHARS_MAX)
-    head = "\n".join((request.get(SCOPE_KEY) or "", request.method, request.path, key))
-    sha256 = hashlib.sha256
-    return lambda suffix: "idem-" + sha256((head + suffix).encode("utf-8", "surrogatepass")
-                                           ).hexdigest()
+    return request_ids_for(request.get(SCOPE_KEY) or "", request.method, request.path, key)
 
 
 async def propose(node: Node, cmds: list, *, sheddable: bool = False,
