@@ -8,9 +8,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING, Callable
 
 from ._outbox import LINGER_S
 from .errors import ApiError, Unavailable
+
+if TYPE_CHECKING:
+    from ._outbox import Outbox
+    from ._window import Window
+    from .client import AsyncClient
 
 log = logging.getLogger("tsched.worker")
 
@@ -24,6 +30,26 @@ UNSERVABLE_CODES = frozenset({"too_large", "invalid_argument"})   # a result the
 
 
 class Claiming:
+    """Worker's claim loop. The state below is the Worker's (set in its __init__ and
+    run_async); declared here so that the claiming reads as typed code on its own."""
+
+    handlers: dict[str, Callable]
+    worker_id: str
+    lease_s: float
+    prefetch_ms: int
+    wait_s: float
+    _window: Window
+    _held: int
+    _reserved: int
+    _carry: bool
+    _stopping: asyncio.Event
+    _slot_free: asyncio.Event
+    _outbox: Outbox
+    _client: AsyncClient
+
+    def _start(self, task: dict) -> None:
+        raise NotImplementedError("Worker starts the claimed tasks")
+
     async def _claim_loop(self) -> None:
         """Keeps claims open for the free slots of the window, so a claim round trip
         overlaps the handlers' work instead of following it."""
@@ -89,14 +115,15 @@ class Claiming:
             self._start(task)
 
     async def _claim(self, want: int, carried: list) -> list[dict]:
-        args = dict(max_tasks=want, lease_s=self.lease_s, prefetch_ms=self.prefetch_ms)
         types = sorted(self.handlers)
         if not carried:
-            return await self._client.claim(self.worker_id, types, wait_s=self.wait_s,
-                                            minimal=True, **args) or []
+            return await self._client.claim(
+                self.worker_id, types, wait_s=self.wait_s, minimal=True, max_tasks=want,
+                lease_s=self.lease_s, prefetch_ms=self.prefetch_ms) or []
         body = await self._client.claim_and_complete(
             self.worker_id, types, [item for item, _ in carried],
-            wait_s=min(self.wait_s, CARRY_WAIT_S), minimal=True, **args)
+            wait_s=min(self.wait_s, CARRY_WAIT_S), minimal=True, max_tasks=want,
+            lease_s=self.lease_s, prefetch_ms=self.prefetch_ms)
         answers = body.get("completions") if isinstance(body, dict) else None
         answers = answers if isinstance(answers, list) else []
         self._outbox.answered(carried, answers)

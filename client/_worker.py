@@ -98,7 +98,7 @@ class Worker(Claiming):
         self.worker_id = worker_id or default_worker_id()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = threading.Event()
-        self._jobs: dict[str, tuple[Job, asyncio.Task]] = {}
+        self._jobs: dict[str, tuple[Job, asyncio.Future]] = {}   # a Task or a plain future
 
     # --- public ----------------------------------------------------------------------
     def run(self) -> None:
@@ -156,6 +156,7 @@ class Worker(Claiming):
         self._signals: list[int] = []
         if threading.current_thread() is not threading.main_thread():
             return
+        assert self._loop is not None, "run_async sets the loop before installing signals"
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 self._loop.add_signal_handler(sig, self.stop)
@@ -164,6 +165,7 @@ class Worker(Claiming):
                 pass
 
     def _remove_signals(self) -> None:
+        assert self._loop is not None, "run_async set the loop, and never unsets it"
         for sig in self._signals:
             self._loop.remove_signal_handler(sig)
 
@@ -188,6 +190,7 @@ class Worker(Claiming):
     # 0.056-0.074). Everything else (async handlers, tasks whose run_at is ahead) takes
     # `_run_job`.
     def _run_on_thread(self, job: Job) -> asyncio.Future:
+        assert self._loop is not None, "tasks are claimed only inside run_async"
         runner = self._loop.create_future()
         self._pool.call(_in_thread, (self.handlers[job.ctx.task_type], job.task.get("payload"),
                                      job), lambda ok, value: self._on_thread_done(
@@ -210,6 +213,7 @@ class Worker(Claiming):
             finally:
                 self._handler_returned()
             if not job.lost:
+                assert self._loop is not None, "tasks run only inside run_async"
                 reported = self._loop.create_future()
                 self._post_report(job, outcome, reported)
                 await reported
@@ -334,14 +338,15 @@ class Worker(Claiming):
         if not isinstance(runner, asyncio.Task):   # no coroutine left to forget it
             self._forget(job)
 
-    async def _grace(self, runners: list[asyncio.Task]) -> None:
+    async def _grace(self, runners: list[asyncio.Future]) -> None:
         """Until the runners are done, grace_s has passed, or stop() is called again."""
         if not runners:
             return
         hurry = asyncio.create_task(self._hurry.wait())
         try:
-            await asyncio.wait([asyncio.gather(*runners, return_exceptions=True), hurry],
-                               timeout=self.grace_s, return_when=asyncio.FIRST_COMPLETED)
+            waits: list[asyncio.Future[Any]] = [
+                asyncio.gather(*runners, return_exceptions=True), hurry]
+            await asyncio.wait(waits, timeout=self.grace_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
             hurry.cancel()
 
