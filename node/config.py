@@ -156,7 +156,7 @@ def check_shape(cfg: ClusterConfig) -> None:
     """`replicas` fits the nodes, and every port a shard uses exists and is used once per
     host. Raises ConfigError naming the field."""
     s, n = shards_of(cfg), len(cfg.nodes)
-    if getattr(cfg, "replicas", None) is not None and cfg.replicas > n:
+    if cfg.replicas is not None and cfg.replicas > n:
         raise ConfigError(f"[cluster] replicas = {cfg.replicas} is more than the "
                           f"{n} nodes of the cluster")
     if s == 1 and replicas_of(cfg) == n:

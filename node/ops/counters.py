@@ -42,6 +42,17 @@ class EventCounts:
                            "Leaders seen taking office (their first barrier applied here)"),
     }
     __slots__ = tuple(FAMILIES)
+    # The slots, for readers and type checkers (each set to 0 by __init__).
+    submitted: int
+    claimed: int
+    completed: int
+    failed: int
+    expired: int
+    retried: int
+    dead: int
+    cancelled: int
+    replayed: int
+    leader_changes: int
 
     def __init__(self) -> None:
         for name in self.FAMILIES:

@@ -129,6 +129,7 @@ class ClaimHub:
         try:
             await self._dispatch([w])  # claimable now: a Claim is on its way even if wait_s is 0
             if _uncarried(w):   # no Claim went now: they go alone, then it may (a freed slot)
+                assert w.completions is not None, "an uncarried waiter has completions"
                 await self._complete_alone(w.completions)
                 await self._dispatch([w])
             if self.node.timer is not None:  # its task types may fall due later: re-arm
@@ -205,9 +206,11 @@ class ClaimHub:
         if not ready:
             return
         now = self.node.clock.now_ms()
-        cmds, minimal = [], []
+        cmds: list = []
+        minimal: list[bool] = []
         for w in ready:
             if _uncarried(w):
+                assert w.completions is not None, "an uncarried waiter has completions"
                 w.carried = len(w.completions.cmds)
                 cmds += w.completions.cmds
                 minimal += [w.completions.minimal] * w.carried
@@ -233,6 +236,7 @@ class ClaimHub:
         answers, pos = [], 0
         for w in ready:       # each waiter's carried completions, then its Claim
             if w.carried:
+                assert w.completions is not None, "a waiter carries only its own completions"
                 w.completions.results = [render_item(a) for a in all_answers[pos:pos + w.carried]]
                 pos, w.carried = pos + w.carried, 0
             answers.append(all_answers[pos])
