@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 import httpx
 
@@ -211,7 +211,20 @@ def build_request(call: Call, url: str, token: str | None, min_seq: int | str
     return kwargs
 
 
-def decode(resp: httpx.Response) -> Any:
+class HttpAnswer(Protocol):
+    """What this module reads of an answer: httpx's Response, or _aio's."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def headers(self) -> Any: ...
+    @property
+    def content(self) -> bytes: ...
+    @property
+    def text(self) -> str: ...
+
+
+def decode(resp: HttpAnswer) -> Any:
     if not resp.content:
         return {}
     try:
@@ -220,7 +233,7 @@ def decode(resp: httpx.Response) -> Any:
         return None
 
 
-def error_from(resp: httpx.Response, body: Any) -> ApiError:
+def error_from(resp: HttpAnswer, body: Any) -> ApiError:
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, dict) and err.get("code") == "overloaded":
         return Overloaded(str(err.get("message") or ""), err.get("details") or {},
@@ -232,7 +245,7 @@ def error_from(resp: httpx.Response, body: Any) -> ApiError:
     return ApiError(f"http_{resp.status_code}", text, {}, resp.status_code)
 
 
-def retry_after_s(resp: httpx.Response) -> float | None:
+def retry_after_s(resp: HttpAnswer) -> float | None:
     """A 429's `Retry-After` in seconds (DESIGN 14.2), capped; None when absent or bad."""
     if resp.status_code != 429:
         return None
@@ -242,7 +255,7 @@ def retry_after_s(resp: httpx.Response) -> float | None:
     return float(min(int(value), RETRY_AFTER_S_MAX))
 
 
-def overload_wait_s(call: Call, resp: httpx.Response, waited: int,
+def overload_wait_s(call: Call, resp: HttpAnswer, waited: int,
                     remaining_s: float) -> float | None:
     """How long to wait before sending an `overloaded` request again, or None: not an
     overload, out of retries (`OVERLOAD_RETRIES_MAX`), or past the call's deadline.
@@ -260,7 +273,7 @@ def overload_wait_s(call: Call, resp: httpx.Response, waited: int,
     return wait
 
 
-def is_retryable_status(resp: httpx.Response) -> bool:
+def is_retryable_status(resp: HttpAnswer) -> bool:
     return resp.status_code in RETRY_STATUSES
 
 
@@ -269,7 +282,7 @@ def unavailable(call: Call, last: str | None) -> Unavailable:
     return Unavailable(msg + (f" (last: {last})" if last else ""), {"last_error": last})
 
 
-def describe_failure(exc: Exception | None, resp: httpx.Response | None) -> str:
+def describe_failure(exc: Exception | None, resp: HttpAnswer | None) -> str:
     if exc is not None:
         return f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_MAX_CHARS]
     assert resp is not None

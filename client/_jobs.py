@@ -69,7 +69,9 @@ class CancelEvent(threading.Event):
 
     def _at_fork_reinit(self) -> None:
         if self._made is not None:
-            self._made._at_fork_reinit()
+            # CPython's own Event does the same to its Condition after a fork; the method
+            # is private, so the type stubs do not list it.
+            self._made._at_fork_reinit()  # type: ignore[attr-defined]
 
 
 @dataclass

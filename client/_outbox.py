@@ -47,7 +47,7 @@ class Outbox:
     async def send(self, item: dict) -> str | None:
         """`post`, awaiting the error code."""
         fut = asyncio.get_running_loop().create_future()
-        self.post(item, lambda code: fut.done() or fut.set_result(code))
+        self.post(item, lambda code: None if fut.done() else fut.set_result(code))
         return await fut
 
     def take(self, limit: int) -> list[Pending]:

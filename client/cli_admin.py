@@ -66,7 +66,8 @@ def _schedule_verb(name: str, method: str, doc: str):
     def verb(st: State, schedule_id, tenant):
         sched = getattr(st.client, method)(schedule_id, tenant=tenant)
         st.show(sched, render.schedule_detail(sched))
-    verb.__name__ = f"schedules_{name}"
+    # `verb` is a click Command by now, which declares no __name__: set as any attribute.
+    setattr(verb, "__name__", f"schedules_{name}")
     return verb
 
 

@@ -56,7 +56,7 @@ def submit(st: State, task_type, payload, tenant, priority, run_at, delay, max_r
 
 
 def _read_tasks(file, tenant, priority) -> list[dict]:
-    tasks = []
+    tasks: list[dict] = []
     for lineno, line in enumerate(file, 1):
         if not line.strip():
             continue

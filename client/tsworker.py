@@ -26,7 +26,7 @@ from .app_task import AnyTask, Periodic
 from .client import Client
 from .errors import ApiError, Unavailable
 from .schedule_sync import sync_schedules
-from .worker import Worker
+from ._worker import Worker
 
 log = logging.getLogger("tsched.tsworker")
 TASK_TYPES_MAX = 32          # the API's bound on the task types of one claim

@@ -36,6 +36,7 @@ class Clock:
 
     def _offset_from_file(self) -> int:
         """The file's offset; a missing or unreadable file keeps the last good value."""
+        assert self.offset_file is not None, "read only when an offset file is named"
         now_ns = time.monotonic_ns()
         if self._file_read_at_ns is not None and now_ns - self._file_read_at_ns < OFFSET_FILE_REREAD_NS:
             return self._file_offset_ms

@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from tsched.node.shards.shape import (PORT_MAX, REPLICA_CHOICES, SHARD_HTTP_OFFSET,
+                                      SHARD_PORT_STEP, SHARDS_MAX, placement,
+                                      replicas_of, shards_of)
+
 NODE_ID_LEN_MAX = 64
 NODES_MAX = 9
 # Timeouts an operator may tune under [cluster.timeouts]; values in seconds.
@@ -164,13 +168,46 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
         path=path, ca_file=_path(cluster, "ca_file", "[cluster]", base_dir),
         shards=_shards(cluster), replicas=_replicas(cluster))
     _check_raft_security(cfg)
-    from tsched.node.shards.layout import check_shape
     check_shape(cfg)
     return cfg
 
 
+def check_shape(cfg: ClusterConfig) -> None:
+    """`replicas` fits the nodes, and every port a shard uses exists and is used once per
+    host. Raises ConfigError naming the field."""
+    s, n = shards_of(cfg), len(cfg.nodes)
+    if cfg.replicas is not None and cfg.replicas > n:
+        raise ConfigError(f"[cluster] replicas = {cfg.replicas} is more than the "
+                          f"{n} nodes of the cluster")
+    if s == 1 and replicas_of(cfg) == n:
+        return           # today's single group: its addresses are checked as ever
+    seen: dict[tuple[str, int], str] = {}
+    for node in cfg.nodes:
+        host, _ = split_address(node.http, "http")
+        seen[(host, split_address(node.http, "http")[1])] = f"node {node.id} http"
+    for shard in range(s):
+        for node in placement(cfg, shard):
+            for what, addr in (("raft", _unchecked(node.raft, shard, 0)),
+                               ("internal http", _unchecked(node.raft, shard,
+                                                            SHARD_HTTP_OFFSET))):
+                host, port = addr
+                if port > PORT_MAX:
+                    raise ConfigError(
+                        f"[cluster] shards = {s}: node {node.id}'s shard {shard} {what} port "
+                        f"{port} is above {PORT_MAX}; lower the node's raft port")
+                key = (host, port)
+                if key in seen:
+                    raise ConfigError(f"[cluster] shards = {s}: node {node.id}'s shard {shard} "
+                                      f"{what} port {host}:{port} is also {seen[key]}")
+                seen[key] = f"node {node.id} shard {shard} {what}"
+
+
+def _unchecked(raft: str, shard: int, offset: int) -> tuple[str, int]:
+    host, port = split_address(raft, "raft")
+    return host, port + SHARD_PORT_STEP * shard + offset
+
+
 def _shards(cluster: Mapping[str, Any]) -> int:
-    from tsched.node.shards.layout import SHARDS_MAX
     value = cluster.get("shards", 1)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= SHARDS_MAX:
         raise ConfigError(f"[cluster] shards must be an integer in 1..{SHARDS_MAX}, "
@@ -179,7 +216,6 @@ def _shards(cluster: Mapping[str, Any]) -> int:
 
 
 def _replicas(cluster: Mapping[str, Any]) -> int | None:
-    from tsched.node.shards.layout import REPLICA_CHOICES
     value = cluster.get("replicas")
     if value is None:
         return None

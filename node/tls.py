@@ -46,6 +46,7 @@ def node_server_context(node) -> ssl.SSLContext | None:
     cert, key = getattr(node, "tls_cert", None), getattr(node, "tls_key", None)
     if not cert:
         return None
+    assert key is not None, "config.py accepts tls_cert only together with tls_key"
     return server_context(cert, key)
 
 

@@ -123,8 +123,8 @@ class _Ring:
         depth = self.depth
         out["queue_depth"] = [None if i is None or depth[i] == NOT_SAMPLED else depth[i]
                               for i in slots]
-        for name, column in (("lateness_p50_ms", self.p50), ("lateness_p99_ms", self.p99)):
-            out[name] = [None if i is None or column[i] != column[i] else column[i]
+        for name, quantile in (("lateness_p50_ms", self.p50), ("lateness_p99_ms", self.p99)):
+            out[name] = [None if i is None or quantile[i] != quantile[i] else quantile[i]
                          for i in slots]          # NaN != NaN: no claim in that point
         return out
 

@@ -219,6 +219,7 @@ def _upcoming_fold_wall_start(zone: ZoneInfo, after_s: int) -> dt.datetime | Non
 
 
 def _iterator(spec: CronSpec, start: dt.datetime) -> croniter:
+    assert spec.proto is not None, "parse() always sets proto"
     it = copy.copy(spec.proto)
     it.set_current(start, force=True)
     return it
@@ -230,7 +231,9 @@ def _wall(zone: ZoneInfo, epoch_s: int) -> dt.datetime:
 
 def _offset_s(zone: ZoneInfo, epoch_s: int) -> int:
     epoch_s = min(epoch_s, _OFFSET_PROBE_S_MAX)  # look-ahead probes near year 9999
-    return int(dt.datetime.fromtimestamp(epoch_s, zone).utcoffset().total_seconds())
+    offset = dt.datetime.fromtimestamp(epoch_s, zone).utcoffset()
+    assert offset is not None, "an aware datetime of a ZoneInfo always has an offset"
+    return int(offset.total_seconds())
 
 
 def _to_s(aware: dt.datetime) -> int:

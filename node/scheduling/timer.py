@@ -119,8 +119,8 @@ class LeaderTimer:
                 self.ticks += 1
             else:
                 self._done_tick_ms = None
-        fire_key = (fire_ms, self.node.replica.applied_seq)
-        if fire_ms is not None and fire_ms <= now and fire_key != self._done_fire:
+        fire_key = None if fire_ms is None else (fire_ms, self.node.replica.applied_seq)
+        if fire_key is not None and fire_key[0] <= now and fire_key != self._done_fire:
             self._done_fire = fire_key
             if not await self._fire(now):
                 self._done_fire = None

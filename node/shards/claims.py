@@ -90,6 +90,7 @@ async def claim(request: web.Request) -> web.Response:
         done = await _carried(r, request, carried)
         if done.status != 200:
             return done
+        assert isinstance(done.body, bytes), "_carried answers with JSON bytes"
         carried = orjson.loads(done.body)["results"]
         headers = applied_preferences(done)
     scope = r.scope(request)
@@ -263,7 +264,9 @@ def _watch(r: Router, request, shard: int, body: dict, got: Gathered, wait_s: fl
     if poll is None:
         poll = Poll(shard, asyncio.ensure_future(
             _ask(r, request, shard, body, got.max_tasks, wait_s, watch=True)))
-        poll.future.add_done_callback(lambda f, p=poll: _poll_done(r, kind, p, request))
+        def done(_future: asyncio.Future, p: Poll = poll) -> None:
+            _poll_done(r, kind, p, request)
+        poll.future.add_done_callback(done)
         open_polls.append(poll)
         _count_watch(r, kind, shard, 1)
     poll.owner = got

@@ -2,7 +2,8 @@
 replicas live, their ports and data folders (DESIGN.md section 13).
 
 Pure functions of the configuration: the supervisor, the router and the shard processes
-all compute the same answers from the same `cluster.toml`.
+all compute the same answers from the same `cluster.toml`. The shape itself (limits,
+placement, port steps) is shards/shape.py, which config.py checks a file with.
 """
 from __future__ import annotations
 
@@ -16,41 +17,14 @@ from pathlib import Path
 from aiohttp import web
 
 from tsched.node.config import ClusterConfig, ConfigError, NodeConfig, split_address
+from tsched.node.shards.shape import (SHARD_HTTP_OFFSET, SHARD_PORT_STEP, is_single_group,
+                                      placement, replicas_of, shards_of)
 
-SHARDS_MAX = 64
-REPLICA_CHOICES = (3, 5)
-REPLICAS_MAX = 5
-# Shard s of a node listens on its base Raft port + 100 * s, so nodes of one host with
-# consecutive base ports never collide; its internal HTTP API (routers reach it there) is
-# 50 above that Raft port.
-SHARD_PORT_STEP = 100
-SHARD_HTTP_OFFSET = 50
-PORT_MAX = 65535
 STAMP_FILE = "shards.json"      # in a node's data_dir: the shape its data was made with
 # What a data dir made by a single group (shards = 1, today's layout) holds at its top.
 _SINGLE_GROUP_FILES = ("raft-log", "snapshot.bin")
 SHARD_ID_HEX = 2                # a task id's first two hex digits name its shard
 OCCURRENCE_ID_CHARS = 36        # `s03-` and 32 hex digits: a shard's cron occurrence
-
-
-def replicas_of(cfg: ClusterConfig) -> int:
-    """R: the configured value, else the number of nodes (at most 5 when there are several
-    shards; a single group keeps every node, as before shards)."""
-    r = getattr(cfg, "replicas", None)
-    if r is not None:
-        return r
-    n = len(cfg.nodes)
-    return n if shards_of(cfg) == 1 else min(n, REPLICAS_MAX)
-
-
-def shards_of(cfg: ClusterConfig) -> int:
-    return getattr(cfg, "shards", 1) or 1
-
-
-def is_single_group(cfg: ClusterConfig) -> bool:
-    """One shard on every node: the node is today's node, with no supervisor or router
-    in front of it (no extra process hop on the hot path)."""
-    return shards_of(cfg) == 1 and replicas_of(cfg) == len(cfg.nodes)
 
 
 # --- routing -------------------------------------------------------------------------------
@@ -89,12 +63,6 @@ def task_id_in(shard: int, random_hex: str) -> str:
 
 
 # --- placement and addresses ---------------------------------------------------------------
-
-def placement(cfg: ClusterConfig, shard: int) -> tuple[NodeConfig, ...]:
-    """The R nodes of `shard`: in config order from node `shard mod N`, wrapping."""
-    n = len(cfg.nodes)
-    return tuple(cfg.nodes[(shard + i) % n] for i in range(replicas_of(cfg)))
-
 
 def local_shards(cfg: ClusterConfig, node_id: str) -> list[int]:
     return [s for s in range(shards_of(cfg))
@@ -137,41 +105,6 @@ def shard_process_config(cfg: ClusterConfig, node_id: str, shard: int
         return sub, sub.node(node_id)
     except ConfigError:
         raise ConfigError(f"node {node_id} holds no replica of shard {shard}") from None
-
-
-def check_shape(cfg: ClusterConfig) -> None:
-    """`replicas` fits the nodes, and every port a shard uses exists and is used once per
-    host. Raises ConfigError naming the field."""
-    s, n = shards_of(cfg), len(cfg.nodes)
-    if getattr(cfg, "replicas", None) is not None and cfg.replicas > n:
-        raise ConfigError(f"[cluster] replicas = {cfg.replicas} is more than the "
-                          f"{n} nodes of the cluster")
-    if s == 1 and replicas_of(cfg) == n:
-        return           # today's single group: its addresses are checked as ever
-    seen: dict[tuple[str, int], str] = {}
-    for node in cfg.nodes:
-        host, _ = split_address(node.http, "http")
-        seen[(host, split_address(node.http, "http")[1])] = f"node {node.id} http"
-    for shard in range(s):
-        for node in placement(cfg, shard):
-            for what, addr in (("raft", _unchecked(node.raft, shard, 0)),
-                               ("internal http", _unchecked(node.raft, shard,
-                                                            SHARD_HTTP_OFFSET))):
-                host, port = addr
-                if port > PORT_MAX:
-                    raise ConfigError(
-                        f"[cluster] shards = {s}: node {node.id}'s shard {shard} {what} port "
-                        f"{port} is above {PORT_MAX}; lower the node's raft port")
-                key = (host, port)
-                if key in seen:
-                    raise ConfigError(f"[cluster] shards = {s}: node {node.id}'s shard {shard} "
-                                      f"{what} port {host}:{port} is also {seen[key]}")
-                seen[key] = f"node {node.id} shard {shard} {what}"
-
-
-def _unchecked(raft: str, shard: int, offset: int) -> tuple[str, int]:
-    host, port = split_address(raft, "raft")
-    return host, port + SHARD_PORT_STEP * shard + offset
 
 
 # --- the data dir's shape ------------------------------------------------------------------

@@ -86,7 +86,7 @@ def plan_move(node_id: str, leaders: dict[int, str | None], replicas: dict[int, 
     if any(v is None for v in leaders.values()):
         return None          # an election is under way: not stable
     share = math.ceil(shards / nodes)
-    counts: dict[str, int] = {}
+    counts: dict[str | None, int] = {}     # no None among the leaders by now
     for leader in leaders.values():
         counts[leader] = counts.get(leader, 0) + 1
     if counts.get(node_id, 0) <= share:

@@ -12,7 +12,6 @@ import orjson
 from aiohttp import web
 
 from tsched.node.api import validate
-from tsched.node.errors import ApiError
 from tsched.node.shards.router import ROUTER, Relayed, Router, json_response, min_seq_for
 
 routes = web.RouteTableDef()
@@ -85,6 +84,7 @@ async def merged_listing(request: web.Request, path: str, key: str, sort_key,
     more still has items in hand, so no item is shown out of order or skipped."""
     r: Router = request.app[ROUTER]
     limit = validate.query_int(request.query, "limit", 1, validate.LIST_LIMIT_MAX, 100)
+    assert limit is not None, "query_int gives its default (100) when the query has none"
     state = _decode_cursor(request.query.get("cursor"), r.count)
     live = [s for s in range(r.count) if state[s] is not None]
     paths = {s: path + _query(request, s, ("cursor", "limit"), cursor=state[s][0],
@@ -98,7 +98,8 @@ async def merged_listing(request: web.Request, path: str, key: str, sort_key,
     sign = -1 if newest_first else 1
     heap = [(_order(sort_key(items[0]), sign), s, 0) for s, (items, _) in heads.items() if items]
     heapq.heapify(heap)
-    page, used = [], {s: 0 for s in live}
+    page: list = []
+    used = {s: 0 for s in live}
     while heap and len(page) < limit:
         _, s, i = heapq.heappop(heap)
         items, more = heads[s]
@@ -108,7 +109,7 @@ async def merged_listing(request: web.Request, path: str, key: str, sort_key,
             heapq.heappush(heap, (_order(sort_key(items[i + 1]), sign), s, i + 1))
         elif more is not None:
             break      # this shard has more than it sent: the merge cannot go past it
-    nxt = []
+    nxt: list[list | None] = []
     for s in range(r.count):
         if state[s] is None:
             nxt.append(None)
@@ -266,10 +267,10 @@ async def cluster(request: web.Request) -> web.Response:
     answers = await asyncio.gather(*(r.send(request, s, "GET", "/v1/cluster", None)
                                      for s in range(r.count)), return_exceptions=True)
     public = {n.id: n.http for n in r.cfg.nodes}
-    shards = []
+    shards: list[dict] = []
     for s, a in enumerate(answers):
-        if isinstance(a, Exception) or a.status != 200:
-            if not isinstance(a, (Exception, ApiError)) and 400 <= a.status < 500:
+        if isinstance(a, BaseException) or a.status != 200:
+            if not isinstance(a, BaseException) and 400 <= a.status < 500:
                 raise Relayed(a)
             shards.append({"shard": s, "leader": None, "term": None, "nodes": []})
             continue

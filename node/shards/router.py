@@ -5,11 +5,14 @@ requests go to their tenant's shard, task requests to the shard named by the tas
 batches are split by shard and answered in the request's order, listings and stats merge
 the shards, and claims gather tasks from every shard (`router_claims`). Answers from one
 shard pass through as bytes (the shard process already named its shard in them).
+
+This module holds what the handlers share: the Router (sending, relaying, finding a
+task's shard) and the answer helpers. The handlers are routes.py, merge.py and claims.py;
+shards/router_app.py puts them into one aiohttp application.
 """
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import OrderedDict
 
 import orjson
@@ -17,14 +20,10 @@ from aiohttp import web
 
 from tsched.node.shards import layout as shards_mod
 from tsched.node.api import validate
-from tsched.node.api.jsonio import error_response
 from tsched.node.api.auth import parse as parse_auth
 from tsched.node.errors import ApiError
 from tsched.node.shards.upstream import PASS_REQUEST_HEADERS, Answer, Upstreams
 
-log = logging.getLogger("tsched.node.router")
-
-BODY_BYTES_MAX = 1024 * 1024
 DEFAULT_TENANT = "default"
 # Cron occurrence ids made before occurrences named their shard (`s-...`, not `s03-...`)
 # carry no shard number: the router remembers the shard of those it has seen, else asks
@@ -193,43 +192,3 @@ def min_seq_for(request: web.Request, shard: int) -> int | None:
     if ":" not in raw:
         return validate.query_int(request.query, "min_seq", 0, 2**63 - 1, 0) or None
     return parse_min_seqs(raw).get(shard)
-
-
-@web.middleware
-async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except Relayed as e:
-        return as_response(e.answer)
-    except ApiError as e:
-        return error_response(e, None)
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
-        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(
-            e.status, "invalid_argument")
-        resp = error_response(ApiError(code, e.reason, {"status": e.status}), None)
-        resp.set_status(e.status)
-        return resp
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("event=http_500 method=%s path=%s", request.method, request.path)
-        return error_response(ApiError("internal", "internal error (a bug; see the log)"), None)
-
-
-def make_router_app(router: Router) -> web.Application:
-    from tsched.node.shards import claims as router_claims, merge as router_merge, routes as router_routes
-    app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[error_middleware])
-    app[ROUTER] = router
-    app.router.add_routes(router_routes.routes)
-    app.router.add_routes(router_claims.routes)
-    app.router.add_routes(router_merge.routes)
-    app.router.add_route("*", "/{tail:.*}", router_routes.to_any_shard)
-
-    async def lifecycle(app: web.Application):
-        await router.up.start()
-        yield
-        await router.up.close()
-    app.cleanup_ctx.append(lifecycle)
-    return app

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -76,6 +77,7 @@ async def split_batch(request: web.Request, r: Router, groups: dict[int, list[in
     results: list = [None] * len(items)
     seqs: dict[str, int] = {}
     for s, a in zip(order, sent):
+        parts: list[dict[str, Any]] | None
         if isinstance(a, BaseException):
             if not isinstance(a, ApiError):
                 raise a
@@ -155,6 +157,7 @@ async def split_by_task(request: web.Request, r: Router, groups: dict[int, list[
     """`split_batch` by task id, with the not-found items' errors in their slots."""
     resp = await split_batch(request, r, groups, key, items, "results", path=path)
     if missing and resp.status == 200:
+        assert isinstance(resp.body, bytes), "split_batch answers with JSON bytes"
         doc = orjson.loads(resp.body)
         for i, err in missing.items():
             doc["results"][i] = err

@@ -31,7 +31,8 @@ from tsched.node import tls
 from tsched.node.ops.gcpolicy import settle_router
 from tsched.node.shards.leader_spread import SPREAD_CHECK_S, Spreader
 from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
-from tsched.node.shards.router import Router, make_router_app
+from tsched.node.shards.router import Router
+from tsched.node.shards.router_app import make_router_app
 from tsched.node.shards.upstream import Upstreams
 
 log = logging.getLogger("tsched.node.supervisor")

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from tests.api_support import Api, assert_error, until
-from tsched.node.scheduling import claims
+from tsched.node.scheduling import waiters
 from tsched.node.api import validate
 from tsched.node.api.services import Node
 from tsched.node.api.app import BODY_BYTES_MAX, make_app
@@ -121,7 +121,7 @@ async def _fill_waiting_room(api: Api, n: int, body: dict, headers: dict) -> lis
 
 
 async def test_waiting_claims_per_worker_are_bounded(api: Api, monkeypatch):
-    monkeypatch.setattr(claims, "WAITERS_PER_WORKER_MAX", 3)
+    monkeypatch.setattr(waiters, "WAITERS_PER_WORKER_MAX", 3)
     kind = "none-" + uuid.uuid4().hex[:8]
     body = {"worker_id": "greedy", "task_types": [kind], "wait_s": 2}
     polls = await _fill_waiting_room(api, 3, body, {})
@@ -139,7 +139,7 @@ async def test_waiting_claims_per_worker_are_bounded(api: Api, monkeypatch):
 
 
 async def test_waiting_claims_per_tenant_token_are_bounded(replica, aiohttp_client, monkeypatch):
-    monkeypatch.setattr(claims, "WAITERS_PER_TENANT_MAX", 2)
+    monkeypatch.setattr(waiters, "WAITERS_PER_TENANT_MAX", 2)
     auth = {"tenant_token_sha256": {"acme": [digest_of("acme-t")],
                                     "globex": [digest_of("globex-t")]}}
     me = NodeConfig(id="n1", raft=replica.self_raft, http="127.0.0.1:1", data_dir="/x")

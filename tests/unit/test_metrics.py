@@ -13,7 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tsched.node.api import ops as api_ops
 from tsched.node.api.services import NODE, Node
 from tsched.node.api.app import error_middleware
-from tsched.node.ops.metrics import (OTHER_LABEL, AttemptTracker, NodeMetrics, bounded_tenants)
+from tsched.node.ops.attempts import AttemptTracker
+from tsched.node.ops.counters import OTHER_LABEL
+from tsched.node.ops.metrics import NodeMetrics
+from tsched.node.ops.scrape import bounded_tenants
 from tsched.statemachine import StateMachine
 from tsched.statemachine import commands as c
 

@@ -1,0 +1,190 @@
+"""The families computed when Prometheus scrapes a node: event counters and histograms as
+they stand, Raft and replication gauges from the Replica's properties, queue gauges from
+`sm.stats()` (queue_view.py), GC and claim-hub gauges. Label values stay bounded: per-tenant
+series for the tenants that matter most, the others folded into OTHER_LABEL."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from tsched.node.ops.counters import OTHER_LABEL, TENANT_LABELS_MAX
+from tsched.node.ops.queue_view import PRIORITIES, STATES, QueueView
+
+if TYPE_CHECKING:
+    from tsched.node.ops.metrics import NodeMetrics
+
+
+class ScrapeCollector(Collector):
+    """Gauges computed at scrape time from the replica and the claim hub."""
+
+    def __init__(self, metrics: NodeMetrics) -> None:
+        self.m = metrics
+
+    def describe(self):
+        return []   # computed families: nothing to check at registration
+
+    def collect(self):
+        m = self.m
+        yield from m.events.families()
+        yield _shed_family(m.shed_priority, getattr(getattr(m._node, "proposer", None),
+                                                    "refused_full", 0),
+                           getattr(m.admission, "refused", 0))
+        for histogram in (m.lateness, m.run_time, m.apply_latency, m.apply_commands):
+            yield histogram.family()
+        replica = getattr(m._node, "replica", None)
+        if replica is None:
+            return
+        yield from _raft_families(replica)
+        view = self.m.queue_view()
+        if view is not None:
+            yield from _queue_families(view)
+        policy = getattr(m._node, "gc_policy", None)
+        if policy is not None:
+            yield from _gc_families(policy)
+        waiting = self.m.waiting_claims()
+        if waiting is not None:
+            yield GaugeMetricFamily("tsched_waiting_claims",
+                                    "Long-poll claims waiting at this node (the leader's hub)",
+                                    value=waiting)
+
+
+def _shed_family(priority: int, queue_full: int, busy: int) -> CounterMetricFamily:
+    """Submits answered 429 `overloaded` (DESIGN 14.2): shed by the state machine for their
+    priority (the same on every node), refused by this node's full proposal queue, or
+    refused before they were read because this node had too many submits in progress."""
+    family = CounterMetricFamily("tsched_submits_shed", "Submits refused as overloaded",
+                                 labels=["reason"])
+    family.add_metric(["priority"], priority)
+    family.add_metric(["queue_full"], queue_full)
+    family.add_metric(["busy"], busy)
+    return family
+
+
+def _gc_families(policy) -> Iterable:
+    yield GaugeMetricFamily("tsched_gc_frozen_objects",
+                            "Objects kept out of full garbage collections (see gcpolicy.py)",
+                            value=policy.frozen_objects())
+    yield CounterMetricFamily("tsched_gc_full_collections",
+                              "Full (generation 2) garbage collections", value=policy.full_collections)
+    yield GaugeMetricFamily("tsched_gc_full_pause_seconds_max",
+                            "Longest full garbage collection pause since start",
+                            value=policy.full_pause_s_max)
+    # Every generation's collections pause the process with the GIL held.
+    count = CounterMetricFamily("tsched_gc_collections", "Garbage collections by generation "
+                                "(0 young, 1 middle, 2 full)", labels=["generation"])
+    pause = GaugeMetricFamily("tsched_gc_pause_seconds_max", "Longest garbage collection "
+                              "pause since start, by generation", labels=["generation"])
+    for generation in range(3):
+        count.add_metric([str(generation)], policy.collections[generation])
+        pause.add_metric([str(generation)], policy.pause_s_max[generation])
+    yield count
+    yield pause
+
+
+def _raft_families(replica) -> Iterable:
+    def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, doc, value=value)
+
+    leader = replica.leader_id()
+    yield gauge("tsched_raft_term", "Current Raft term", replica.term)
+    yield gauge("tsched_raft_commit_index", "Raft commit index known to this node",
+                replica.commit_index)
+    yield gauge("tsched_applied_seq", "State machine batches applied on this node",
+                replica.applied_seq)
+    yield gauge("tsched_raft_has_leader", "1 when this node sees a leader with a quorum",
+                1 if leader is not None else 0)
+    yield gauge("tsched_raft_is_leader", "1 when this node is the ready leader",
+                1 if replica.is_ready_leader() else 0)
+    connected = getattr(replica, "connected_peers", None)
+    if connected is not None:   # a rolling restart waits for all before the next stop
+        yield gauge("tsched_raft_peers_connected", "Raft peers this node is connected to",
+                    len(connected))
+    written = getattr(replica, "snapshots_written", None)
+    if written is not None:
+        yield CounterMetricFamily("tsched_raft_snapshots", "Snapshots written", value=written)
+    stats = getattr(replica, "replication", None)
+    if stats is not None:
+        yield from _replication_families(stats)
+    watchdog = getattr(replica, "watchdog", None)
+    if watchdog is not None:
+        yield CounterMetricFamily(
+            "tsched_raft_late_ticks", "Raft ticks that came later than half an election "
+            "timeout after the one before (CPU starvation or a pause)", value=watchdog.late_ticks)
+    cut = getattr(replica, "apply_slices_cut", None)
+    if cut is not None:
+        yield CounterMetricFamily(
+            "tsched_raft_apply_slices_cut", "Ticks that stopped applying at their time budget "
+            "with committed entries left (applied by the next ticks)", value=cut)
+
+
+def _replication_families(stats) -> Iterable:
+    """Replication waste (node/raft/replication.py): all zero in normal operation."""
+    for name, doc, value in (
+            ("resent_entries", "Log entries the leader sent again to a peer", stats.resent_entries),
+            ("stale_acks", "Success replies that would have moved a peer's next index back",
+             stats.stale_acks),
+            ("held_entries", "Entries received that this follower already held (kept)",
+             stats.held_entries),
+            ("truncations", "Times this follower cut its log back on a term conflict",
+             stats.truncations),
+            ("truncated_entries", "Log entries removed on term conflicts", stats.truncated_entries)):
+        yield CounterMetricFamily(f"tsched_raft_{name}", doc, value=value)
+
+
+def _queue_families(view: QueueView) -> Iterable:
+    by_state = GaugeMetricFamily("tsched_tasks", "Retained tasks by state", labels=["state"])
+    for state in STATES:
+        by_state.add_metric([state], view.by_state.get(state, 0))
+    yield by_state
+    prio = GaugeMetricFamily("tsched_pending_tasks_by_priority", "Pending tasks by priority",
+                             labels=["priority"])
+    for p in PRIORITIES:
+        prio.add_metric([str(p)], view.by_priority.get(p, 0))
+    yield prio
+    tenants = GaugeMetricFamily(
+        "tsched_tenant_tasks", f"Pending and running tasks by tenant (the {TENANT_LABELS_MAX} "
+        f"with the most; the others summed as tenant=\"{OTHER_LABEL}\")",
+        labels=["tenant", "state"])
+    for tenant, counts in bounded_tenants(view.by_tenant, _live_count, _sum_counts):
+        for state in ("pending", "running"):
+            tenants.add_metric([tenant, state], counts.get(state, 0))
+    yield tenants
+    ages = GaugeMetricFamily(
+        "tsched_tenant_oldest_due_task_age_seconds",
+        f"How long the tenant's longest-waiting due task at the head of a task type's queue "
+        f"has waited; only tenants with a due task (the {TENANT_LABELS_MAX} longest; the "
+        f"others' maximum as tenant=\"{OTHER_LABEL}\")", labels=["tenant"])
+    for tenant, age in bounded_tenants(view.oldest_due_age_s_by_tenant, float, max):
+        ages.add_metric([tenant], age)
+    yield ages
+    yield GaugeMetricFamily("tsched_schedules", "Schedules defined", value=view.schedules)
+    yield GaugeMetricFamily("tsched_oldest_claimable_task_age_seconds",
+                            "How long the longest-waiting due task at the head of a "
+                            "(tenant, task type) queue has waited (0: none is due)",
+                            value=view.oldest_claimable_age_s or 0.0)
+
+
+def bounded_tenants(values: dict, rank: Callable, fold: Callable,
+                    limit: int = TENANT_LABELS_MAX) -> list[tuple[str, Any]]:
+    """(tenant, value) for the `limit` tenants ranking highest (ties by name), then the
+    others folded into one (OTHER_LABEL, value), so a family has at most limit + 1 series."""
+    ranked = sorted(values.items(), key=lambda kv: (-rank(kv[1]), kv[0]))
+    kept, rest = ranked[:limit], ranked[limit:]
+    out = sorted(kept)
+    if rest:
+        out.append((OTHER_LABEL, fold(v for _, v in rest)))
+    return out
+
+
+def _live_count(counts: dict[str, int]) -> int:
+    return counts.get("pending", 0) + counts.get("running", 0)
+
+
+def _sum_counts(many: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for counts in many:
+        for state, n in counts.items():
+            total[state] = total.get(state, 0) + n
+    return total

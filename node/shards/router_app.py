@@ -1,0 +1,60 @@
+"""The router's aiohttp application: the handlers of routes.py, claims.py and merge.py
+under one error middleware (a relayed shard answer passes as it is; everything else gets
+the node's error shape), and the upstream connections opened and closed with the app.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+
+from tsched.node.api.jsonio import error_response
+from tsched.node.errors import ApiError
+from tsched.node.shards import claims as router_claims
+from tsched.node.shards import merge as router_merge
+from tsched.node.shards import routes as router_routes
+from tsched.node.shards.router import ROUTER, Relayed, Router, as_response
+
+log = logging.getLogger("tsched.node.router")
+
+BODY_BYTES_MAX = 1024 * 1024
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except Relayed as e:
+        return as_response(e.answer)
+    except ApiError as e:
+        return error_response(e, None)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(
+            e.status, "invalid_argument")
+        resp = error_response(ApiError(code, e.reason, {"status": e.status}), None)
+        resp.set_status(e.status)
+        return resp
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("event=http_500 method=%s path=%s", request.method, request.path)
+        return error_response(ApiError("internal", "internal error (a bug; see the log)"), None)
+
+
+def make_router_app(router: Router) -> web.Application:
+    app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[error_middleware])
+    app[ROUTER] = router
+    app.router.add_routes(router_routes.routes)
+    app.router.add_routes(router_claims.routes)
+    app.router.add_routes(router_merge.routes)
+    app.router.add_route("*", "/{tail:.*}", router_routes.to_any_shard)
+
+    async def lifecycle(app: web.Application):
+        await router.up.start()
+        yield
+        await router.up.close()
+    app.cleanup_ctx.append(lifecycle)
+    return app
