@@ -1,8 +1,9 @@
 """An optional compiled build of the state machine (everything else is in pyproject.toml).
 
 `TSCHED_COMPILE=1 pip install .` compiles `statemachine/` with mypyc (a C compiler and
-Python's headers needed): the same code, the same results, 13-25% less of a replica's
-state-machine CPU (bench/README.md, "a compiled state machine"). Without the
+Python's headers needed): the same code, the same results, 13-17% less of a replica's
+state-machine CPU (bench/notes/2026-12-02-compiled-state-machine.md; 25% in
+bench/notes/2026-12-03-where-the-cpu-goes.md). Without the
 variable, or when anything of the build fails (no compiler, no headers), the install is
 the plain Python package and says so; nothing else changes.
 

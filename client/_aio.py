@@ -1,7 +1,7 @@
 """The transport under `AsyncClient` (and so under `Worker`): aiohttp.
 
-Why not httpx's async client, like the sync `Client`: it cost about 1.4 ms of CPU per
-request against 0.35 ms for aiohttp (`python -m bench.client_cpu`), and a Worker makes a
+Why not httpx's async client, like the sync `Client`: it cost several times aiohttp's CPU per
+request (`python -m bench.client_cpu`, bench/notes/2026-11-30-prefetch-lateness.md), and a Worker makes a
 request for every claim, heartbeat batch and completion batch. The answer is read whole
 into `Response`, which has the few attributes `_core` reads (status_code, headers,
 content, text), so both clients share the same answer handling.

@@ -258,7 +258,7 @@ def minimal_result(cmd, res):
     id and state only (and a submit's `duplicate`), and a claim's tasks as a worker needs
     them (`claimed`): `Prefer: return=minimal`, DESIGN.md section 7. A producer or worker
     needs no more, and rendering, sending and parsing whole tasks was about a tenth of a
-    lifecycle's CPU (bench/README.md)."""
+    lifecycle's CPU (bench/notes/2026-12-02-minimal-answers.md)."""
     if res.ok and isinstance(cmd, c.Claim) and isinstance(res.value, dict) \
             and "tasks" in res.value:
         return [claimed(t) for t in res.value["tasks"]]

@@ -64,8 +64,8 @@ async def propose_one(node: Node, cmd, *, sheddable: bool = False,
         # Raised from a local, the error's traceback holds this frame and the frame holds
         # the error: a reference cycle that only the cyclic collector frees, with the whole
         # request hanging from it. One alive when a full collection froze the survivors
-        # (gcpolicy) was never freed: at 3x overload (a refusal through Raft each) nodes grew
-        # by 4-6 MB a minute. Dropping the local breaks the cycle.
+        # (gcpolicy) was never freed (bench/notes/2026-12-01-overload.md). Dropping the local
+        # breaks the cycle.
         try:
             raise value
         finally:

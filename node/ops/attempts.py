@@ -23,9 +23,9 @@ class AttemptTracker:
     ORPHAN_GRACE_MS = 60_000
     # Ended attempts leave their heap entry behind (lazy deletion), and only a Tick pops
     # entries. Under a steady load whose tasks finish within their leases no Tick is due
-    # for minutes: the heap held every attempt since the last one (1,000,000 entries after
-    # 5 minutes, ~100 MB), and the next Tick (the first eviction) walked them all with the
-    # GIL held, 2 s on every node at once, and the cluster elected again. So the heap is
+    # for minutes: the heap held every attempt since the last one, and the next Tick walked
+    # them all with the GIL held, on every node at once, long enough for an election
+    # (bench/notes/2026-12-01-soak.md). So the heap is
     # rebuilt from the live attempts whenever it holds more than twice as many entries
     # (plus this slack): amortized O(1) per attempt, and bounded by the running tasks.
     HEAP_SLACK = 1_024

@@ -12,17 +12,16 @@ permanent generation (`gc.freeze()`): later full collections walk only what was 
 since. CPython starts a full collection once a quarter of the old generation is new, which
 would still grow with the state; the node asks for a full collection itself after every
 `MIDDLE_PER_FULL` collections of the middle generation (each moves at most ~7,500
-survivors into the old one), on its event loop. Filling a state machine to 1,000,000
-tasks (`python -m bench.gc_pause`), the longest collection took 17 ms of CPU this way
-(with a young threshold of 5,000; 81 ms with 20,000), against 350 ms for one of the
-middle generation and 1,090 ms for the next full collection with the thresholds alone.
+survivors into the old one), on its event loop. The longest collection then stays in the
+tens of milliseconds at 1,000,000 tasks (`python -m bench.gc_pause`; figures in
+bench/notes/2026-11-30-gc-pauses.md and bench/notes/2026-12-02-gc-young-threshold.md).
 Frozen objects are still freed by reference counting.
 
 The price: an object frozen while alive that later becomes part of an unreachable cycle is
 not reclaimed while it stays frozen. Under load every request in flight is alive at some
 full collection, so a request path must leave no reference cycle behind (reference
 counting alone must free it): one that did (a refusal through Raft raised from a local)
-leaked its request at every collection, 4-6 MB a minute at 3x overload.
+leaked its request at every collection (bench/notes/2026-12-01-overload.md).
 `tests/unit/test_api_cycles.py` checks the request paths. After 60,000 task lifecycles a
 node held 94-366 such objects. `tsched_gc_frozen_objects` shows the frozen count. A follower,
 whose pauses delay no client, thaws everything every `THAW_INTERVAL_S` and collects in
@@ -41,22 +40,13 @@ from typing import Callable
 
 log = logging.getLogger("tsched.node.gc")
 
-# The node keeps every task as long-lived objects and makes short-lived ones per command.
 # Every collection is a pause with the GIL held, and its length follows the young
-# threshold: a young collection walks at most that many objects, a middle one about twice
-# as many, a full one (MIDDLE_PER_FULL middle ones later) about four times. At 20,000 the
-# leader's middle and full collections took 35-107 ms under 1,000 timed tasks/s, and each
-# one held back every task due meanwhile (most of the no-prefetch lateness tail); at 5,000
-# they took a quarter of that, and at 2,500, on a machine 1.8 x slower, the longest middle
-# and full collections under that load fell from 33-52 and 45-63 ms to 16-27 and 21-32 ms
-# (six alternating `bench.lateness` pairs; no-prefetch p99 81 -> 68 ms on average).
-# Freezing bounds the total work either way (an object is walked at most once per
-# generation before it is frozen), so the rarer collections saved nothing measurable:
-# filling a state machine with 200,000 tasks took the same CPU at 20,000, 10,000 and
-# 5,000 (within the runs' spread), and `bench.lifecycle --baseline` rounds differed less
-# than they vary (again at 2,500: 3,289 against 3,359 lifecycles/s, 0.52 ms of CPU per
-# lifecycle on both). (At CPython's 700 with no freezing, collections cost about a fifth
-# of applying a command.) The middle generation is collected every second young one.
+# threshold (a middle collection walks about twice as many objects, a full one about four
+# times): young collections every 2,500 allocations keep each pause short, and freezing
+# bounds the total work whatever the threshold, so collecting more often costs nothing
+# measurable: bench/notes/2026-12-02-gc-young-threshold.md,
+# bench/notes/2026-12-02-shorter-collection-pauses.md. The middle generation is
+# collected every second young one.
 GC_THRESHOLDS = (2_500, 2, 10)
 # Middle-generation collections after which the node collects in full: the old generation
 # then holds at most ~15,000 unfrozen objects (~0.3-1 us each to walk).
@@ -78,19 +68,18 @@ def _libc_trim() -> Callable[[], int] | None:
 
 
 # Objects over 512 bytes (log entries, answers, dict tables) come from glibc's malloc, which
-# keeps freed pages inside its heaps: a node whose Raft log tail fills and is compacted over
-# and over (overload: every refused submit passes through the log) crept up by ~5 MiB a
-# minute with nothing live growing. `malloc_trim(0)` gives the free pages back, every
-# THAW_CHECK_S; it takes milliseconds.
+# keeps freed pages inside its heaps, so a node whose Raft log tail fills and is compacted
+# over and over (overload) grew with nothing live growing. `malloc_trim(0)` gives the free
+# pages back, every THAW_CHECK_S, in milliseconds: bench/notes/2026-12-01-overload.md.
 TRIM_HEAP = _libc_trim()
 
 
 def settle_router() -> None:
     """A router (a sharded node's supervisor) holds no state of its own: every object it
-    makes lives for one request. With CPython's thresholds (700, 10, 10) its collections
-    walked the modules' objects (aiohttp, the app) again and again: 13% of a router's CPU
-    under load (perf, `bench.shards` at S = 4). So the same young threshold as a node's,
-    and what start-up made is collected once and frozen. Unlike `GcPolicy`, nothing made
+    makes lives for one request, but CPython's thresholds had its collections walk the
+    modules' objects (aiohttp, the app) again and again
+    (bench/notes/2026-12-02-shorter-collection-pauses.md). So the same young threshold as
+    a node's, and what start-up made is collected once and frozen. Unlike `GcPolicy`, nothing made
     later is frozen: a request's cycles are always reclaimed by the collector."""
     gc.set_threshold(*GC_THRESHOLDS)
     gc.collect()

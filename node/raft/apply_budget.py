@@ -3,10 +3,9 @@
 pysyncobj 0.3.17 applies every committed entry in the tick that sees it committed, and only
 then sends heartbeats and reads its sockets. When many entries commit at once (a leader
 catching up after a stall, a follower that was starved of CPU for a moment), that tick
-holds the Raft thread for as long as they take: seen up to 1.36 s under a full 10-minute
-load on 2 cores, past the 1 s election timeout. Both followers apply the same entries at
-the same moment, so both stopped answering the leader together and it stepped down (an
-election, and a truncation of the entries it had not committed).
+holds the Raft thread for as long as they take: up to 1.36 s under full load on 2 cores,
+past the 1 s election timeout (bench/notes/2026-12-02-raft-thread-stalls.md). Both followers apply the same entries
+at the same moment, so both stopped answering the leader together and it stepped down.
 
 `BoundedApply` applies committed entries until `apply_budget_s` of wall time has passed
 (at least one entry per tick), and leaves the rest for the next ticks, which come at once:

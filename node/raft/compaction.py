@@ -7,8 +7,7 @@ passes this node's byte threshold, or its entry count or age enters this node's 
 
 Replicas apply the same log, so equal thresholds had every node fork and write its snapshot
 at the same moment: the three children and the copy-on-write faults of their parents starved
-a 2-core machine at once (at 1,000,000 tasks for seconds; at 20,000 entries every task due in
-the next 2 s was handed out 40-113 ms late). Each node therefore has a phase
+a 2-core machine at once (bench/notes/2026-12-04-snapshots-at-once.md). Each node therefore has a phase
 (`compaction_phase`), which offsets its periods and scales its byte threshold.
 """
 from __future__ import annotations

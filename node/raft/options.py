@@ -15,22 +15,21 @@ COMPACTION_NEVER = 1 << 62
 @dataclass(frozen=True)
 class RaftOptions:
     # Heartbeats (an AppendEntries with no new entry). New entries and a moved commit index
-    # go out at once whatever this period (`_send_new_entries_now`); it is capped at a tenth
-    # of the election and leader-fallback timeouts (`heartbeat_period_s`). 0.1 s against a
-    # 1 s election timeout, as etcd's defaults: heartbeats were most of an idle replica's
-    # CPU, and at 0.05 s the 15 processes of a 3-node cluster with 4 shards idled at 0.17
-    # cores of 2 (0.10 at 0.1 s), taken from the load on every machine they share.
+    # go out at once whatever this period (`RaftObject.send_new_entries_now`); it is capped
+    # at a tenth of the election and leader-fallback timeouts (`heartbeat_period_s`). 0.1 s
+    # against a 1 s election timeout, as etcd's defaults: heartbeats were most of an idle
+    # replica's CPU (bench/notes/2026-12-02-shards-heartbeats.md).
     append_entries_period_s: float = 0.1
     # The Raft thread sleeps in its poll until an event (a message, a proposal through
-    # `_Waker`) or its next timer (heartbeat due, election deadline), at least this long
-    # and at most `idle_tick_max_s`. A fixed 5 ms poll cost each replica process about
-    # 35 ms of CPU per second doing nothing, paid once per shard replica (`_TimedPoller`).
+    # `poller.Waker`) or its next timer (heartbeat due, election deadline), at least this
+    # long and at most `idle_tick_max_s` (`poller.TimedPoller`): a fixed 5 ms poll cost every
+    # idle replica process CPU (bench/notes/2026-12-01-shards-idle-cost-failover.md).
     auto_tick_period_s: float = 0.005
     # A tick applies committed entries for at most this long (and at most a fifth of the
     # election and leader-fallback timeouts), then sends and reads before it applies more
     # (`apply_budget.py`): a backlog to apply must not silence a replica for an election
-    # timeout. Not shorter: at 0.05 s a 10-minute load cut ~2,000 ticks, the leader's
-    # among them, for no gain.
+    # timeout. Not shorter: that cut many more ticks for no gain
+    # (bench/notes/2026-12-02-raft-thread-stalls.md).
     apply_budget_s: float = 0.2
     idle_tick_max_s: float = 0.1
     raft_min_timeout_s: float = 1.0
@@ -45,16 +44,16 @@ class RaftOptions:
     compaction_min_entries: int = 20_000
     compaction_min_time_s: float = 600.0
     # ... or once the applied part of the log holds this many bytes: the in-memory log tail
-    # costs RSS and a restart replays it (submits cost ~350 B each and entries carry up to
-    # thousands of commands, so an entry count alone let a 1M-task fill stay in the log).
-    # Each node uses a share of it (`Replica.compaction_bytes`).
+    # costs RSS and a restart replays it, and entries carry up to thousands of commands, so
+    # an entry count alone let a 1M-task fill stay in the log
+    # (bench/notes/2026-11-30-memory-per-pending-task.md). Each node uses a share of it
+    # (`Replica.compaction_bytes`).
     compaction_min_bytes: int = 32 << 20
     # ... but never before the applied log holds this share of the last snapshot's bytes:
     # a snapshot writes the whole state, so a fixed threshold made its cost grow with the
-    # state (at 1,000,000 retained tasks each 32 MiB of log cost a 166 MB snapshot, three
-    # children at once took most of a 2-core machine and a 10-minute run slowed from 4,900
-    # to 1,200 lifecycles/s). Proportional, the snapshot work per byte of log stays
-    # constant, and the log tail (in memory, replayed on restart) stays under the snapshot.
+    # state (bench/notes/2026-12-01-soak.md). Proportional, the snapshot work per byte of
+    # log stays constant, and the log tail (in memory, replayed on restart) stays under the
+    # snapshot.
     compaction_log_to_snapshot_ratio: float = 1.0
     # The snapshot child runs at this `nice`: it is background work and must not take the
     # CPU from the Raft thread and the HTTP loop it was forked from.

@@ -1,8 +1,8 @@
 """The batches this node proposed, kept with the commands they encode until applied.
 
 A replica applies its own entries (a leader every entry it proposed, a follower the
-batches it forwarded) from bytes it encoded a moment before: decoding them again cost about
-3 us per command, a fourteenth of a leader's time under a lifecycle load. So `Replica`
+batches it forwarded) from bytes it encoded a moment before, and decoding them again was a
+measurable share of a leader's time (bench/notes/2026-12-02-minimal-claims.md). So `Replica`
 keeps each proposed batch's commands here and, applying an entry whose bytes are exactly
 those of a kept batch, takes its commands instead of decoding (the codec's round trip is
 exact: `decode_batch(encode_batch(cmds)) == cmds`, tests/unit/test_sm_codec.py).

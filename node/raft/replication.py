@@ -1,4 +1,4 @@
-"""AppendEntries without waste: what `raft.py` changes in pysyncobj 0.3.17's replication.
+"""AppendEntries without waste: what `RaftObject` changes in pysyncobj 0.3.17's replication.
 
 pysyncobj 0.3.17 re-sends and rewrites log entries in normal operation:
 - the leader sets a follower's next index to the value of any success reply, even a stale

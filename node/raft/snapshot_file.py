@@ -40,7 +40,8 @@ def write_snapshot(path: Path, raft_data: list, state: bytes) -> Path:
 # commit (the parent's Raft log fsync) waits for the data of blocks allocated in it: a
 # state of hundreds of MB written in one piece held the log's fsync, and the heartbeats
 # behind it, for as long as it took to write out (300 MB beside a loop of 4 KB fdatasyncs,
-# quiet machine: those took up to 91-187 ms; synced every 8 MB, up to 16-19 ms).
+# quiet machine: those took up to 91-187 ms; synced every 8 MB, up to 16-19 ms; see also
+# bench/notes/2026-12-02-raft-thread-stalls.md).
 SNAPSHOT_SYNC_BYTES = 8 << 20
 
 

@@ -1,10 +1,11 @@
-"""A leader's own stall does not depose it: what `raft.py` changes in pysyncobj's fallback.
+"""A leader's own stall does not depose it: what `RaftObject` changes in pysyncobj's fallback.
 
 pysyncobj's leader steps down when fewer than a majority of its peers answered within
 `leaderFallbackTimeout` (1 s), by the wall clock. A leader whose own Raft thread was held
 for longer (CPU starvation, a slow fsync, a fork) sent nothing meanwhile, so nothing was
-answered, and it stepped down on its next tick although every peer was well: seen in
-10-minute full-load runs on 2 cores, where ticks came up to 2 s apart. etcd's raft counts
+answered, and it stepped down on its next tick although every peer was well (ticks up
+to 2 s apart under full load on 2 cores: bench/notes/2026-12-02-raft-thread-stalls.md,
+bench/notes/2026-12-01-soak.md). etcd's raft counts
 its check-quorum interval in ticks, which a stalled leader does not take, for this reason.
 
 `forgive_stall` moves the time of each peer's last answer forward by the part of the gap

@@ -3,7 +3,7 @@
 It holds no state machine: every request goes to the shard processes. Tenant-scoped
 requests go to their tenant's shard, task requests to the shard named by the task id,
 batches are split by shard and answered in the request's order, listings and stats merge
-the shards, and claims gather tasks from every shard (`router_claims`). Answers from one
+the shards, and claims gather tasks from every shard (`claims.py`). Answers from one
 shard pass through as bytes (the shard process already named its shard in them).
 
 This module holds what the handlers share: the Router (sending, relaying, finding a
@@ -43,7 +43,7 @@ class Router:
         self.polls: dict[tuple, list] = {}   # open shard long polls by claim kind
         self.productive: dict[tuple, int] = {}   # claim kind -> the shard that last gave tasks
         # work (task types, prefetch, scope) -> {shard: open watches}: such a shard has no
-        # claimable work of that kind, or its watch would have answered (router_claims)
+        # claimable work of that kind, or its watch would have answered (claims.py)
         self.watching: dict[tuple, dict[int, int]] = {}
 
     # -- who --
