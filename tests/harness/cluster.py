@@ -1,6 +1,6 @@
 """Real `tsnode` clusters for tests: start, kill, stop, restart, always clean up.
 
-    from tests.integration.cluster import Cluster
+    from tests.harness.cluster import Cluster
 
     with Cluster(tmp_path, size=3) as c:        # writes cluster.toml on free loopback ports
         c.start()                               # starts every node (background processes)
@@ -16,7 +16,8 @@
 `node_env={"n1": {...}}` to one node; `command` is what starts a node (default: `tsnode`).
 Every process is in its own session and is killed (SIGKILL) on close, whatever happened.
 This is the suite's one real-cluster helper: the fault harness (tests/jepsen_like/cluster.py)
-builds on it, adding its proxies and clocks.
+builds on it, adding its proxies and clocks; the benchmarks' LocalCluster (bench/lib/cluster.py)
+shares its ports and config writer.
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ from typing import Any
 
 import httpx
 
-from bench.lib.cluster import node_addresses
-from tests.net import free_port  # noqa: F401  (other tests import it from here)
+from .config import cluster_toml
+from .ports import node_addresses
 
 TSNODE = shutil.which("tsnode") or str(Path(sys.executable).with_name("tsnode"))
 
@@ -69,15 +70,9 @@ class Cluster:
     # --- setup -----------------------------------------------------------------------------
 
     def _write_config(self, secret: str | None, extra_toml: str) -> None:
-        lines = ["[cluster]", f'name = "{self.name}"']
-        if self.shards != 1:
-            lines.append(f"shards = {self.shards}")
-        if secret:
-            lines.append(f'secret = "{secret}"')
-        for i in self.ids:
-            lines += ["", "[[node]]", f'id = "{i}"', f'raft = "{self.raft[i]}"',
-                      f'http = "{self.http[i]}"', f'data_dir = "data/{i}"']
-        self.config_path.write_text("\n".join(lines) + "\n" + extra_toml)
+        self.config_path.write_text(cluster_toml(
+            self.name, self.raft, self.http, {i: f"data/{i}" for i in self.ids},
+            shards=self.shards, secret=secret, extra_toml=extra_toml))
 
     def url(self, node_id: str) -> str:
         return f"http://{self.http[node_id]}"

@@ -9,7 +9,7 @@ import uuid
 import httpx
 import pytest
 
-from tests.integration.cluster import Cluster
+from tests.harness.cluster import Cluster
 from tests.integration.test_node_faults import Load, assert_all_present, wait_equal_digests
 
 pytestmark = pytest.mark.slow

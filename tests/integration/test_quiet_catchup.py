@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.integration.cluster import Cluster
+from tests.harness.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,9 @@ import pytest
 from tsched.client import Client, Worker
 from tsched.node.shards.layout import shard_of_tenant
 
-from .cluster import TSNODE, Cluster
-from .worker_support import running, wait_for
+from tests.harness.cluster import TSNODE, Cluster
+from tests.harness.waits import wait_until
+from tests.integration.worker_support import DEADLINE_S, running
 
 pytestmark = pytest.mark.slow
 SHARDS = 3
@@ -60,7 +61,7 @@ def test_a_worker_on_one_node_drains_tenants_of_every_shard(sharded):
     with Client([sharded.url("n3")], timeout_s=30) as reader, running(worker):
         def all_done():
             return all(reader.get(t["task_id"])["state"] == "completed" for t in made)
-        wait_for(all_done, "every task completed")
+        wait_until(all_done, DEADLINE_S, "every task completed")
         results = {t["task_id"]: reader.get(t["task_id"])["result"] for t in made}
     assert results == {t["task_id"]: t["payload"] ** 2 for t in made}
     status, stats = sharded.call("n2", "GET", "/v1/stats")
@@ -106,7 +107,7 @@ def test_cron_occurrences_name_their_shard_and_route_from_any_node(sharded):
     def occurrence():
         status, page = sharded.call("n2", "GET", "/v1/tasks?schedule_id=every-second")
         return page["tasks"][0] if status == 200 and page["tasks"] else None
-    task = wait_for(occurrence, "a cron occurrence", timeout_s=30)
+    task = wait_until(occurrence, 30, "a cron occurrence")
     assert task["task_id"].startswith("s02-") and len(task["task_id"]) == 36
     for node in sharded.ids:
         status, got = sharded.call(node, "GET", f"/v1/tasks/{task['task_id']}")
@@ -141,15 +142,15 @@ def test_a_shard_process_killed_alone_is_restarted_and_catches_up(sharded):
     with Client([sharded.url("n2")], timeout_s=30) as c:
         for _ in range(5):
             c.submit("t", tenant=tenant)
-    wait_for(lambda: shard_pids(sharded.procs["n1"].pid).get(1) not in (None, pids[1]),
-             "shard 1 of n1 started again")
+    wait_until(lambda: shard_pids(sharded.procs["n1"].pid).get(1) not in (None, pids[1]),
+               DEADLINE_S, "shard 1 of n1 started again")
 
     def caught_up():
         shard = (sharded.shard_status("n2") or [{}] * SHARDS)[1]
         nodes = {n["id"]: n for n in shard.get("nodes") or ()}
         seqs = {n.get("applied_seq") for n in nodes.values()}
         return "n1" in nodes and nodes["n1"]["reachable"] and len(seqs) == 1
-    wait_for(caught_up, "n1's shard 1 applied what the others applied")
+    wait_until(caught_up, DEADLINE_S, "n1's shard 1 applied what the others applied")
     assert "event=shard_exited shard=1" in sharded.log("n1")
     assert shard_pids(sharded.procs["n1"].pid).keys() == pids.keys()
 
@@ -163,7 +164,7 @@ def test_sigkill_of_the_supervisor_leaves_no_shard_process(sharded):
     def gone():
         return not any(Path(f"/proc/{p}").exists() and b"tsched" in
                        Path(f"/proc/{p}/cmdline").read_bytes() for p in pids.values())
-    wait_for(gone, "shard processes of a dead supervisor to exit", 15)
+    wait_until(gone, 15, "shard processes of a dead supervisor to exit")
 
 
 def test_sigterm_stops_every_shard_process_with_status_0(sharded):
@@ -194,8 +195,8 @@ def test_leaders_gathered_on_one_node_spread_out_again(sharded):
                                     {"shard": shard, "to": "n1"})
         assert status in (200, 202), body
     # n1 leads every shard for a moment, then hands all but its share (ceil(3/3) = 1) away.
-    wait_for(lambda: sorted(sharded.wait_shard_leaders().values()) == ["n1", "n2", "n3"],
-             "one shard leader per node", 90)
+    wait_until(lambda: sorted(sharded.wait_shard_leaders().values()) == ["n1", "n2", "n3"],
+               90, "one shard leader per node")
     assert "event=leader_spread" in sharded.log("n1", 100_000)
 
 
@@ -244,7 +245,7 @@ def test_a_worker_claiming_again_and_again_keeps_one_waiter_per_shard(sharded):
             answers = [sharded.call(n, "GET", f"/v1/stats?tenant={tenant}")
                        for n in sharded.ids]
             return any(st == 200 and body["waiting_claims"] >= 1 for st, body in answers)
-        wait_for(shard0_waits, "the claim waiting at shard 0", 10)
+        wait_until(shard0_waits, 10, "the claim waiting at shard 0")
         status, _ = sharded.call("n2", "POST", "/v1/tasks", {"task_type": "again",
                                                              "tenant": tenant})
         assert status == 201
@@ -295,7 +296,7 @@ def test_a_claim_skips_shards_another_worker_watches_yet_gets_work_that_lands_th
             "n1", "POST", "/v1/claims", {**claim, "worker_id": "w-a", "wait_s": 4.5},
             timeout_s=30)))
         waiting.start()
-        wait_for(watched_everywhere, "w-a watching every shard", 10)
+        wait_until(watched_everywhere, 10, "w-a watching every shard")
         before = [_claim_requests(sharded, s) for s in range(SHARDS)]
         status, body = sharded.call("n1", "POST", "/v1/claims",
                                     {**claim, "worker_id": "w-b", "wait_s": 0})
@@ -332,7 +333,7 @@ def test_readiness_needs_every_local_shard(sharded):
         assert status >= 500, body
     finally:
         os.kill(pids[2], signal.SIGCONT)
-    wait_for(lambda: sharded.call("n1", "GET", "/readyz")[0] == 200, "n1 ready again")
+    wait_until(lambda: sharded.call("n1", "GET", "/readyz")[0] == 200, DEADLINE_S, "n1 ready again")
 
 
 def test_a_claim_carries_completions_of_tasks_on_every_shard(sharded):
@@ -404,8 +405,8 @@ def test_a_damaged_shard_replica_stops_its_node_and_rejoin_empty_restores_every_
     tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 2)
     with Client([sharded.url("n1")], timeout_s=30) as c:
         made = [c.submit("t", tenant=tenant, payload={"mark": f"dmg-{i:03d}"}) for i in range(20)]
-    wait_for(lambda: all(sharded.call("n3", "GET", f"/v1/tasks/{t['task_id']}")[0] == 200
-                         for t in made), "n3 holds every task")
+    wait_until(lambda: all(sharded.call("n3", "GET", f"/v1/tasks/{t['task_id']}")[0] == 200
+                         for t in made), DEADLINE_S, "n3 holds every task")
     assert sharded.stop("n3") == 0
     data_mdb = sharded.data_dir("n3") / "shard-2" / "raft-log" / "data.mdb"
     assert flip_every_copy(data_mdb, b"dmg-010") >= 1
@@ -422,7 +423,7 @@ def test_a_damaged_shard_replica_stops_its_node_and_rejoin_empty_restores_every_
                        for t in made)
         except httpx.HTTPError:        # not listening yet
             return False
-    wait_for(serves_every_task, "the rejoined node serves every task")
+    wait_until(serves_every_task, DEADLINE_S, "the rejoined node serves every task")
 
 
 def test_a_claim_waiting_on_every_shard_leases_only_what_it_delivers(sharded):
@@ -441,7 +442,7 @@ def test_a_claim_waiting_on_every_shard_leases_only_what_it_delivers(sharded):
         counts = {s: sum(sharded.call(n, "GET", f"/v1/stats?tenant={t}")[1]["waiting_claims"]
                          for n in sharded.ids) for s, t in by_shard.items()}
         return all(n >= 1 for n in counts.values())
-    wait_for(every_shard_waits, "the claim watching every shard", 15)
+    wait_until(every_shard_waits, 15, "the claim watching every shard")
     status, first = sharded.call("n2", "POST", "/v1/tasks", {"task_type": "watched",
                                                             "tenant": by_shard[0]})
     assert status == 201

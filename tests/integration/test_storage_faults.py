@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.cluster import Cluster
-from tests.integration.raft_support import wait_until
+from tests.harness.cluster import Cluster
+from tests.harness.waits import wait_until
 from tests.integration.test_node_faults import wait_equal_digests
 
 pytestmark = pytest.mark.slow
