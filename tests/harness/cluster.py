@@ -12,6 +12,9 @@
         c.stop("n3")                            # SIGTERM, waits for exit 0
         print(c.log("n1"))                      # the node's log, for failure messages
 
+Elections use the harness's fast timeouts (raft_options.FAST, under [cluster.timeouts]) unless
+`fast_raft=False` or `extra_toml` has its own [cluster.timeouts]: tests about election
+timing run with the node's defaults.
 `env` adds environment variables to every node (e.g. TSCHED_FAILPOINTS);
 `node_env={"n1": {...}}` to one node; `command` is what starts a node (default: `tsnode`).
 Every process is in its own session and is killed (SIGKILL) on close, whatever happened.
@@ -35,6 +38,7 @@ import httpx
 
 from .config import cluster_toml
 from .ports import node_addresses
+from .raft_options import timeouts_toml
 
 TSNODE = shutil.which("tsnode") or str(Path(sys.executable).with_name("tsnode"))
 
@@ -50,7 +54,7 @@ class Cluster:
     def __init__(self, tmp_path: Path, size: int = 3, *, env: dict[str, str] | None = None,
                  node_env: dict[str, dict[str, str]] | None = None, secret: str | None = None,
                  extra_toml: str = "", status_token: str | None = None,
-                 name: str = "test", shards: int = 1) -> None:
+                 name: str = "test", shards: int = 1, fast_raft: bool = True) -> None:
         self.dir = Path(tmp_path)
         self.name = name
         self.command = [TSNODE]
@@ -62,6 +66,8 @@ class Cluster:
         self.procs: dict[str, subprocess.Popen] = {}
         self.paused: set[str] = set()   # stopped with SIGSTOP, not yet resumed
         self.config_path = self.dir / "cluster.toml"
+        if fast_raft and "[cluster.timeouts]" not in extra_toml:
+            extra_toml = timeouts_toml() + extra_toml
         self._write_config(secret, extra_toml)
         self.client = httpx.Client(timeout=30)
         # With [auth] in extra_toml: the token the helper's own status checks use.

@@ -53,7 +53,7 @@ def metric(text: str, name: str) -> float:
 
 
 def test_a_batched_load_resends_and_truncates_nothing_and_logs_no_alarm(tmp_path):
-    with Cluster(tmp_path, size=3) as c:
+    with Cluster(tmp_path, size=3, fast_raft=False) as c:
         c.start()
         c.wait_leader()
         errors: list = []

@@ -67,7 +67,8 @@ class Cluster(ProcessCluster):
         self.rejoin_started: set[str] = set()     # started with --rejoin-empty (nemesis)
         self.failpoints = tuple(failpoints)
         self.code_path = snapshot_code(out, code)
-        super().__init__(Path(out), n_nodes, name="jepsen", shards=shards)
+        # the node's own election timeouts: the nemesis's fault lengths are chosen around them
+        super().__init__(Path(out), n_nodes, name="jepsen", shards=shards, fast_raft=False)
         self.out_dir = out
         self.command = tsnode_command()
         self.nodes = {nid: NodeView(self, nid) for nid in self.ids}
