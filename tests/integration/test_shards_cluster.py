@@ -84,18 +84,6 @@ def test_listing_merges_shards_newest_first_across_pages(sharded):
     assert seen == list(reversed(ids))
 
 
-def test_task_ids_route_from_any_node_and_an_unknown_shard_is_not_found(sharded):
-    status, task = sharded.call("n1", "POST", "/v1/tasks", {"task_type": "t", "tenant": "x"})
-    assert status == 201 and task["shard"] == shard_of_tenant("x", SHARDS)
-    for node in sharded.ids:
-        status, got = sharded.call(node, "GET", f"/v1/tasks/{task['task_id']}"
-                                   f"?min_seq={task['shard']}:{task['applied_seq']}")
-        assert status == 200 and got["task_id"] == task["task_id"], got
-    status, err = sharded.call("n2", "GET", "/v1/tasks/3f" + "0" * 30)
-    assert status == 404 and err["error"]["code"] == "not_found"
-    status, cluster = sharded.call("n3", "GET", "/v1/cluster")
-    assert [s["shard"] for s in cluster["shards"]] == list(range(SHARDS))
-    assert cluster["leader"] == cluster["shards"][0]["leader"]
 
 
 def test_cron_occurrences_name_their_shard_and_route_from_any_node(sharded):
@@ -200,32 +188,6 @@ def test_leaders_gathered_on_one_node_spread_out_again(sharded):
     assert "event=leader_spread" in sharded.log("n1", 100_000)
 
 
-def test_answers_of_a_sharded_cluster_match_the_openapi_document(sharded):
-    from .test_dashboard import conforms
-    status, doc = sharded.call("n1", "GET", "/v1/openapi.json")
-    assert status == 200
-    paths = doc["paths"]
-
-    def check(path_key: str, method: str, value, code: str = "200") -> None:
-        schema = paths[path_key][method]["responses"][code]["content"]["application/json"]
-        assert conforms(schema["schema"], value, doc) == [], (path_key, value)
-
-    status, batch = sharded.call("n2", "POST", "/v1/tasks",
-                                 {"tasks": [{"task_type": "t", "tenant": t} for t in TENANTS]})
-    check("/v1/tasks", "post", batch, "201")
-    status, one = sharded.call("n2", "GET", f"/v1/tasks/{batch['tasks'][0]['task_id']}")
-    check("/v1/tasks/{task_id}", "get", one)
-    check("/v1/tasks", "get", sharded.call("n3", "GET", "/v1/tasks?limit=5")[1])
-    status, claimed = sharded.call("n1", "POST", "/v1/claims",
-                                   {"worker_id": "w", "task_types": ["t"], "max_tasks": 4})
-    check("/v1/claims", "post", claimed)
-    done = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"], "result": 1}
-            for t in claimed["tasks"]]
-    check("/v1/completions", "post",
-          sharded.call("n3", "POST", "/v1/completions", {"completions": done})[1])
-    check("/v1/stats", "get", sharded.call("n1", "GET", "/v1/stats")[1])
-    check("/v1/cluster", "get", sharded.call("n1", "GET", "/v1/cluster")[1])
-    check("/v1/tenants", "get", sharded.call("n1", "GET", "/v1/tenants")[1])
 
 
 def test_a_worker_claiming_again_and_again_keeps_one_waiter_per_shard(sharded):
@@ -324,77 +286,10 @@ def test_a_claim_skips_shards_another_worker_watches_yet_gets_work_that_lands_th
     assert [t["shard"] for t in got] == [2]
 
 
-def test_readiness_needs_every_local_shard(sharded):
-    assert sharded.call("n1", "GET", "/readyz")[0] == 200
-    pids = shard_pids(sharded.procs["n1"].pid)
-    os.kill(pids[2], signal.SIGSTOP)      # one shard replica stops answering
-    try:
-        status, body = sharded.call("n1", "GET", "/readyz", timeout_s=60)
-        assert status >= 500, body
-    finally:
-        os.kill(pids[2], signal.SIGCONT)
-    wait_until(lambda: sharded.call("n1", "GET", "/readyz")[0] == 200, DEADLINE_S, "n1 ready again")
 
 
-def test_a_claim_carries_completions_of_tasks_on_every_shard(sharded):
-    """Completions carried on a claim go to their tasks' shards (not to every shard the
-    claim asks), are answered in their order, and the claim still gathers new work."""
-    with Client([sharded.url("n1")], timeout_s=30) as c:
-        first = c.submit_many([{"task_type": "carry", "tenant": t} for t in TENANTS])
-        status, got = sharded.call("n2", "POST", "/v1/claims", {
-            "worker_id": "w1", "task_types": ["carry"], "max_tasks": len(first)})
-        assert status == 200 and len(got["tasks"]) == len(first), got
-        later = c.submit_many([{"task_type": "carry", "tenant": t} for t in TENANTS[:3]])
-    done = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"], "result": i}
-            for i, t in enumerate(got["tasks"])]
-    missing = f"{SHARDS:02x}" + "0" * 30          # a shard this cluster does not have
-    status, answer = sharded.call("n3", "POST", "/v1/claims", {
-        "worker_id": "w1", "task_types": ["carry"], "max_tasks": 10,
-        "completions": done + [{"task_id": missing, "fencing_token": 1, "result": 0}]})
-    assert status == 200, answer
-    results = answer["completions"]
-    assert [r.get("task_id") for r in results[:-1]] == [d["task_id"] for d in done]
-    assert all(r["state"] == "completed" for r in results[:-1])
-    assert results[-1]["error"]["code"] == "not_found"
-    assert sorted(t["task_id"] for t in answer["tasks"]) == sorted(t["task_id"] for t in later)
-    for d in done:
-        status, task = sharded.call("n1", "GET", f"/v1/tasks/{d['task_id']}")
-        assert status == 200 and task["state"] == "completed" and task["result"] == d["result"]
 
 
-def test_minimal_answers_pass_through_the_router_split_by_shard(sharded):
-    """`Prefer: return=minimal` reaches every shard a batch of completions (or a claim
-    carrying them) is split over: each applied one is answered by id and state, in order;
-    and every shard a claim takes tasks from renders them as a worker needs them."""
-    with Client([sharded.url("n1")], timeout_s=30) as c:
-        made = c.submit_many([{"task_type": "brief", "tenant": t} for t in TENANTS])
-    status, got = sharded.call("n2", "POST", "/v1/claims", {
-        "worker_id": "w1", "task_types": ["brief"], "max_tasks": len(made)})
-    assert status == 200 and len(got["tasks"]) == len(made), got
-    done = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"]} for t in got["tasks"]]
-    batch, carried = done[::2], done[1::2]
-    assert len({d["task_id"][:2] for d in batch}) > 1       # split over several shards
-    prefer = {"Prefer": "return=minimal"}
-    r = httpx.post(sharded.url("n3") + "/v1/completions", json={"completions": batch},
-                   headers=prefer, timeout=30)
-    assert r.status_code == 200 and r.headers.get("Preference-Applied") == "return=minimal"
-    assert r.json()["results"] == [{"task_id": d["task_id"], "state": "completed"}
-                                   for d in batch]
-    r = httpx.post(sharded.url("n1") + "/v1/claims", headers=prefer, timeout=30, json={
-        "worker_id": "w1", "task_types": ["brief"], "completions": carried})
-    assert r.status_code == 200 and r.headers.get("Preference-Applied") == "return=minimal"
-    assert r.json()["completions"] == [{"task_id": d["task_id"], "state": "completed"}
-                                       for d in carried]
-    with Client([sharded.url("n1")], timeout_s=30) as c:
-        more = c.submit_many([{"task_type": "brief2", "tenant": t} for t in TENANTS])
-    r = httpx.post(sharded.url("n2") + "/v1/claims", headers=prefer, timeout=30, json={
-        "worker_id": "w2", "task_types": ["brief2"], "max_tasks": len(more)})
-    assert r.status_code == 200 and r.headers.get("Preference-Applied") == "return=minimal"
-    claimed = r.json()["tasks"]
-    assert claimed and {t["task_id"] for t in claimed} <= {t["task_id"] for t in more}
-    for t in claimed:       # what a worker needs, and the shard the router took it from
-        assert "attempts" not in t and t["worker_id"] == "w2" and t["state"] == "running"
-        assert t["shard"] == int(t["task_id"][:2], 16)
 
 
 def test_a_damaged_shard_replica_stops_its_node_and_rejoin_empty_restores_every_shard(sharded):
@@ -461,3 +356,134 @@ def test_a_claim_waiting_on_every_shard_leases_only_what_it_delivers(sharded):
         status, task = sharded.call("n2", "GET", f"/v1/tasks/{t['task_id']}")
         assert status == 200 and all(a["outcome"] != "released" for a in task["attempts"])
 
+
+# --- on one cluster for the rest of the module: tests that kill, stop, damage or count
+# everything are above, each on a cluster of its own; these use task types and tenants of
+# their own, and the last one only pauses a shard replica and waits for it to be back.
+
+@pytest.fixture(scope="module")
+def shared_sharded(tmp_path_factory):
+    with Cluster(tmp_path_factory.mktemp("sharded"), shards=SHARDS) as c:
+        c.start()
+        c.wait_shard_leaders()
+        yield c
+
+
+def test_task_ids_route_from_any_node_and_an_unknown_shard_is_not_found(shared_sharded):
+    sharded = shared_sharded
+    status, task = sharded.call("n1", "POST", "/v1/tasks", {"task_type": "t", "tenant": "x"})
+    assert status == 201 and task["shard"] == shard_of_tenant("x", SHARDS)
+    for node in sharded.ids:
+        status, got = sharded.call(node, "GET", f"/v1/tasks/{task['task_id']}"
+                                   f"?min_seq={task['shard']}:{task['applied_seq']}")
+        assert status == 200 and got["task_id"] == task["task_id"], got
+    status, err = sharded.call("n2", "GET", "/v1/tasks/3f" + "0" * 30)
+    assert status == 404 and err["error"]["code"] == "not_found"
+    status, cluster = sharded.call("n3", "GET", "/v1/cluster")
+    assert [s["shard"] for s in cluster["shards"]] == list(range(SHARDS))
+    assert cluster["leader"] == cluster["shards"][0]["leader"]
+
+
+def test_answers_of_a_sharded_cluster_match_the_openapi_document(shared_sharded):
+    sharded = shared_sharded
+    from .test_dashboard import conforms
+    status, doc = sharded.call("n1", "GET", "/v1/openapi.json")
+    assert status == 200
+    paths = doc["paths"]
+
+    def check(path_key: str, method: str, value, code: str = "200") -> None:
+        schema = paths[path_key][method]["responses"][code]["content"]["application/json"]
+        assert conforms(schema["schema"], value, doc) == [], (path_key, value)
+
+    status, batch = sharded.call("n2", "POST", "/v1/tasks",
+                                 {"tasks": [{"task_type": "t", "tenant": t} for t in TENANTS]})
+    check("/v1/tasks", "post", batch, "201")
+    status, one = sharded.call("n2", "GET", f"/v1/tasks/{batch['tasks'][0]['task_id']}")
+    check("/v1/tasks/{task_id}", "get", one)
+    check("/v1/tasks", "get", sharded.call("n3", "GET", "/v1/tasks?limit=5")[1])
+    status, claimed = sharded.call("n1", "POST", "/v1/claims",
+                                   {"worker_id": "w", "task_types": ["t"], "max_tasks": 4})
+    check("/v1/claims", "post", claimed)
+    done = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"], "result": 1}
+            for t in claimed["tasks"]]
+    check("/v1/completions", "post",
+          sharded.call("n3", "POST", "/v1/completions", {"completions": done})[1])
+    check("/v1/stats", "get", sharded.call("n1", "GET", "/v1/stats")[1])
+    check("/v1/cluster", "get", sharded.call("n1", "GET", "/v1/cluster")[1])
+    check("/v1/tenants", "get", sharded.call("n1", "GET", "/v1/tenants")[1])
+
+
+def test_a_claim_carries_completions_of_tasks_on_every_shard(shared_sharded):
+    sharded = shared_sharded
+    """Completions carried on a claim go to their tasks' shards (not to every shard the
+    claim asks), are answered in their order, and the claim still gathers new work."""
+    with Client([sharded.url("n1")], timeout_s=30) as c:
+        first = c.submit_many([{"task_type": "carry", "tenant": t} for t in TENANTS])
+        status, got = sharded.call("n2", "POST", "/v1/claims", {
+            "worker_id": "w1", "task_types": ["carry"], "max_tasks": len(first)})
+        assert status == 200 and len(got["tasks"]) == len(first), got
+        later = c.submit_many([{"task_type": "carry", "tenant": t} for t in TENANTS[:3]])
+    done = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"], "result": i}
+            for i, t in enumerate(got["tasks"])]
+    missing = f"{SHARDS:02x}" + "0" * 30          # a shard this cluster does not have
+    status, answer = sharded.call("n3", "POST", "/v1/claims", {
+        "worker_id": "w1", "task_types": ["carry"], "max_tasks": 10,
+        "completions": done + [{"task_id": missing, "fencing_token": 1, "result": 0}]})
+    assert status == 200, answer
+    results = answer["completions"]
+    assert [r.get("task_id") for r in results[:-1]] == [d["task_id"] for d in done]
+    assert all(r["state"] == "completed" for r in results[:-1])
+    assert results[-1]["error"]["code"] == "not_found"
+    assert sorted(t["task_id"] for t in answer["tasks"]) == sorted(t["task_id"] for t in later)
+    for d in done:
+        status, task = sharded.call("n1", "GET", f"/v1/tasks/{d['task_id']}")
+        assert status == 200 and task["state"] == "completed" and task["result"] == d["result"]
+
+
+def test_minimal_answers_pass_through_the_router_split_by_shard(shared_sharded):
+    sharded = shared_sharded
+    """`Prefer: return=minimal` reaches every shard a batch of completions (or a claim
+    carrying them) is split over: each applied one is answered by id and state, in order;
+    and every shard a claim takes tasks from renders them as a worker needs them."""
+    with Client([sharded.url("n1")], timeout_s=30) as c:
+        made = c.submit_many([{"task_type": "brief", "tenant": t} for t in TENANTS])
+    status, got = sharded.call("n2", "POST", "/v1/claims", {
+        "worker_id": "w1", "task_types": ["brief"], "max_tasks": len(made)})
+    assert status == 200 and len(got["tasks"]) == len(made), got
+    done = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"]} for t in got["tasks"]]
+    batch, carried = done[::2], done[1::2]
+    assert len({d["task_id"][:2] for d in batch}) > 1       # split over several shards
+    prefer = {"Prefer": "return=minimal"}
+    r = httpx.post(sharded.url("n3") + "/v1/completions", json={"completions": batch},
+                   headers=prefer, timeout=30)
+    assert r.status_code == 200 and r.headers.get("Preference-Applied") == "return=minimal"
+    assert r.json()["results"] == [{"task_id": d["task_id"], "state": "completed"}
+                                   for d in batch]
+    r = httpx.post(sharded.url("n1") + "/v1/claims", headers=prefer, timeout=30, json={
+        "worker_id": "w1", "task_types": ["brief"], "completions": carried})
+    assert r.status_code == 200 and r.headers.get("Preference-Applied") == "return=minimal"
+    assert r.json()["completions"] == [{"task_id": d["task_id"], "state": "completed"}
+                                       for d in carried]
+    with Client([sharded.url("n1")], timeout_s=30) as c:
+        more = c.submit_many([{"task_type": "brief2", "tenant": t} for t in TENANTS])
+    r = httpx.post(sharded.url("n2") + "/v1/claims", headers=prefer, timeout=30, json={
+        "worker_id": "w2", "task_types": ["brief2"], "max_tasks": len(more)})
+    assert r.status_code == 200 and r.headers.get("Preference-Applied") == "return=minimal"
+    claimed = r.json()["tasks"]
+    assert claimed and {t["task_id"] for t in claimed} <= {t["task_id"] for t in more}
+    for t in claimed:       # what a worker needs, and the shard the router took it from
+        assert "attempts" not in t and t["worker_id"] == "w2" and t["state"] == "running"
+        assert t["shard"] == int(t["task_id"][:2], 16)
+
+
+def test_readiness_needs_every_local_shard(shared_sharded):
+    sharded = shared_sharded
+    assert sharded.call("n1", "GET", "/readyz")[0] == 200
+    pids = shard_pids(sharded.procs["n1"].pid)
+    os.kill(pids[2], signal.SIGSTOP)      # one shard replica stops answering
+    try:
+        status, body = sharded.call("n1", "GET", "/readyz", timeout_s=60)
+        assert status >= 500, body
+    finally:
+        os.kill(pids[2], signal.SIGCONT)
+    wait_until(lambda: sharded.call("n1", "GET", "/readyz")[0] == 200, DEADLINE_S, "n1 ready again")
