@@ -1,33 +1,30 @@
 """Fixtures shared by the whole suite.
 
-- `replica`: a real single-node Raft cluster in this process (short election timeouts, no
-  fsync), one per test module: every write goes through Raft, the LMDB log and the state
-  machine;
+- `replica`: a real single-node Raft cluster in this process (the harness's FAST options:
+  short election timeouts, no fsync), one per test module: every write goes through Raft,
+  the LMDB log and the state machine;
 - `api`: the node's real aiohttp app on that replica, through aiohttp's test client
   (`tests.api_support.Api`);
 - `tt`: a task type of one test only (modules share one replica).
 
-Real multi-node clusters of `tsnode` processes: tests/integration/cluster.py (`Cluster`)
+Real multi-node clusters of `tsnode` processes: tests/harness/cluster.py (`Cluster`)
 and the `cluster` / `fresh_cluster` fixtures of tests/integration/conftest.py.
 """
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 
 from tests.api_support import Api
-from tests.net import free_port
+from tests.harness.ports import free_port
+from tests.harness.raft_options import FAST
+from tests.harness.waits import wait_until
 from tsched.node.api.services import Node
 from tsched.node.api.app import make_app
 from tsched.node.clock import Clock
 from tsched.node.config import ClusterConfig, NodeConfig
-from tsched.node.raft.options import RaftOptions
 from tsched.node.raft.replica import Replica
-
-FAST = RaftOptions(raft_min_timeout_s=0.05, raft_max_timeout_s=0.1,
-                   leader_fallback_timeout_s=0.1, fsync=False)
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +33,7 @@ def replica(tmp_path_factory):
     raft = f"127.0.0.1:{free_port()}"
     r = Replica(self_id="n1", self_raft=raft, peers={}, data_dir=data, options=FAST)
     r.start()
-    deadline = time.monotonic() + 10
-    while not r.is_ready_leader():
-        assert time.monotonic() < deadline, "single node did not become a ready leader"
-        time.sleep(0.01)
+    wait_until(r.is_ready_leader, 10, "the single node to become a ready leader")
     yield r
     r.stop()
 

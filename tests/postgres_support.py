@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.net import free_port
+from tests.harness.ports import free_port
 
 START_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 30

@@ -1,4 +1,5 @@
-"""Real tsnode clusters on free loopback ports, for benchmarks.
+"""Real tsnode clusters on free loopback ports, for benchmarks (ports and cluster.toml from
+the test harness, tests/harness/).
 
 Each node is its own process (`python -m tsched.node.main`), with its data and log in a
 temporary folder that is removed on stop (unless `keep=True`). Durability is the node's
@@ -8,10 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,11 +19,10 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# The suite's harness owns ports and config writing for tests and benchmarks alike: one
+# port-block rule (below the ephemeral range, every shard's ports checked) for both.
+from tests.harness.config import cluster_toml
+from tests.harness.ports import node_addresses
 
 
 def http_json(method: str, url: str, body: Any = None, timeout_s: float = 5.0) -> tuple[int, Any]:
@@ -57,54 +55,6 @@ def spread_tenants(shards: int, per_shard: int = 2) -> list[str]:
     return [t for s in range(shards) for t in out[s]]
 
 
-PORTS_FLOOR = 10_000
-
-
-def _ephemeral_low() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_shard_ports(nodes: int, shards: int) -> tuple[list[int], list[int]]:
-    """(base Raft ports, HTTP ports) of a sharded cluster's nodes, every shard's Raft and
-    internal HTTP port (base + k + 100 s, and 50 above) free, HTTP ports just past the
-    last shard. All below the ephemeral range: a sharded node makes many outgoing
-    connections, and one of them must not take a killed node's port before it restarts."""
-    span = 100 * shards + nodes
-    high = _ephemeral_low() - span - 1
-    for _ in range(500):
-        base = random.randint(PORTS_FLOOR, high)
-        rafts = [base + k for k in range(nodes)]
-        https = [base + 100 * shards + k for k in range(nodes)]
-        ports = [p + 100 * s + off for p in rafts for s in range(shards) for off in (0, 50)]
-        if all(_is_free(p) for p in ports + https):
-            return rafts, https
-    raise RuntimeError("no free block of shard ports on loopback")
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def node_addresses(ids: list[str], shards: int) -> tuple[dict[str, str], dict[str, str]]:
-    """({id: raft host:port}, {id: http host:port}) for a cluster of `shards` shards.
-
-    One checked block below the ephemeral range for every shard count: ports drawn one at
-    a time from the OS can repeat within a cluster, and an ephemeral one can be taken by an
-    outgoing connection before its node binds it (both were seen in test runs)."""
-    rafts, https = free_shard_ports(len(ids), shards)
-    return ({i: f"127.0.0.1:{p}" for i, p in zip(ids, rafts)},
-            {i: f"127.0.0.1:{p}" for i, p in zip(ids, https)})
-
-
 class LocalCluster:
     def __init__(self, nodes: int = 3, keep: bool = False, root: str | None = None,
                  shards: int = 1, env: dict[str, str] | None = None) -> None:
@@ -119,14 +69,9 @@ class LocalCluster:
         self._write_config()
 
     def _write_config(self) -> None:
-        lines = ["[cluster]", 'name = "bench"']
-        if self.shards != 1:
-            lines.append(f"shards = {self.shards}")
-        for i in self.ids:
-            lines += ["", "[[node]]", f'id = "{i}"', f'raft = "{self.raft[i]}"',
-                      f'http = "{self.http[i]}"', f'data_dir = "{self.root}/{i}"']
         with open(self.config_path, "w") as f:
-            f.write("\n".join(lines) + "\n")
+            f.write(cluster_toml("bench", self.raft, self.http,
+                                 {i: f"{self.root}/{i}" for i in self.ids}, shards=self.shards))
 
     def url(self, node_id: str) -> str:
         return f"http://{self.http[node_id]}"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from .cluster import running
+from tests.harness.cluster import running
 
 
 @pytest.fixture(scope="module")

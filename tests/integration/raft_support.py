@@ -1,4 +1,5 @@
-"""Helpers for the Raft tests (no tests here): ports, waiting, clusters, a child process.
+"""Helpers for the Raft tests (no tests here): a small state machine, in-process replica
+trios (ports, options and waits from tests/harness/), a child process.
 
 Run as a module, it is one Replica in its own process (for crash tests):
     python -m tests.integration.raft_support CONFIG_JSON
@@ -14,27 +15,14 @@ from pathlib import Path
 
 import msgpack
 
-from tests.net import free_port
-
+from tests.harness.ports import free_port
+from tests.harness.raft_options import FAST
+from tests.harness.waits import wait_until
 from tsched.node.failpoints import Failpoints
 from tsched.node.raft.machine_kit import MachineKit
 from tsched.node.raft.options import RaftOptions
 from tsched.node.raft.replica import Replica
 from tsched.statemachine import commands, errors
-
-FAST = RaftOptions(raft_min_timeout_s=0.4, raft_max_timeout_s=0.8, leader_fallback_timeout_s=0.4,
-                   connection_retry_s=0.2, connection_timeout_s=1.0)
-
-
-def wait_until(cond, timeout_s: float = 10.0, what: str = "condition", step_s: float = 0.01):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(step_s)
 
 
 # --- a small state machine with the StateMachine interface (seq, request table, digest) ----

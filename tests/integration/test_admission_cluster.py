@@ -11,7 +11,7 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.integration.cluster import Cluster, running
+from tests.harness.cluster import Cluster, running
 from tsched.statemachine.limits import API_LIMITS
 
 pytestmark = pytest.mark.slow

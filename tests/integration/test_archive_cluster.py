@@ -9,8 +9,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from tests.integration.cluster import running
-from tests.integration.raft_support import wait_until
+from tests.harness.cluster import running
+from tests.harness.waits import wait_until
 from tsched.client import ApiError, Client
 from tsched.client.cli import cli
 from tsched.client.archive import Query, search

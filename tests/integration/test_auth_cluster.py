@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from .cluster import Cluster
+from tests.harness.cluster import Cluster
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from .cluster import Cluster
+from tests.harness.cluster import Cluster
 from .test_dashboard import Page, browser_page, needs_chromium, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

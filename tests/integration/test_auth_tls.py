@@ -21,7 +21,8 @@ from cryptography.x509.oid import NameOID
 from tsched.client import AsyncClient, Client, Unavailable
 from tsched.client.cli import cli as tsctl
 
-from .cluster import TSNODE, Cluster, free_port
+from tests.harness.cluster import TSNODE, Cluster
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.timeout(180)
 

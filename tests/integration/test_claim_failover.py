@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from tsched.client import Client
-from tests.integration.cluster import Cluster
+from tests.harness.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 

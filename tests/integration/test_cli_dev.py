@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .cluster import free_port
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -129,7 +129,7 @@ def test_dev_runs_the_cluster_until_sigint(tmp_path):
 
 
 def test_dev_with_shards_runs_every_shard_and_leaves_the_file_s_data_alone(tmp_path):
-    from bench.lib.cluster import free_shard_ports
+    from tests.harness.ports import free_shard_ports
     rafts, https = free_shard_ports(3, 2)
     write_repo(tmp_path)
     lines = ["[cluster]", 'name = "devtest"']

@@ -23,7 +23,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from .cluster import Cluster
+from tests.harness.cluster import Cluster
 
 CHROMIUM = next(filter(None, (shutil.which(n) for n in (
     "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"))), None)

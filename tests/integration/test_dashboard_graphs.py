@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from .cluster import Cluster
+from tests.harness.cluster import Cluster
 from .test_dashboard import browser_page, leader_cluster, needs_chromium, screenshot_dir, until
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 
 from tsched.node.shards.layout import shard_of_tenant
 
-from .cluster import Cluster
+from tests.harness.cluster import Cluster
 from .test_dashboard import browser_page, needs_chromium, until
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from .cluster import Cluster
+from tests.harness.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 

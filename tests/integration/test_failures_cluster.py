@@ -8,7 +8,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from tests.integration.worker_support import running, wait_for
+from tests.harness.waits import wait_until
+from tests.integration.worker_support import running
 from tsched.client import Client, Worker
 from tsched.client.cli import cli
 
@@ -49,10 +50,10 @@ def test_failures_are_readable_retried_by_type_and_discarded_for_audit(cluster):
                         wait_s=0.5, grace_s=2.0, retry_on={"settle": ["ConnectionError"]},
                         no_retry_on={"settle": ["ValueError"]})
         with running(worker):
-            wait_for(lambda: client.get(bad["task_id"])["state"] == "dead_letter",
-                     "the non-retryable failure dead-lettered")
-            retrying = wait_for(lambda: (t := client.get(bank["task_id"]))["status"]
-                                == "retrying" and t, "the retryable failure retrying")
+            wait_until(lambda: client.get(bad["task_id"])["state"] == "dead_letter",
+                       DEADLINE_S, "the non-retryable failure dead-lettered")
+            retrying = wait_until(lambda: (t := client.get(bank["task_id"]))["status"]
+                                == "retrying" and t, DEADLINE_S, "the retryable failure retrying")
 
         # retryable (a base class is listed): pending, reading as retrying until its backoff
         assert retrying["state"] == "pending" and retrying["next_retry_at"] == retrying["run_at"]

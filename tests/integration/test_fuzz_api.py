@@ -22,7 +22,7 @@ from hypothesis.errors import Unsatisfiable
 from tsched.node.api import openapi
 from tsched.node.errors import STATUS_BY_CODE
 
-from .cluster import Cluster
+from tests.harness.cluster import Cluster
 
 # Installed into the venv (schemathesis 4.32.5), not yet a declared test dependency.
 schemathesis = pytest.importorskip("schemathesis")

@@ -9,10 +9,17 @@ import uuid
 import httpx
 import pytest
 
-from tests.integration.cluster import Cluster
+from tests.harness.cluster import Cluster, running
 from tests.integration.test_node_faults import Load, assert_all_present, wait_equal_digests
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path):
+    """tsnode's own election timeouts: this module's tests are about what happens within
+    one (the conftest's cluster has the harness's short ones)."""
+    yield from running(tmp_path, fast_raft=False)
 
 
 def ready_leader_now(c: Cluster, among: list[str]) -> str | None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .cluster import Cluster
-from .raft_support import wait_until
+from tests.harness.cluster import Cluster
+from tests.harness.waits import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,8 @@ import pytest
 
 from tsched.node.scheduling.timer import FIRE_LEAD_MS
 
-from .cluster import Cluster
+from tests.harness.cluster import Cluster
+from tests.harness.waits import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -39,10 +40,8 @@ def roles(c: Cluster):
 
 def wait_for_waiting_claim(c: Cluster, leader: str, timeout_s: float = 10) -> None:
     """Until the leader holds a waiting claim (the long poll has reached it)."""
-    deadline = time.monotonic() + timeout_s
-    while (c.self_status(leader) or {}).get("waiting_claims", 0) < 1:
-        assert time.monotonic() < deadline, "the claim never reached the leader"
-        time.sleep(0.005)
+    wait_until(lambda: (c.self_status(leader) or {}).get("waiting_claims", 0) >= 1,
+               timeout_s, "the claim to reach the leader", step_s=0.005)
 
 
 class Poll(threading.Thread):

@@ -9,7 +9,7 @@ import uuid
 import httpx
 import pytest
 
-from .cluster import Cluster
+from tests.harness.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 

@@ -9,11 +9,18 @@ import time
 
 import pytest
 
-from tests.integration.cluster import Cluster
+from tests.harness.cluster import Cluster, running
 
 pytestmark = pytest.mark.slow
 
 HOLD_PAST_TIMEOUT_S = 4.0     # > raft_max_timeout_s (2.5 s)
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path):
+    """tsnode's own election timeouts: this module's tests are about what happens within
+    one (the conftest's cluster has the harness's short ones)."""
+    yield from running(tmp_path, fast_raft=False)
 
 
 def submit(c: Cluster, node: str, tt: str) -> int:

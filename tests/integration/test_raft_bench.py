@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.integration.raft_support import cluster_spec, wait_until  # noqa: E402
+from tests.harness.waits import wait_until  # noqa: E402
+from tests.integration.raft_support import cluster_spec  # noqa: E402
 from tsched.node.raft.proposer import Proposer  # noqa: E402
 from tsched.node.raft.options import RaftOptions  # noqa: E402
 from tsched.node.raft.replica import Replica  # noqa: E402

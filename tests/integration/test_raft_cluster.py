@@ -10,8 +10,10 @@ import zlib
 
 import pytest
 
-from tests.integration.raft_support import (FAST, cluster_spec, leader_of, make_replica,
-                                                 mini_kit, propose_sync, submit, wait_until)
+from tests.harness.raft_options import FAST
+from tests.harness.waits import wait_until
+from tests.integration.raft_support import (cluster_spec, leader_of, make_replica, mini_kit,
+                                            propose_sync, submit)
 from tsched.node.raft.replica import Replica
 from tsched.node.raft.security import RaftSecurityError
 

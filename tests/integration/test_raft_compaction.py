@@ -7,8 +7,10 @@ import dataclasses
 
 import pytest
 
-from tests.integration.raft_support import (FAST, leader_of, propose_sync, real_replica,
-                                                 running_trio, submit, wait_until)
+from tests.harness.raft_options import FAST
+from tests.harness.waits import wait_until
+from tests.integration.raft_support import (leader_of, propose_sync, real_replica, running_trio,
+                                            submit)
 
 pytestmark = pytest.mark.timeout(120)
 

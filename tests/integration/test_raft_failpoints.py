@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.raft_support import (FAST, cluster_spec, leader_of, make_replica,
-                                                 propose_sync, submit, wait_until)
+from tests.harness.raft_options import FAST
+from tests.harness.waits import wait_until
+from tests.integration.raft_support import (cluster_spec, leader_of, make_replica, propose_sync,
+                                            submit)
 from tsched.node.failpoints import CRASH_EXIT_CODE
 from tsched.node.raft.journal import read_entries
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.raft_support import (FAST, cluster_spec, leader_of, mini_kit,
-                                                 propose_sync, submit, wait_until)
+from tests.harness.raft_options import FAST
+from tests.harness.waits import wait_until
+from tests.integration.raft_support import cluster_spec, leader_of, mini_kit, propose_sync, submit
 from tsched.node.raft.replica import Replica
 
 pytestmark = pytest.mark.timeout(120)

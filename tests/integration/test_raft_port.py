@@ -11,7 +11,8 @@ import zlib
 
 import pytest
 
-from .cluster import TSNODE, Cluster, free_port
+from tests.harness.cluster import TSNODE, Cluster
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from tests.integration.raft_support import (cluster_spec, leader_of, make_replica, submit,
-                                                 wait_until)
+from tests.harness.waits import wait_until
+from tests.integration.raft_support import cluster_spec, leader_of, make_replica, submit
 from tsched.node.raft.proposer import ProposalError, Proposer
 
 pytestmark = pytest.mark.timeout(120)

@@ -5,8 +5,8 @@ import asyncio
 
 import pytest
 
-from tests.integration.raft_support import (leader_of, real_replica, running_trio, submit,
-                                                 wait_until)
+from tests.harness.waits import wait_until
+from tests.integration.raft_support import leader_of, real_replica, running_trio, submit
 from tsched.node.raft.proposer import Proposer
 
 pytestmark = pytest.mark.timeout(120)

@@ -9,7 +9,7 @@ import threading
 import httpx
 import pytest
 
-from tests.integration.cluster import Cluster
+from tests.harness.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ def metric(text: str, name: str) -> float:
 
 
 def test_a_batched_load_resends_and_truncates_nothing_and_logs_no_alarm(tmp_path):
-    with Cluster(tmp_path, size=3) as c:
+    with Cluster(tmp_path, size=3, fast_raft=False) as c:
         c.start()
         c.wait_leader()
         errors: list = []

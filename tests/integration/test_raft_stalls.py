@@ -19,8 +19,10 @@ import time
 
 import pytest
 
-from tests.integration.raft_support import (FAST, MiniMachine, cluster_spec, leader_of,
-                                            make_replica, mini_kit, submit, wait_until)
+from tests.harness.raft_options import FAST
+from tests.harness.waits import wait_until
+from tests.integration.raft_support import (MiniMachine, cluster_spec, leader_of, make_replica,
+                                            mini_kit, submit)
 from tsched.node.raft.machine_kit import MachineKit
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 
 from tsched.node.ops.sd_notify import Notifier
 
-from .cluster import Cluster
+from tests.harness.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 RECV_TIMEOUT_S = 60

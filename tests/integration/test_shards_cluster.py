@@ -15,8 +15,9 @@ import pytest
 from tsched.client import Client, Worker
 from tsched.node.shards.layout import shard_of_tenant
 
-from .cluster import TSNODE, Cluster
-from .worker_support import running, wait_for
+from tests.harness.cluster import TSNODE, Cluster
+from tests.harness.waits import wait_until
+from tests.integration.worker_support import DEADLINE_S, running
 
 pytestmark = pytest.mark.slow
 SHARDS = 3
@@ -60,7 +61,7 @@ def test_a_worker_on_one_node_drains_tenants_of_every_shard(sharded):
     with Client([sharded.url("n3")], timeout_s=30) as reader, running(worker):
         def all_done():
             return all(reader.get(t["task_id"])["state"] == "completed" for t in made)
-        wait_for(all_done, "every task completed")
+        wait_until(all_done, DEADLINE_S, "every task completed")
         results = {t["task_id"]: reader.get(t["task_id"])["result"] for t in made}
     assert results == {t["task_id"]: t["payload"] ** 2 for t in made}
     status, stats = sharded.call("n2", "GET", "/v1/stats")
@@ -83,18 +84,6 @@ def test_listing_merges_shards_newest_first_across_pages(sharded):
     assert seen == list(reversed(ids))
 
 
-def test_task_ids_route_from_any_node_and_an_unknown_shard_is_not_found(sharded):
-    status, task = sharded.call("n1", "POST", "/v1/tasks", {"task_type": "t", "tenant": "x"})
-    assert status == 201 and task["shard"] == shard_of_tenant("x", SHARDS)
-    for node in sharded.ids:
-        status, got = sharded.call(node, "GET", f"/v1/tasks/{task['task_id']}"
-                                   f"?min_seq={task['shard']}:{task['applied_seq']}")
-        assert status == 200 and got["task_id"] == task["task_id"], got
-    status, err = sharded.call("n2", "GET", "/v1/tasks/3f" + "0" * 30)
-    assert status == 404 and err["error"]["code"] == "not_found"
-    status, cluster = sharded.call("n3", "GET", "/v1/cluster")
-    assert [s["shard"] for s in cluster["shards"]] == list(range(SHARDS))
-    assert cluster["leader"] == cluster["shards"][0]["leader"]
 
 
 def test_cron_occurrences_name_their_shard_and_route_from_any_node(sharded):
@@ -106,7 +95,7 @@ def test_cron_occurrences_name_their_shard_and_route_from_any_node(sharded):
     def occurrence():
         status, page = sharded.call("n2", "GET", "/v1/tasks?schedule_id=every-second")
         return page["tasks"][0] if status == 200 and page["tasks"] else None
-    task = wait_for(occurrence, "a cron occurrence", timeout_s=30)
+    task = wait_until(occurrence, 30, "a cron occurrence")
     assert task["task_id"].startswith("s02-") and len(task["task_id"]) == 36
     for node in sharded.ids:
         status, got = sharded.call(node, "GET", f"/v1/tasks/{task['task_id']}")
@@ -141,15 +130,15 @@ def test_a_shard_process_killed_alone_is_restarted_and_catches_up(sharded):
     with Client([sharded.url("n2")], timeout_s=30) as c:
         for _ in range(5):
             c.submit("t", tenant=tenant)
-    wait_for(lambda: shard_pids(sharded.procs["n1"].pid).get(1) not in (None, pids[1]),
-             "shard 1 of n1 started again")
+    wait_until(lambda: shard_pids(sharded.procs["n1"].pid).get(1) not in (None, pids[1]),
+               DEADLINE_S, "shard 1 of n1 started again")
 
     def caught_up():
         shard = (sharded.shard_status("n2") or [{}] * SHARDS)[1]
         nodes = {n["id"]: n for n in shard.get("nodes") or ()}
         seqs = {n.get("applied_seq") for n in nodes.values()}
         return "n1" in nodes and nodes["n1"]["reachable"] and len(seqs) == 1
-    wait_for(caught_up, "n1's shard 1 applied what the others applied")
+    wait_until(caught_up, DEADLINE_S, "n1's shard 1 applied what the others applied")
     assert "event=shard_exited shard=1" in sharded.log("n1")
     assert shard_pids(sharded.procs["n1"].pid).keys() == pids.keys()
 
@@ -163,7 +152,7 @@ def test_sigkill_of_the_supervisor_leaves_no_shard_process(sharded):
     def gone():
         return not any(Path(f"/proc/{p}").exists() and b"tsched" in
                        Path(f"/proc/{p}/cmdline").read_bytes() for p in pids.values())
-    wait_for(gone, "shard processes of a dead supervisor to exit", 15)
+    wait_until(gone, 15, "shard processes of a dead supervisor to exit")
 
 
 def test_sigterm_stops_every_shard_process_with_status_0(sharded):
@@ -194,37 +183,11 @@ def test_leaders_gathered_on_one_node_spread_out_again(sharded):
                                     {"shard": shard, "to": "n1"})
         assert status in (200, 202), body
     # n1 leads every shard for a moment, then hands all but its share (ceil(3/3) = 1) away.
-    wait_for(lambda: sorted(sharded.wait_shard_leaders().values()) == ["n1", "n2", "n3"],
-             "one shard leader per node", 90)
+    wait_until(lambda: sorted(sharded.wait_shard_leaders().values()) == ["n1", "n2", "n3"],
+               90, "one shard leader per node")
     assert "event=leader_spread" in sharded.log("n1", 100_000)
 
 
-def test_answers_of_a_sharded_cluster_match_the_openapi_document(sharded):
-    from .test_dashboard import conforms
-    status, doc = sharded.call("n1", "GET", "/v1/openapi.json")
-    assert status == 200
-    paths = doc["paths"]
-
-    def check(path_key: str, method: str, value, code: str = "200") -> None:
-        schema = paths[path_key][method]["responses"][code]["content"]["application/json"]
-        assert conforms(schema["schema"], value, doc) == [], (path_key, value)
-
-    status, batch = sharded.call("n2", "POST", "/v1/tasks",
-                                 {"tasks": [{"task_type": "t", "tenant": t} for t in TENANTS]})
-    check("/v1/tasks", "post", batch, "201")
-    status, one = sharded.call("n2", "GET", f"/v1/tasks/{batch['tasks'][0]['task_id']}")
-    check("/v1/tasks/{task_id}", "get", one)
-    check("/v1/tasks", "get", sharded.call("n3", "GET", "/v1/tasks?limit=5")[1])
-    status, claimed = sharded.call("n1", "POST", "/v1/claims",
-                                   {"worker_id": "w", "task_types": ["t"], "max_tasks": 4})
-    check("/v1/claims", "post", claimed)
-    done = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"], "result": 1}
-            for t in claimed["tasks"]]
-    check("/v1/completions", "post",
-          sharded.call("n3", "POST", "/v1/completions", {"completions": done})[1])
-    check("/v1/stats", "get", sharded.call("n1", "GET", "/v1/stats")[1])
-    check("/v1/cluster", "get", sharded.call("n1", "GET", "/v1/cluster")[1])
-    check("/v1/tenants", "get", sharded.call("n1", "GET", "/v1/tenants")[1])
 
 
 def test_a_worker_claiming_again_and_again_keeps_one_waiter_per_shard(sharded):
@@ -244,7 +207,7 @@ def test_a_worker_claiming_again_and_again_keeps_one_waiter_per_shard(sharded):
             answers = [sharded.call(n, "GET", f"/v1/stats?tenant={tenant}")
                        for n in sharded.ids]
             return any(st == 200 and body["waiting_claims"] >= 1 for st, body in answers)
-        wait_for(shard0_waits, "the claim waiting at shard 0", 10)
+        wait_until(shard0_waits, 10, "the claim waiting at shard 0")
         status, _ = sharded.call("n2", "POST", "/v1/tasks", {"task_type": "again",
                                                              "tenant": tenant})
         assert status == 201
@@ -295,7 +258,7 @@ def test_a_claim_skips_shards_another_worker_watches_yet_gets_work_that_lands_th
             "n1", "POST", "/v1/claims", {**claim, "worker_id": "w-a", "wait_s": 4.5},
             timeout_s=30)))
         waiting.start()
-        wait_for(watched_everywhere, "w-a watching every shard", 10)
+        wait_until(watched_everywhere, 10, "w-a watching every shard")
         before = [_claim_requests(sharded, s) for s in range(SHARDS)]
         status, body = sharded.call("n1", "POST", "/v1/claims",
                                     {**claim, "worker_id": "w-b", "wait_s": 0})
@@ -323,19 +286,135 @@ def test_a_claim_skips_shards_another_worker_watches_yet_gets_work_that_lands_th
     assert [t["shard"] for t in got] == [2]
 
 
-def test_readiness_needs_every_local_shard(sharded):
-    assert sharded.call("n1", "GET", "/readyz")[0] == 200
-    pids = shard_pids(sharded.procs["n1"].pid)
-    os.kill(pids[2], signal.SIGSTOP)      # one shard replica stops answering
-    try:
-        status, body = sharded.call("n1", "GET", "/readyz", timeout_s=60)
-        assert status >= 500, body
-    finally:
-        os.kill(pids[2], signal.SIGCONT)
-    wait_for(lambda: sharded.call("n1", "GET", "/readyz")[0] == 200, "n1 ready again")
 
 
-def test_a_claim_carries_completions_of_tasks_on_every_shard(sharded):
+
+
+
+
+def test_a_damaged_shard_replica_stops_its_node_and_rejoin_empty_restores_every_shard(sharded):
+    """A shard replica that stops on damaged storage is not restarted in a loop: the whole
+    node stops loudly, and `--rejoin-empty` on the node empties each local replica, which
+    catch up from their leaders."""
+    from .test_storage_faults import STOP_WAIT_S, flip_every_copy
+    tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 2)
+    with Client([sharded.url("n1")], timeout_s=30) as c:
+        made = [c.submit("t", tenant=tenant, payload={"mark": f"dmg-{i:03d}"}) for i in range(20)]
+    wait_until(lambda: all(sharded.call("n3", "GET", f"/v1/tasks/{t['task_id']}")[0] == 200
+                         for t in made), DEADLINE_S, "n3 holds every task")
+    assert sharded.stop("n3") == 0
+    data_mdb = sharded.data_dir("n3") / "shard-2" / "raft-log" / "data.mdb"
+    assert flip_every_copy(data_mdb, b"dmg-010") >= 1
+    sharded.start_node("n3")
+    code = sharded.procs["n3"].wait(timeout=STOP_WAIT_S)
+    log = sharded.log("n3", 100_000)
+    assert code == 76, log
+    assert "storage corrupt" in log and "event=shard_storage_failed shard=2" in log, log
+    sharded.start_node("n3", "--rejoin-empty")
+
+    def serves_every_task() -> bool:
+        try:
+            return all(sharded.call("n3", "GET", f"/v1/tasks/{t['task_id']}")[0] == 200
+                       for t in made)
+        except httpx.HTTPError:        # not listening yet
+            return False
+    wait_until(serves_every_task, DEADLINE_S, "the rejoined node serves every task")
+
+
+def test_a_claim_waiting_on_every_shard_leases_only_what_it_delivers(sharded):
+    """A claim that waits watches every shard and claims at the one with work: the shards
+    it watched lease nothing for it, then or later (a task leased for a claim that took
+    work elsewhere would have to be released, and would carry a `released` attempt)."""
+    by_shard = {s: next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == s)
+                for s in range(SHARDS)}
+    claim = {"worker_id": "w-watch", "task_types": ["watched"], "max_tasks": 1, "wait_s": 20}
+    result: dict = {}
+    waiting = threading.Thread(target=lambda: result.update(
+        answer=sharded.call("n1", "POST", "/v1/claims", claim, timeout_s=40)))
+    waiting.start()
+
+    def every_shard_waits():
+        counts = {s: sum(sharded.call(n, "GET", f"/v1/stats?tenant={t}")[1]["waiting_claims"]
+                         for n in sharded.ids) for s, t in by_shard.items()}
+        return all(n >= 1 for n in counts.values())
+    wait_until(every_shard_waits, 15, "the claim watching every shard")
+    status, first = sharded.call("n2", "POST", "/v1/tasks", {"task_type": "watched",
+                                                            "tenant": by_shard[0]})
+    assert status == 201
+    waiting.join(40)
+    status, body = result["answer"]
+    assert status == 200 and [t["task_id"] for t in body["tasks"]] == [first["task_id"]]
+    # The watches of shards 1 and 2 are still open: work arriving there is not leased to
+    # this worker's gone claim; the next claim gets it on its first attempt.
+    status, second = sharded.call("n3", "POST", "/v1/tasks", {"task_type": "watched",
+                                                             "tenant": by_shard[1]})
+    assert status == 201
+    status, body = sharded.call("n1", "POST", "/v1/claims", claim, timeout_s=40)
+    assert status == 200 and [t["task_id"] for t in body["tasks"]] == [second["task_id"]]
+    assert [a["outcome"] for a in body["tasks"][0]["attempts"]] == [None]
+    for t in (first, body["tasks"][0]):
+        status, task = sharded.call("n2", "GET", f"/v1/tasks/{t['task_id']}")
+        assert status == 200 and all(a["outcome"] != "released" for a in task["attempts"])
+
+
+# --- on one cluster for the rest of the module: tests that kill, stop, damage or count
+# everything are above, each on a cluster of its own; these use task types and tenants of
+# their own, and the last one only pauses a shard replica and waits for it to be back.
+
+@pytest.fixture(scope="module")
+def shared_sharded(tmp_path_factory):
+    with Cluster(tmp_path_factory.mktemp("sharded"), shards=SHARDS) as c:
+        c.start()
+        c.wait_shard_leaders()
+        yield c
+
+
+def test_task_ids_route_from_any_node_and_an_unknown_shard_is_not_found(shared_sharded):
+    sharded = shared_sharded
+    status, task = sharded.call("n1", "POST", "/v1/tasks", {"task_type": "t", "tenant": "x"})
+    assert status == 201 and task["shard"] == shard_of_tenant("x", SHARDS)
+    for node in sharded.ids:
+        status, got = sharded.call(node, "GET", f"/v1/tasks/{task['task_id']}"
+                                   f"?min_seq={task['shard']}:{task['applied_seq']}")
+        assert status == 200 and got["task_id"] == task["task_id"], got
+    status, err = sharded.call("n2", "GET", "/v1/tasks/3f" + "0" * 30)
+    assert status == 404 and err["error"]["code"] == "not_found"
+    status, cluster = sharded.call("n3", "GET", "/v1/cluster")
+    assert [s["shard"] for s in cluster["shards"]] == list(range(SHARDS))
+    assert cluster["leader"] == cluster["shards"][0]["leader"]
+
+
+def test_answers_of_a_sharded_cluster_match_the_openapi_document(shared_sharded):
+    sharded = shared_sharded
+    from .test_dashboard import conforms
+    status, doc = sharded.call("n1", "GET", "/v1/openapi.json")
+    assert status == 200
+    paths = doc["paths"]
+
+    def check(path_key: str, method: str, value, code: str = "200") -> None:
+        schema = paths[path_key][method]["responses"][code]["content"]["application/json"]
+        assert conforms(schema["schema"], value, doc) == [], (path_key, value)
+
+    status, batch = sharded.call("n2", "POST", "/v1/tasks",
+                                 {"tasks": [{"task_type": "t", "tenant": t} for t in TENANTS]})
+    check("/v1/tasks", "post", batch, "201")
+    status, one = sharded.call("n2", "GET", f"/v1/tasks/{batch['tasks'][0]['task_id']}")
+    check("/v1/tasks/{task_id}", "get", one)
+    check("/v1/tasks", "get", sharded.call("n3", "GET", "/v1/tasks?limit=5")[1])
+    status, claimed = sharded.call("n1", "POST", "/v1/claims",
+                                   {"worker_id": "w", "task_types": ["t"], "max_tasks": 4})
+    check("/v1/claims", "post", claimed)
+    done = [{"task_id": t["task_id"], "fencing_token": t["fencing_token"], "result": 1}
+            for t in claimed["tasks"]]
+    check("/v1/completions", "post",
+          sharded.call("n3", "POST", "/v1/completions", {"completions": done})[1])
+    check("/v1/stats", "get", sharded.call("n1", "GET", "/v1/stats")[1])
+    check("/v1/cluster", "get", sharded.call("n1", "GET", "/v1/cluster")[1])
+    check("/v1/tenants", "get", sharded.call("n1", "GET", "/v1/tenants")[1])
+
+
+def test_a_claim_carries_completions_of_tasks_on_every_shard(shared_sharded):
+    sharded = shared_sharded
     """Completions carried on a claim go to their tasks' shards (not to every shard the
     claim asks), are answered in their order, and the claim still gathers new work."""
     with Client([sharded.url("n1")], timeout_s=30) as c:
@@ -361,7 +440,8 @@ def test_a_claim_carries_completions_of_tasks_on_every_shard(sharded):
         assert status == 200 and task["state"] == "completed" and task["result"] == d["result"]
 
 
-def test_minimal_answers_pass_through_the_router_split_by_shard(sharded):
+def test_minimal_answers_pass_through_the_router_split_by_shard(shared_sharded):
+    sharded = shared_sharded
     """`Prefer: return=minimal` reaches every shard a batch of completions (or a claim
     carrying them) is split over: each applied one is answered by id and state, in order;
     and every shard a claim takes tasks from renders them as a worker needs them."""
@@ -396,67 +476,14 @@ def test_minimal_answers_pass_through_the_router_split_by_shard(sharded):
         assert t["shard"] == int(t["task_id"][:2], 16)
 
 
-def test_a_damaged_shard_replica_stops_its_node_and_rejoin_empty_restores_every_shard(sharded):
-    """A shard replica that stops on damaged storage is not restarted in a loop: the whole
-    node stops loudly, and `--rejoin-empty` on the node empties each local replica, which
-    catch up from their leaders."""
-    from .test_storage_faults import STOP_WAIT_S, flip_every_copy
-    tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 2)
-    with Client([sharded.url("n1")], timeout_s=30) as c:
-        made = [c.submit("t", tenant=tenant, payload={"mark": f"dmg-{i:03d}"}) for i in range(20)]
-    wait_for(lambda: all(sharded.call("n3", "GET", f"/v1/tasks/{t['task_id']}")[0] == 200
-                         for t in made), "n3 holds every task")
-    assert sharded.stop("n3") == 0
-    data_mdb = sharded.data_dir("n3") / "shard-2" / "raft-log" / "data.mdb"
-    assert flip_every_copy(data_mdb, b"dmg-010") >= 1
-    sharded.start_node("n3")
-    code = sharded.procs["n3"].wait(timeout=STOP_WAIT_S)
-    log = sharded.log("n3", 100_000)
-    assert code == 76, log
-    assert "storage corrupt" in log and "event=shard_storage_failed shard=2" in log, log
-    sharded.start_node("n3", "--rejoin-empty")
-
-    def serves_every_task() -> bool:
-        try:
-            return all(sharded.call("n3", "GET", f"/v1/tasks/{t['task_id']}")[0] == 200
-                       for t in made)
-        except httpx.HTTPError:        # not listening yet
-            return False
-    wait_for(serves_every_task, "the rejoined node serves every task")
-
-
-def test_a_claim_waiting_on_every_shard_leases_only_what_it_delivers(sharded):
-    """A claim that waits watches every shard and claims at the one with work: the shards
-    it watched lease nothing for it, then or later (a task leased for a claim that took
-    work elsewhere would have to be released, and would carry a `released` attempt)."""
-    by_shard = {s: next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == s)
-                for s in range(SHARDS)}
-    claim = {"worker_id": "w-watch", "task_types": ["watched"], "max_tasks": 1, "wait_s": 20}
-    result: dict = {}
-    waiting = threading.Thread(target=lambda: result.update(
-        answer=sharded.call("n1", "POST", "/v1/claims", claim, timeout_s=40)))
-    waiting.start()
-
-    def every_shard_waits():
-        counts = {s: sum(sharded.call(n, "GET", f"/v1/stats?tenant={t}")[1]["waiting_claims"]
-                         for n in sharded.ids) for s, t in by_shard.items()}
-        return all(n >= 1 for n in counts.values())
-    wait_for(every_shard_waits, "the claim watching every shard", 15)
-    status, first = sharded.call("n2", "POST", "/v1/tasks", {"task_type": "watched",
-                                                            "tenant": by_shard[0]})
-    assert status == 201
-    waiting.join(40)
-    status, body = result["answer"]
-    assert status == 200 and [t["task_id"] for t in body["tasks"]] == [first["task_id"]]
-    # The watches of shards 1 and 2 are still open: work arriving there is not leased to
-    # this worker's gone claim; the next claim gets it on its first attempt.
-    status, second = sharded.call("n3", "POST", "/v1/tasks", {"task_type": "watched",
-                                                             "tenant": by_shard[1]})
-    assert status == 201
-    status, body = sharded.call("n1", "POST", "/v1/claims", claim, timeout_s=40)
-    assert status == 200 and [t["task_id"] for t in body["tasks"]] == [second["task_id"]]
-    assert [a["outcome"] for a in body["tasks"][0]["attempts"]] == [None]
-    for t in (first, body["tasks"][0]):
-        status, task = sharded.call("n2", "GET", f"/v1/tasks/{t['task_id']}")
-        assert status == 200 and all(a["outcome"] != "released" for a in task["attempts"])
-
+def test_readiness_needs_every_local_shard(shared_sharded):
+    sharded = shared_sharded
+    assert sharded.call("n1", "GET", "/readyz")[0] == 200
+    pids = shard_pids(sharded.procs["n1"].pid)
+    os.kill(pids[2], signal.SIGSTOP)      # one shard replica stops answering
+    try:
+        status, body = sharded.call("n1", "GET", "/readyz", timeout_s=60)
+        assert status >= 500, body
+    finally:
+        os.kill(pids[2], signal.SIGCONT)
+    wait_until(lambda: sharded.call("n1", "GET", "/readyz")[0] == 200, DEADLINE_S, "n1 ready again")

@@ -9,8 +9,8 @@ import threading
 import httpx
 import pytest
 
-from tests.integration.cluster import running
-from tests.integration.raft_support import wait_until
+from tests.harness.cluster import running
+from tests.harness.waits import wait_until
 from tsched.client import Client, Overloaded
 from tsched.statemachine.limits import API_LIMITS
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.cluster import Cluster
-from tests.integration.raft_support import wait_until
+from tests.harness.cluster import Cluster
+from tests.harness.waits import wait_until
 from tests.integration.test_node_faults import wait_equal_digests
 
 pytestmark = pytest.mark.slow
@@ -58,7 +58,7 @@ def assert_stops_loudly(c: Cluster, node: str, *names: str) -> None:
 
 
 def test_a_flipped_log_entry_stops_the_follower_and_rejoin_empty_restores_it(tmp_path):
-    with Cluster(tmp_path, size=3) as c:
+    with Cluster(tmp_path, size=3, fast_raft=False) as c:
         c.start()
         leader = c.wait_leader()
         run = uuid.uuid4().hex[:8]
@@ -93,7 +93,7 @@ def test_a_flipped_log_entry_stops_the_follower_and_rejoin_empty_restores_it(tmp
 
 def test_a_damaged_snapshot_stops_the_node_naming_the_file(tmp_path):
     compact_often = "\n[cluster.compaction]\nmin_entries = 20\n"
-    with Cluster(tmp_path, size=3, extra_toml=compact_often) as c:
+    with Cluster(tmp_path, size=3, extra_toml=compact_often, fast_raft=False) as c:
         c.start()
         leader = c.wait_leader()
         victim = c.followers(leader)[0]
@@ -143,7 +143,7 @@ def submit_anywhere(c: Cluster, body: dict) -> bool:
 
 
 def test_a_full_disk_stops_that_node_loudly_and_the_majority_goes_on(tmp_path, small_disk_for_n3):
-    with Cluster(tmp_path, size=3) as c:
+    with Cluster(tmp_path, size=3, fast_raft=False) as c:
         c.start()
         c.wait_leader()
         filler = {"task_type": "fill", "payload": {"blob": "x" * FILL_PAYLOAD_CHARS}}

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from tsched.client import Client, TaskFailed
 from tsched.client.cli import cli
-from tests.integration.raft_support import wait_until
+from tests.harness.waits import wait_until
 
 pytestmark = pytest.mark.slow
 DEADLINE_S = 60.0
@@ -59,10 +59,6 @@ def every_second(ctx: TaskContext) -> str:
 '''
 
 
-def wait_for(cond, what: str, timeout_s: float = DEADLINE_S):
-    return wait_until(cond, timeout_s, what, step_s=0.05)   # a process's log, the cluster
-
-
 class Running:
     def __init__(self, proc: subprocess.Popen, log: Path) -> None:
         self.proc, self.log_path = proc, log
@@ -72,8 +68,8 @@ class Running:
         return self.log_path.read_text(errors="replace")
 
     def wait_serving(self) -> str:
-        wait_for(lambda: "tsworker serving" in self.log or self.proc.poll() is not None,
-                 "the startup line")
+        wait_until(lambda: "tsworker serving" in self.log or self.proc.poll() is not None,
+                   DEADLINE_S, "the startup line")
         assert self.proc.poll() is None, self.log
         return next(line for line in self.log.splitlines() if "tsworker serving" in line)
 
@@ -169,14 +165,16 @@ def test_tsworker_serves_decorated_tasks_and_a_periodic_one(project, cluster):
         with pytest.raises(TaskFailed, match="ValueError"):
             shop_tasks.boom.submit().result(timeout_s=DEADLINE_S)
         with Client(cluster.urls) as c:
-            fires = wait_for(lambda: len(completed_fires(c, "every-second")) >= 2 and
-                             completed_fires(c, "every-second"), "two fires of every-second")
+            fires = wait_until(lambda: len(completed_fires(c, "every-second")) >= 2 and
+                               completed_fires(c, "every-second"),
+                               DEADLINE_S, "two fires of every-second")
         assert {f["result"] for f in fires} == {f["task_id"] for f in fires}
         assert all(f["task_type"] == "shop_tasks.every_second" for f in fires)
         slow = shop_tasks.slow.submit(1.5)
         # "running" on the server means leased; a lease not yet started is given back on
         # SIGTERM. Wait for the handler itself.
-        wait_for(lambda: list(folder.glob("*.slow-started")), "the slow task's handler to start")
+        wait_until(lambda: list(folder.glob("*.slow-started")),
+                   DEADLINE_S, "the slow task's handler to start")
         assert worker.stop() == 0, worker.log
         assert slow.result(timeout_s=5) == "finished"   # ran to its end within --grace
     assert "tsworker stopped" in worker.log
@@ -227,7 +225,7 @@ def test_the_example_project_runs_as_the_readme_says(cluster, tmp_path):
             assert "2 + 3 = 5" in producer.stdout
             assert "'sent_to': 'user2@example.com'" in producer.stdout
             with Client(cluster.urls) as c:
-                wait_for(lambda: completed_fires(c, "examples-tick"), "a tick")
+                wait_until(lambda: completed_fires(c, "examples-tick"), DEADLINE_S, "a tick")
             assert worker.stop() == 0, worker.log
     finally:
         with Client(cluster.urls) as c:

@@ -13,7 +13,8 @@ import pytest
 
 from tsched.client import Client, NonRetryable, Worker
 
-from .worker_support import DEADLINE_S, running, wait_for
+from tests.harness.waits import wait_until
+from tests.integration.worker_support import DEADLINE_S, running
 
 pytestmark = pytest.mark.slow
 FAST_RETRY = {"backoff": "fixed", "base_s": 0.1, "max_s": 0.1, "jitter": 0}
@@ -38,7 +39,8 @@ def test_fifty_tasks_completed_by_four_threads_with_results(cluster, client):
         return {"square": payload["n"] ** 2, "attempt": ctx.attempt}
     ids = [client.submit("square", {"n": n})["task_id"] for n in range(50)]
     with running(Worker(cluster.urls, {"square": square}, concurrency=4, wait_s=1)):
-        wait_for(lambda: all(state_of(client, i) == "completed" for i in ids), "50 completions")
+        wait_until(lambda: all(state_of(client, i) == "completed" for i in ids),
+                   DEADLINE_S, "50 completions")
     for n, task_id in enumerate(ids):
         task = client.get(task_id)
         assert task["result"] == {"square": n * n, "attempt": 1}
@@ -54,7 +56,7 @@ def test_exception_is_retried_then_dead_lettered(cluster, client):
         raise ValueError(f"broken on attempt {ctx.attempt}")
     task_id = client.submit("flaky", max_retries=2, retry=FAST_RETRY)["task_id"]
     with running(Worker(cluster.urls, {"flaky": flaky}, wait_s=1)):
-        wait_for(lambda: state_of(client, task_id) == "dead_letter", "dead letter")
+        wait_until(lambda: state_of(client, task_id) == "dead_letter", DEADLINE_S, "dead letter")
     task = client.get(task_id)
     assert calls == [1, 2, 3]
     assert [a["outcome"] for a in task["attempts"]] == ["failed"] * 3
@@ -68,7 +70,7 @@ def test_nonretryable_dead_letters_at_once(cluster, client):
         raise NonRetryable("bad payload")
     task_id = client.submit("refuse", max_retries=5, retry=FAST_RETRY)["task_id"]
     with running(Worker(cluster.urls, {"refuse": refuse}, wait_s=1)):
-        wait_for(lambda: state_of(client, task_id) == "dead_letter", "dead letter")
+        wait_until(lambda: state_of(client, task_id) == "dead_letter", DEADLINE_S, "dead letter")
     task = client.get(task_id)
     assert len(task["attempts"]) == 1 and "bad payload" in task["last_error"]
 
@@ -84,7 +86,7 @@ def test_cancel_reaches_a_running_handler(cluster, client):
     with running(Worker(cluster.urls, {"long_job": long_job}, lease_s=1.5, wait_s=1)):
         assert started.wait(DEADLINE_S)
         client.cancel(task_id)
-        wait_for(lambda: state_of(client, task_id) == "cancelled", "cancelled")
+        wait_until(lambda: state_of(client, task_id) == "cancelled", DEADLINE_S, "cancelled")
     assert saw["cancelled"] is True
 
 
@@ -107,7 +109,7 @@ def test_killed_worker_task_is_rerun_by_another_after_its_lease(cluster, client,
     proc = subprocess.Popen([sys.executable, "-c", KILLABLE_WORKER, ",".join(cluster.urls),
                              str(marker)], start_new_session=True)
     try:
-        wait_for(marker.exists, "the first worker to start the task")
+        wait_until(marker.exists, DEADLINE_S, "the first worker to start the task")
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -117,7 +119,7 @@ def test_killed_worker_task_is_rerun_by_another_after_its_lease(cluster, client,
     first_token = int(marker.read_text())
     second = Worker(cluster.urls, {"hold": lambda p, ctx: {"token": ctx.fencing_token}}, wait_s=1)
     with running(second):
-        wait_for(lambda: state_of(client, task_id) == "completed", "the re-run")
+        wait_until(lambda: state_of(client, task_id) == "completed", DEADLINE_S, "the re-run")
     task = client.get(task_id)
     assert [a["outcome"] for a in task["attempts"]] == ["lease_expired", "completed"]
     assert task["result"]["token"] > first_token
@@ -140,7 +142,7 @@ def run_until_sigterm(cluster, marker, grace_s: float) -> int:
     proc = subprocess.Popen([sys.executable, "-c", STOPPABLE_WORKER, ",".join(cluster.urls),
                              str(marker), str(grace_s)], start_new_session=True)
     try:
-        wait_for(marker.exists, "the handler to start")
+        wait_until(marker.exists, DEADLINE_S, "the handler to start")
         proc.send_signal(signal.SIGTERM)
         return proc.wait(DEADLINE_S)
     finally:
@@ -163,7 +165,7 @@ def test_sigterm_gives_back_what_outlives_grace(cluster, client, tmp_path):
     assert task["state"] == "pending"
     assert task["attempts"][-1]["outcome"] in ("released", "failed")
     with running(Worker(cluster.urls, {"job": lambda p, ctx: "second run"}, wait_s=1)):
-        wait_for(lambda: state_of(client, task_id) == "completed", "the second run")
+        wait_until(lambda: state_of(client, task_id) == "completed", DEADLINE_S, "the second run")
     assert client.get(task_id)["result"] == "second run"
 
 
@@ -187,10 +189,10 @@ def test_worker_rides_out_a_leader_kill(fresh_cluster):
 
         progress: list = []
         with running(Worker(c.urls, {"steady": steady}, lease_s=3, wait_s=1)):
-            wait_for(lambda: len(finished) >= 20, "some progress")
+            wait_until(lambda: len(finished) >= 20, DEADLINE_S, "some progress")
             c.kill(leader)
             try:
-                wait_for(all_done, "every task completed after the failover", timeout_s=120)
+                wait_until(all_done, 120, "every task completed after the failover")
             except AssertionError:
                 survivors = [i for i in c.ids if i != leader]
                 raise AssertionError(f"progress (time, handled, states): {progress[::20]}; "

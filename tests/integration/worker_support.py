@@ -1,5 +1,5 @@
 """Helpers for tests that run a real `Worker` against a real cluster: a worker running in
-a thread for the length of a `with` block, and a bounded wait for a condition."""
+a thread for the length of a `with` block."""
 from __future__ import annotations
 
 import threading
@@ -7,13 +7,7 @@ from contextlib import contextmanager
 
 from tsched.client import Worker
 
-from .raft_support import wait_until
-
-DEADLINE_S = 60.0
-
-
-def wait_for(cond, what: str, timeout_s: float = DEADLINE_S):
-    return wait_until(cond, timeout_s=timeout_s, what=what, step_s=0.05)
+DEADLINE_S = 60.0   # the bound of a worker test's waits (tests.harness.waits.wait_until)
 
 
 @contextmanager

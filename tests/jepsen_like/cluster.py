@@ -1,6 +1,6 @@
 """Real tsnode processes on loopback, every link through a fault proxy.
 
-The processes are the suite's real-cluster helper's (tests/integration/cluster.py): this
+The processes are the suite's real-cluster helper's (tests/harness/cluster.py): this
 module adds the harness's parts. Raft: pysyncobj opens one TCP connection per node pair,
 dialled by the node whose address string is greater. That node gets `TSCHED_RAFT_DIAL`
 mapping the peer's Raft address to a proxy in front of the peer, so each pair's traffic,
@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.integration.cluster import Cluster as ProcessCluster
+from tests.harness.cluster import Cluster as ProcessCluster
 from tsched_tree import build_tree
 from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE
 
@@ -67,7 +67,8 @@ class Cluster(ProcessCluster):
         self.rejoin_started: set[str] = set()     # started with --rejoin-empty (nemesis)
         self.failpoints = tuple(failpoints)
         self.code_path = snapshot_code(out, code)
-        super().__init__(Path(out), n_nodes, name="jepsen", shards=shards)
+        # the node's own election timeouts: the nemesis's fault lengths are chosen around them
+        super().__init__(Path(out), n_nodes, name="jepsen", shards=shards, fast_raft=False)
         self.out_dir = out
         self.command = tsnode_command()
         self.nodes = {nid: NodeView(self, nid) for nid in self.ids}

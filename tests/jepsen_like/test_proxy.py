@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from tests.harness.waits import wait_until
+
 from .proxy import ProxyHub
 
 WAIT_S = 5.0
@@ -48,14 +50,6 @@ class EchoServer:
         with self.lock:
             return data in self.received
 
-
-def wait_for(cond, timeout_s=WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
 
 
 @pytest.fixture
@@ -99,7 +93,7 @@ def test_drop_swallows_and_heal_resets_the_gapped_connection(setup):
         assert recv_exactly(s, 3) == b"one"
         hub.set("l", "drop")
         s.sendall(b"lost")
-        assert wait_for(lambda: hub.links["l"].bytes_dropped >= 4)
+        wait_until(lambda: hub.links["l"].bytes_dropped >= 4, WAIT_S, "four bytes dropped")
         assert not server.got(b"lost")
         hub.set("l", "pass")
         # the stream lost bytes, so healing resets it rather than resuming with a gap
@@ -118,7 +112,7 @@ def test_drop_black_holes_new_connections(setup):
     hub.set("l", "drop")
     with dial(listen) as s:
         s.sendall(b"void")
-        assert wait_for(lambda: hub.links["l"].bytes_dropped >= 4)
+        wait_until(lambda: hub.links["l"].bytes_dropped >= 4, WAIT_S, "four bytes dropped")
     assert not server.got(b"void")
 
 
@@ -144,9 +138,9 @@ def test_one_way_forwards_only_up(setup):
     with dial(listen) as s:
         hub.set("l", "one_way", forward="up")
         s.sendall(b"ping")
-        assert wait_for(lambda: server.got(b"ping"))
+        wait_until(lambda: server.got(b"ping"), WAIT_S, "the ping through")
         # the echo came back to the proxy and was swallowed on the way down
-        assert wait_for(lambda: hub.links["l"].bytes_dropped >= 4)
+        wait_until(lambda: hub.links["l"].bytes_dropped >= 4, WAIT_S, "four bytes dropped")
         s.settimeout(0.3)
         with pytest.raises(socket.timeout):
             s.recv(10)

@@ -12,7 +12,7 @@ from tsched.client.cli import cli
 try:
     from client_support import FakeNode, dead_url, error
 except ImportError:  # collected as a package
-    from tests.unit.client_support import FakeNode, dead_url, error
+    from tests.unit.client.client_support import FakeNode, dead_url, error
 
 USAGE_ERRORS = [
     ["--url", "ftp://x", "list"],

@@ -6,7 +6,7 @@ The test (`test_sm_stored_snapshot.py`) restores the stored bytes with today's c
 applies the same continuation: equal digests and result codes mean the old snapshot still
 restores to the very state the old code had. Regenerate only on purpose (a new format):
 
-    .venv/bin/python tests/unit/stored/snapshot_v3_make.py
+    .venv/bin/python tests/unit/statemachine/stored/snapshot_v3_make.py
 """
 from __future__ import annotations
 

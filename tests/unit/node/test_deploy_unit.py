@@ -15,7 +15,7 @@ from tsched.node.main import SHUTDOWN_S, STOP_STACKS_AFTER_S
 from tsched.node.raft.handoff import HANDOFF_S
 from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 UNIT = ROOT / "deploy" / "systemd" / "tsnode@.service"
 INSTALLED_TSNODE = "/opt/tsched/bin/tsnode"
 

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from tsched.client.cli import cli
 
-from tests.unit.client_support import FakeNode, dead_url
+from tests.unit.client.client_support import FakeNode, dead_url
 
 PUT = ["schedules", "put", "s", "--cron", "*/5 * * * * *", "--task-type", "t"]
 

@@ -12,8 +12,8 @@ import pytest
 
 from tsched.node.ops.metrics import NodeMetrics
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "prometheus"
+DEPLOY = Path(__file__).resolve().parents[4] / "deploy"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "prometheus"
 
 
 @pytest.mark.parametrize("folder, rules, tests", [
@@ -43,6 +43,6 @@ def test_every_metric_the_rules_use_is_exported_by_a_node() -> None:
     attached_only = {"tsched_tenant_tasks", "tsched_tenant_oldest_due_task_age_seconds",
                      "tsched_raft_has_leader"}
     assert used - attached_only <= names, used - attached_only - names
-    source = (Path(__file__).resolve().parents[2] / "node" / "ops" / "scrape.py").read_text()
+    source = (Path(__file__).resolve().parents[4] / "node" / "ops" / "scrape.py").read_text()
     for name in attached_only:
         assert f'"{name}"' in source

@@ -1,6 +1,6 @@
 """Real `tsnode` clusters for tests: start, kill, stop, restart, always clean up.
 
-    from tests.integration.cluster import Cluster
+    from tests.harness.cluster import Cluster
 
     with Cluster(tmp_path, size=3) as c:        # writes cluster.toml on free loopback ports
         c.start()                               # starts every node (background processes)
@@ -12,11 +12,15 @@
         c.stop("n3")                            # SIGTERM, waits for exit 0
         print(c.log("n1"))                      # the node's log, for failure messages
 
+Elections use the harness's fast timeouts (raft_options.FAST, under [cluster.timeouts]) unless
+`fast_raft=False` or `extra_toml` has its own [cluster.timeouts]: tests about election
+timing run with the node's defaults.
 `env` adds environment variables to every node (e.g. TSCHED_FAILPOINTS);
 `node_env={"n1": {...}}` to one node; `command` is what starts a node (default: `tsnode`).
 Every process is in its own session and is killed (SIGKILL) on close, whatever happened.
 This is the suite's one real-cluster helper: the fault harness (tests/jepsen_like/cluster.py)
-builds on it, adding its proxies and clocks.
+builds on it, adding its proxies and clocks; the benchmarks' LocalCluster (bench/lib/cluster.py)
+shares its ports and config writer.
 """
 from __future__ import annotations
 
@@ -32,8 +36,9 @@ from typing import Any
 
 import httpx
 
-from bench.lib.cluster import node_addresses
-from tests.net import free_port  # noqa: F401  (other tests import it from here)
+from .config import cluster_toml
+from .ports import node_addresses
+from .raft_options import timeouts_toml
 
 TSNODE = shutil.which("tsnode") or str(Path(sys.executable).with_name("tsnode"))
 
@@ -49,7 +54,7 @@ class Cluster:
     def __init__(self, tmp_path: Path, size: int = 3, *, env: dict[str, str] | None = None,
                  node_env: dict[str, dict[str, str]] | None = None, secret: str | None = None,
                  extra_toml: str = "", status_token: str | None = None,
-                 name: str = "test", shards: int = 1) -> None:
+                 name: str = "test", shards: int = 1, fast_raft: bool = True) -> None:
         self.dir = Path(tmp_path)
         self.name = name
         self.command = [TSNODE]
@@ -61,6 +66,8 @@ class Cluster:
         self.procs: dict[str, subprocess.Popen] = {}
         self.paused: set[str] = set()   # stopped with SIGSTOP, not yet resumed
         self.config_path = self.dir / "cluster.toml"
+        if fast_raft and "[cluster.timeouts]" not in extra_toml:
+            extra_toml = timeouts_toml() + extra_toml
         self._write_config(secret, extra_toml)
         self.client = httpx.Client(timeout=30)
         # With [auth] in extra_toml: the token the helper's own status checks use.
@@ -69,15 +76,9 @@ class Cluster:
     # --- setup -----------------------------------------------------------------------------
 
     def _write_config(self, secret: str | None, extra_toml: str) -> None:
-        lines = ["[cluster]", f'name = "{self.name}"']
-        if self.shards != 1:
-            lines.append(f"shards = {self.shards}")
-        if secret:
-            lines.append(f'secret = "{secret}"')
-        for i in self.ids:
-            lines += ["", "[[node]]", f'id = "{i}"', f'raft = "{self.raft[i]}"',
-                      f'http = "{self.http[i]}"', f'data_dir = "data/{i}"']
-        self.config_path.write_text("\n".join(lines) + "\n" + extra_toml)
+        self.config_path.write_text(cluster_toml(
+            self.name, self.raft, self.http, {i: f"data/{i}" for i in self.ids},
+            shards=self.shards, secret=secret, extra_toml=extra_toml))
 
     def url(self, node_id: str) -> str:
         return f"http://{self.http[node_id]}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 
-from tests.unit.sm_support import T0, Driver
+from tests.unit.statemachine.sm_support import T0, Driver
 from tsched.client.archive import Query, search
 from tsched.node.ops.archive import Archive
 from tsched.statemachine import commands as c

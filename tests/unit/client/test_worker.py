@@ -14,7 +14,7 @@ from tsched.client import NonRetryable, Worker
 try:
     from client_support import FakeNode, error
 except ImportError:  # collected as a package
-    from tests.unit.client_support import FakeNode, error
+    from tests.unit.client.client_support import FakeNode, error
 
 DEADLINE_S = 10.0
 

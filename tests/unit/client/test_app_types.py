@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tsched_tree import build_tree
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # The modules of tasks-as-functions and tsworker; the older client modules are not typed
 # strictly: --follow-imports=silent takes their annotations without checking their bodies.
 STRICT_MODULES = ["client/app.py", "client/app_task.py", "client/_appcall.py",

@@ -9,7 +9,7 @@ from tsched.node.api import present
 from tsched.node.api.validate import json_text
 from tsched.statemachine import commands as c
 
-from tests.unit.sm_support import T0, Driver
+from tests.unit.statemachine.sm_support import T0, Driver
 
 
 def _plain_rfc3339(ms: int) -> str:

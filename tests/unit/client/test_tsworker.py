@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from tsched.client import App
 from tsched.client.tsworker import cli, find_app, put_schedules, served_tasks
 
-from tests.unit.client_support import FakeNode, dead_url, error
+from tests.unit.client.client_support import FakeNode, dead_url, error
 
 _names = itertools.count()
 TASKS_MODULE = """

@@ -12,7 +12,7 @@ import pytest
 from tsched.client import (ApiError, App, AsyncApp, NonRetryable, TaskCancelled, TaskContext,
                            TaskFailed)
 
-from tests.unit.client_support import FakeNode, error
+from tests.unit.client.client_support import FakeNode, error
 
 
 def ctx_of(task_id: str = "t1") -> TaskContext:

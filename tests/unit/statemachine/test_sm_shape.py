@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SM_DIR = Path(__file__).resolve().parents[2] / "statemachine"
+SM_DIR = Path(__file__).resolve().parents[3] / "statemachine"
 MODULE_LINES_MAX = 400
 FUNCTION_LINES_MAX = 60
 

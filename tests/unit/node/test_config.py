@@ -9,7 +9,7 @@ import pytest
 from tsched.node import config
 from tsched.node.clock import Clock
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 GOOD = """
 [cluster]
