@@ -100,7 +100,7 @@ def search(directory: Path, q: Search, days_max: int = ARCHIVE_DAYS_SCANNED_MAX,
     """The records of `directory`'s files that match `q`, from `q.start` (else the first
     day that can hold a match) on, within the bounds; a task at most once per page (the
     last copy read)."""
-    page, by_id = Page(), {}
+    page, by_id = Page(), dict[str, dict]()
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
