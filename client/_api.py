@@ -204,6 +204,16 @@ class ApiCalls:
         """Queue counts (by state, priority, tenant; with shards, `by_shard` too)."""
         return self._run(Call("GET", "/v1/stats", params={"tenant": tenant}))
 
+    def archive_page(self, task_id: str | None = None, tenant: str | None = None,
+                     from_: Any = None, to: Any = None, limit: int | None = None,
+                     cursor: str | None = None):
+        """One page of `GET /v1/archive` (DESIGN 14.3): the answering node's archived task
+        records of one task id or tenant; `from_`/`to` bound completed_at (RFC 3339, epoch
+        seconds or YYYY-MM-DD). Follow `next_cursor` on the same client."""
+        return self._run(Call("GET", "/v1/archive", replica_read=False, params={
+            "task_id": task_id, "tenant": tenant, "from": from_, "to": to, "limit": limit,
+            "cursor": cursor}))
+
     # --- cluster -------------------------------------------------------------------
     def cluster_status(self):
         return self._run(Call("GET", "/v1/cluster", replica_read=False))

@@ -10,15 +10,14 @@ last line wins.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import gzip
 import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from tsched.statemachine.archive_format import is_archive_file, last_by_task_id, parse_records
+from tsched.statemachine.archive_format import (is_archive_file, last_by_task_id, matches,
+                                                parse_records)
 
 
 @dataclass
@@ -30,37 +29,14 @@ class Query:
     to_ms: int | None = None         # completed_at < to
 
     def matches(self, task: dict) -> bool:
-        if self.task_id is not None and task.get("task_id") != self.task_id:
-            return False
-        if self.tenant is not None and task.get("tenant") != self.tenant:
-            return False
-        if self.task_type is not None and task.get("task_type") != self.task_type:
-            return False
-        if self.from_ms is not None or self.to_ms is not None:
-            done = _ms(task.get("completed_at"))
-            if done is None:
-                return False
-            if self.from_ms is not None and done < self.from_ms:
-                return False
-            if self.to_ms is not None and done >= self.to_ms:
-                return False
-        return True
+        return matches(task, self.task_id, self.tenant, self.task_type, self.from_ms,
+                       self.to_ms)
 
 
 @dataclass
 class Found:
     records: list[dict] = field(default_factory=list)     # archived records, one per task
     skipped: list[tuple[str, str]] = field(default_factory=list)   # (file, reason)
-
-
-def _ms(text: Any) -> int | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        when = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return int(when.timestamp() * 1000)
 
 
 def read_file(path: Path) -> list[dict]:

@@ -1,29 +1,60 @@
-"""`tsctl archive search`: the audit archive's files, read directly (DESIGN 14.3). No node
-is asked: an operator points it at a node's archive directory (or a copy of it)."""
+"""`tsctl archive search`: the audit archive (DESIGN 14.3). With `--dir` it reads an
+archive directory (a node's, or a copy of it) directly; without, it asks `GET /v1/archive`
+of the first node of --url that answers and follows its cursor to the end."""
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 
 import click
+
+from tsched.statemachine.archive_format import DAY_MS, day_start_ms, last_by_task_id
 
 from . import render
 from .archive import Query
 from .archive import search as run_search
-from .cli_common import cli, time_option
+from .cli_common import State, cli
 
 ARCHIVE_COLUMNS = [("task_id", "TASK_ID"), ("task_type", "TYPE"), ("tenant", "TENANT"),
                    ("state", "STATE"), ("attempt", "ATTEMPT"), ("completed_at", "COMPLETED"),
                    ("last_error", "LAST_ERROR")]
+PAGE_SIZE = 1_000
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-def _ms(value) -> int | None:
-    """time_option's value (epoch seconds or RFC 3339 text) as epoch ms."""
+def archive_time(ctx, param, value: str | None) -> str | None:
+    """RFC 3339 with an offset, epoch seconds or YYYY-MM-DD (checked; kept as given)."""
     if value is None:
         return None
-    if isinstance(value, float):
-        return int(value * 1000)
-    return int(_dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+    try:
+        if _DAY.match(value):
+            day_start_ms(value)
+        else:
+            float(value)
+        return value
+    except ValueError:
+        pass
+    try:
+        when = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise click.BadParameter("give RFC 3339 with an offset (2026-12-01T15:00:00Z), "
+                                 "epoch seconds or YYYY-MM-DD")
+    return value
+
+
+def _ms(value: str | None, end_of_day: bool = False) -> int | None:
+    """archive_time's value as epoch ms (a day: its start, or with end_of_day its end)."""
+    if value is None:
+        return None
+    if _DAY.match(value):
+        return day_start_ms(value) + (DAY_MS if end_of_day else 0)
+    try:
+        return int(float(value) * 1000)
+    except ValueError:
+        return int(_dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 @cli.group()
@@ -32,27 +63,51 @@ def archive():
 
 
 @archive.command()
-@click.option("--dir", "directory", required=True,
-              type=click.Path(exists=True, file_okay=False, readable=True),
-              help="An archive directory ([archive] dir under a node's data_dir).")
+@click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False, readable=True),
+              help="An archive directory ([archive] dir under a node's data_dir) to read "
+                   "directly; without it, GET /v1/archive of the node.")
 @click.option("--task-id")
 @click.option("--tenant")
 @click.option("--type", "task_type")
-@click.option("--from", "from_", callback=time_option,
-              help="completed_at at or after: RFC 3339 or epoch seconds.")
-@click.option("--to", callback=time_option, help="completed_at before: RFC 3339 or epoch s.")
+@click.option("--from", "from_", callback=archive_time,
+              help="completed_at at or after: RFC 3339, epoch seconds or YYYY-MM-DD.")
+@click.option("--to", callback=archive_time,
+              help="completed_at before: RFC 3339, epoch s, or YYYY-MM-DD (to its end).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines, one archived task each.")
 @click.pass_context
 def search(ctx, directory, task_id, tenant, task_type, from_, to, as_json):
     """Find archived tasks. A corrupt or truncated file is reported and skipped."""
     as_json = as_json or bool(ctx.find_root().params.get("as_json"))
-    found = run_search(directory, Query(task_id=task_id, tenant=tenant, task_type=task_type,
-                                        from_ms=_ms(from_), to_ms=_ms(to)))
-    for name, reason in found.skipped:
-        click.echo(f"skipped {name}: {reason}", err=True)
-    tasks = [r["task"] for r in found.records]
+    if directory is not None:
+        found = run_search(directory, Query(task_id=task_id, tenant=tenant,
+                                            task_type=task_type, from_ms=_ms(from_),
+                                            to_ms=_ms(to, end_of_day=True)))
+        records, skipped = found.records, [{"file": f, "reason": r} for f, r in found.skipped]
+    else:
+        if (task_id is None) == (tenant is None):
+            raise click.UsageError("without --dir, give exactly one of --task-id and --tenant")
+        records, skipped = _from_node(ctx.find_object(State), task_id, tenant, from_, to)
+        records = [r for r in records if task_type is None or r["task"].get("task_type")
+                   == task_type]
+    for item in skipped:
+        click.echo(f"skipped {item['file']}: {item['reason']}", err=True)
     if as_json:
-        for record in found.records:
+        for record in records:
             click.echo(json.dumps(record, separators=(",", ":")))
     else:
-        click.echo(render.table(tasks, ARCHIVE_COLUMNS))
+        click.echo(render.table([r["task"] for r in records], ARCHIVE_COLUMNS))
+
+
+def _from_node(state: State, task_id, tenant, from_, to) -> tuple[list[dict], list[dict]]:
+    """Every page of GET /v1/archive, repeats dropped by task id (the last wins)."""
+    by_id: dict[str, dict] = {}
+    skipped: list[dict] = []
+    cursor = None
+    while True:
+        page = state.client.archive_page(task_id=task_id, tenant=tenant, from_=from_, to=to,
+                                         limit=PAGE_SIZE, cursor=cursor)
+        last_by_task_id(page.get("records") or [], by_id)
+        skipped += page.get("skipped") or []
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return list(by_id.values()), skipped

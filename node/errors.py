@@ -10,6 +10,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "unauthenticated": 401,
     "forbidden": 403,
     "not_found": 404,
+    "archive_not_configured": 404,   # GET /v1/archive on a node without [archive] (14.3)
     "method_not_allowed": 405,
     "stale_token": 409,
     "conflict": 409,

@@ -46,6 +46,7 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/", "/v1/openapi.json"})
 OPEN_PREFIXES = ("/static/",)
 METRICS_PATH = "/metrics"
 TIMESERIES_PATH = "/v1/timeseries"   # the dashboard's graphs: cluster-wide counts
+ARCHIVE_PATH = "/v1/archive"         # the audit archive (DESIGN 14.3)
 
 
 class AuthConfigError(ValueError):
@@ -202,6 +203,8 @@ def _authorize(request: web.Request, identity: Identity) -> None:
 def _admin_only(method: str, path: str) -> bool:
     if path in (METRICS_PATH, TIMESERIES_PATH, "/v1/cluster") or path.startswith("/v1/cluster/"):
         return True     # cluster-wide figures, node addresses, leadership changes
+    if path == ARCHIVE_PATH:
+        return True     # the audit archive: every tenant's evicted tasks in one file
     if path.startswith("/v1/tenants/") and method not in ("GET", "HEAD"):
         return True     # caps and weights decide fairness between tenants
     return False

@@ -14,6 +14,7 @@ import orjson
 from tsched.statemachine.limits import API_LIMITS, LIMITS
 
 from tsched.node.api import schedules as schedules_api
+from tsched.node.api.openapi_archive import archive_paths
 from tsched.node.scheduling import cron
 from tsched.node.api import validate as v
 from tsched.node.errors import STATUS_BY_CODE
@@ -680,7 +681,7 @@ def document() -> dict[str, Any]:
                            "read or write carries applied_seq; pass ?min_seq=N to read your "
                            "writes from any node.",
         },
-        "paths": {**_task_paths(), **_schedule_paths(), **_admin_paths()},
+        "paths": {**_task_paths(), **_schedule_paths(), **_admin_paths(), **archive_paths()},
         "components": {
             "schemas": components(),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
