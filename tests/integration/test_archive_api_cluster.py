@@ -11,8 +11,8 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from tests.integration.cluster import running
-from tests.integration.raft_support import wait_until
+from tests.harness.cluster import running
+from tests.harness.waits import wait_until
 from tsched.client import Client
 from tsched.client.cli import cli
 from tsched.node.shards.layout import shard_of_tenant

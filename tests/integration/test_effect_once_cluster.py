@@ -18,7 +18,9 @@ from tests.postgres_support import PostgresServer, unavailable_reason
 from tsched.client import Client, Worker
 from tsched.client.effects import effect_once
 
-from .worker_support import running, wait_for
+from tests.harness.waits import wait_until
+
+from .worker_support import DEADLINE_S, running
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +52,7 @@ def credit(payload, ctx, die_after_commit=False):
 WORKER_A = HANDLER + '''
 import sys
 from tsched.client import Worker
-Worker(sys.argv[1], {"credit": lambda p, ctx: credit(p, ctx, die_after_commit=True)},
+Worker(sys.argv[1], {sys.argv[2]: lambda p, ctx: credit(p, ctx, die_after_commit=True)},
        lease_s=2, wait_s=1).run()
 '''
 
@@ -93,11 +95,14 @@ def _query(db: str, sql: str) -> list[tuple]:
         conn.close()
 
 
-def test_a_rerun_after_a_crash_after_commit_changes_nothing(cluster, database: str) -> None:
+def test_a_rerun_after_a_crash_after_commit_changes_nothing(cluster, database: str,
+                                                          request: pytest.FixtureRequest) -> None:
+    # A task type of this test's own: the module's cluster outlives the other case's workers.
+    task_type = f"credit_{request.node.callspec.id}"
     with Client(cluster.urls, timeout_s=30) as client:
-        task_id = client.submit("credit", {"db": database})["task_id"]
-        proc = subprocess.Popen([sys.executable, "-c", WORKER_A, ",".join(cluster.urls)],
-                                start_new_session=True)
+        task_id = client.submit(task_type, {"db": database})["task_id"]
+        proc = subprocess.Popen([sys.executable, "-c", WORKER_A, ",".join(cluster.urls),
+                                 task_type], start_new_session=True)
         try:
             assert proc.wait(60) == -signal.SIGKILL      # A died right after its commit
         finally:
@@ -106,10 +111,10 @@ def test_a_rerun_after_a_crash_after_commit_changes_nothing(cluster, database: s
                 proc.wait(10)
         assert _query(database, "SELECT balance FROM accounts") == [(1050,)]
         credit = _handler_module()["credit"]
-        with running(Worker(cluster.urls, {"credit": credit}, wait_s=1)):
-            wait_for(lambda: client.get(task_id)["state"] == "completed", "B's rerun")
+        with running(Worker(cluster.urls, {task_type: credit}, wait_s=1)):
+            wait_until(lambda: client.get(task_id)["state"] == "completed", DEADLINE_S, "B's rerun")
         task = client.get(task_id)
-    assert [a["outcome"] for a in task["attempts"]] == ["lease_expired", "completed"]
+    assert [a["outcome"] for a in task["attempts"]] == ["lease_expired", "completed"], task["attempts"]
     assert task["result"]["applied"] is False
     assert _query(database, "SELECT balance FROM accounts") == [(1050,)]
     rows = _query(database, "SELECT execution_id, task_id, fencing_token FROM tsched_executions")

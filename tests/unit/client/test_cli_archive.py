@@ -12,7 +12,7 @@ from tsched.client.cli import cli
 try:
     from client_support import FakeNode, error
 except ImportError:  # collected as a package
-    from tests.unit.client_support import FakeNode, error
+    from tests.unit.client.client_support import FakeNode, error
 
 
 def record(tid: str, tenant: str = "acme", task_type: str = "t", attempt: int = 1) -> dict:
