@@ -14,7 +14,7 @@ import time
 
 import httpx
 
-from tsched.statemachine import backup_format as fmt
+import tsched.statemachine.backup_format as fmt
 
 from .errors import ApiError, Unavailable
 

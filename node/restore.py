@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tsched.statemachine import backup_format as fmt
+import tsched.statemachine.backup_format as fmt
 
 from tsched.node.config import ClusterConfig, NodeConfig
 from tsched.node.raft.seed import check_section, seed
