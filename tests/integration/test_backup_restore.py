@@ -158,3 +158,32 @@ def test_restore_refuses_a_damaged_file_and_another_clusters(tmp_path):
     finally:
         other.close()
         same.close()
+
+
+def test_a_sharded_cluster_backs_up_every_shard_and_refuses_another_shard_count(tmp_path):
+    backup = tmp_path / "sharded.backup"
+    with Cluster(_dir(tmp_path, "src"), shards=2) as src:
+        src.start()
+        src.wait_shard_leaders()
+        s, b = src.call("n1", "POST", "/v1/tasks", {"tasks": [
+            {"task_type": "t", "tenant": f"tenant-{i}"} for i in range(20)]})
+        assert s == 201, b
+        ids = {t["task_id"] for t in b["tasks"]}
+        assert len({tid[:2] for tid in ids}) == 2, "the tasks went to one shard only"
+        out = _tsctl(src, "backup", str(backup))
+        assert out.returncode == 0, out.stderr
+        assert "(2 shard(s))" in out.stdout and "shard 1 at log index" in out.stdout
+    with Cluster(_dir(tmp_path, "dst"), shards=2) as dst:
+        for i in dst.ids:
+            dst.start_node(i, "--restore", str(backup))
+        dst.wait_shard_leaders()
+        for tid in ids:
+            s, b = dst.call("n2", "GET", f"/v1/tasks/{tid}")
+            assert s == 200 and b["state"] == "pending", b
+    single = Cluster(_dir(tmp_path, "single"))
+    try:
+        refused = _restore_refusal(single, "n1", backup)
+        assert refused.returncode == 2, refused.stderr
+        assert "holds 2 shard(s); this cluster has shards = 1" in refused.stderr, refused.stderr
+    finally:
+        single.close()
