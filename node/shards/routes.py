@@ -225,6 +225,6 @@ async def backup(request: web.Request) -> web.StreamResponse:
     r = _router(request)
     validate.query(request.query, ("shard",))
     shard = validate.query_int(request.query, "shard", 0, r.count - 1, 0)
-    url = r.up.order(shard, to_leader=True)[0]
+    url = r.up.leader_first(shard)
     return await relay_stream(request, url, cluster_client_context(r.cfg), {},
                               answer_headers={H_SHARDS: str(r.count)})

@@ -75,7 +75,12 @@ class Upstreams:
         """A shard for requests any shard answers alike (dashboard, OpenAPI, cron preview)."""
         return self.local[0] if self.local else 0
 
-    def order(self, shard: int, to_leader: bool) -> list[str]:
+    def leader_first(self, shard: int) -> str:
+        """The URL of the replica on the node the shard's leader was last seen on (or the
+        first in placement order when it is not known)."""
+        return self._order(shard, True)[0]
+
+    def _order(self, shard: int, to_leader: bool) -> list[str]:
         urls = self.urls[shard]
         if not to_leader:
             return urls
@@ -91,7 +96,7 @@ class Upstreams:
         on (claims: a follower would forward them)."""
         assert self._session is not None, "Upstreams.start() was not awaited"
         last = None
-        for url in self.order(shard, to_leader):
+        for url in self._order(shard, to_leader):
             try:
                 async with self._session.request(
                         method, url + path_qs, data=body, headers=headers,
