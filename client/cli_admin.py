@@ -153,3 +153,16 @@ def dev(config, shards):
     except DevError as exc:
         raise click.ClickException(str(exc)) from exc
     raise SystemExit(code)
+
+
+@cli.command(name="backup")
+@click.argument("path", metavar="FILE", type=click.Path(dir_okay=False, writable=True))
+@pass_state
+def backup_cmd(st: State, path):
+    """Write a consistent backup of every shard to FILE (admin token)."""
+    from .backup import take_backup
+    head = take_backup(st.urls, st.token, path, ca_file=st.ca_file, timeout_s=st.timeout_s)
+    text = (f"backup of cluster {head['cluster']} ({head['shards']} shard(s)) written to "
+            f"{path}: " + ", ".join(f"shard {s['shard']} at log index {s['raft_index']} "
+                                    f"({s['bytes']} bytes)" for s in head["sections"]))
+    st.show(head, text)

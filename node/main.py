@@ -50,12 +50,17 @@ STOP_STACKS_AFTER_S = 12.0
               help="discard this node's Raft log and snapshot (damaged data) and rejoin: it "
                    "votes in no election until caught up from the leader (with shards: every "
                    "local shard replica's)")
+@click.option("--restore", "restore_from", type=click.Path(dir_okay=False), default=None,
+              help="seed this node's empty data dir from a `tsctl backup` file, then start "
+                   "(run it on every node of a fresh cluster)")
 def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
-        rejoin_empty: bool) -> None:
+        rejoin_empty: bool, restore_from: str | None) -> None:
     from tsched.node.shards import layout as shards
     try:
         cfg = config_mod.load(config_path)
         me = cfg.node(node_id)
+        if restore_from is not None and shard is None:
+            _restore(cfg, me, restore_from)
         shards.check_data_dir(cfg, me)     # reads only: a refused data dir is left as it is
         if shard is not None:
             from tsched.node.shards.supervisor import die_with_parent
@@ -83,6 +88,18 @@ def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
     gc_policy = GcPolicy()
     gc_policy.install()
     sys.exit(asyncio.run(serve(cfg, node_id, clock, log_context, gc_policy, shard=shard)))
+
+
+def _restore(cfg, me, backup: str) -> None:
+    """`--restore`: seed the data dir (node/restore.py); a refusal exits 2 with its reason."""
+    from tsched.node.restore import RestoreRefused, restore
+    try:
+        head = restore(cfg, me, backup)
+    except RestoreRefused as e:
+        click.echo(f"tsnode: restore refused: {e}", err=True)
+        sys.exit(2)
+    click.echo(f"tsnode: restored {backup} (cluster {head['cluster']}, {head['shards']} "
+               f"shard(s), taken {head['created_at']}) into {me.data_dir}", err=True)
 
 
 def _discard_local_data(cfg, me, shard: int | None) -> None:

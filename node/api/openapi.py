@@ -640,6 +640,9 @@ def _admin_paths() -> dict[str, Any]:
             "Transfer leadership", None, status=202,
             body=obj({"to": string(64, description="a node id; default: any")}, closed=True),
             body_required=False, errors=(404, 409, 503), tag="cluster")},
+        "/v1/cluster/backup": {"get": op("Backup", {"type": "string", "format": "binary"},
+            params=[query("shard", integer(0, 63))], errors=(400, 409, 503, 504), tag="cluster",
+            content_type="application/octet-stream")},
         "/v1/stats": {"get": op(
             "Queue statistics", ref("Stats"), params=[query("tenant", TENANT)], tag="cluster")},
         "/v1/timeseries": {"get": {**op(

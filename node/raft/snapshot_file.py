@@ -86,11 +86,16 @@ def _parse_snapshot_header(path: Path, data: bytes) -> tuple[dict, int]:
 def read_snapshot_header(path: Path) -> dict:
     """The header alone (a start reads it to trim the log), checked as `read_snapshot` does."""
     with open(path, "rb") as f:
-        head = f.read(len(SNAPSHOT_MAGIC) + 2 * _U32.size)
-        if len(head) < len(SNAPSHOT_MAGIC) + 2 * _U32.size:
-            raise journal_mod.CorruptStorage(path, "snapshot header", "truncated")
-        size = _U32.unpack_from(head, len(SNAPSHOT_MAGIC))[0]
-        return _parse_snapshot_header(path, head + f.read(size))[0]
+        return read_open_snapshot_header(f, path)
+
+
+def read_open_snapshot_header(f, path: Path) -> dict:
+    """The header of the snapshot file open as `f` (read from its current position)."""
+    head = f.read(len(SNAPSHOT_MAGIC) + 2 * _U32.size)
+    if len(head) < len(SNAPSHOT_MAGIC) + 2 * _U32.size:
+        raise journal_mod.CorruptStorage(path, "snapshot header", "truncated")
+    size = _U32.unpack_from(head, len(SNAPSHOT_MAGIC))[0]
+    return _parse_snapshot_header(path, head + f.read(size))[0]
 
 
 def snapshot_index(path: Path) -> int | None:

@@ -214,3 +214,17 @@ async def readyz(request: web.Request) -> web.Response:
         if a.status != 200:
             return as_response(a)
     return as_response(answers[0])
+
+
+@routes.get("/v1/cluster/backup")
+async def backup(request: web.Request) -> web.StreamResponse:
+    """One shard's backup section (`?shard=s`, default 0), streamed from the replica on the
+    node its leader was last seen on (that replica relays to its leader if it moved on)."""
+    from tsched.node.api.backup import H_SHARDS, relay_stream
+    from tsched.node.tls import cluster_client_context
+    r = _router(request)
+    validate.query(request.query, ("shard",))
+    shard = validate.query_int(request.query, "shard", 0, r.count - 1, 0)
+    url = r.up.leader_first(shard)
+    return await relay_stream(request, url, cluster_client_context(r.cfg), {},
+                              answer_headers={H_SHARDS: str(r.count)})

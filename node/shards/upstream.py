@@ -75,6 +75,11 @@ class Upstreams:
         """A shard for requests any shard answers alike (dashboard, OpenAPI, cron preview)."""
         return self.local[0] if self.local else 0
 
+    def leader_first(self, shard: int) -> str:
+        """The URL of the replica on the node the shard's leader was last seen on (or the
+        first in placement order when it is not known)."""
+        return self._order(shard, True)[0]
+
     def _order(self, shard: int, to_leader: bool) -> list[str]:
         urls = self.urls[shard]
         if not to_leader:

@@ -1,0 +1,100 @@
+"""`tsnode --config FILE --id ID --restore BACKUP` (DESIGN.md section 6.1): seed this node's
+empty data dir from a backup made by `tsctl backup`, then start as usual.
+
+Refused, before anything is written (RestoreRefused, exit status 2), with the reason: a
+file that is not a backup, a format version this build does not know, a checksum that
+does not match, another cluster's name, a shard count other than the cluster file's, a
+data dir that is not empty.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import tsched.statemachine.backup_format as fmt
+
+from tsched.node.config import ClusterConfig, NodeConfig
+from tsched.node.raft.seed import check_section, seed
+from tsched.node.shards import layout as shards
+from tsched.node.shards.shape import shards_of
+
+READ_BYTES = 1 << 20
+
+
+class RestoreRefused(Exception):
+    """Why a backup is not restored here; nothing was written."""
+
+
+def restore(cfg: ClusterConfig, me: NodeConfig, backup: str) -> dict:
+    """Check `backup` against this cluster and node, then seed every local replica's data
+    dir from its shard's section. The backup's head."""
+    _check_empty(Path(me.data_dir))
+    head, offsets = read_head(backup)
+    if head["cluster"] != cfg.name:
+        raise RestoreRefused(f"{backup} is a backup of cluster {head['cluster']!r}; this "
+                             f"cluster file names cluster {cfg.name!r}")
+    if head["shards"] != shards_of(cfg):
+        raise RestoreRefused(f"{backup} holds {head['shards']} shard(s); this cluster has "
+                             f"shards = {shards_of(cfg)} (a shard count cannot change on restore)")
+    seeded = []
+    with open(backup, "rb") as f:
+        for s in shards.local_shards(cfg, me.id):
+            sec = head["sections"][s]
+            f.seek(offsets[s])
+            try:
+                index, state = check_section(f.read(sec["bytes"]))
+            except ValueError as exc:
+                raise RestoreRefused(f"{backup}: shard {s}: {exc}") from None
+            seeded.append((s, index, state))
+    for s, index, state in seeded:
+        sub = shards.shard_config(cfg, s)
+        seed(Path(shards.shard_data_dir(cfg, me, s)), index, state, [n.raft for n in sub.nodes])
+    shards.stamp_data_dir(cfg, me)
+    return head
+
+
+def read_head(backup: str) -> tuple[dict, list[int]]:
+    """The checked head of `backup` and each section's offset; RestoreRefused naming why."""
+    try:
+        size = os.path.getsize(backup)
+        with open(backup, "rb") as f:
+            start = f.read(fmt.PREFIX_BYTES)
+            _, head_len = fmt.parse_prefix(start)
+            raw = f.read(head_len)
+            if len(raw) != head_len or size < fmt.PREFIX_BYTES + head_len + fmt.TRAILER_BYTES:
+                raise fmt.BackupFormatError("truncated", "the file is truncated")
+            _verify_checksum(f, start + raw, size)
+            head = fmt.parse_head(raw)
+    except OSError as exc:
+        raise RestoreRefused(f"cannot read {backup}: {exc.strerror or exc}") from None
+    except fmt.BackupFormatError as exc:
+        raise RestoreRefused(f"{backup}: {exc}") from None
+    if fmt.content_bytes(fmt.PREFIX_BYTES + len(raw), head) + fmt.TRAILER_BYTES != size:
+        raise RestoreRefused(f"{backup}: its size does not match its head's sections")
+    offsets, at = [], fmt.PREFIX_BYTES + len(raw)
+    for sec in head["sections"]:
+        offsets.append(at)
+        at += sec["bytes"]
+    return head, offsets
+
+
+def _verify_checksum(f, prefix: bytes, size: int) -> None:
+    """The trailer's SHA-256 over every byte before it, read a megabyte at a time."""
+    h = fmt.new_hash()
+    h.update(prefix)
+    left = size - fmt.TRAILER_BYTES - len(prefix)
+    while left > 0:
+        chunk = f.read(min(READ_BYTES, left))
+        if not chunk:
+            raise fmt.BackupFormatError("truncated", "the file is truncated")
+        h.update(chunk)
+        left -= len(chunk)
+    if f.read(fmt.TRAILER_BYTES) != h.digest():
+        raise fmt.BackupFormatError("checksum", "checksum mismatch: the file is damaged "
+                                    "(its SHA-256 does not match its content)")
+
+
+def _check_empty(data_dir: Path) -> None:
+    if data_dir.exists() and any(data_dir.iterdir()):
+        raise RestoreRefused(f"data dir {data_dir} is not empty: a restore seeds a fresh "
+                             "node only (move its contents away first)")
