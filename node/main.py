@@ -94,7 +94,7 @@ def _restore(cfg, me, backup: str) -> None:
     """`--restore`: seed the data dir (node/restore.py); a refusal exits 2 with its reason."""
     from tsched.node.restore import RestoreRefused, restore
     try:
-        head = restore(cfg, me, backup)
+        head = restore(cfg, me, backup, limits=_limits(cfg))
     except RestoreRefused as e:
         click.echo(f"tsnode: restore refused: {e}", err=True)
         sys.exit(2)

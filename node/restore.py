@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import tsched.statemachine.backup_format as fmt
+from tsched.statemachine import Limits, StateMachine
 
 from tsched.node.config import ClusterConfig, NodeConfig
 from tsched.node.raft.seed import check_section, seed
@@ -19,15 +20,23 @@ from tsched.node.shards import layout as shards
 from tsched.node.shards.shape import shards_of
 
 READ_BYTES = 1 << 20
+# A restored cluster's fencing tokens start this far above the backup's counter. The old
+# cluster may have handed out tokens after the backup was taken, which the backup does not
+# know; a worker of the old cluster holding one must never match a token handed out again.
+# 2**40 covers over 100 days of claims at 100,000 a second after the backup, and leaves
+# room for millions of restores below Limits.fencing_token_max (2**63 - 1). A constant,
+# not a clock reading: every node seeds the same state from the same file.
+FENCING_TOKEN_BUMP = 1 << 40
 
 
 class RestoreRefused(Exception):
     """Why a backup is not restored here; nothing was written."""
 
 
-def restore(cfg: ClusterConfig, me: NodeConfig, backup: str) -> dict:
+def restore(cfg: ClusterConfig, me: NodeConfig, backup: str, limits: Limits | None = None) -> dict:
     """Check `backup` against this cluster and node, then seed every local replica's data
-    dir from its shard's section. The backup's head."""
+    dir from its shard's section, its fencing-token counter raised by FENCING_TOKEN_BUMP.
+    The backup's head."""
     _check_empty(Path(me.data_dir))
     head, offsets = read_head(backup)
     if head["cluster"] != cfg.name:
@@ -45,12 +54,22 @@ def restore(cfg: ClusterConfig, me: NodeConfig, backup: str) -> dict:
                 index, state = check_section(f.read(sec["bytes"]))
             except ValueError as exc:
                 raise RestoreRefused(f"{backup}: shard {s}: {exc}") from None
-            seeded.append((s, index, state))
+            seeded.append((s, index, bump_fencing_tokens(state, limits)))
     for s, index, state in seeded:
         sub = shards.shard_config(cfg, s)
         seed(Path(shards.shard_data_dir(cfg, me, s)), index, state, [n.raft for n in sub.nodes])
     shards.stamp_data_dir(cfg, me)
     return head
+
+
+def bump_fencing_tokens(state: bytes, limits: Limits | None) -> bytes:
+    """The snapshot `state` with its fencing-token counter FENCING_TOKEN_BUMP higher."""
+    sm = StateMachine.restore(state, limits=limits)
+    if sm.cluster_token + FENCING_TOKEN_BUMP > sm.limits.fencing_token_max:
+        raise RestoreRefused("the backup's fencing-token counter is too close to its maximum "
+                             "to be raised past the tokens handed out after the backup")
+    sm.cluster_token += FENCING_TOKEN_BUMP
+    return sm.snapshot()
 
 
 def read_head(backup: str) -> tuple[dict, list[int]]:

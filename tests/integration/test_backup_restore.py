@@ -105,6 +105,12 @@ def test_backup_under_load_restores_into_a_fresh_cluster(tmp_path):
         before = [tid for at, tid in load.acked if at < started]
         assert len(before) >= 200 and len(load.acked) > len(before), "no load during the backup"
         states.update({tid: "pending" for tid in before})
+        # tokens the old cluster hands out after the backup, which the backup cannot know
+        after_backup = _claim(src, src.wait_leader(), "work", 5)
+        assert after_backup
+        top_token = max(top_token, *(t["fencing_token"] for t in after_backup))
+        for t in after_backup:
+            states[t["task_id"]] = "pending"        # pending at the backup's moment
     with Cluster(_dir(tmp_path, "dst")) as dst:
         for i in dst.ids:
             dst.start_node(i, "--restore", str(backup))
@@ -120,6 +126,7 @@ def test_backup_under_load_restores_into_a_fresh_cluster(tmp_path):
                                                       "idempotency_key": "k-3"})
         assert s == 201 and b["duplicate"] is True, b     # idempotency keys survive
         claimed = _claim(dst, dst.followers(leader)[0], "work", 1)
+        # above every token the old cluster handed out, before the backup and after it
         assert claimed and claimed[0]["fencing_token"] > top_token, (claimed, top_token)
         # every replica restored the same state and applies the same log after it
         s, b = dst.call(leader, "POST", "/v1/tasks", {"task_type": "after"})
