@@ -37,7 +37,6 @@ RELAY_TIMEOUT_S = 3600.0         # a relayed stream of a large state may take a 
 H_CLUSTER, H_SHARDS, H_SHARD = "X-Tsched-Cluster", "X-Tsched-Shards", "X-Tsched-Backup-Shard"
 H_INDEX, H_TERM = "X-Tsched-Raft-Index", "X-Tsched-Raft-Term"
 PASS_HEADERS = (H_CLUSTER, H_SHARDS, H_SHARD, H_INDEX, H_TERM, "Content-Length")
-_busy: set[str] = set()          # node ids with a backup in progress (one at a time each)
 
 
 @routes.get(BACKUP_PATH)
@@ -54,10 +53,10 @@ async def backup(request: web.Request) -> web.StreamResponse:
             raise ApiError("no_leader", "no leader is known at the moment")
         return await relay_stream(request, url, cluster_client_context(node.config),
                                   {FORWARDED_HEADER: node.node_id})
-    if node.node_id in _busy:
+    if node.backup_in_progress:
         raise ApiError("conflict", "a backup is already being taken on this node; one at a time",
                        {"node": node.node_id})
-    _busy.add(node.node_id)
+    node.backup_in_progress = True
     try:
         f, raft = await _covering_snapshot(node, node.replica.commit_index)
         try:
@@ -65,7 +64,7 @@ async def backup(request: web.Request) -> web.StreamResponse:
         finally:
             f.close()
     finally:
-        _busy.discard(node.node_id)
+        node.backup_in_progress = False
 
 
 async def _covering_snapshot(node: Node, index: int):

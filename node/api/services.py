@@ -41,6 +41,7 @@ class Node:
     propose_timeout_s: float = PROPOSE_TIMEOUT_S
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)   # set on SIGTERM
     shard: int | None = None    # this process's shard when the cluster has several
+    backup_in_progress: bool = False   # GET /v1/cluster/backup: one at a time (api/backup.py)
 
     def new_task_id(self) -> str:
         """A fresh task id; with shards its first two hex digits name this shard, so any
