@@ -13,7 +13,7 @@ import orjson
 
 from tsched.statemachine.limits import API_LIMITS, LIMITS
 
-from tsched.node.api import schedules as schedules_api
+from tsched.node.api import openapi_audit, schedules as schedules_api
 from tsched.node.scheduling import cron
 from tsched.node.api import validate as v
 from tsched.node.errors import STATUS_BY_CODE
@@ -671,7 +671,7 @@ def _admin_paths() -> dict[str, Any]:
 @functools.cache
 def document() -> dict[str, Any]:
     """The whole document (built once; callers must not mutate it)."""
-    return {
+    return openapi_audit.add_to({
         "openapi": OPENAPI_VERSION,
         "info": {
             "title": "tsched",
@@ -688,7 +688,7 @@ def document() -> dict[str, Any]:
                                                           "(when [auth] is configured)"}},
         },
         "security": [{}, {"bearer": []}],
-    }
+    })
 
 
 @functools.cache
