@@ -18,7 +18,6 @@ from collections import deque
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from . import commands as c
 from . import validate as V
 from .errors import DecodeError, INVALID_ARGUMENT
 from .results import DONE, Answer
@@ -131,8 +130,9 @@ def change_json(change: dict | None, bytes_max: int) -> str:
     return json.dumps(summary, sort_keys=True, separators=(",", ":"))
 
 
-def note(sm: StateMachine, cmd: c.AuditNote) -> Answer:
-    """An AuditNote: an entry, nothing else."""
+def note(sm: StateMachine, cmd: Any) -> Answer:
+    """An AuditNote (`cmd`: any field may hold anything until checked): an entry, nothing
+    else."""
     lim = sm.limits
     V.string("actor", cmd.actor, lim.audit_actor_chars_max)
     V.choice("action", cmd.action, NOTE_ACTIONS)

@@ -99,8 +99,10 @@ def encode_batch(cmds: list[c.Command]) -> bytes:
 def _drop_defaults(item: list, added: list) -> None:
     """Drop the trailing fields of `added` (the defaults of the fields added last) that
     hold their default, from the end."""
-    for default in reversed(added):
-        if item[-1] is not default and item[-1] != default:
+    i = len(added)
+    while i > 0:                     # (a reversed() loop here trips mypyc)
+        i -= 1
+        if item[-1] is not added[i] and item[-1] != added[i]:
             return
         item.pop()
 
