@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from . import cli_admin, cli_archive, cli_tasks  # noqa: F401  (they register their verbs on `cli`)
+from . import cli_admin, cli_archive, cli_audit, cli_tasks  # noqa: F401  (they register verbs)
 from .cli_common import cli
 
 __all__ = ["cli", "main"]

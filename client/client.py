@@ -16,7 +16,7 @@ from . import _aio
 from ._api import ApiCalls
 from ._core import (LEADER_HEADER, TRANSPORT_ERRORS, Call, Rotation, SeqTracker,
                     build_request, decode, describe_failure, error_from, is_retryable_status,
-                    overload_wait_s, parse_urls, unavailable)
+                    overload_wait_s, parse_urls, to_time, unavailable)
 
 CONNECT_TIMEOUT_S = 2.0    # a dead or unreachable node must not eat the whole deadline
 ATTEMPT_READ_S = 10.0      # longer than a node's own commit wait, shorter than the deadline
@@ -134,6 +134,11 @@ class Client(_Base):
     def list_schedules(self, tenant: str | None = None, limit: int | None = None) -> Iterator[dict]:
         yield from self._paged("/v1/schedules", "schedules", limit, {"tenant": tenant})
 
+    def audit(self, limit: int | None = None, **filters: Any) -> Iterator[dict]:
+        """The audit trail, newest first (DESIGN 14.6). Filters: since (a datetime, epoch s
+        or RFC 3339), actor, action, target. `limit` caps the total yielded."""
+        yield from self._paged("/v1/audit", "entries", limit, audit_filters(filters))
+
     def _paged(self, path: str, key: str, limit: int | None, filters: dict) -> Iterator[dict]:
         cursor, count = None, 0
         while True:
@@ -215,6 +220,10 @@ class AsyncClient(_Base):
         async for item in self.list(limit=limit, state="dead_letter", tenant=tenant):
             yield item
 
+    async def audit(self, limit: int | None = None, **filters: Any) -> AsyncIterator[dict]:
+        async for item in self._paged("/v1/audit", "entries", limit, audit_filters(filters)):
+            yield item
+
     async def list_schedules(self, tenant: str | None = None,
                              limit: int | None = None) -> AsyncIterator[dict]:
         async for item in self._paged("/v1/schedules", "schedules", limit, {"tenant": tenant}):
@@ -232,3 +241,10 @@ class AsyncClient(_Base):
                 yield item
             if cursor is None:
                 return
+
+
+def audit_filters(filters: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(filters) - {"since", "actor", "action", "target"})
+    if unknown:
+        raise TypeError(f"unknown audit filter(s): {', '.join(unknown)}")
+    return {**filters, "since": to_time(filters.get("since"))}

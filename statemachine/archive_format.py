@@ -16,6 +16,10 @@ import orjson
 
 FORMAT_VERSION = 1
 FILE_PREFIX, FILE_SUFFIX = "tasks-", ".jsonl.gz"
+# The audit trail's evicted entries (DESIGN 14.6), beside the task files and in their
+# format but for the record's key: `{"v": 1, "archived_at": ..., "audit": {entry}}`;
+# repeats (a replayed entry) are dropped by the entry's `id`.
+AUDIT_FILE_PREFIX = "audit-"
 RECORD_BYTES_MAX = 16 << 20     # a line longer than any task record is corruption
 
 
@@ -35,9 +39,9 @@ def day_start_ms(day: str) -> int:
     return int(when.timestamp()) * 1000
 
 
-def file_name(now_ms: int) -> str:
-    """The file of the UTC day of `now_ms`."""
-    return f"{FILE_PREFIX}{day_of(now_ms)}{FILE_SUFFIX}"
+def file_name(now_ms: int, prefix: str = FILE_PREFIX) -> str:
+    """The file of the UTC day of `now_ms` (the audit trail's: `prefix=AUDIT_FILE_PREFIX`)."""
+    return f"{prefix}{day_of(now_ms)}{FILE_SUFFIX}"
 
 
 def is_archive_file(name: str) -> bool:

@@ -90,10 +90,21 @@ def encode_batch(cmds: list[c.Command]) -> bytes:
                 item[i] = _plain(value)
             else:
                 item[i] = _plain(value)
-        if (added := _ADDED_LATER.get(cls)) and item[-len(added):] == added:
-            del item[-len(added):]   # fields added later, at their defaults: an older node's bytes
+        if added := _ADDED_LATER.get(cls):   # fields added later, at their defaults, last
+            _drop_defaults(item, added)     # first: an older node reads these bytes
         out.append(item)
     return msgpack.packb(out, use_bin_type=True)
+
+
+def _drop_defaults(item: list, added: list) -> None:
+    """Drop the trailing fields of `added` (the defaults of the fields added last) that
+    hold their default, from the end."""
+    i = len(added)
+    while i > 0:                     # (a reversed() loop here trips mypyc)
+        i -= 1
+        if item[-1] is not added[i] and item[-1] != added[i]:
+            return
+        item.pop()
 
 
 def _need(value, kind: type, name: str) -> None:
@@ -205,7 +216,12 @@ def _maker(cls):
 
 assert not any(hasattr(cls, "__post_init__") for cls in c.COMMAND_TYPES)
 _MAKERS = {cls.__name__: (cls, len(_FIELDS[cls]) + 1, _maker(cls)) for cls in c.COMMAND_TYPES}
-_ADDED_LATER: dict[type, list] = {c.Fire: [None]}   # defaults of fields added last (Fire.shard)
+# Defaults of the fields added last, in field order: Fire.shard, then every audited
+# command's `actor` (DESIGN 14.6). An item may lack any tail of them.
+_ADDED_LATER: dict[type, list] = {
+    c.Fire: [None, None], c.Cancel: [None], c.Replay: [None], c.Discard: [None],
+    c.SetTenant: [None], c.PutSchedule: [None], c.DeleteSchedule: [None],
+    c.PauseSchedule: [None], c.ResumeSchedule: [None]}
 
 
 def _positional(item) -> c.Command:
@@ -216,9 +232,11 @@ def _positional(item) -> c.Command:
     if found is None:
         raise DecodeError(f"unknown command type {tag!r}")
     cls, size, make = found
-    if len(item) != size and len(item + _ADDED_LATER.get(cls, [])) != size:
-        raise DecodeError(f"{tag} has {size - 1} fields")
-    item = item + _ADDED_LATER.get(cls, [])[:size - len(item)]   # written before they existed
+    if len(item) != size:
+        added = _ADDED_LATER.get(cls, [])
+        if not size - len(added) <= len(item) < size:
+            raise DecodeError(f"{tag} has {size - 1} fields")
+        item = item + added[len(added) - (size - len(item)):]   # written before they existed
     for i, name in _SPECIAL_AT[cls]:
         value = item[i]
         if name == "retry":

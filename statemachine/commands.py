@@ -102,6 +102,7 @@ class Release(Command):
 class Cancel(Command):
     task_id: str
     tenant: str | None = None
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -110,6 +111,7 @@ class Replay(Command):
 
     task_id: str
     tenant: str | None = None
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,6 +120,7 @@ class Discard(Command):
 
     task_id: str
     tenant: str | None = None
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
 
 
 # --- tenants -----------------------------------------------------------------------------
@@ -127,6 +130,7 @@ class SetTenant(Command):
     tenant: str
     max_running: int | None = None   # None: leave as is; 0: unlimited
     weight: int | None = None        # None: leave as is; >= 1
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
 
 
 # --- schedules ---------------------------------------------------------------------------
@@ -159,18 +163,21 @@ class PutSchedule(Command):
     end_at_ms: int | None = None
     jitter_ms: int = 0
     next_fire_ms: int | None = None
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DeleteSchedule(Command):
     tenant: str
     schedule_id: str
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PauseSchedule(Command):
     tenant: str
     schedule_id: str
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -178,6 +185,7 @@ class ResumeSchedule(Command):
     tenant: str
     schedule_id: str
     next_fire_ms: int | None = None  # computed by the proposer from now
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -199,6 +207,20 @@ class Fire(Command):
     next_fire_ms: int | None
     manual: bool = False
     shard: int | None = None
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
+
+
+# --- the audit trail ------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditNote(Command):
+    """An audit entry for an operator action that is not a state machine command (a
+    leadership transfer, DESIGN 14.6): it changes nothing but the trail."""
+
+    actor: str
+    action: str
+    target: str
+    change_json: str = "null"
 
 
 # --- the clock and barriers -----------------------------------------------------------------
@@ -218,6 +240,7 @@ class Barrier(Command):
 COMMAND_TYPES: tuple[type[Command], ...] = (
     SubmitTask, Claim, Heartbeat, Complete, Fail, Release, Cancel, Replay, Discard,
     SetTenant, PutSchedule, DeleteSchedule, PauseSchedule, ResumeSchedule, Fire, Tick, Barrier,
+    AuditNote,
 )
 
 

@@ -27,6 +27,8 @@ canonical record, `codec.pack(codec.task_record(t))`, ...); each keyed collectio
 contributes its size and the sum of its item hashes mod 2**128; the request table, a FIFO
 whose order decides evictions, contributes sum(h_i * B**(n-1-i)) mod 2**127-1 over its
 entries oldest first; the digest is the SHA-256 of the counters with those sizes and sums.
+The audit trail (audit.py) adds its last id, its length and the same polynomial over its
+entries, once it ever held one (so the digest of a state without one is unchanged).
 The times the request table's entries were recorded (request_table.py) are not hashed:
 each is the state clock (hashed) when its entry was added, so they follow from the log
 as the entries do, and a replica whose times differed would evict differently, which the
@@ -39,7 +41,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
-from . import codec
+from . import audit, codec
 
 if TYPE_CHECKING:
     from .machine import StateMachine
@@ -116,7 +118,18 @@ def _combine(sm: StateMachine, tasks_acc: int, tenants_acc: int, schedules_acc: 
             len(sm.tenants), tenants_acc.to_bytes(16, "big"),
             len(sm.schedules), schedules_acc.to_bytes(16, "big"),
             len(sm.requests), requests_acc.to_bytes(16, "big")]
+    if sm.audit.seq:   # a state that never recorded an entry keeps its digest
+        head += [sm.audit.seq, len(sm.audit.entries), audit_acc(sm).to_bytes(16, "big")]
     return hashlib.sha256(codec.pack(head)).hexdigest()
+
+
+def audit_acc(sm: StateMachine) -> int:
+    """The audit trail, in order (ids increase): sum of h_i * B**(n-1-i), like the request
+    table's."""
+    acc = 0
+    for e in sm.audit.entries:
+        acc = (acc * POLY_BASE + item_hash(codec.pack(audit.entry_record(e)))) % POLY_MOD
+    return acc
 
 
 def full_hexdigest(sm: StateMachine) -> str:

@@ -71,6 +71,12 @@ class Limits:
     shed_above_permille: int = 800
     shed_priority_above: int = 5
 
+    # --- the audit trail (DESIGN 14.6): entries kept per shard (oldest evicted, archived
+    # with [archive]), the bound of one entry's change (compact JSON), an actor's name.
+    audit_entries_max: int = 100_000
+    audit_change_bytes_max: int = 4_096
+    audit_actor_chars_max: int = 128
+
     # --- task fields ----------------------------------------------------------------------
     priority_max: int = 10                   # 0 highest .. 10 lowest
     max_retries_max: int = 100
@@ -112,6 +118,9 @@ class ApiLimits:
     epoch_ms_max: int = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, any instant given
     cron_preview_fires_max: int = 100        # `count` of GET /v1/cron/preview
     cursor_chars_max: int = 512              # an opaque listing cursor
+    audit_scan_max: int = 10_000             # entries one GET /v1/audit page examines
+    audit_target_chars_max: int = 256        # `target` of GET /v1/audit
+    audit_action_chars_max: int = 64         # `action` of GET /v1/audit
     # A failure's detail (DESIGN 14.1): stored as JSON text inside `error_bytes_max`, so the
     # three together, escaped, stay under it.
     error_type_chars_max: int = 256          # the exception's class name

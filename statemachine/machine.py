@@ -18,7 +18,7 @@ Where things are (each module readable on its own):
 - digest.py: the rolling digest and the state digest; codec.py: bytes in and out.
 
 Replicated state: tasks, tenants, schedules, the request table (with the times its
-entries were recorded) and four counters (seq,
+entries were recorded), the audit trail (audit.py) and four counters (seq,
 now_ms, cluster_token, task_seq), and the digest's `roll` (a hash of every batch applied and
 its result codes, digest.py). Everything else is derived (the store) and rebuilt by
 `restore`.
@@ -31,7 +31,7 @@ from typing import Any
 
 from . import codec
 from . import commands as c
-from . import leases, reads, request_table, schedules, snapshot, tasks, tenants
+from . import audit, leases, reads, request_table, schedules, snapshot, tasks, tenants
 from . import validate as V
 from . import digest as D
 from .errors import INVALID_ARGUMENT, OK, OVERLOADED, REQUEST_EXPIRED, TENANT_LIMIT, Result
@@ -54,7 +54,11 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.PauseSchedule: schedules.pause_schedule, c.ResumeSchedule: schedules.resume_schedule,
     c.Fire: schedules.fire,
     c.Barrier: lambda sm, cmd: DONE,
+    c.AuditNote: audit.note,
 }
+# Commands that take an `actor` (DESIGN 14.6): their handlers record an audit entry.
+AUDITED = (c.Cancel, c.Replay, c.Discard, c.SetTenant, c.PutSchedule, c.DeleteSchedule,
+           c.PauseSchedule, c.ResumeSchedule, c.Fire)
 UNRECORDED = (c.Tick, c.Barrier)   # repeating them is harmless: not in the request table
 # A successful Complete is not recorded either: its task is then completed for good with
 # that token (no row leaves `completed` but eviction), so a repeat takes the lifecycle's
@@ -90,6 +94,7 @@ class StateMachine:
         self.requests: OrderedDict[str, tuple] = OrderedDict()
         self.request_times = request_table.RequestTimes()   # when each was recorded
         self.roll = D.ROLL_START          # digest.py: every batch and its result codes
+        self.audit = audit.Trail()        # audit.py: operator actions (its `evicted`: not)
         # derived
         self.store = Store(self.limits, self.tasks, self.tenants, self.schedules)
         self._queue = self.store.queue    # read by the node's metrics
@@ -131,6 +136,8 @@ class StateMachine:
                 if row is not None:
                     return render(self, row)
                 request_table.admit(self, cmd.request_id)   # its window, the table's room
+            if type(cmd) in AUDITED:
+                audit.check_actor(cmd, self.limits)
             row = handler(self, cmd)
         except Rejected as r:
             row = refused(r.code, r.message, r.details)
@@ -138,7 +145,15 @@ class StateMachine:
         if recorded and code not in UNRECORDED_REFUSALS and (
                 code != OK or type(cmd) not in RECORDED_WHEN_REFUSED):
             request_table.remember(self, cmd.request_id, row)
+        if self.audit.evicted:
+            return self._with_evicted(render(self, row))
         return render(self, row)
+
+    def _with_evicted(self, result: Result) -> Result:
+        """The audit entries this command evicted ride on its fresh result, for the node's
+        archive (DESIGN 14.6); a repeat answered from the table carries none."""
+        evicted, self.audit.evicted = self.audit.evicted, []
+        return result._replace(details={**result.details, "audit_evicted": evicted})
 
     # --- reads (reads.py; callers hold the replica lock) ----------------------------------
     def get_task(self, task_id: str, tenant: str | None = None) -> Task | None:
@@ -160,6 +175,10 @@ class StateMachine:
 
     def list_tenants(self) -> list[TenantView]:
         return reads.list_tenants(self)
+
+    def audit_page(self, **query) -> tuple[list, int | None]:
+        """Audit entries, newest first (audit.page)."""
+        return audit.page(self, **query)
 
     def knows_request(self, request_id: str) -> bool:
         """A command with this request id was applied (and its result is still recorded)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from . import codec
+from . import audit, codec
 from . import commands as c
 from . import validate as V
 from .errors import INVALID_STATE, NOT_FOUND, TENANT_LIMIT
@@ -63,20 +63,33 @@ def put_schedule(sm: StateMachine, cmd: c.PutSchedule) -> Answer:
     else:
         sm.schedules[key] = sched
         sm.store.watch_fire(sched)
+    _audit(sm, cmd, "schedule.put", sched, audit.diff(
+        audit.schedule_fields(old) if old else None, audit.schedule_fields(sched)))
     return _answer(sched)
+
+
+def _audit(sm: StateMachine, cmd, action: str, sched: Schedule, change: dict | None) -> None:
+    audit.record(sm, cmd, action, sched.tenant, f"{sched.tenant}/{sched.schedule_id}", change)
+
+
+def _paused(before: bool, sched: Schedule) -> dict:
+    return {"before": {"paused": before}, "after": {"paused": sched.paused}}
 
 
 def delete_schedule(sm: StateMachine, cmd: c.DeleteSchedule) -> Answer:
     sched = find(sm, cmd)
     sm.store.unindex_schedule(sched)
+    _audit(sm, cmd, "schedule.delete", sched, audit.diff(audit.schedule_fields(sched), None))
     return gone_schedule_answer(codec.schedule_record(sched))
 
 
 def pause_schedule(sm: StateMachine, cmd: c.PauseSchedule) -> Answer:
     sched = find(sm, cmd)
+    before = sched.paused
     if not sched.paused:
         sched.paused = True
         sched.updated_at_ms = sm.now_ms
+    _audit(sm, cmd, "schedule.pause", sched, _paused(before, sched))
     return _answer(sched)
 
 
@@ -84,11 +97,13 @@ def resume_schedule(sm: StateMachine, cmd: c.ResumeSchedule) -> Answer:
     """Resuming a running schedule changes nothing (its next fire stays)."""
     V.resume(cmd, sm.limits)
     sched = find(sm, cmd)
+    before = sched.paused
     if sched.paused:
         sched.paused = False
         sched.next_fire_ms = cmd.next_fire_ms
         sched.updated_at_ms = sm.now_ms
         sm.store.watch_fire(sched)
+    _audit(sm, cmd, "schedule.resume", sched, _paused(before, sched))
     return _answer(sched)
 
 
@@ -103,7 +118,9 @@ def fire(sm: StateMachine, cmd: c.Fire) -> Answer:
     task_id = occurrence_task_id(sched.tenant, sched.schedule_id, cmd.fire_ms, cmd.manual,
                                  cmd.shard)
     if cmd.manual:
-        return _manual(sm, sched, cmd, task_id)
+        answer = _manual(sm, sched, cmd, task_id)
+        _audit(sm, cmd, "schedule.trigger", sched, {"task_id": answer[4][2]})
+        return answer
     return _cron(sm, sched, cmd, task_id)
 
 

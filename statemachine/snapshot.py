@@ -1,7 +1,8 @@
-"""Snapshots: the replicated state to bytes (format 5, snapshot_format.py) and back.
+"""Snapshots: the replicated state to bytes (format 6, snapshot_format.py) and back.
 
 Written: the counters, tenants and schedules in canonical order, the tasks in seq order,
-the request table in its order and when its entries were recorded, the digest's roll (so
+the request table in its order and when its entries were recorded, the audit trail
+(format 6), the digest's roll (so
 that a restored replica continues the value its peers have) and the state digest
 (computed here, by the node's forked snapshot child, off the apply path; digest.py). Read back: the records are decoded, every
 task goes through the store's `index` (in bulk mode: each heap ordered once), and every
@@ -17,7 +18,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from . import codec, request_table, snapshot_format
+from . import audit, codec, request_table, snapshot_format
 from .digest import full_hexdigest, roll_from_blob
 from .model import STATES
 from .reads import list_tenants
@@ -33,6 +34,8 @@ def head(sm: StateMachine) -> dict:
         "tenants": [codec.tenant_record(v) for v in list_tenants(sm)],
         "schedules": [codec.schedule_record(sm.schedules[k]) for k in sorted(sm.schedules)],
         "roll": sm.roll,
+        "audit_seq": sm.audit.seq,
+        "audit": [audit.entry_record(e) for e in sm.audit.entries],
     }
 
 
@@ -59,6 +62,8 @@ def restore(sm: StateMachine, blob: bytes):
         sched = codec.schedule_from(r, cache)
         sched.tenant = sys.intern(sched.tenant)
         sm.store.index_schedule(sched)
+    if top["v"] >= 6:
+        audit.restore(sm.audit, top.get("audit_seq"), top.get("audit"))
     for rid, rec in requests:
         sm.requests[rid] = tuple(rec)
     _restore_times(sm, times)

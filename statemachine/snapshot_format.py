@@ -1,12 +1,13 @@
 """Snapshots' bytes: the replicated state as msgpack, and back (snapshot.py drives them).
 
-A snapshot (format 5) is a msgpack map of counters and plain lists in a canonical order
+A snapshot (format 5 and 6) is a msgpack map of counters and plain lists in a canonical order
 (tenants and schedules sorted, the record counts, the digest's `roll` and the
 `state_digest`), then the tasks in seq order in chunks of up to `TASK_CHUNK` rows
 (`records.task_chunk`), then an array of the request records in table order, then when those entries were
 recorded, as an array of runs `[ms, count]` in table order (request_table.py; ms -1: an
 entry restored from an older format, untimed): equal states encode to equal bytes.
-Format 4 is format 5 without the runs. Formats 1-3 are read (3: the head has `tasks_sum` instead of the
+Format 6 is format 5 with the audit trail in the head (`audit_seq`, `audit`: entry
+records oldest first, audit.py). Format 4 is format 5 without the runs. Formats 1-3 are read (3: the head has `tasks_sum` instead of the
 roll, and the request records are followed by their item hashes, one bin of 16 bytes each).
 """
 from __future__ import annotations
@@ -20,8 +21,8 @@ from .codec import pack
 from .errors import DecodeError
 from .records import request_record, task_chunk, task_from, tasks_of_chunk
 
-SNAPSHOT_VERSION = 5
-SNAPSHOT_VERSIONS_READ = (1, 2, 3, 4, 5)   # 1: tasks a list inside the map; 2: one by one
+SNAPSHOT_VERSION = 6
+SNAPSHOT_VERSIONS_READ = (1, 2, 3, 4, 5, 6)   # 1: tasks a list inside the map; 2: one by one
 TASK_CHUNK = 4096                    # task records per array in a format 3, 4 or 5 snapshot
 _first = operator.itemgetter(0)   # mapped lazily: compiled, a returned genexp becomes a list
 

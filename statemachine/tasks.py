@@ -10,6 +10,7 @@ import sys
 from heapq import heappop
 from typing import TYPE_CHECKING
 
+from . import audit
 from . import commands as c
 from . import validate as V
 from .errors import CONFLICT, NOT_FOUND
@@ -73,11 +74,17 @@ def cancel(sm: StateMachine, cmd: c.Cancel) -> Answer:
     V.task_ref(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
     row = decide(task, CANCEL)
+    before = task.state
     if row.new == RUNNING:
         task.cancel_requested = True
     else:
         sm.store.move(task, row.new, sm.now_ms)
+    _audit(sm, cmd, "task.cancel", task, before)
     return task_answer(task.task_id)
+
+
+def _audit(sm: StateMachine, cmd, action: str, task: Task, before: str) -> None:
+    audit.record(sm, cmd, action, task.tenant, task.task_id, audit.task_change(before, task))
 
 
 def replay(sm: StateMachine, cmd: c.Replay) -> Answer:
@@ -89,7 +96,9 @@ def replay(sm: StateMachine, cmd: c.Replay) -> Answer:
     task.failures = 0
     task.cancel_requested = False
     task.run_at_ms = sm.now_ms
+    before = task.state
     sm.store.move(task, row.new, sm.now_ms)
+    _audit(sm, cmd, "task.replay", task, before)
     return task_answer(task.task_id)
 
 
@@ -100,7 +109,9 @@ def discard(sm: StateMachine, cmd: c.Discard) -> Answer:
     V.task_ref(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
     row = decide(task, DISCARD)
+    before = task.state
     sm.store.move(task, row.new, sm.now_ms)
+    _audit(sm, cmd, "task.discard", task, before)
     return task_answer(task.task_id)
 
 

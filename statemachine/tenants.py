@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from . import audit
 from . import commands as c
 from . import validate as V
 from .errors import OVERLOADED, TENANT_LIMIT
@@ -63,9 +64,13 @@ def set_tenant(sm: StateMachine, cmd: c.SetTenant) -> Answer:
     if cmd.tenant not in sm.tenants and len(sm.tenants) >= sm.limits.tenants_max:
         raise Rejected(TENANT_LIMIT, f"at most {sm.limits.tenants_max} tenants",
                        limit=sm.limits.tenants_max)
+    known = cmd.tenant in sm.tenants
     view = tenant(sm, sys.intern(cmd.tenant))
+    before = {"max_running": view.max_running, "weight": view.weight} if known else None
     if cmd.max_running is not None:
         view.max_running = cmd.max_running
     if cmd.weight is not None:
         view.weight = cmd.weight
+    after = {"max_running": view.max_running, "weight": view.weight}
+    audit.record(sm, cmd, "tenant.set", view.tenant, view.tenant, audit.diff(before, after))
     return tenant_answer(view.tenant)

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 from aiohttp import web
 
-from tsched.node.api.scope import SCOPE_KEY
+from tsched.node.api.scope import ACTOR_KEY, SCOPE_KEY
 from tsched.node.api.services import NODE
 from tsched.node.errors import ApiError
 
@@ -163,6 +163,7 @@ async def middleware(request: web.Request, handler) -> web.StreamResponse:
     if identity is None:
         raise ApiError("unauthenticated", "the bearer token is not known to this cluster")
     _authorize(request, identity)
+    request[ACTOR_KEY] = identity.name
     if identity.kind == "tenant":
         assert identity.tenant is not None, "parse() gives every tenant identity its tenant"
         request[SCOPE_KEY] = identity.tenant

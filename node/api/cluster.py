@@ -11,7 +11,9 @@ from tsched.node.api import validate
 from tsched.node.config import NodeConfig
 from tsched.node.api.forward import FORWARDED_HEADER
 from tsched.node.api.jsonio import json_body, respond
+from tsched.node.api.proposing import propose_one, request_id
 from tsched.node.api.reads import relay_to_leader
+from tsched.node.api.scope import actor_of
 from tsched.node.api.services import Node, node_of
 from tsched.node.errors import ApiError
 
@@ -83,6 +85,19 @@ async def transfer(request: web.Request) -> web.Response:
             raise ApiError("no_leader", "this node is not the leader")
         return await relay_to_leader(request, node)
     if to != node.node_id:  # asking the leader to hand over to itself: nothing to do
+        await _audit_transfer(request, node, to)
         node.replica.transfer_leadership(to)
     return respond({"accepted": True, "from": node.node_id, "to": to},
                    node.replica.applied_seq, status=202)
+
+
+async def _audit_transfer(request: web.Request, node: Node, to: str | None) -> None:
+    """The audit entry of a transfer (DESIGN 14.6), committed before it is asked for: a
+    transfer is no state machine command, so an audit-only one records it."""
+    import orjson
+
+    from tsched.statemachine import commands as c
+    change = orjson.dumps({"from": node.node_id, "to": to}).decode()
+    await propose_one(node, c.AuditNote(
+        request_id=request_id(request), now_ms=node.clock.now_ms(), actor=actor_of(request),
+        action="cluster.transfer_leadership", target=node.node_id, change_json=change))

@@ -270,3 +270,10 @@ def minimal_result(cmd, res):
             out["duplicate"] = bool(v["duplicate"])
         return out
     return result(cmd, res)
+
+
+def audit_entry(e) -> dict:
+    """An audit trail entry (DESIGN 14.6), as GET /v1/audit and the archive show it."""
+    return {"id": e.id, "at": rfc3339(e.at_ms), "actor": e.actor, "action": e.action,
+            "tenant": e.tenant, "target": e.target, "request_id": e.request_id,
+            "change": orjson.loads(e.change_json)}

@@ -21,7 +21,7 @@ from tsched.node.api.jsonio import json_body, respond
 from tsched.node.api.proposing import propose_one, request_id
 from tsched.node.api.reads import before_read
 from tsched.node.api.services import node_of
-from tsched.node.api.scope import tenant_scope
+from tsched.node.api.scope import actor_of, tenant_scope
 from tsched.node.errors import ApiError, invalid
 
 routes = web.RouteTableDef()
@@ -92,7 +92,7 @@ def _choice(value: Any, name: str, allowed: tuple[str, ...]) -> str:
 
 
 def put_command(body: Any, *, schedule_id: str, now_ms: int, request_id: str,
-                scope: str | None) -> c.PutSchedule:
+                scope: str | None, actor: str | None = None) -> c.PutSchedule:
     f = validate.Fields(body)
     if f.has("schedule_id") and f.get("schedule_id") != schedule_id:
         raise invalid("schedule_id in the body differs from the path", field="schedule_id")
@@ -117,7 +117,7 @@ def put_command(body: Any, *, schedule_id: str, now_ms: int, request_id: str,
         paused=validate.boolean(f.get("paused"), "paused", False),
         start_at_ms=start_ms, end_at_ms=end_ms,
         jitter_ms=validate.seconds_ms(f.get("jitter_s"), "jitter_s", 0, JITTER_S_MAX, 0),
-        next_fire_ms=firing.next_in_window(spec, now_ms, start_ms, end_ms),
+        next_fire_ms=firing.next_in_window(spec, now_ms, start_ms, end_ms), actor=actor,
     )
     f.done()
     return cmd
@@ -139,7 +139,8 @@ async def put_schedule(request: web.Request) -> web.Response:
     validate.query(request.query, ())
     sid = _schedule_id(request)
     cmd = put_command(await json_body(request), schedule_id=sid, now_ms=node.clock.now_ms(),
-                      request_id=request_id(request), scope=tenant_scope(request))
+                      request_id=request_id(request), scope=tenant_scope(request),
+                      actor=actor_of(request))
     out, seq = await propose_one(node, cmd)
     return respond(_flat(out), seq)
 
@@ -221,7 +222,7 @@ async def _act(request: web.Request, make) -> web.Response:
         if s is None:
             raise ApiError("not_found", f"no schedule {sid}", {"schedule_id": sid})
         base = {"request_id": request_id(request), "now_ms": node.clock.now_ms(),
-                "tenant": tenant, "schedule_id": sid}
+                "tenant": tenant, "schedule_id": sid, "actor": actor_of(request)}
         cmd = make(base, s)
     out, seq = await propose_one(node, cmd)
     return respond(_flat(out), seq)

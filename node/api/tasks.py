@@ -11,7 +11,7 @@ from tsched.node.api.jsonio import json_body, prefers_minimal, respond
 from tsched.node.api.proposing import propose, propose_one, request_id, request_ids
 from tsched.node.api.reads import before_read
 from tsched.node.api.services import node_of
-from tsched.node.api.scope import tenant_scope
+from tsched.node.api.scope import actor_of, tenant_scope
 from tsched.node.errors import ApiError
 
 routes = web.RouteTableDef()
@@ -106,7 +106,7 @@ def _action(command_type):
         tid = validate.task_id(request.match_info["task_id"])
         validate.empty(await json_body(request))
         cmd = command_type(request_id=request_id(request), now_ms=node.clock.now_ms(),
-                           task_id=tid, tenant=tenant_scope(request))
+                           task_id=tid, tenant=tenant_scope(request), actor=actor_of(request))
         task, seq = await propose_one(node, cmd)
         return respond(task, seq)
     return handler

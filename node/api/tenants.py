@@ -10,7 +10,7 @@ from tsched.node.api.jsonio import json_body, respond
 from tsched.node.api.proposing import propose_one, request_id
 from tsched.node.api.reads import before_read
 from tsched.node.api.services import node_of
-from tsched.node.api.scope import tenant_scope
+from tsched.node.api.scope import actor_of, tenant_scope
 from tsched.node.errors import ApiError
 
 routes = web.RouteTableDef()
@@ -33,7 +33,7 @@ async def put_tenant(request: web.Request) -> web.Response:
         raise ApiError("forbidden", "only an admin token may change tenant settings")
     settings = validate.tenant_settings(await json_body(request) or {})
     cmd = c.SetTenant(request_id=request_id(request), now_ms=node.clock.now_ms(),
-                      tenant=tenant, **settings)
+                      tenant=tenant, actor=actor_of(request), **settings)
     out, seq = await propose_one(node, cmd)
     return respond(out, seq)
 

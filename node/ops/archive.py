@@ -24,7 +24,7 @@ from typing import Iterable
 
 import orjson
 
-from tsched.statemachine.archive_format import FORMAT_VERSION, file_name
+from tsched.statemachine.archive_format import AUDIT_FILE_PREFIX, FORMAT_VERSION, file_name
 
 from tsched.node.api import present
 from tsched.node.raft.journal import STORAGE_ERROR_EXIT_CODE
@@ -47,27 +47,45 @@ class Archive:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.archived = 0          # task lines written (metrics, tests)
+        self.audit_archived = 0    # audit entry lines written
 
     def on_apply(self, seq: int, cmds: list, results: list) -> None:
         for cmd, res in zip(cmds, results):
             value = res.value if res.ok else None
             if isinstance(value, dict) and value.get("evicted"):
-                try:
-                    self.write(cmd.now_ms, value["evicted"])
-                except OSError:
-                    # The Replica logs and goes on after a listener's exception; going on
-                    # here would let compaction drop the only trace of these tasks.
-                    log.critical("archive: cannot write %d evicted tasks to %s: stopping",
-                                 len(value["evicted"]), self.dir, exc_info=True)
-                    logging.shutdown()
-                    os._exit(ARCHIVE_FAILURE_EXIT_CODE)
+                self._or_stop(self.write, cmd.now_ms, value["evicted"], "tasks")
+            if res.ok and res.details and res.details.get("audit_evicted"):
+                self._or_stop(self.write_audit, cmd.now_ms, res.details["audit_evicted"],
+                              "audit entries")
+
+    def _or_stop(self, write, now_ms: int, records: list, what: str) -> None:
+        try:
+            write(now_ms, records)
+        except OSError:
+            # The Replica logs and goes on after a listener's exception; going on here
+            # would let compaction drop the only trace of these records.
+            log.critical("archive: cannot write %d evicted %s to %s: stopping",
+                         len(records), what, self.dir, exc_info=True)
+            logging.shutdown()
+            os._exit(ARCHIVE_FAILURE_EXIT_CODE)
 
     def write(self, now_ms: int, tasks: Iterable) -> None:
         """Append the tasks as one gzip member, durable when this returns."""
         stamp = present.rfc3339(now_ms)
         lines = b"".join(orjson.dumps({"v": FORMAT_VERSION, "archived_at": stamp,
                                        "task": present.task(t)}) + b"\n" for t in tasks)
-        path = self.dir / file_name(now_ms)
+        self.archived += self._append(file_name(now_ms), lines)
+
+    def write_audit(self, now_ms: int, entries: Iterable) -> None:
+        """Append evicted audit entries (DESIGN 14.6) to the day's audit file, durably."""
+        stamp = present.rfc3339(now_ms)
+        lines = b"".join(orjson.dumps({"v": FORMAT_VERSION, "archived_at": stamp,
+                                       "audit": present.audit_entry(e)}) + b"\n"
+                         for e in entries)
+        self.audit_archived += self._append(file_name(now_ms, AUDIT_FILE_PREFIX), lines)
+
+    def _append(self, name: str, lines: bytes) -> int:
+        path = self.dir / name
         new = not path.exists()
         with open(path, "ab") as f:
             f.write(gzip.compress(lines, compresslevel=6))
@@ -79,4 +97,4 @@ class Archive:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        self.archived += lines.count(b"\n")
+        return lines.count(b"\n")

@@ -543,6 +543,9 @@ def test_real_answers_match_the_openapi_document(tmp_path):
         call("GET", "/v1/stats", status=200)
         call("GET", "/v1/timeseries", query="?step_s=1", status=200)
         call("GET", "/v1/timeseries", query="?step_s=5", status=400)
+        trail = call("GET", "/v1/audit", query="?action=schedule.delete", status=200)
+        assert trail["entries"][0]["action"] == "schedule.delete", trail
+        call("GET", "/v1/audit", query="?bogus=1", status=400)
         call("GET", "/healthz", status=200)
         call("GET", "/readyz", status=200)
         exercised = {(m, t) for m, t, _ in seen}

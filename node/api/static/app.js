@@ -18,6 +18,7 @@
     minSeq: 0,            // after a write, reads wait for it (read-your-writes)
     shardSeqs: {},        // the same per shard, in a cluster with several shards
     tab: "tasks",
+    audit: { actor: "", action: "", target: "" },
     selected: null,       // task id shown in the detail pane
     search: {},
     timer: null,
@@ -380,7 +381,32 @@
 
   // --- refresh loop ------------------------------------------------------------------------------
 
-  const TAB_LOADERS = { tasks: loadTasks, dlq: loadDeadLetters, schedules: loadSchedules };
+  // --- audit trail (DESIGN 14.6) -----------------------------------------------------------------
+
+  const AUDIT_ROWS = 100;
+
+  function changeText(change) {
+    // {"before": {...}, "after": {...}} -> "field: old -> new; ..."; anything else as JSON.
+    if (!change || typeof change !== "object") return "";
+    const { before, after } = change;
+    if (!("before" in change) || !("after" in change)) return JSON.stringify(change);
+    if (before === null || after === null) return before === null ? "created" : "removed";
+    return Object.keys(after).map((k) => `${k}: ${JSON.stringify(before[k])} \u2192 ${JSON.stringify(after[k])}`).join("; ");
+  }
+
+  async function loadAudit() {
+    const params = { limit: AUDIT_ROWS };
+    for (const [k, v] of Object.entries(view.audit)) if (v) params[k] = v;
+    const page = await api("GET", "/v1/audit", { fresh: true, params });
+    $("audit-note").textContent = page.next_cursor ? `newest ${page.entries.length} shown` : "";
+    fill($("audit").tBodies[0], page.entries.map((e) => h("tr", { dataset: { auditId: e.id, action: e.action } },
+      h("td", { title: e.at }, when(e.at)), h("td", null, e.actor), h("td", null, h("code", null, e.action)),
+      h("td", { title: e.request_id }, e.target),
+      h("td", { class: "change", title: JSON.stringify(e.change) }, changeText(e.change)))),
+    5, "no operator actions recorded");
+  }
+
+  const TAB_LOADERS = { tasks: loadTasks, dlq: loadDeadLetters, schedules: loadSchedules, audit: loadAudit };
 
   async function refresh() {
     clearTimeout(view.timer);
@@ -437,6 +463,12 @@
       view.search = { id: $("f-id").value.trim(), state: $("f-state").value,
         tenant: $("f-tenant").value.trim(), type: $("f-type").value.trim() };
       view.selected = view.search.id || null;
+      refreshSoon();
+    });
+    $("audit-search").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      view.audit = { actor: $("a-actor").value.trim(), action: $("a-action").value.trim(),
+        target: $("a-target").value.trim() };
       refreshSoon();
     });
     $("auto-refresh").addEventListener("change", refreshSoon);

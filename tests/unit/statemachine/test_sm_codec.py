@@ -41,6 +41,9 @@ EXAMPLES = [
            shard=3),
     c.Tick(request_id="r16", now_ms=T0),
     c.Barrier(request_id="r17", now_ms=T0),
+    c.AuditNote(request_id="r18", now_ms=T0, actor="admin",
+                action="cluster.transfer_leadership", target="n1", change_json="{}"),
+    c.Cancel(request_id="r19", now_ms=T0, task_id="t", tenant="a", actor="tenant:a"),
 ]
 
 

@@ -109,6 +109,13 @@ CASES = {
     "barrier": lambda d: d.sm.apply_batch([c.Barrier(request_id="b", now_ms=d.now + 1)]),
     "repeat_request": lambda d: d.run(c.SetTenant, request_id="req-1", tenant="acme",
                                       weight=9),
+    "cancel_audited": lambda d: d.ok(c.Cancel, task_id="t3", actor="tenant:acme"),
+    "put_schedule_audited": lambda d: d.ok(c.PutSchedule, tenant="acme", schedule_id="s",
+                                           cron="*/7 * * * *", actor="admin",
+                                           template=c.TaskTemplate(task_type="email"),
+                                           next_fire_ms=T0 + 420_000),
+    "audit_note": lambda d: d.ok(c.AuditNote, actor="admin", target="n1",
+                                 action="cluster.transfer_leadership"),
 }
 
 
@@ -208,7 +215,7 @@ def test_a_snapshot_carries_its_state_digest() -> None:
     head = msgpack.Unpacker(raw=False)
     head.feed(d.sm.snapshot())
     top = head.unpack()
-    assert top["v"] == 5 and top["state_digest"] == d.sm.state_digest()
+    assert top["v"] == 6 and top["state_digest"] == d.sm.state_digest()
     assert top["roll"] == d.sm.roll
 
 
