@@ -6,7 +6,7 @@ install does that at import time, which tools that read files cannot follow, so 
 that needs real files under a `tsched/` folder asks this module for them:
 
 - `setup.py`: mypyc compiles a copy of `statemachine/` laid out as its package is named;
-- the type checks (`tests/unit/test_types.py`): mypy reads links into this checkout;
+- the type checks (`tests/unit/test_lint.py`): mypy reads links into this checkout;
 - the fault harness (`tests/jepsen_like`): a frozen copy of the code a run started with, so
   a node restarted mid-run runs the same code;
 - the benchmarks' A/B runs (`bench/lib/revision.py`): another git revision's code.

@@ -15,7 +15,7 @@ Names:
   node started with the file already written does not crash, so the next leader answers.
 - `diverge_apply`: this node's state machine refuses every completion as `stale_token`
   where its peers accept it (`raft.machine_kit.diverging_kit`): a replica that applies differently. Set it
-  on one node only (`node_env` in tests/integration/cluster.py); exists so that a test can
+  on one node only (`node_env` in tests/harness/cluster.py); exists so that a test can
   prove that replicas' digests then differ.
 """
 from __future__ import annotations

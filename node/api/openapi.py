@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document of the HTTP API (DESIGN.md section 7), served at /v1/openapi.json.
 
 Built once from plain dicts. Bounds come from `validate.py`, so the document states the
-limits the node actually enforces. `tests/unit/test_openapi.py` checks that every route the
+limits the node actually enforces. `tests/unit/node/api/test_openapi.py` checks that every route the
 app serves is documented here and every documented route is served.
 """
 from __future__ import annotations

@@ -22,7 +22,7 @@ not reclaimed while it stays frozen. Under load every request in flight is alive
 full collection, so a request path must leave no reference cycle behind (reference
 counting alone must free it): one that did (a refusal through Raft raised from a local)
 leaked its request at every collection (bench/notes/2026-12-01-overload.md).
-`tests/unit/test_api_cycles.py` checks the request paths. After 60,000 task lifecycles a
+`tests/unit/node/api/test_api_cycles.py` checks the request paths. After 60,000 task lifecycles a
 node held 94-366 such objects. `tsched_gc_frozen_objects` shows the frozen count. A follower,
 whose pauses delay no client, thaws everything every `THAW_INTERVAL_S` and collects in
 full once, which reclaims them, while the frozen set is small enough (`THAW_FROZEN_MAX`)

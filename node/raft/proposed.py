@@ -5,7 +5,7 @@ batches it forwarded) from bytes it encoded a moment before, and decoding them a
 measurable share of a leader's time (bench/notes/2026-12-02-minimal-claims.md). So `Replica`
 keeps each proposed batch's commands here and, applying an entry whose bytes are exactly
 those of a kept batch, takes its commands instead of decoding (the codec's round trip is
-exact: `decode_batch(encode_batch(cmds)) == cmds`, tests/unit/test_sm_codec.py).
+exact: `decode_batch(encode_batch(cmds)) == cmds`, tests/unit/statemachine/test_sm_codec.py).
 
 An entry is looked up by its length and first bytes (the first command's request id, unique
 per batch), then compared whole, so a different entry is never taken for a kept one: a
