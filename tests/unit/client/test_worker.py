@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.harness.waits import wait_until
 from tsched.client import NonRetryable, Worker
 
 try:
@@ -124,11 +125,7 @@ class FakeScheduler:
 
 
 def wait_for(cond, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
+    wait_until(cond, DEADLINE_S, what)
 
 
 @pytest.fixture
