@@ -273,6 +273,21 @@ class Cluster:
     def followers(self, leader: str) -> list[str]:
         return [i for i in self.ids if i != leader]
 
+    def pages(self, node_id: str, path: str, key: str, query: str = "") -> list[dict]:
+        """Every item of a paged listing (`GET path?query&cursor=...` until `next_cursor` is
+        null), in the order the pages give them; each page must answer 200."""
+        items: list[dict] = []
+        cursor = None
+        for _ in range(10_000):   # a bound: a cursor that never ends fails the test
+            params = "&".join(p for p in (query, f"cursor={cursor}" if cursor else "") if p)
+            status, page = self.call(node_id, "GET", f"{path}?{params}" if params else path)
+            assert status == 200, page
+            items += page[key]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return items
+        raise AssertionError(f"{path}: the cursor never ended")
+
 
 def running(tmp_path: Path, **kwargs: Any) -> Iterator[Cluster]:
     """For fixtures (`yield from running(...)`): a `Cluster(tmp_path, **kwargs)` with every

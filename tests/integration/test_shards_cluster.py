@@ -74,16 +74,8 @@ def test_listing_merges_shards_newest_first_across_pages(sharded):
         # a task type of its own: the module's cluster is shared (a cron test fires into it)
         ids = [c.submit("listing", tenant=TENANTS[i % len(TENANTS)])["task_id"]
                for i in range(10)]
-        seen, cursor = [], None
-        while True:
-            params = "?task_type=listing&limit=3" + (f"&cursor={cursor}" if cursor else "")
-            status, page = sharded.call("n3", "GET", "/v1/tasks" + params)
-            assert status == 200, page
-            seen += [t["task_id"] for t in page["tasks"]]
-            cursor = page["next_cursor"]
-            if cursor is None:
-                break
-    assert seen == list(reversed(ids))
+    tasks = sharded.pages("n3", "/v1/tasks", "tasks", "task_type=listing&limit=3")
+    assert [t["task_id"] for t in tasks] == list(reversed(ids))
 
 
 
