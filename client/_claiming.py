@@ -146,9 +146,9 @@ def check_priorities(value: Any) -> tuple[int, int] | None:
     if value is None:
         return None
     if isinstance(value, str):
-        lo_text, _, hi_text = value.strip().partition("-")
+        lo_text, dash, hi_text = value.strip().partition("-")
         try:
-            value = (int(lo_text), int(hi_text or lo_text))
+            value = (int(lo_text), int(hi_text if dash else lo_text))
         except ValueError:
             raise ValueError(f"priorities must be LO-HI (0..10), got {value!r}") from None
     if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(
