@@ -79,13 +79,16 @@ class ApiCalls:
     # --- worker calls --------------------------------------------------------------
     def claim(self, worker_id: str, task_types: list[str], max_tasks: int = 1,
               wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,
-              key: str | None = None, minimal: bool = False):
+              key: str | None = None, minimal: bool = False,
+              priorities: tuple[int, int] | None = None):
         """Long-poll for up to `max_tasks` tasks. Returns the list of claimed tasks.
         `minimal`: each task has only what a worker needs to run it (its id, tenant, type,
         state, payload, run_at, attempt, max_retries, timeout_s, execution_id, schedule_id,
-        lease_expires_at, fencing_token and worker_id)."""
+        lease_expires_at, fencing_token and worker_id). `priorities=(lo, hi)`: only tasks whose
+        effective priority is in lo..hi (inclusive)."""
         body = {"worker_id": worker_id, "task_types": list(task_types), "max_tasks": max_tasks,
-                "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms}
+                "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms,
+                **_range(priorities)}
         return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
                               read_timeout_s=wait_s + CLAIM_SLACK_S, minimal=minimal,
                               to_leader=True),
@@ -94,14 +97,15 @@ class ApiCalls:
     def claim_and_complete(self, worker_id: str, task_types: list[str],
                            completions: list[dict[str, Any]], max_tasks: int = 1,
                            wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,
-                           key: str | None = None, minimal: bool = False):
+                           key: str | None = None, minimal: bool = False,
+                           priorities: tuple[int, int] | None = None):
         """A claim carrying completions (the items of `completions()`), applied before it
         in one Raft entry: returns `{"tasks": [...], "completions": [result, ...]}`.
         `minimal`: each completion that applied is answered `{"task_id", "state"}` only,
         and each task has only what a worker needs (as `claim(minimal=True)`)."""
         body = {"worker_id": worker_id, "task_types": list(task_types), "max_tasks": max_tasks,
                 "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms,
-                "completions": completions}
+                "completions": completions, **_range(priorities)}
         return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
                               read_timeout_s=wait_s + CLAIM_SLACK_S, minimal=minimal,
                               to_leader=True))
@@ -120,10 +124,14 @@ class ApiCalls:
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/complete",
                               body={"fencing_token": fencing_token, "result": result}, write=True))
 
-    def fail(self, task_id: str, fencing_token: int, error: str = "", retryable: bool = True):
-        return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/fail",
-                              body={"fencing_token": fencing_token, "error": error,
-                                    "retryable": retryable}, write=True))
+    def fail(self, task_id: str, fencing_token: int, error: str = "", retryable: bool = True,
+             retry_after_s: float | None = None):
+        body: dict[str, Any] = {"fencing_token": fencing_token, "error": error,
+                                "retryable": retryable}
+        if retry_after_s is not None:
+            body["retry_after_s"] = retry_after_s
+        return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/fail", body=body,
+                              write=True))
 
     def completions(self, items: list[dict[str, Any]], key: str | None = None,
                     deadline_s: float | None = None, minimal: bool = False):
@@ -224,3 +232,11 @@ class ApiCalls:
 
 
 TERMINAL_STATES = ("completed", "cancelled", "dead_letter", "discarded")
+
+
+def _range(priorities: tuple[int, int] | None) -> dict[str, int]:
+    """A claim's priority range fields (none for the whole range: as older nodes expect)."""
+    if priorities is None:
+        return {}
+    lo, hi = priorities
+    return {"priority_min": lo, "priority_max": hi}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ._outbox import LINGER_S
 from .errors import ApiError, Unavailable
@@ -37,6 +37,7 @@ class Claiming:
     worker_id: str
     lease_s: float
     prefetch_ms: int
+    priorities: tuple[int, int] | None
     wait_s: float
     _window: Window
     _held: int
@@ -119,11 +120,12 @@ class Claiming:
         if not carried:
             return await self._client.claim(
                 self.worker_id, types, wait_s=self.wait_s, minimal=True, max_tasks=want,
-                lease_s=self.lease_s, prefetch_ms=self.prefetch_ms) or []
+                lease_s=self.lease_s, prefetch_ms=self.prefetch_ms,
+                priorities=self.priorities) or []
         body = await self._client.claim_and_complete(
             self.worker_id, types, [item for item, _ in carried],
             wait_s=min(self.wait_s, CARRY_WAIT_S), minimal=True, max_tasks=want,
-            lease_s=self.lease_s, prefetch_ms=self.prefetch_ms)
+            lease_s=self.lease_s, prefetch_ms=self.prefetch_ms, priorities=self.priorities)
         answers = body.get("completions") if isinstance(body, dict) else None
         answers = answers if isinstance(answers, list) else []
         self._outbox.answered(carried, answers)
@@ -136,3 +138,20 @@ class Claiming:
             await asyncio.wait_for(self._stopping.wait(), seconds)
         except asyncio.TimeoutError:
             pass
+
+
+def check_priorities(value: Any) -> tuple[int, int] | None:
+    """A worker's priority range: None (every priority), `(lo, hi)` or `"lo-hi"` (a single
+    `"n"` is `n-n`), inclusive, 0 <= lo <= hi <= 10. ValueError otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        lo_text, dash, hi_text = value.strip().partition("-")
+        try:
+            value = (int(lo_text), int(hi_text if dash else lo_text))
+        except ValueError:
+            raise ValueError(f"priorities must be LO-HI (0..10), got {value!r}") from None
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(
+            type(v) is int for v in value) or not 0 <= value[0] <= value[1] <= 10:
+        raise ValueError(f"priorities must be (lo, hi) with 0 <= lo <= hi <= 10, got {value!r}")
+    return (value[0], value[1])

@@ -13,7 +13,7 @@ from typing import Any
 from tsched.statemachine.limits import API_LIMITS, LIMITS
 
 from ._core import ERROR_CHARS_MAX
-from .errors import NonRetryable
+from .errors import NonRetryable, RetryLater
 
 ERROR_TYPE_CHARS_MAX = API_LIMITS.error_type_chars_max
 ERROR_MESSAGE_CHARS_MAX = API_LIMITS.error_message_chars_max
@@ -172,6 +172,8 @@ def outcome_of(result: Any = None, exc: BaseException | None = None,
             return {"error": f"result is not JSON-serialisable: {err!r}"[:ERROR_CHARS_MAX],
                     "retryable": False}
         return {"result": result}
+    if isinstance(exc, RetryLater):
+        return {"error": error_detail(exc), "retryable": True, "retry_after_s": exc.after_s}
     return {"error": error_detail(exc), "retryable": rule.retryable(exc)}
 
 

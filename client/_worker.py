@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterable
 
-from ._claiming import CLAIM_WAIT_S_MAX, UNSERVABLE_CODES, Claiming
+from ._claiming import CLAIM_WAIT_S_MAX, UNSERVABLE_CODES, Claiming, check_priorities
 from ._jobs import (LEASE_LOST_CODES, RETRY_ALL, Job, RetryRule, error_code_of,
                     outcome_of)
 from ._outbox import Outbox
@@ -67,7 +67,8 @@ class Worker(Claiming):
                  claim_ahead: int | None = None, ca_file: str | None = None,
                  held_max: int | None = None, carry_completions: bool = True,
                  retry_on: dict[str, Iterable[str]] | None = None,
-                 no_retry_on: dict[str, Iterable[str]] | None = None) -> None:
+                 no_retry_on: dict[str, Iterable[str]] | None = None,
+                 priorities: tuple[int, int] | None = None) -> None:
         if not handlers:
             raise ValueError("handlers: at least one task type is needed")
         if concurrency < 1:
@@ -81,6 +82,7 @@ class Worker(Claiming):
         # Per task type: which exception class names are retried (DESIGN 14.1).
         self.retry_rules = retry_rules(self.handlers, retry_on or {}, no_retry_on or {})
         self.concurrency, self.lease_s, self.prefetch_ms = concurrency, lease_s, prefetch_ms
+        self.priorities = check_priorities(priorities)   # claims take only this range
         self.grace_s, self.wait_s = grace_s, min(wait_s, CLAIM_WAIT_S_MAX)
         # Tasks held beyond those running, so a claim round trip never leaves a thread idle
         # (like Celery's prefetch multiplier of 4: at most 4 x concurrency held in all).

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
+from ._claiming import check_priorities
 from ._core import parse_urls
 from .app_task import AnyTask, AsyncTask, Options, Periodic, Task, Time
 from .client import AsyncClient, Client
@@ -71,9 +72,12 @@ class _AppBase:
 
     def __init__(self, urls: str | Iterable[str], *, token: str | None = None,
                  tenant: str | None = None, timeout_s: float = 30.0,
-                 ca_file: str | None = None) -> None:
+                 ca_file: str | None = None,
+                 priorities: tuple[int, int] | str | None = None) -> None:
         self.urls = parse_urls(urls)
         self.token, self.tenant, self.timeout_s, self.ca_file = token, tenant, timeout_s, ca_file
+        # the effective priorities its workers claim (tsworker --priorities overrides)
+        self.priorities = check_priorities(priorities)
         self.tasks: dict[str, AnyTask] = {}
         self.periodics: dict[str, Periodic] = {}
         self._made_client = False

@@ -35,3 +35,15 @@ class Overloaded(ApiError):
 
 class NonRetryable(Exception):
     """Raised by a handler: the task fails at once and goes to `dead_letter`, no retry."""
+
+
+class RetryLater(Exception):
+    """Raised by a handler: the attempt failed and the next one is due after exactly
+    `after_s` seconds instead of the backoff (a partner's rate limit, say). It still counts
+    toward `max_retries`; `after_s` is bounded by the task's `retry.max_s` (DESIGN 9)."""
+
+    def __init__(self, after_s: float, message: str = "") -> None:
+        if not after_s > 0:
+            raise ValueError("after_s must be > 0")
+        super().__init__(message or f"retry after {after_s:g} s")
+        self.after_s = after_s

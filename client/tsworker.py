@@ -26,6 +26,7 @@ from .app_task import AnyTask, Periodic
 from .client import Client
 from .errors import ApiError, Unavailable
 from .schedule_sync import sync_schedules
+from ._claiming import check_priorities
 from ._worker import Worker
 
 log = logging.getLogger("tsched.tsworker")
@@ -117,10 +118,14 @@ def _configure_logging(level: str) -> None:
               show_default=True, help="Seconds running tasks get to finish after SIGTERM.")
 @click.option("--prune-schedules", is_flag=True,
               help="Delete the schedules of the app's tenant that the app does not declare.")
+@click.option("--priorities", "priorities", metavar="LO-HI",
+              help="Claim only tasks whose effective priority is in LO..HI (e.g. 0-3); "
+                   "default: the app's `priorities`, else all.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
               default="INFO", show_default=True)
 def cli(app_spec: str, task_names: str | None, concurrency: int, url: str | None,
-        token: str | None, grace_s: float, prune_schedules: bool, log_level: str) -> None:
+        token: str | None, grace_s: float, prune_schedules: bool, priorities: str | None,
+        log_level: str) -> None:
     """Run a worker for the tasks of the App in MODULE (e.g. `tsworker myproject.tasks`).
 
     Puts the app's periodic schedules first (an unchanged one is left as it is), then
@@ -132,6 +137,10 @@ def cli(app_spec: str, task_names: str | None, concurrency: int, url: str | None
         app.configure(urls=url, token=token)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--url") from None
+    try:
+        prio = check_priorities(priorities) if priorities is not None else app.priorities
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--priorities") from None
     served = served_tasks(app, task_names)
     if len(served) > TASK_TYPES_MAX:
         raise click.UsageError(f"a worker claims at most {TASK_TYPES_MAX} task types, the app "
@@ -139,7 +148,7 @@ def cli(app_spec: str, task_names: str | None, concurrency: int, url: str | None
     periodics = _put_or_exit(app, served, prune_schedules)
     worker = Worker(app.urls, {t.name: t.handler() for t in served}, concurrency=concurrency,
                     token=app.token, grace_s=grace_s, timeout_s=app.timeout_s,
-                    ca_file=app.ca_file)
+                    ca_file=app.ca_file, priorities=prio)
     # Graceful from the startup line on: a supervisor may send SIGTERM as soon as it reads
     # it, before the Worker's loop has installed its own handlers (which replace these).
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -217,11 +217,12 @@ def _maker(cls):
 assert not any(hasattr(cls, "__post_init__") for cls in c.COMMAND_TYPES)
 _MAKERS = {cls.__name__: (cls, len(_FIELDS[cls]) + 1, _maker(cls)) for cls in c.COMMAND_TYPES}
 # Defaults of the fields added last, in field order: Fire.shard, then every audited
-# command's `actor` (DESIGN 14.6). An item may lack any tail of them.
+# command's `actor` (DESIGN 14.6), Claim's priority range and Fail's retry_after_ms. An item may lack any tail of them.
 _ADDED_LATER: dict[type, list] = {
     c.Fire: [None, None], c.Cancel: [None], c.Replay: [None], c.Discard: [None],
     c.SetTenant: [None], c.PutSchedule: [None], c.DeleteSchedule: [None],
-    c.PauseSchedule: [None], c.ResumeSchedule: [None]}
+    c.PauseSchedule: [None], c.ResumeSchedule: [None],
+    c.Claim: [0, 10], c.Fail: [0]}   # Claim's priority range, Fail's retry_after_ms
 
 
 def _positional(item) -> c.Command:

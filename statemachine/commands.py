@@ -61,6 +61,8 @@ class Claim(Command):
     lease_ms: int = 30_000
     prefetch_ms: int = 0             # early dispatch horizon (0..1000)
     tenant: str | None = None        # a tenant-scoped caller claims only its tenant's tasks
+    priority_min: int = 0            # only tasks whose effective priority is in
+    priority_max: int = 10           # [priority_min, priority_max] (added later: codec)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,6 +88,7 @@ class Fail(Command):
     error: str = ""
     retryable: bool = True
     tenant: str | None = None
+    retry_after_ms: int = 0          # > 0: the retry is due after exactly this (added later)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

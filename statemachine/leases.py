@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from . import commands as c
 from . import validate as V
 from .lifecycle import CLAIM, COMPLETE, EXPIRE, FAIL, HEARTBEAT, RELEASE, Row, decide
+from .errors import INVALID_ARGUMENT
 from .model import CANCELLED, PENDING, Attempt, Task
 from .results import DONE, Answer, evicted_answer, lease_answer, task_answer, tasks_answer
 from .rules import backoff_ms
@@ -29,7 +30,8 @@ def claim(sm: StateMachine, cmd: c.Claim) -> Answer:
     V.claim(cmd, sm.limits)
     tasks = sm.store.queue.select(cmd.task_types, cmd.tenant, sm.tenants, sm.now_ms,
                                   cmd.prefetch_ms, cmd.max_tasks,
-                                  lambda task: _grant(sm, task, cmd))
+                                  lambda task: _grant(sm, task, cmd),
+                                  (cmd.priority_min, cmd.priority_max))
     return tasks_answer([t.task_id for t in tasks])
 
 
@@ -84,10 +86,13 @@ def fail(sm: StateMachine, cmd: c.Fail) -> Answer:
     V.fail(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
     row = decide(task, FAIL, cmd.fencing_token, cmd.retryable)
+    if cmd.retry_after_ms > task.retry.max_ms:
+        raise V.Rejected(INVALID_ARGUMENT, f"retry_after_s must be at most the task's retry "
+                       f"max_s ({task.retry.max_ms / 1000:g})", field="retry_after_s")
     if not row.repeat:
         _end_attempt(sm, task, "failed", cmd.error)
         task.last_error = cmd.error
-        _after_failure(sm, task, row)
+        _after_failure(sm, task, row, cmd.retry_after_ms)
     return task_answer(task.task_id)
 
 
@@ -138,12 +143,12 @@ def _end_attempt(sm: StateMachine, task: Task, outcome: str, error: str | None =
     attempt.error = error
 
 
-def _after_failure(sm: StateMachine, task: Task, row: Row) -> None:
+def _after_failure(sm: StateMachine, task: Task, row: Row, after_ms: int = 0) -> None:
     """A failed or expired attempt: cancelled, or one retry used up (back to pending after
-    the backoff, or dead-lettered)."""
+    the backoff, or after `after_ms` when the handler asked for it, or dead-lettered)."""
     if row.new != CANCELLED:
         task.failures += 1
     if row.new == PENDING:
-        delay = backoff_ms(task.retry, task.failures, task.task_id, task.attempt)
+        delay = after_ms or backoff_ms(task.retry, task.failures, task.task_id, task.attempt)
         task.run_at_ms = sm.now_ms + delay
     sm.store.move(task, row.new, sm.now_ms)

@@ -184,9 +184,10 @@ class StateMachine:
         """A command with this request id was applied (and its result is still recorded)."""
         return request_id in self.requests
 
-    def has_claimable(self, task_types, tenant, prefetch_ms, now_ms) -> bool:
+    def has_claimable(self, task_types, tenant, prefetch_ms, now_ms,
+                      priorities: tuple[int, int] = (0, 10)) -> bool:
         return self.store.queue.has_claimable(task_types, tenant, self.tenants,
-                                              max(now_ms, self.now_ms), prefetch_ms)
+                                              max(now_ms, self.now_ms), prefetch_ms, priorities)
 
     def next_due_ms(self, task_types, tenant=None) -> int | None:
         """Earliest run_at of a pending task of those types; a due one reads as now_ms."""

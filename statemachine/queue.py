@@ -123,7 +123,8 @@ class ClaimQueue:
     # --- selection ------------------------------------------------------------------------
     def select(self, task_types: Sequence[str], tenant: str | None,
                tenants: dict[str, TenantView], now_ms: int, prefetch_ms: int, max_tasks: int,
-               grant: Callable[[Task], None]) -> list[Task]:
+               grant: Callable[[Task], None],
+               priorities: tuple[int, int] = (0, 10)) -> list[Task]:
         """Remove up to `max_tasks` tasks in claim order, calling `grant(task)` on each
         before choosing the next (a grant changes the tenant's service and running count).
 
@@ -135,6 +136,9 @@ class ClaimQueue:
             if bucket.delayed and bucket.delayed[0][0] <= now_ms:
                 self._promote(bucket, now_ms)
             by_tenant.setdefault(bucket.tenant, []).append(bucket)
+        if priorities[0] > 0 or priorities[1] < 10:
+            return self._select_range(by_tenant, tenants, now_ms, prefetch_ms, max_tasks,
+                                      grant, priorities)
         best: dict[str, tuple] = {}
         for name, buckets in by_tenant.items():
             self._offer(best, name, buckets, tenants, now_ms)
@@ -218,12 +222,70 @@ class ClaimQueue:
         self._clean(best)
         return task
 
+    # --- claims by priority range (DESIGN section 5) -------------------------------------
+    def _select_range(self, by_tenant: dict[str, list[Bucket]],
+                      tenants: dict[str, TenantView], now_ms: int, prefetch_ms: int,
+                      max_tasks: int, grant: Callable[[Task], None],
+                      priorities: tuple[int, int]) -> list[Task]:
+        """`select` for a claim that takes only effective priorities in `priorities`: the
+        same order, over the entries whose key falls in the range's key bounds."""
+        lo, hi = key_bounds(priorities, now_ms, self.aging_ms)
+        out: list[Task] = []
+        while len(out) < max_tasks:
+            pick = None
+            for name, buckets in by_tenant.items():
+                if tenants[name].at_cap():
+                    continue
+                for bucket in buckets:
+                    i = _ready_in(bucket.ready, lo, hi)
+                    if i < 0:
+                        continue
+                    key = bucket.ready[i][:3]
+                    cand = (effective_priority(key[0], now_ms, self.aging_ms), key, bucket, i)
+                    if pick is None or self._before(cand, pick, tenants):
+                        pick = cand
+            if pick is None:
+                break
+            out.append(self._take_at(pick[2], pick[2].ready, pick[3], grant))
+        horizon = now_ms + prefetch_ms
+        while len(out) < max_tasks and prefetch_ms > 0:
+            found = None
+            for name, buckets in by_tenant.items():
+                if tenants[name].at_cap():
+                    continue
+                for bucket in buckets:
+                    i = _delayed_in(bucket.delayed, now_ms, horizon, lo, hi, priorities,
+                                    self.aging_ms)
+                    if i >= 0 and (found is None or
+                                   bucket.delayed[i][:2] < found[0].delayed[found[1]][:2]):
+                        found = (bucket, i)
+            if found is None:
+                break
+            out.append(self._take_at(found[0], found[0].delayed, found[1], grant))
+        return out
+
+    def _take_at(self, bucket: Bucket, heap: list, i: int,
+                 grant: Callable[[Task], None]) -> Task:
+        task = heap[i][-1]
+        _pop_at(heap, i)
+        self._clean(bucket)
+        grant(task)
+        return task
+
     # --- peeks (reads: no mutation) -------------------------------------------------------
     def has_claimable(self, task_types, tenant: str | None, tenants: dict[str, TenantView],
-                      now_ms: int, prefetch_ms: int) -> bool:
+                      now_ms: int, prefetch_ms: int,
+                      priorities: tuple[int, int] = (0, 10)) -> bool:
         horizon = now_ms + max(0, prefetch_ms)
+        ranged = priorities[0] > 0 or priorities[1] < 10
+        lo, hi = key_bounds(priorities, now_ms, self.aging_ms)
         for bucket in self._buckets(task_types, tenant):
             if tenants[bucket.tenant].at_cap():
+                continue
+            if ranged:
+                if (_ready_in(bucket.ready, lo, hi) >= 0 or _delayed_in(
+                        bucket.delayed, now_ms, horizon, lo, hi, priorities, self.aging_ms) >= 0):
+                    return True
                 continue
             if bucket.ready and bucket.ready[0][1] <= horizon:
                 return True
@@ -242,3 +304,90 @@ class ClaimQueue:
             if best is None or at < best:
                 best = at
         return None if best is None else max(best, now_ms)
+
+
+def key_bounds(priorities: tuple[int, int], now_ms: int, aging_ms: int) -> tuple[int, int]:
+    """The static keys (rules.static_key) whose effective priority at `now_ms` is in the
+    inclusive range: lo < key <= hi. (eff <= p iff key <= now + p * aging; eff >= p > 0 iff
+    key > now + (p - 1) * aging.) No bound is -1 / a key past every task's."""
+    pmin, pmax = priorities
+    lo = now_ms + (pmin - 1) * aging_ms if pmin > 0 else -1
+    hi = now_ms + pmax * aging_ms if pmax < 10 else now_ms + 11 * aging_ms
+    return lo, hi
+
+
+def _ready_in(heap: list, lo: int, hi: int) -> int:
+    """Index of the least live ready entry with lo < key <= hi, or -1. Walks the heap from
+    its root: below an entry over `hi` nothing is in range (a heap's children are never
+    less), so the walk visits only the entries more urgent than the range (key <= lo), dead
+    ones, and the frontier. With no lower bound that is the top alone."""
+    best = -1
+    stack = [0] if heap else []
+    while stack:
+        i = stack.pop()
+        entry = heap[i]
+        if entry[0] > hi:
+            continue
+        if entry[0] > lo and _live(entry):
+            if best < 0 or entry[:3] < heap[best][:3]:
+                best = i
+            continue
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < len(heap):
+                stack.append(child)
+    return best
+
+
+def _delayed_in(heap: list, now_ms: int, horizon: int, lo: int, hi: int,
+                priorities: tuple[int, int], aging_ms: int) -> int:
+    """Index of the earliest live delayed entry due by `horizon` whose effective priority
+    is in range (a due one's by its key at now; one not due yet by its priority, its
+    effective priority when due), or -1."""
+    best = -1
+    stack = [0] if heap else []
+    while stack:
+        i = stack.pop()
+        entry = heap[i]
+        run_at = entry[0]
+        if run_at > horizon:
+            continue
+        task = entry[-1]
+        if _live(entry):
+            if run_at <= now_ms:
+                key = static_key(task.priority, run_at, aging_ms)
+                ok = lo < key <= hi
+            else:
+                ok = priorities[0] <= task.priority <= priorities[1]
+            if ok and (best < 0 or entry[:2] < heap[best][:2]):
+                best = i
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < len(heap):
+                stack.append(child)
+    return best
+
+
+def _pop_at(heap: list, i: int) -> None:
+    """Remove entry `i` of a heap, keeping it a heap (deterministic: same heap, same result)."""
+    last = heap.pop()
+    if i == len(heap):
+        return
+    heap[i] = last
+    while i > 0:
+        parent = (i - 1) >> 1
+        if heap[i] < heap[parent]:
+            heap[i], heap[parent] = heap[parent], heap[i]
+            i = parent
+        else:
+            break
+    n = len(heap)
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and heap[child + 1] < heap[child]:
+            child += 1
+        if heap[child] < heap[i]:
+            heap[i], heap[child] = heap[child], heap[i]
+            i = child
+        else:
+            break

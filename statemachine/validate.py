@@ -142,6 +142,8 @@ def claim(cmd: Unchecked, lim: Limits) -> None:
     integer("max_tasks", cmd.max_tasks, 1, lim.claim_tasks_max)
     integer("lease_ms", cmd.lease_ms, lim.lease_ms_min, lim.lease_ms_max)
     integer("prefetch_ms", cmd.prefetch_ms, 0, lim.prefetch_ms_max)
+    integer("priority_min", cmd.priority_min, 0, lim.priority_max)
+    integer("priority_max", cmd.priority_max, cmd.priority_min, lim.priority_max)
     scope(cmd, lim)
 
 
@@ -173,6 +175,7 @@ def fail(cmd: Unchecked, lim: Limits) -> None:
     fenced(cmd, lim)
     sized("error", cmd.error, lim.error_bytes_max)
     boolean("retryable", cmd.retryable)
+    integer("retry_after_ms", cmd.retry_after_ms, 0, lim.backoff_ms_max)
 
 
 def set_tenant(cmd: Unchecked, lim: Limits) -> None:

@@ -13,7 +13,7 @@ import orjson
 
 from tsched.statemachine.limits import API_LIMITS, LIMITS
 
-from tsched.node.api import openapi_audit, schedules as schedules_api
+from tsched.node.api import openapi_audit, openapi_ranges as R, schedules as schedules_api
 from tsched.node.api.openapi_archive import archive_paths
 from tsched.node.scheduling import cron
 from tsched.node.api import validate as v
@@ -217,7 +217,7 @@ def _claim() -> Schema:
                        "maxItems": v.TASK_TYPES_MAX},
         "max_tasks": {**integer(1, v.CLAIM_TASKS_MAX), "default": 1},
         "wait_s": {**number(0, v.WAIT_S_MAX), "default": 0},
-        "lease_s": {**number(v.LEASE_S_MIN, v.LEASE_S_MAX), "default": 30},
+        "lease_s": {**number(v.LEASE_S_MIN, v.LEASE_S_MAX), "default": 30}, **R.CLAIM_RANGE,
         "prefetch_ms": {**integer(0, v.PREFETCH_MS_MAX), "default": 0,
                         "description": "early dispatch: tasks due within this horizon"},
         "completions": {"type": "array", "items": _completion_item(), "maxItems": v.BATCH_MAX,
@@ -240,7 +240,7 @@ def _completion_item() -> Schema:
     done = obj({"task_id": NAME, "fencing_token": FENCING_TOKEN, "result": RESULT},
                ("task_id", "fencing_token"), closed=True)
     failed = obj({"task_id": NAME, "fencing_token": FENCING_TOKEN, "error": ERROR,
-                  "retryable": {"type": "boolean", "default": True}},
+                  **R.FAIL_FIELDS},
                  ("task_id", "fencing_token"), closed=True)
     return {"oneOf": [done, failed]}
 
@@ -392,7 +392,7 @@ def components() -> dict[str, Schema]:
         "CompleteRequest": obj({"fencing_token": FENCING_TOKEN, "result": RESULT},
                                ("fencing_token",), closed=True),
         "FailRequest": obj({"fencing_token": FENCING_TOKEN, "error": ERROR,
-                            "retryable": {"type": "boolean", "default": True}},
+                            **R.FAIL_FIELDS},
                            ("fencing_token",), closed=True),
         "SchedulePut": _schedule_put(),
         "Schedule": _schedule(),

@@ -17,6 +17,7 @@ import orjson
 from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
 
 from tsched.node.errors import ApiError, invalid
+from tsched.node.api.validate_ranges import priorities, retry_after_ms
 
 # Every bound comes from statemachine/limits.py (one place): the state machine's own bounds
 # (LIMITS), converted to the API's units, so that what the state machine would refuse is
@@ -254,6 +255,7 @@ def claim(body: Any) -> dict[str, Any]:
         "prefetch_ms": integer(f.get("prefetch_ms"), "prefetch_ms", 0, PREFETCH_MS_MAX,
                                default=0),
         "completions": claim_completions(f.get("completions")),
+        "priorities": priorities(f.get("priority_min"), f.get("priority_max")),
     }
     f.done()
     return out
@@ -294,7 +296,7 @@ def completion(body: Any, where: str = "body", *, failing: bool | None = None) -
     `failing` None (batch items) decides by the fields present."""
     f = Fields(body, where)
     if failing is None:
-        failing = "error" in body or "retryable" in body
+        failing = "error" in body or "retryable" in body or "retry_after_s" in body
         if failing and "result" in body:
             raise invalid(f"{where} has both result and error", field="result")
     out: dict[str, Any] = {"fencing_token": fencing_token(f.get("fencing_token")),
@@ -304,6 +306,7 @@ def completion(body: Any, where: str = "body", *, failing: bool | None = None) -
     if failing:
         out["error"] = error_text(f.get("error"))
         out["retryable"] = boolean(f.get("retryable"), "retryable", True)
+        out["retry_after_ms"] = retry_after_ms(f.get("retry_after_s"))
     else:
         out["result_json"] = json_text(f.get("result"), "result", RESULT_BYTES_MAX)
     f.done()

@@ -71,7 +71,8 @@ def _completion_builder(request):
         if item["failing"]:
             return c.Fail(request_id=rid, now_ms=now, task_id=item["task_id"],
                           fencing_token=token, error=item["error"],
-                          retryable=item["retryable"], tenant=scope)
+                          retryable=item["retryable"], tenant=scope,
+                          retry_after_ms=item["retry_after_ms"])
         return c.Complete(request_id=rid, now_ms=now, task_id=item["task_id"],
                           fencing_token=token, result_json=item["result_json"], tenant=scope)
     return build

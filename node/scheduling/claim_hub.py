@@ -105,7 +105,7 @@ class ClaimHub:
 
     def due_groups(self) -> list[tuple[tuple[str, ...], str | None, int]]:
         """(task_types, tenant, prefetch_ms) of the idle waiters, for the timer."""
-        groups = {_kind(w) for w in self._waiters.values() if not w.busy}
+        groups = {_kind(w)[:3] for w in self._waiters.values() if not w.busy}
         return sorted(groups, key=lambda g: (g[0], g[1] or "", g[2]))
 
     # -- a waiting request --
@@ -178,10 +178,10 @@ class ClaimHub:
         ready = []
         with self.node.replica.read() as sm:
             for kind, waiters in kinds.items():
-                types, tenant, prefetch_ms = kind
+                types, tenant, prefetch_ms, prio = kind
                 room = self._fanout.get(kind, 1) - in_flight.get(kind, 0)
                 # a watch takes room like a Claim: its router claims right after
-                if room > 0 and sm.has_claimable(types, tenant, prefetch_ms, now):
+                if room > 0 and sm.has_claimable(types, tenant, prefetch_ms, now, prio):
                     ready += waiters[:room]
         return replays + ready
 
@@ -215,11 +215,12 @@ class ClaimHub:
                 cmds += w.completions.cmds
                 minimal += [w.completions.minimal] * w.carried
             minimal.append(w.minimal)
+            prio = _priorities(w)
             cmds.append(c.Claim(request_id=w.next_request_id(), now_ms=now,
                                 worker_id=w.params["worker_id"],
                                 task_types=w.params["task_types"], max_tasks=w.params["max_tasks"],
                                 lease_ms=w.params["lease_ms"], prefetch_ms=w.params["prefetch_ms"],
-                                tenant=w.tenant))
+                                tenant=w.tenant, priority_min=prio[0], priority_max=prio[1]))
             w.busy = True
         self.stats.proposed += len(ready)
         asyncio.get_running_loop().create_task(
@@ -304,8 +305,12 @@ def render_item(answer) -> dict:
     return answer.body() if isinstance(answer, ApiError) else answer
 
 
+def _priorities(w: Waiter) -> tuple[int, int]:
+    return w.params.get("priorities", (0, 10))
+
+
 def _kind(w: Waiter) -> tuple:
-    return (w.params["task_types"], w.tenant, w.params["prefetch_ms"])
+    return (w.params["task_types"], w.tenant, w.params["prefetch_ms"], _priorities(w))
 
 
 async def release(node, tasks: list[tuple[str, int]]) -> None:

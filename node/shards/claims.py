@@ -197,13 +197,13 @@ class Poll:
 
 def _kind(params: dict, scope: str | None) -> tuple:
     return (params["worker_id"], params["task_types"], params["lease_ms"],
-            params["prefetch_ms"], scope)
+            params["prefetch_ms"], scope, params.get("priorities", (0, 10)))
 
 
 def _work(kind: tuple) -> tuple:
-    """What a shard's having work for a claim depends on: task types, prefetch, scope (every
-    worker of those drains the same queue)."""
-    return kind[1], kind[3], kind[4]
+    """What a shard's having work for a claim depends on: task types, prefetch, scope,
+    priority range (every worker of those drains the same queue)."""
+    return (kind[1], kind[3], kind[4]) + kind[5:]
 
 
 def _watched(r: Router, kind: tuple, shard: int) -> bool:

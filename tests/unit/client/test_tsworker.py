@@ -68,8 +68,10 @@ def test_help_describes_the_command():
     ("from tsched.client import App\napp = App('{url}')\n", "{m}", "declares no tasks"),
     (TASKS_MODULE, "{m} --concurrency 0", "--concurrency"),
     (TASKS_MODULE, "{m} --url ftp://x", "not an http(s) URL"),
+    (TASKS_MODULE, "{m} --priorities 5-2", "--priorities"),
+    (TASKS_MODULE, "{m} --priorities x", "--priorities"),
 ], ids=["no module", "no app", "no attribute", "not named", "two apps", "import fails",
-        "unknown task", "no tasks", "concurrency", "bad url"])
+        "unknown task", "no tasks", "concurrency", "bad url", "range backwards", "range text"])
 def test_usage_errors_exit_2_before_any_request(project, source, spec, message):
     url = dead_url()
     name = project(source.format(url=url)) if source else "unused"

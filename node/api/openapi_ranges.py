@@ -1,0 +1,23 @@
+"""OpenAPI schemas of the priority-range and retry-after fields (DESIGN.md sections 5, 7)."""
+from __future__ import annotations
+
+from typing import Any
+
+from tsched.node.api.validate_ranges import PRIORITY_MAX, RETRY_AFTER_S_MAX
+
+CLAIM_RANGE: dict[str, Any] = {
+    "priority_min": {"type": "integer", "minimum": 0, "maximum": PRIORITY_MAX, "default": 0,
+                     "description": "only tasks whose effective priority (aging included) "
+                                    "is at least this"},
+    "priority_max": {"type": "integer", "minimum": 0, "maximum": PRIORITY_MAX,
+                     "default": PRIORITY_MAX,
+                     "description": "... and at most this (not below priority_min)"},
+}
+
+FAIL_FIELDS: dict[str, Any] = {
+    "retryable": {"type": "boolean", "default": True},
+    "retry_after_s": {"type": "number", "exclusiveMinimum": 0, "maximum": RETRY_AFTER_S_MAX,
+                      "description": "the retry is due after exactly this many seconds "
+                                     "instead of the backoff (at most the task's "
+                                     "retry.max_s)"},
+}
