@@ -124,7 +124,7 @@ def check_data_dir(cfg: ClusterConfig, node: NodeConfig) -> None:
              for k in ("shards", "replicas") if found[k] != want[k]]
     raise ConfigError(f"node {node.id}: data dir {node.data_dir} was made with "
                       f"{' and '.join(diffs)}; these are fixed for the life of the cluster "
-                      "(changing them needs an export and re-import)")
+                      "(changing them needs a backup and a restore into a fresh data dir)")
 
 
 def recorded_shape(data_dir: Path, nodes: int) -> dict[str, int] | None:
