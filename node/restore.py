@@ -3,8 +3,8 @@ empty data dir from a backup made by `tsctl backup`, then start as usual.
 
 Refused, before anything is written (RestoreRefused, exit status 2), with the reason: a
 file that is not a backup, a format version this build does not know, a checksum that
-does not match, another cluster's name, a shard count other than the cluster file's, a
-data dir that is not empty.
+does not match, another cluster's name, a data dir that is not empty. A backup of another
+shard count is re-partitioned by tenant (statemachine/reshard.py) before it is seeded.
 """
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 
 import tsched.statemachine.backup_format as fmt
 from tsched.statemachine import Limits, StateMachine
+from tsched.statemachine.errors import DecodeError
+from tsched.statemachine.reshard import reshard
 
 from tsched.node.config import ClusterConfig, NodeConfig
 from tsched.node.raft.seed import check_section, seed
@@ -42,24 +44,44 @@ def restore(cfg: ClusterConfig, me: NodeConfig, backup: str, limits: Limits | No
     if head["cluster"] != cfg.name:
         raise RestoreRefused(f"{backup} is a backup of cluster {head['cluster']!r}; this "
                              f"cluster file names cluster {cfg.name!r}")
+    sections = _read_sections(backup, head, offsets)
     if head["shards"] != shards_of(cfg):
-        raise RestoreRefused(f"{backup} holds {head['shards']} shard(s); this cluster has "
-                             f"shards = {shards_of(cfg)} (a shard count cannot change on restore)")
-    seeded = []
-    with open(backup, "rb") as f:
-        for s in shards.local_shards(cfg, me.id):
-            sec = head["sections"][s]
-            f.seek(offsets[s])
-            try:
-                index, state = check_section(f.read(sec["bytes"]))
-            except ValueError as exc:
-                raise RestoreRefused(f"{backup}: shard {s}: {exc}") from None
-            seeded.append((s, index, bump_fencing_tokens(state, limits)))
+        sections = _reshard(backup, sections, shards_of(cfg), limits)
+    seeded = [(s, sections[s][0], bump_fencing_tokens(sections[s][1], limits))
+              for s in shards.local_shards(cfg, me.id)]
     for s, index, state in seeded:
         sub = shards.shard_config(cfg, s)
         seed(Path(shards.shard_data_dir(cfg, me, s)), index, state, [n.raft for n in sub.nodes])
-    shards.stamp_data_dir(cfg, me)
+    shards.stamp_data_dir(cfg, me, resharded_from=(
+        head["shards"] if head["shards"] != shards_of(cfg) else None))
     return head
+
+
+def _read_sections(backup: str, head: dict, offsets: list[int]) -> list[tuple[int, bytes]]:
+    """(log index, state) of every shard's section, each checked."""
+    out = []
+    with open(backup, "rb") as f:
+        for s, sec in enumerate(head["sections"]):
+            f.seek(offsets[s])
+            try:
+                out.append(check_section(f.read(sec["bytes"])))
+            except ValueError as exc:
+                raise RestoreRefused(f"{backup}: shard {s}: {exc}") from None
+    return out
+
+
+def _reshard(backup: str, sections: list[tuple[int, bytes]], count: int,
+             limits: Limits | None) -> list[tuple[int, bytes]]:
+    """The sections re-partitioned over `count` shards by tenant, each at the highest of
+    the old sections' log indexes (every node computes the same)."""
+    index = max(i for i, _ in sections)
+    try:
+        states = reshard([st for _, st in sections], count,
+                         lambda tenant: shards.shard_of_tenant(tenant, count), limits)
+    except DecodeError as exc:
+        raise RestoreRefused(f"{backup}: cannot re-partition {len(sections)} shard(s) into "
+                             f"{count}: {exc}") from None
+    return [(index, st) for st in states]
 
 
 def bump_fencing_tokens(state: bytes, limits: Limits | None) -> bytes:

@@ -124,7 +124,7 @@ def check_data_dir(cfg: ClusterConfig, node: NodeConfig) -> None:
              for k in ("shards", "replicas") if found[k] != want[k]]
     raise ConfigError(f"node {node.id}: data dir {node.data_dir} was made with "
                       f"{' and '.join(diffs)}; these are fixed for the life of the cluster "
-                      "(changing them needs an export and re-import)")
+                      "(changing them needs a backup and a restore into a fresh data dir)")
 
 
 def recorded_shape(data_dir: Path, nodes: int) -> dict[str, int] | None:
@@ -142,9 +142,11 @@ def recorded_shape(data_dir: Path, nodes: int) -> dict[str, int] | None:
     return None
 
 
-def stamp_data_dir(cfg: ClusterConfig, node: NodeConfig) -> None:
+def stamp_data_dir(cfg: ClusterConfig, node: NodeConfig,
+                   resharded_from: int | None = None) -> None:
     """Record the shape of a sharded node's data dir (a single group writes nothing: its
-    layout stays as it was before shards). Written atomically, once."""
+    layout stays as it was before shards). Written atomically, once. `resharded_from`: the
+    shard count of the backup its state was re-partitioned from (DESIGN.md section 6.1)."""
     if is_single_group(cfg):
         return
     data_dir = Path(node.data_dir)
@@ -153,8 +155,11 @@ def stamp_data_dir(cfg: ClusterConfig, node: NodeConfig) -> None:
         return
     data_dir.mkdir(parents=True, exist_ok=True)
     tmp = stamp.with_suffix(".tmp")
+    doc: dict = shape_of(cfg)
+    if resharded_from is not None:
+        doc["resharded_from"] = resharded_from
     with open(tmp, "w") as f:
-        json.dump(shape_of(cfg), f)
+        json.dump(doc, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, stamp)
@@ -163,6 +168,17 @@ def stamp_data_dir(cfg: ClusterConfig, node: NodeConfig) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def resharded_from(node: NodeConfig) -> int | None:
+    """The shard count a node's state was re-partitioned from on restore; None when it
+    never was (or the stamp is unreadable: check_data_dir says so)."""
+    try:
+        doc = json.loads((Path(node.data_dir) / STAMP_FILE).read_text())
+        n = doc.get("resharded_from")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
 # --- a shard process's answers name their shard ---------------------------------------------

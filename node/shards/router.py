@@ -26,8 +26,8 @@ from tsched.node.shards.upstream import PASS_REQUEST_HEADERS, Answer, Upstreams
 
 DEFAULT_TENANT = "default"
 # Cron occurrence ids made before occurrences named their shard (`s-...`, not `s03-...`)
-# carry no shard number: the router remembers the shard of those it has seen, else asks
-# every shard.
+# carry no shard number, nor do ids restored into another shard count (DESIGN.md section
+# 6.1): the router remembers the shard of those it has seen, else asks every shard.
 ID_CACHE_MAX = 100_000
 
 
@@ -39,6 +39,8 @@ class Router:
         self.count = upstreams.count
         self.auth = parse_auth(cfg.auth)
         self.ids: OrderedDict[str, int] = OrderedDict()
+        # restored from a backup of another shard count: ids may name their old shard
+        self.resharded = shards_mod.resharded_from(cfg.node(node_id)) is not None
         self.rotation = 0        # which shard a claim asks first; moves on every claim
         self.polls: dict[tuple, list] = {}   # open shard long polls by claim kind
         self.productive: dict[tuple, int] = {}   # claim kind -> the shard that last gave tasks
@@ -63,7 +65,7 @@ class Router:
         return shards_mod.shard_of_tenant(tenant, self.count)
 
     def remember(self, task_id: str, shard: int) -> None:
-        if shards_mod.shard_of_task_id(task_id, self.count) is not None:
+        if not self.resharded and shards_mod.shard_of_task_id(task_id, self.count) is not None:
             return
         self.ids[task_id] = shard
         self.ids.move_to_end(task_id)
@@ -71,20 +73,33 @@ class Router:
             self.ids.popitem(last=False)
 
     async def id_shard(self, request: web.Request, task_id: str) -> int:
+        """The shard holding `task_id`. On a re-sharded cluster (DESIGN.md section 6.1) an
+        id's prefix may name its old shard: the named shard is asked first, then the
+        others (at most `count` requests in all), and the answer is kept in `ids`."""
         s = shards_mod.shard_of_task_id(task_id, self.count)
-        if s is not None and s >= 0:
-            return s
-        if s == -1:
-            raise ApiError("not_found", f"no task {task_id} (its shard does not exist)",
-                           {"task_id": task_id})
+        if not self.resharded:
+            if s is not None and s >= 0:
+                return s
+            if s == -1:
+                raise ApiError("not_found", f"no task {task_id} (its shard does not exist)",
+                               {"task_id": task_id})
         if task_id in self.ids:
             return self.ids[task_id]
+        named = [s] if s is not None and s >= 0 else []
+        for group in (named, [i for i in range(self.count) if i not in named]):
+            found = await self._ask(request, task_id, group) if group else None
+            if found is not None:
+                self.remember(task_id, found)
+                return found
+        raise ApiError("not_found", f"no task {task_id}", {"task_id": task_id})
+
+    async def _ask(self, request: web.Request, task_id: str, group: list[int]) -> int | None:
+        """The shard of `group` that has `task_id`; None when every one answers 404."""
         path = f"/v1/tasks/{task_id}"
         answers = await asyncio.gather(*(self.send(request, i, "GET", path, None)
-                                         for i in range(self.count)), return_exceptions=True)
-        for i, a in enumerate(answers):
+                                         for i in group), return_exceptions=True)
+        for i, a in zip(group, answers):
             if isinstance(a, Answer) and a.status == 200:
-                self.remember(task_id, i)
                 return i
         for a in answers:
             if isinstance(a, Answer) and a.status in (401, 403):
@@ -93,7 +108,7 @@ class Router:
                 # a shard that could not say: the task may be there
                 raise ApiError("unavailable", f"task {task_id}: not every shard answered",
                                {"task_id": task_id})
-        raise ApiError("not_found", f"no task {task_id}", {"task_id": task_id})
+        return None
 
     # -- sending --
     async def send(self, request: web.Request, shard: int, method: str, path_qs: str,

@@ -167,7 +167,7 @@ def test_restore_refuses_a_damaged_file_and_another_clusters(tmp_path):
         same.close()
 
 
-def test_a_sharded_cluster_backs_up_every_shard_and_refuses_another_shard_count(tmp_path):
+def test_a_sharded_cluster_backs_up_every_shard_and_restores_into_one(tmp_path):
     backup = tmp_path / "sharded.backup"
     with Cluster(_dir(tmp_path, "src"), shards=2) as src:
         src.start()
@@ -187,10 +187,89 @@ def test_a_sharded_cluster_backs_up_every_shard_and_refuses_another_shard_count(
         for tid in ids:
             s, b = dst.call("n2", "GET", f"/v1/tasks/{tid}")
             assert s == 200 and b["state"] == "pending", b
-    single = Cluster(_dir(tmp_path, "single"))
-    try:
-        refused = _restore_refusal(single, "n1", backup)
-        assert refused.returncode == 2, refused.stderr
-        assert "holds 2 shard(s); this cluster has shards = 1" in refused.stderr, refused.stderr
-    finally:
-        single.close()
+    # 2 -> 1: a single group holds every task, whatever shard its id names
+    with Cluster(_dir(tmp_path, "single")) as single:
+        for i in single.ids:
+            single.start_node(i, "--restore", str(backup))
+        leader = single.wait_leader()
+        for tid in ids:
+            s, b = single.call("n3", "GET", f"/v1/tasks/{tid}")
+            assert s == 200 and b["state"] == "pending", b
+        s, b = single.call(leader, "GET", "/v1/tasks?limit=1000")
+        assert s == 200 and {t["task_id"] for t in b["tasks"]} == ids, b
+        _wait_equal_digests(single, [single.ids])
+
+
+def _wait_equal_digests(c: Cluster, groups: list[list[str]], timeout_s: float = 30) -> None:
+    """Every group's replicas report one applied_seq and one digest (a write is applied on
+    each first, so that they have something to agree on after the restore)."""
+    deadline = time.monotonic() + timeout_s
+    for group in groups:
+        while True:
+            st = [c.self_status(i) for i in group]
+            seen = {(x["applied_seq"], x["digest"]) for x in st if x}
+            if len(seen) == 1 and all(st):
+                break
+            assert time.monotonic() < deadline, f"replicas disagree: {st}"
+            time.sleep(0.05)
+
+
+def _shard_digests(c: Cluster, timeout_s: float = 30) -> dict[int, str]:
+    """{shard: digest} once every replica of every shard reports the same one."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        shards = c.shard_status("n1") or []
+        seen = {s["shard"]: {(n["applied_seq"], n["digest"]) for n in s["nodes"]}
+                for s in shards}
+        if len(seen) == c.shards and all(len(v) == 1 and None not in next(iter(v))
+                                         for v in seen.values()):
+            return {s: next(iter(v))[1] for s, v in seen.items()}
+        assert time.monotonic() < deadline, f"replicas disagree: {shards}"
+        time.sleep(0.1)
+
+
+def test_a_single_group_backup_restores_into_three_shards(tmp_path):
+    from tsched.node.shards.layout import shard_of_tenant
+    backup = tmp_path / "one.backup"
+    tenants = [f"tenant-{i}" for i in range(9)]
+    with Cluster(_dir(tmp_path, "src")) as src:
+        src.start()
+        leader = src.wait_leader()
+        states, top_token = _seed_source(src, leader)
+        s, b = src.call(leader, "POST", "/v1/tasks", {"tasks": [
+            {"task_type": "spread", "tenant": t, "idempotency_key": f"i-{t}"}
+            for t in tenants]})
+        assert s == 201, b
+        by_tenant = {t["task_id"]: tenant for t, tenant in zip(b["tasks"], tenants)}
+        states.update({tid: "pending" for tid in by_tenant})
+        out = _tsctl(src, "backup", str(backup))
+        assert out.returncode == 0, out.stderr
+    assert len({shard_of_tenant(t, 3) for t in tenants}) == 3, "the tenants use one shard"
+    with Cluster(_dir(tmp_path, "dst"), shards=3) as dst:
+        for i in dst.ids:
+            dst.start_node(i, "--restore", str(backup))
+        dst.wait_shard_leaders()
+        for node in dst.ids:     # every old id (no shard prefix) from any node's router
+            for tid, state in states.items():
+                s, b = dst.call(node, "GET", f"/v1/tasks/{tid}")
+                assert s == 200 and b["state"] == state, (node, tid, state, b)
+        for tid, tenant in by_tenant.items():
+            s, b = dst.call("n2", "GET", f"/v1/tasks?tenant={tenant}")
+            assert s == 200 and [t["task_id"] for t in b["tasks"]] == [tid], b
+            s, b = dst.call("n3", "GET", f"/v1/tasks/{tid}")
+            assert b["shard"] == shard_of_tenant(tenant, 3), b
+            s, b = dst.call("n1", "POST", "/v1/tasks", {"task_type": "spread", "tenant": tenant,
+                                                        "idempotency_key": f"i-{tenant}"})
+            assert s == 201 and b["duplicate"] is True and b["task_id"] == tid, b
+        s, b = dst.call("n1", "GET", "/v1/schedules/nightly?tenant=acme")
+        assert s == 200, b
+        s, b = dst.call("n2", "GET", "/v1/tenants/acme")
+        assert s == 200 and b["max_running"] == 7 and b["weight"] == 3, b
+        claimed = _claim(dst, "n3", "work", 1)
+        assert claimed and claimed[0]["fencing_token"] > top_token, (claimed, top_token)
+        s, b = dst.call("n2", "POST", f"/v1/tasks/{claimed[0]['task_id']}/complete",
+                        {"fencing_token": claimed[0]["fencing_token"], "result": {}})
+        assert s == 200, b
+        s, b = dst.call("n1", "GET", "/v1/tasks/" + "ab" * 16)
+        assert s == 404 and b["error"]["code"] == "not_found", b
+        assert len(_shard_digests(dst)) == 3

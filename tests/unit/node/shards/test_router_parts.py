@@ -101,3 +101,41 @@ def test_open_watches_are_counted_per_work_and_shard_whichever_worker_opened_the
     assert _watched(r, a, 1)                   # b's watch is still open
     _count_watch(r, b, 1, -1)
     assert not _watched(r, a, 1) and r.watching == {}   # nothing left behind
+
+
+def _resharded_router(count: int, holder: dict[str, int], resharded: bool = True):
+    """A Router without its app: `send` answers GET /v1/tasks/{id} from `holder`."""
+    from collections import OrderedDict
+
+    from tsched.node.shards.router import Router
+    from tsched.node.shards.upstream import Answer
+    r = Router.__new__(Router)
+    r.count, r.resharded, r.ids, r.asked = count, resharded, OrderedDict(), []
+
+    async def send(request, shard, method, path_qs, body, **kw):
+        tid = path_qs.rsplit("/", 1)[1]
+        r.asked.append(shard)
+        return Answer(200 if holder.get(tid) == shard else 404, b"{}", "application/json", {})
+    r.send = send
+    return r
+
+
+def test_a_resharded_router_asks_the_named_shard_then_the_others_once_per_id():
+    import asyncio
+
+    old = "01" + "c" * 30           # names shard 1, lives on shard 2 since the restore
+    bare = "f0" + "d" * 30          # names no shard of 3
+    r = _resharded_router(3, {old: 2, bare: 0, "02" + "e" * 30: 2})
+    assert asyncio.run(r.id_shard(None, old)) == 2
+    assert r.asked == [1, 0, 2]                     # its named shard first; at most 3 asks
+    assert asyncio.run(r.id_shard(None, old)) == 2 and r.asked == [1, 0, 2]   # cached
+    r.asked.clear()
+    assert asyncio.run(r.id_shard(None, bare)) == 0 and sorted(r.asked) == [0, 1, 2]
+    r.asked.clear()
+    assert asyncio.run(r.id_shard(None, "02" + "e" * 30)) == 2 and r.asked == [2]
+    r.asked.clear()
+    with pytest.raises(ApiError) as e:
+        asyncio.run(r.id_shard(None, "a" * 32))
+    assert e.value.code == "not_found" and sorted(r.asked) == [0, 1, 2]
+    plain = _resharded_router(3, {old: 2}, resharded=False)
+    assert asyncio.run(plain.id_shard(None, old)) == 1 and plain.asked == []   # as before
