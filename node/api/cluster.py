@@ -15,6 +15,7 @@ from tsched.node.api.proposing import propose_one, request_id
 from tsched.node.api.reads import relay_to_leader
 from tsched.node.api.scope import actor_of
 from tsched.node.api.services import Node, node_of
+from tsched.node.raft.handoff import transfer_to
 from tsched.node.errors import ApiError
 
 routes = web.RouteTableDef()
@@ -86,7 +87,7 @@ async def transfer(request: web.Request) -> web.Response:
         return await relay_to_leader(request, node)
     if to != node.node_id:  # asking the leader to hand over to itself: nothing to do
         await _audit_transfer(request, node, to)
-        node.replica.transfer_leadership(to)
+        await transfer_to(node.replica, to)   # answered once another node leads (or 5 s)
     return respond({"accepted": True, "from": node.node_id, "to": to},
                    node.replica.applied_seq, status=202)
 

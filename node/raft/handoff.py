@@ -43,3 +43,26 @@ async def hand_over(replica, timeout_s: float = HANDOFF_S) -> str | None:
     log.warning("event=handoff_timeout after_s=%.1f leader=%s: stopping anyway",
                 timeout_s, replica.leader_id())
     return None
+
+
+async def transfer_to(replica, to: str | None, timeout_s: float = HANDOFF_S) -> str | None:
+    """Ask for a transfer of leadership to `to` (None: the most caught-up peer), again every
+    RETRY_S while this node still leads, until another node leads or `timeout_s` has passed;
+    the new leader's id, or None.
+
+    pysyncobj refuses, silently, a target that has not acknowledged the leader's last entry,
+    and an operator's transfer is preceded by its audit entry, committed by a majority that
+    need not include the target: asked once, the transfer would often be refused."""
+    me = replica.self_id
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        leader = replica.leader_id()
+        if leader is not None and leader != me:
+            return leader
+        if replica.is_leader_role():
+            replica.transfer_leadership(to)
+        await asyncio.sleep(RETRY_S)
+    log.warning("event=transfer_not_done to=%s after_s=%.1f leader=%s", to, timeout_s,
+                replica.leader_id())
+    return None
+

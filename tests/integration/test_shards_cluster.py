@@ -74,8 +74,11 @@ def test_listing_merges_shards_newest_first_across_pages(sharded):
         # a task type of its own: the module's cluster is shared (a cron test fires into it)
         ids = [c.submit("listing", tenant=TENANTS[i % len(TENANTS)])["task_id"]
                for i in range(10)]
-    tasks = sharded.pages("n3", "/v1/tasks", "tasks", "task_type=listing&limit=3")
-    assert [t["task_id"] for t in tasks] == list(reversed(ids))
+    def listed() -> bool:
+        """n3's replicas answer without the writer's min_seq: eventually all ten, in order."""
+        tasks = sharded.pages("n3", "/v1/tasks", "tasks", "task_type=listing&limit=3")
+        return [t["task_id"] for t in tasks] == list(reversed(ids))
+    wait_until(listed, 30, "n3's merged pages to list the ten tasks newest first")
 
 
 
