@@ -245,18 +245,25 @@ class Cluster:
     def wait_shard_leaders(self, timeout_s: float = 30, exclude: tuple | list = ()
                            ) -> dict[int, str]:
         """{shard: leader} once every shard has one leader, outside `exclude`, that the
-        shard's reachable replicas all report."""
+        shard's reachable replicas all report, and every live node's router knows (a
+        router that has not heard from a new leader yet answers 503 no_leader)."""
         deadline = time.monotonic() + timeout_s
-        via = next(i for i in self.ids if i not in exclude and self.alive(i))
+        vias = [i for i in self.ids if i not in exclude and self.alive(i)]
         while True:
-            shards = self.shard_status(via)
-            if shards and len(shards) == self.shards and all(_settled(s, exclude)
-                                                             for s in shards):
-                return {s["shard"]: s["leader"] for s in shards}
+            views = [self._leaders(via, exclude) for via in vias]
+            if views[0] is not None and all(v == views[0] for v in views):
+                return views[0]
             if time.monotonic() > deadline:
                 raise AssertionError(f"shards without an agreed leader after {timeout_s}s: "
-                                     f"{shards}\n--- {via}\n{self.log(via)}")
+                                     f"{views}\n--- {vias[0]}\n{self.log(vias[0])}")
             time.sleep(0.1)
+
+    def _leaders(self, via: str, exclude) -> dict[int, str] | None:
+        """{shard: leader} as `via` sees it, if every shard there is settled."""
+        shards = self.shard_status(via)
+        if shards and len(shards) == self.shards and all(_settled(s, exclude) for s in shards):
+            return {s["shard"]: s["leader"] for s in shards}
+        return None
 
     def wait_applied(self, seq: int, node_ids=None, timeout_s: float = 10) -> None:
         """Every given node (default: all live) has applied at least `seq`."""
