@@ -10,6 +10,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from tsched.statemachine.tiers import TierError, parse_range
+
 from ._outbox import LINGER_S
 from .errors import ApiError, Unavailable
 
@@ -141,16 +143,16 @@ class Claiming:
 
 
 def check_priorities(value: Any) -> tuple[int, int] | None:
-    """A worker's priority range: None (every priority), `(lo, hi)` or `"lo-hi"` (a single
-    `"n"` is `n-n`), inclusive, 0 <= lo <= hi <= 10. ValueError otherwise."""
+    """A worker's priority range: None (every priority), `(lo, hi)`, `"lo-hi"` (a single
+    `"n"` is `n-n`) or tier names of the default table (`"critical,high"` is 0-3; DESIGN
+    5.1), inclusive, 0 <= lo <= hi <= 10. ValueError otherwise."""
     if value is None:
         return None
     if isinstance(value, str):
-        lo_text, dash, hi_text = value.strip().partition("-")
         try:
-            value = (int(lo_text), int(hi_text if dash else lo_text))
-        except ValueError:
-            raise ValueError(f"priorities must be LO-HI (0..10), got {value!r}") from None
+            return parse_range(value)
+        except TierError as e:
+            raise ValueError(str(e)) from None
     if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(
             type(v) is int for v in value) or not 0 <= value[0] <= value[1] <= 10:
         raise ValueError(f"priorities must be (lo, hi) with 0 <= lo <= hi <= 10, got {value!r}")

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from tsched.node.shards.shape import (PORT_MAX, REPLICA_CHOICES, SHARD_HTTP_OFFSET,
                                       SHARD_PORT_STEP, SHARDS_MAX, placement,
                                       replicas_of, shards_of)
+from tsched.statemachine.tiers import DEFAULT_TIERS, Tier, TierError, parse_tiers
 
 NODE_ID_LEN_MAX = 64
 NODES_MAX = 9
@@ -67,6 +68,7 @@ class ClusterConfig:
     ca_file: str | None = None   # CA bundle (absolute path) for HTTPS between nodes
     shards: int = 1              # Raft groups (DESIGN.md section 13); fixed for life
     replicas: int | None = None  # nodes per shard; None: see shards.replicas_of
+    tiers: tuple[Tier, ...] = DEFAULT_TIERS   # [[priority.tiers]] (DESIGN 5.1)
 
     def node(self, node_id: str) -> NodeConfig:
         for n in self.nodes:
@@ -139,8 +141,20 @@ def _archive_dir(table: Any) -> str | None:
     return value
 
 
+def _tiers(table: Any) -> tuple[Tier, ...]:
+    """`[priority]` with `[[priority.tiers]]` (DESIGN 5.1); no table: the default five."""
+    if table is None:
+        return DEFAULT_TIERS
+    if not isinstance(table, dict) or set(table) - {"tiers"}:
+        raise ConfigError("[priority] must be a table whose only key is tiers")
+    try:
+        return parse_tiers(table.get("tiers"))
+    except TierError as e:
+        raise ConfigError(str(e)) from None
+
+
 def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> ClusterConfig:
-    unknown = sorted(set(doc) - {"cluster", "node", "auth", "limits", "archive"})
+    unknown = sorted(set(doc) - {"cluster", "node", "auth", "limits", "archive", "priority"})
     if unknown:
         raise ConfigError(f"unknown top-level keys: {', '.join(unknown)}")
     cluster = _table(doc, "cluster", "[cluster]")
@@ -166,7 +180,8 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
         limits=MappingProxyType(_limits(limits)) if limits is not None else None,
         archive_dir=_archive_dir(doc.get("archive")),
         path=path, ca_file=_path(cluster, "ca_file", "[cluster]", base_dir),
-        shards=_shards(cluster), replicas=_replicas(cluster))
+        shards=_shards(cluster), replicas=_replicas(cluster),
+        tiers=_tiers(doc.get("priority")))
     _check_raft_security(cfg)
     check_shape(cfg)
     return cfg

@@ -181,3 +181,20 @@ def test_limits_request_window_s_is_the_state_machines_request_window_ms(tmp_pat
     for bad in ("10", "true", '"120"', "100000"):
         with pytest.raises(config.ConfigError, match="request_window_s"):
             config.load(write(tmp_path, GOOD + f"[limits]\nrequest_window_s = {bad}\n"))
+
+
+def test_priority_tiers_default_to_the_designs_five_and_may_be_set(tmp_path):
+    from tsched.statemachine.tiers import DEFAULT_TIERS
+    base = {"cluster": {"name": "c"},
+            "node": [{"id": "n1", "raft": "127.0.0.1:7001", "http": "127.0.0.1:8001",
+                      "data_dir": "d1"}]}
+    assert config.parse(base, base_dir=str(tmp_path)).tiers == DEFAULT_TIERS
+    two = {**base, "priority": {"tiers": [{"name": "now", "min": 0, "max": 1, "sla_s": 1},
+                                          {"name": "later", "min": 2, "max": 10}]}}
+    assert [t.name for t in config.parse(two, base_dir=str(tmp_path)).tiers] == ["now",
+                                                                                "later"]
+    gap = {**base, "priority": {"tiers": [{"name": "now", "min": 0, "max": 1}]}}
+    with pytest.raises(config.ConfigError, match="end at 10"):
+        config.parse(gap, base_dir=str(tmp_path))
+    with pytest.raises(config.ConfigError, match=r"\[priority\]"):
+        config.parse({**base, "priority": {"weights": 1}}, base_dir=str(tmp_path))
