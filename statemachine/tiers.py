@@ -81,18 +81,26 @@ def _tier(i: int, entry: Any) -> Tier:
     where = f"[[priority.tiers]] #{i + 1}"
     if not isinstance(entry, dict) or set(entry) - {"name", "min", "max", "sla_s"}:
         raise TierError(f"{where}: keys are name, min, max and sla_s")
-    name, lo, hi, sla = entry.get("name"), entry.get("min"), entry.get("max"), entry.get("sla_s")
+    name = entry.get("name")
     if not isinstance(name, str) or not TIER_NAME.match(name):
         raise TierError(f"{where}: name must match {TIER_NAME.pattern[:-2]}, got {name!r}")
-    if not all(type(v) is int and PRIORITY_MIN <= v <= PRIORITY_MAX for v in (lo, hi)) \
-            or lo > hi:
+    lo, hi = _priority(entry.get("min")), _priority(entry.get("max"))
+    if lo is None or hi is None or lo > hi:
         raise TierError(f"{where} ({name}): min and max must be integers, "
                         f"{PRIORITY_MIN} <= min <= max <= {PRIORITY_MAX}")
+    sla = entry.get("sla_s")
     if sla is not None and (isinstance(sla, bool) or not isinstance(sla, (int, float))
                             or not 0 < sla <= SLA_S_MAX):
         raise TierError(f"{where} ({name}): sla_s must be a number of seconds in "
                         f"(0, {SLA_S_MAX}] (leave it out for best effort)")
     return Tier(name, lo, hi, None if sla is None else float(sla))
+
+
+def _priority(value: Any) -> int | None:
+    """`value` if it is an integer priority (not a bool) in 0..10, else None."""
+    if type(value) is int and PRIORITY_MIN <= value <= PRIORITY_MAX:
+        return value
+    return None
 
 
 def _check_cover(tiers: tuple[Tier, ...]) -> None:
