@@ -84,8 +84,8 @@ def _tier(i: int, entry: Any) -> Tier:
     name, lo, hi, sla = entry.get("name"), entry.get("min"), entry.get("max"), entry.get("sla_s")
     if not isinstance(name, str) or not TIER_NAME.match(name):
         raise TierError(f"{where}: name must match {TIER_NAME.pattern[:-2]}, got {name!r}")
-    if not all(type(v) is int and PRIORITY_MIN <= v <= PRIORITY_MAX for v in (lo, hi)) \
-            or lo > hi:
+    if type(lo) is not int or type(hi) is not int \
+            or not PRIORITY_MIN <= lo <= hi <= PRIORITY_MAX:
         raise TierError(f"{where} ({name}): min and max must be integers, "
                         f"{PRIORITY_MIN} <= min <= max <= {PRIORITY_MAX}")
     if sla is not None and (isinstance(sla, bool) or not isinstance(sla, (int, float))

@@ -57,13 +57,14 @@ def test_checker_allows_pure_code() -> None:
 
 
 CLIENT_MAY_IMPORT = ("tsched.statemachine.limits", "tsched.statemachine.archive_format",
-                     "tsched.statemachine.backup_format")
+                     "tsched.statemachine.backup_format", "tsched.statemachine.tiers")
 
 
 def test_client_imports_nothing_of_the_node_and_only_limits_and_archive_format() -> None:
     """tsctl and the Client take their bounds from statemachine/limits.py, and `tsctl archive`
     the audit archive's file format from statemachine/archive_format.py (the nodes write
-    it), `tsctl backup` the backup file's from statemachine/backup_format.py, and nothing else from the server side (DESIGN section 2: the client speaks only
+    it), `tsctl backup` the backup file's from statemachine/backup_format.py, worker ranges'
+    tier names from statemachine/tiers.py (DESIGN 5.1), and nothing else from the server side (DESIGN section 2: the client speaks only
     HTTP)."""
     client_dir = SM_DIR.parent / "client"
     for path in sorted(client_dir.glob("*.py")):
