@@ -411,7 +411,9 @@ async def test_timeseries_route(client, replica):
     body = await r.json()
     assert r.status == 200 and body["step_s"] == 1 and body["points_max"] == 3600
     assert set(body) >= {"start", "submitted", "completed", "failed", "dead_lettered",
-                         "lateness_p50_ms", "lateness_p99_ms", "queue_depth"}
+                         "lateness_p50_ms", "lateness_p99_ms", "queue_depth",
+                         "lateness_p99_ms_by_tier"}
+    assert list(body["lateness_p99_ms_by_tier"]) == ["critical", "high", "normal", "low", "batch"]
     assert (await (await client.get("/v1/timeseries")).json())["step_s"] == 60
     for bad in ({"step_s": "7"}, {"step_s": "x"}, {"bogus": "1"}):
         r = await client.get("/v1/timeseries", params=bad)
