@@ -161,17 +161,18 @@ class NodeMetrics:
             self.events.submitted += 1
 
     def _on_claim(self, cmd, value) -> None:
-        started, observe = self.attempts.started, self.lateness.observe
+        started, of_priority = self.attempts.started, self.lateness.of_priority
         now, aging = cmd.now_ms, self.aging_interval_ms
         for task in value["tasks"]:
             if started(task):
                 self.events.claimed += 1
                 at = task.started_at_ms if task.started_at_ms is not None else now
                 # The tier of its effective priority at the claim (DESIGN 5): aging counts
-                # from run_at, so a task handed out before it is due has its own priority.
+                # from run_at, so a task handed out before it is due has its own priority
+                # (at most 10: the state machine bounds priorities).
                 wait = now - task.run_at_ms
-                observe(max(0, at - task.run_at_ms) / 1000,
-                        task.priority - wait // aging if wait > 0 else task.priority)
+                eff = task.priority - wait // aging if wait > 0 else task.priority
+                of_priority[eff if eff > 0 else 0].observe(max(0, at - task.run_at_ms) / 1000)
 
     def _on_complete(self, cmd, value) -> None:
         if self.attempts.ended(cmd.task_id, cmd.fencing_token):
