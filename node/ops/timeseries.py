@@ -164,9 +164,9 @@ class _Ring:
                          for i in slots]          # NaN != NaN: no claim in that point
         self._settle_tiers()
         n, tier_p99 = len(self.tiers), self.tier_p99
+        bases = [-1 if i is None else i * n for i in slots]
         out["lateness_p99_ms_by_tier"] = {
-            tier: [None if i is None or tier_p99[i * n + t] != tier_p99[i * n + t]
-                   else tier_p99[i * n + t] for i in slots]
+            tier: [None if b < 0 or (v := tier_p99[b + t]) != v else v for b in bases]
             for t, tier in enumerate(self.tiers)}
         return out
 
