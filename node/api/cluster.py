@@ -17,6 +17,7 @@ from tsched.node.api.scope import actor_of
 from tsched.node.api.services import Node, node_of
 from tsched.node.raft.handoff import transfer_to
 from tsched.node.errors import ApiError
+from tsched.statemachine import tiers
 
 routes = web.RouteTableDef()
 
@@ -61,8 +62,8 @@ async def cluster(request: web.Request) -> web.Response:
     others = await asyncio.gather(*(_peer_status(node, p, auth) for p in peers))
     by_id = {n["id"]: n for n in [mine, *others]}
     nodes = [_public(by_id[n.id]) for n in node.config.nodes]
-    return respond({"leader": mine["leader"], "term": mine["term"], "nodes": nodes},
-                   mine["applied_seq"])
+    return respond({"leader": mine["leader"], "term": mine["term"], "nodes": nodes,
+                    "tiers": tiers.to_json(node.config.tiers)}, mine["applied_seq"])
 
 
 def _public(status: dict) -> dict:

@@ -142,10 +142,8 @@ def _task_submit() -> Schema:
 
 def _attempt() -> Schema:
     return obj({
-        "attempt": integer(1),
-        "worker_id": string(),
-        "fencing_token": integer(0),
-        "started_at": TIME,
+        "attempt": integer(1), "worker_id": string(),
+        "fencing_token": integer(0), "started_at": TIME,
         "ended_at": nullable(TIME),
         "outcome": nullable({"type": "string", "enum": [
             "completed", "failed", "lease_expired", "timed_out", "cancelled", "released"]}),
@@ -156,24 +154,17 @@ def _attempt() -> Schema:
 
 def _task() -> Schema:
     return obj({
-        "task_id": string(),
-        "tenant": string(),
-        "task_type": string(),
+        "task_id": string(), "tenant": string(), "task_type": string(),
         "state": {"type": "string", "enum": STATES},
         "status": {"type": "string", "enum": LISTED_STATES, "description":
                    "the state, or `retrying` for a pending task whose last attempt failed "
                    "or expired (a view, not a state)"},
         "next_retry_at": nullable({**TIME, "description": "a retrying task's run_at: the end "
                                    "of its backoff"}),
-        "payload": ANY_JSON,
-        "priority": integer(0, 10),
-        "run_at": TIME,
+        "payload": ANY_JSON, "priority": integer(0, 10), "run_at": TIME,
         "attempt": integer(0, description="claims so far (1 during the first run)"),
-        "max_retries": integer(0),
-        "retry": ref("RetryPolicy"),
-        "timeout_s": {"type": "number"},
-        "idempotency_key": nullable(string()),
-        "execution_id": nullable(string()),
+        "max_retries": integer(0), "retry": ref("RetryPolicy"), "timeout_s": {"type": "number"},
+        "idempotency_key": nullable(string()), "execution_id": nullable(string()),
         "schedule_id": nullable(string()),
         "lease_expires_at": nullable(TIME),
         "fencing_token": nullable(integer(0)),
@@ -181,9 +172,7 @@ def _task() -> Schema:
         "cancel_requested": {"type": "boolean"},
         "last_error": nullable(string()),
         "result": ANY_JSON,
-        "created_at": TIME,
-        "started_at": nullable(TIME),
-        "completed_at": nullable(TIME),
+        "created_at": TIME, "started_at": nullable(TIME), "completed_at": nullable(TIME),
         "attempts": {"type": "array", "items": ref("Attempt")},
         "duplicate": {"type": "boolean", "description": "answers to a submit only"},
         "applied_seq": APPLIED_SEQ, "shard": SHARD,
@@ -325,7 +314,15 @@ def _cluster() -> Schema:
                 "shards": {"type": "array", "items": shard,
                            "description": "every shard, in a cluster with several; the "
                                           "top-level leader, term and nodes are shard 0's"},
-                "applied_seq": APPLIED_SEQ, "shard": SHARD}, ("leader", "term", "nodes"))
+                "tiers": {"type": "array", "items": _tier(),
+                          "description": "the priority tiers (DESIGN 5.1), in order"},
+                "applied_seq": APPLIED_SEQ, "shard": SHARD}, ("leader", "term", "nodes", "tiers"))
+
+
+def _tier() -> Schema:
+    return obj({"name": string(), "priority_min": integer(0, 10), "priority_max": integer(0, 10),
+                "sla_s": nullable({"type": "number", "description": "null: best effort"})},
+               ("name", "priority_min", "priority_max", "sla_s"))
 
 
 def _stats() -> Schema:
@@ -358,11 +355,12 @@ def _timeseries() -> Schema:
         "failed": {**counts, "description": "attempts reported failed per point"},
         "dead_lettered": {**counts, "description": "tasks moved to dead_letter per point"},
         "lateness_p50_ms": {**gauge, "description": "claim lateness p50; null: no claim"},
-        "lateness_p99_ms": {**gauge, "description": "claim lateness p99 (with shards: the "
-                                                    "highest shard's); null: no claim"},
+        "lateness_p99_ms": {**gauge, "description": "claim lateness p99 (shards: the highest)"},
+        "lateness_p99_ms_by_tier": {"type": "object", "additionalProperties": gauge,
+                                    "description": "tier name -> its claims' lateness p99"},
         "queue_depth": {**gauge, "description": "pending tasks at the point's last sample"},
     }, ("step_s", "points_max", "start", "submitted", "completed", "failed", "dead_lettered",
-        "lateness_p50_ms", "lateness_p99_ms", "queue_depth"))
+        "lateness_p50_ms", "lateness_p99_ms", "lateness_p99_ms_by_tier", "queue_depth"))
 
 
 def components() -> dict[str, Schema]:

@@ -22,6 +22,7 @@ from tsched.node.api.reads import before_read
 from tsched.node.api.services import NODE
 from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError, invalid
+from tsched.statemachine.tiers import DEFAULT_TIERS
 
 # A follower this many Raft entries behind what it knows to be committed is still catching
 # up (a restart replaying its log, or a slow disk): not ready.
@@ -171,7 +172,9 @@ def _json(body: dict, status: int = 200) -> web.Response:
 
 def setup(app: web.Application) -> None:
     """Mount the routes and the metrics middleware; bind metrics at startup."""
-    app[metrics_mod.METRICS] = metrics_mod.NodeMetrics()
+    # The lateness histogram's `tier` label uses the cluster's tier table (DESIGN 5.1).
+    tiers = getattr(app[NODE].config, "tiers", None) if NODE in app else None
+    app[metrics_mod.METRICS] = metrics_mod.NodeMetrics(tiers=tiers or DEFAULT_TIERS)
     app.middlewares.append(metrics_mod.middleware)
     served = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource}
     # A route another module already serves stays theirs (aiohttp refuses duplicates).

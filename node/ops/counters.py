@@ -10,6 +10,8 @@ from typing import Iterable
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
+from tsched.statemachine.tiers import DEFAULT_TIERS, PRIORITY_MAX, PRIORITY_MIN, Tier, tier_of
+
 # Label cardinality is bounded, whatever the clients send (DESIGN 14.4). The per-tenant
 # gauges show the tenants that matter most (deepest queue, longest wait) and fold the rest
 # into OTHER_LABEL; the run-duration histogram has a series for the first task types this
@@ -120,4 +122,37 @@ class LabelledHistograms:
         family = HistogramMetricFamily(self.name, self.doc, labels=[self.label])
         for value, histogram in sorted(list(self.by_value.items())):
             family.add_metric([value], histogram.buckets(), histogram.sum)
+        return family
+
+
+class TierHistograms:
+    """The lateness histogram with a `tier` label (DESIGN 5.1): one BucketHistogram per tier
+    of the cluster's table, made once, and a list from effective priority (0..10) to its
+    tier's histogram, so an observation on the Raft thread costs an index and a bisect.
+    Every tier has its series from the start (zero until a task of it is claimed)."""
+
+    def __init__(self, name: str, doc: str, bounds: tuple,
+                 tiers: tuple[Tier, ...] = DEFAULT_TIERS) -> None:
+        self.name, self.doc, self.bounds = name, doc, tuple(bounds)
+        self.by_tier = {t.name: BucketHistogram(name, doc, self.bounds) for t in tiers}
+        self.of_priority = [self.by_tier[tier_of(p, tiers).name]
+                            for p in range(PRIORITY_MIN, PRIORITY_MAX + 1)]
+
+    def observe(self, value: float, priority: int) -> None:
+        """`priority` is the task's effective priority (clamped to 0..10)."""
+        self.of_priority[min(max(priority, PRIORITY_MIN), PRIORITY_MAX)].observe(value)
+
+    @property
+    def counts(self) -> list[int]:
+        """Per-bucket counts (not cumulative) over every tier; the last one is +Inf."""
+        return [sum(column) for column in zip(*(h.counts for h in self.by_tier.values()))]
+
+    @property
+    def count(self) -> int:
+        return sum(h.count for h in self.by_tier.values())
+
+    def family(self) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(self.name, self.doc, labels=["tier"])
+        for tier, histogram in self.by_tier.items():
+            family.add_metric([tier], histogram.buckets(), histogram.sum)
         return family

@@ -31,18 +31,21 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from tsched.node.ops.attempts import AttemptTracker
 from tsched.node.ops.counters import (TASK_TYPE_LABELS_MAX, BucketHistogram, EventCounts,
-                                      LabelledHistograms)
+                                      LabelledHistograms, TierHistograms)
 from tsched.node.ops.queue_view import QueueView, queue_view
 from tsched.node.ops.scrape import ScrapeCollector
 from tsched.statemachine import commands as c
 from tsched.statemachine.errors import OVERLOADED
+from tsched.statemachine.limits import Limits
+from tsched.statemachine.tiers import DEFAULT_TIERS, Tier
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # Lateness of a claimed task: early dispatch aims at a few ms, plain claims at tens of ms,
-# and a backlog shows up in seconds to minutes.
+# and a backlog shows up in seconds to minutes. The default tiers' SLAs (1 s, 5 s, 1 min,
+# 1 h) are bounds, and a bound past the last SLA lets a p99 over 1 h show as such.
 LATENESS_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                      10.0, 30.0, 60.0, 300.0, 1800.0)
+                      10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0, 7200.0)
 # Propose -> apply: one group commit is a few ms; seconds mean elections or overload.
 APPLY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.04, 0.05, 0.1, 0.25, 0.5,
                    1.0, 2.5, 5.0, 10.0)
@@ -58,7 +61,8 @@ RUN_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 class NodeMetrics:
     """The metrics of one node. `attach(node)` connects the sources."""
 
-    def __init__(self, clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(self, clock_ms: Callable[[], int] | None = None,
+                 tiers: tuple[Tier, ...] = DEFAULT_TIERS) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._node: Any = None
@@ -70,10 +74,12 @@ class NodeMetrics:
         self.attempts = AttemptTracker()   # Raft thread only
         self.events = EventCounts()        # Raft thread writes
         self.shed_priority = 0             # submits the state machine shed (Raft thread)
-        self.lateness = BucketHistogram(
+        self.tiers = tiers
+        self.aging_interval_ms = Limits().aging_interval_ms   # the replica's, once attached
+        self.lateness = TierHistograms(
             "tsched_scheduling_lateness_seconds",
-            "Claim time minus run_at, per claimed task (0 when handed out early by prefetch)",
-            LATENESS_BUCKETS_S)
+            "Claim time minus run_at, per claimed task (0 when handed out early by prefetch), "
+            "by the task's tier at the claim", LATENESS_BUCKETS_S, tiers)
         self.apply_latency = BucketHistogram(
             "tsched_apply_latency_seconds",
             "From a batch's proposal (the proposer's clock in its commands) to its "
@@ -108,6 +114,7 @@ class NodeMetrics:
         self._node = node
         with node.replica.read() as sm:
             self._state_clock_ms = sm.now_ms
+            self.aging_interval_ms = sm.limits.aging_interval_ms
             cursor = None
             while True:
                 page, cursor = sm.list_tasks(state="running", cursor=cursor, limit=1000)
@@ -154,12 +161,18 @@ class NodeMetrics:
             self.events.submitted += 1
 
     def _on_claim(self, cmd, value) -> None:
-        started, observe = self.attempts.started, self.lateness.observe
+        started, of_priority = self.attempts.started, self.lateness.of_priority
+        now, aging = cmd.now_ms, self.aging_interval_ms
         for task in value["tasks"]:
             if started(task):
                 self.events.claimed += 1
-                at = task.started_at_ms if task.started_at_ms is not None else cmd.now_ms
-                observe(max(0, at - task.run_at_ms) / 1000)
+                at = task.started_at_ms if task.started_at_ms is not None else now
+                # The tier of its effective priority at the claim (DESIGN 5): aging counts
+                # from run_at, so a task handed out before it is due has its own priority
+                # (at most 10: the state machine bounds priorities).
+                wait = now - task.run_at_ms
+                eff = task.priority - wait // aging if wait > 0 else task.priority
+                of_priority[eff if eff > 0 else 0].observe(max(0, at - task.run_at_ms) / 1000)
 
     def _on_complete(self, cmd, value) -> None:
         if self.attempts.ended(cmd.task_id, cmd.fencing_token):

@@ -1,12 +1,15 @@
 """The last hour of a node's activity, for the dashboard's graphs (DESIGN 14.5).
 
 A ring of `POINTS_MAX` one-second points and a ring of as many minutes, fixed in size
-when the node starts (arrays of numbers: about 200 KiB, whatever the load). Once a second a sampler takes the difference of
+when the node starts (arrays of numbers: about 950 KiB with five tiers, whatever the load).
+Once a second a sampler takes the difference of
 the metrics' cumulative counters (submitted, completed, failed attempts, dead-lettered,
 the lateness histogram's buckets) and the current queue depth (pending tasks), so the
 apply path does no work for the graphs at all. Reads return columns, per second or summed
 per minute; lateness p50/p99 are interpolated in the histogram's buckets, as Prometheus'
-`histogram_quantile` does.
+`histogram_quantile` does, and so is each priority tier's p99 (the histogram's `tier`
+label): only the point being filled keeps per-tier buckets, and its p99s are written when
+the next point starts (or a read comes), so a point costs one number per tier.
 
 Every replica applies the same commands, so every node of a shard draws the same counts.
 """
@@ -38,12 +41,17 @@ class TimeSeries:
     def __init__(self, metrics: NodeMetrics, points_max: int = POINTS_MAX) -> None:
         self._m = metrics
         self.points_max = points_max
-        self._rings = {step: _Ring(max(1, points_max // step), step) for step in STEPS_S}
+        self._tiers = list(metrics.lateness.by_tier.values())
+        names = tuple(metrics.lateness.by_tier)
+        self._rings = {step: _Ring(max(1, points_max // step), step, names)
+                       for step in STEPS_S}
         self._last: tuple[list[int], list[int]] | None = None
 
     def _cumulative(self) -> tuple[list[int], list[int]]:
+        """The event counts, then every tier's lateness buckets one tier after the other."""
         events = self._m.events
-        return ([getattr(events, _EVENT_OF[n]) for n in COUNTS], list(self._m.lateness.counts))
+        return ([getattr(events, _EVENT_OF[n]) for n in COUNTS],
+                [n for histogram in self._tiers for n in histogram.counts])
 
     def sample(self, now_s: int, queue_depth: int | None) -> None:
         """Record what happened since the previous sample in the points of second `now_s`."""
@@ -53,9 +61,10 @@ class TimeSeries:
         last = self._last or ([0] * len(counts), [0] * len(lateness))
         self._last = counts, lateness
         deltas = [max(0, a - b) for a, b in zip(counts, last[0])]
-        late = [max(0, a - b) for a, b in zip(lateness, last[1])]
+        by_tier = [max(0, a - b) for a, b in zip(lateness, last[1])]
+        late = [sum(by_tier[k::_BUCKETS]) for k in range(_BUCKETS)]
         for ring in self._rings.values():
-            ring.add(now_s, deltas, late, queue_depth)
+            ring.add(now_s, deltas, late, queue_depth, by_tier)
 
     def read(self, now_s: int, step_s: int = 1) -> dict[str, Any]:
         """The points of the last `points_max` seconds up to `now_s`, per `step_s` (aligned
@@ -69,8 +78,8 @@ class _Ring:
     """Fixed arrays of `slots` points of `step_s` seconds each; a slot's lateness quantiles
     are computed once after it changed (reads then cost a pass over plain arrays)."""
 
-    def __init__(self, slots: int, step_s: int) -> None:
-        self.slots, self.step_s = slots, step_s
+    def __init__(self, slots: int, step_s: int, tiers: tuple[str, ...] = ()) -> None:
+        self.slots, self.step_s, self.tiers = slots, step_s, tiers
         self.stamp = array("q", [NOT_SAMPLED]) * slots      # the first second of each point
         self.counts = {name: array("q", [0]) * slots for name in COUNTS}
         self.depth = array("q", [NOT_SAMPLED]) * slots
@@ -78,12 +87,25 @@ class _Ring:
         self.p50 = array("d", [NAN]) * slots
         self.p99 = array("d", [NAN]) * slots
         self.stale = array("b", [0]) * slots                # lateness changed since computed
+        self.tier_p99 = array("d", [NAN]) * (slots * len(tiers))   # point i: i * tiers + t
+        self.open_start = NOT_SAMPLED                       # the point being filled
+        self.open_late = array("q", [0]) * (len(tiers) * _BUCKETS)
+        self.open_stale = False
 
-    def add(self, now_s: int, deltas: list[int], late: list[int], depth: int | None) -> None:
+    def add(self, now_s: int, deltas: list[int], late: list[int], depth: int | None,
+            by_tier: list[int] | None = None) -> None:
         start = now_s - now_s % self.step_s
         i = start // self.step_s % self.slots
+        if start != self.open_start:
+            self._settle_tiers()
+            self.open_start = start
+            self.open_late = array("q", [0]) * len(self.open_late)
         if self.stamp[i] != start:
             self._clear(i, start)
+        if by_tier is not None and any(by_tier):
+            for k, n in enumerate(by_tier):
+                self.open_late[k] += n
+            self.open_stale = True
         for name, n in zip(COUNTS, deltas):
             self.counts[name][i] += n
         if any(late):
@@ -102,6 +124,20 @@ class _Ring:
         self.lateness[i * _BUCKETS:(i + 1) * _BUCKETS] = array("q", [0]) * _BUCKETS
         self.p50[i] = self.p99[i] = NAN
         self.stale[i] = 0
+        n = len(self.tiers)
+        self.tier_p99[i * n:(i + 1) * n] = array("d", [NAN]) * n
+
+    def _settle_tiers(self) -> None:
+        """Write the open point's per-tier p99s (from its buckets so far) into its slot."""
+        start = self.open_start
+        i = start // self.step_s % self.slots
+        if not self.open_stale or start == NOT_SAMPLED or self.stamp[i] != start:
+            return
+        self.open_stale = False
+        n, late = len(self.tiers), self.open_late
+        for t in range(n):
+            p99 = quantile_ms(list(late[t * _BUCKETS:(t + 1) * _BUCKETS]), 0.99)
+            self.tier_p99[i * n + t] = _or_nan(p99)
 
     def read(self, now_s: int, span_s: int) -> dict[str, Any]:
         step, stamp = self.step_s, self.stamp
@@ -126,6 +162,12 @@ class _Ring:
         for name, quantile in (("lateness_p50_ms", self.p50), ("lateness_p99_ms", self.p99)):
             out[name] = [None if i is None or quantile[i] != quantile[i] else quantile[i]
                          for i in slots]          # NaN != NaN: no claim in that point
+        self._settle_tiers()
+        n, tier_p99 = len(self.tiers), self.tier_p99
+        bases = [-1 if i is None else i * n for i in slots]
+        out["lateness_p99_ms_by_tier"] = {
+            tier: [None if b < 0 or (v := tier_p99[b + t]) != v else v for b in bases]
+            for t, tier in enumerate(self.tiers)}
         return out
 
 

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from tsched.node.api import validate
 from tsched.node.shards.router import ROUTER, Relayed, Router, json_response, min_seq_for
+from tsched.statemachine import tiers
 
 routes = web.RouteTableDef()
 
@@ -247,7 +248,7 @@ async def timeseries(request: web.Request) -> web.Response:
 def sum_timeseries(docs: list[dict]) -> dict:
     """Counts and queue depths add up point by point (aligned by time: every shard's points
     start at a multiple of the step); a lateness percentile cannot be added, so the merged
-    one is the highest of the shards' (an upper bound)."""
+    one is the highest of the shards' (an upper bound), per tier as well."""
     step = docs[0]["step_s"]
     starts = [d["start"] for d in docs if d.get("start") is not None]
     out = {"step_s": step, "points_max": docs[0]["points_max"],
@@ -255,20 +256,31 @@ def sum_timeseries(docs: list[dict]) -> dict:
     columns = [k for k, v in docs[0].items() if isinstance(v, list)]
     length = max((len(d[columns[0]]) + (d["start"] - out["start"]) // step
                   for d in docs if d.get("start") is not None), default=0)
+    placed = [(d, (d["start"] - out["start"]) // step) for d in docs
+              if d.get("start") is not None]
     for name in columns:
-        gauge = name.startswith("lateness_") or name == "queue_depth"
-        merged: list = [None if gauge else 0] * length
-        combine = max if name.startswith("lateness_") else (lambda a, b: a + b)
-        for d in docs:
-            if d.get("start") is None:
-                continue
-            offset = (d["start"] - out["start"]) // step
-            for i, v in enumerate(d[name]):
-                if v is not None:
-                    old = merged[offset + i]
-                    merged[offset + i] = v if old is None else combine(old, v)
-        out[name] = merged
+        out[name] = _merge_column([(d[name], at) for d, at in placed], length,
+                                  name.startswith("lateness_"), name == "queue_depth")
+    for name, value in docs[0].items():
+        if isinstance(value, dict):        # lateness_p99_ms_by_tier: {tier: column}
+            out[name] = {tier: _merge_column([(d.get(name, {}).get(tier, []), at)
+                                              for d, at in placed], length, True, False)
+                         for tier in value}
     return out
+
+
+def _merge_column(columns: list[tuple[list, int]], length: int, highest: bool,
+                  gauge: bool) -> list:
+    """Columns placed at their offsets, added (or the highest taken) where several have a
+    value; a gauge's or a percentile's point without any value is null, a count's 0."""
+    merged: list = [None if gauge or highest else 0] * length
+    for column, offset in columns:
+        for i, v in enumerate(column):
+            if v is not None:
+                old = merged[offset + i]
+                merged[offset + i] = v if old is None else (max(old, v) if highest
+                                                            else old + v)
+    return merged
 
 
 # --- the cluster -----------------------------------------------------------------------------
@@ -293,7 +305,8 @@ async def cluster(request: web.Request) -> web.Response:
                        "nodes": nodes})
     first = shards[0]
     return json_response({"leader": first["leader"], "term": first["term"],
-                          "nodes": first["nodes"], "shards": shards})
+                          "nodes": first["nodes"], "shards": shards,
+                          "tiers": tiers.to_json(r.cfg.tiers)})
 
 
 @routes.get("/metrics")

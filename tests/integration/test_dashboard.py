@@ -385,7 +385,8 @@ def test_metrics_and_readiness_on_a_real_cluster(tmp_path):
         assert m[("tsched_claimed_tasks_total", ())] == 2
         assert m[("tsched_completed_tasks_total", ())] == 1
         assert m[("tsched_retried_tasks_total", ())] == 1
-        assert m[("tsched_scheduling_lateness_seconds_count", ())] == 2
+        # both of the default priority 5: the normal tier (DESIGN 5.1)
+        assert m[("tsched_scheduling_lateness_seconds_count", (("tier", "normal"),))] == 2
         assert m[("tsched_tenant_tasks", (("state", "pending"), ("tenant", "acme")))] == 1
         assert m[("tsched_raft_is_leader", ())] == 0
         # tsnode freezes what start-up made (gcpolicy.py), so some objects are frozen.

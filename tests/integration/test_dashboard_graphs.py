@@ -1,6 +1,6 @@
 """The dashboard's graphs of the last hour (DESIGN 14.5) in real headless Chromium: a short
 load on a real 3-node cluster shows up in the charts a follower's dashboard draws, per
-second and per minute, with the counts the cluster applied.
+second and per minute, with the counts the cluster applied and a lateness line per tier.
 
 Set TSCHED_SCREENSHOT_DIR to keep the screenshot."""
 from __future__ import annotations
@@ -28,6 +28,11 @@ CHART_TOTALS = """(() => {
   return { step: Number(depth.step), points: a[0].length,
     submitted: sum(a[1]), completed: sum(a[2]), failed: sum(a[3]), dead: sum(a[4]),
     lateness_points: some(p["chart-lateness"].data[2]),
+    lateness_lines: p["chart-lateness"].series.slice(1).map((s) => s.label),
+    tier_points: Object.fromEntries(p["chart-lateness"].series.slice(3).map(
+      (s, i) => [s.label, some(p["chart-lateness"].data[3 + i])])),
+    lateness_legend: [...document.querySelectorAll("#chart-lateness .u-legend .u-label")]
+      .map((e) => e.textContent),
     depth_points: some(p["chart-depth"].data[1]),
     canvases: document.querySelectorAll("#graphs-card canvas").length,
     attr_points: Number(depth.points) };
@@ -79,6 +84,13 @@ async def test_graphs_draw_the_last_hour_of_a_short_load(tmp_path):
             assert per_second["attr_points"] == per_second["points"]
             assert per_second["failed"] == done["dead"]
             assert per_second["lateness_points"] >= 1 and per_second["depth_points"] >= 1
+            # one p99 line per priority tier, in the legend too; the load's tasks have the
+            # default priority 5, so only the normal tier's line has points
+            tiers = [f"p99 {t}" for t in ("critical", "high", "normal", "low", "batch")]
+            assert per_second["lateness_lines"] == ["p50", "p99", *tiers]
+            assert per_second["lateness_legend"] == ["Time", *per_second["lateness_lines"]]
+            assert per_second["tier_points"]["p99 normal"] >= 1
+            assert per_second["tier_points"]["p99 critical"] == 0
             await page.eval("document.getElementById('graphs-card').scrollIntoView()")
             await page.screenshot(shots / "dashboard-graphs.png")
 

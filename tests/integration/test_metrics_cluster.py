@@ -80,3 +80,43 @@ def test_operations_metrics_after_real_work(cluster: Cluster) -> None:
     wait_until(lambda: scrape(cluster, leader)["tsched_tenant_oldest_due_task_age_seconds"][
         (("tenant", "shop"),)] > first[(("tenant", "shop"),)] + 0.5, timeout_s=10,
         what="the age to grow")
+
+
+def test_lateness_is_counted_by_tier_and_the_cluster_shows_its_tiers(cluster: Cluster) -> None:
+    """A priority-0 and a priority-8 task claimed: every node counts one start in the
+    critical tier and one in the low tier (DESIGN 5.1), and GET /v1/cluster has the table."""
+    leader = cluster.wait_leader()
+    follower = cluster.followers(leader)[0]
+    submit(cluster, follower, "tiered", "bank", 1, priority=0)
+    submit(cluster, follower, "tiered", "bank", 1, priority=8)
+    claimed = claim(cluster, follower, "tiered", 2)
+    assert sorted(t["priority"] for t in claimed) == [0, 8]
+    count = "tsched_scheduling_lateness_seconds_count"
+
+    def tiered(node: str):
+        m = scrape(cluster, node)
+        by_tier = {dict(k).get("tier"): v for k, v in m.get(count, {}).items()}
+        return by_tier.get("critical") == 1 and by_tier.get("low") == 1 and by_tier
+    for node in cluster.ids:     # every replica counts the same claims
+        by_tier = wait_until(lambda node=node: tiered(node), timeout_s=20,
+                             what=f"{node} to count the claims by tier")
+        assert set(by_tier) == {"critical", "high", "normal", "low", "batch"}, by_tier
+        assert by_tier["high"] == by_tier["batch"] == 0, by_tier
+    status, body = cluster.call(follower, "GET", "/v1/cluster")
+    assert status == 200, body
+    assert body["tiers"] == [
+        {"name": "critical", "priority_min": 0, "priority_max": 0, "sla_s": 1.0},
+        {"name": "high", "priority_min": 1, "priority_max": 3, "sla_s": 5.0},
+        {"name": "normal", "priority_min": 4, "priority_max": 6, "sla_s": 60.0},
+        {"name": "low", "priority_min": 7, "priority_max": 9, "sla_s": 3600.0},
+        {"name": "batch", "priority_min": 10, "priority_max": 10, "sla_s": None}]
+
+    def graphed():   # the node's graphs: a p99 point for critical and low, none for high
+        status, series = cluster.call(follower, "GET", "/v1/timeseries?step_s=60")
+        assert status == 200, series
+        by_tier = series["lateness_p99_ms_by_tier"]
+        return any(v is not None for v in by_tier["critical"]) and \
+            any(v is not None for v in by_tier["low"]) and by_tier
+    by_tier = wait_until(graphed, timeout_s=20, what="the per-tier lateness in the graphs")
+    assert list(by_tier) == [t["name"] for t in body["tiers"]]
+    assert all(v is None for v in by_tier["high"]), by_tier

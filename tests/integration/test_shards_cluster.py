@@ -379,6 +379,28 @@ def test_task_ids_route_from_any_node_and_an_unknown_shard_is_not_found(shared_s
     status, cluster = sharded.call("n3", "GET", "/v1/cluster")
     assert [s["shard"] for s in cluster["shards"]] == list(range(SHARDS))
     assert cluster["leader"] == cluster["shards"][0]["leader"]
+    assert [t["name"] for t in cluster["tiers"]] == ["critical", "high", "normal", "low", "batch"]
+
+
+def test_lateness_by_tier_carries_the_shard_of_each_claim(shared_sharded):
+    sharded = shared_sharded
+    tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 1)
+    status, b = sharded.call("n2", "POST", "/v1/tasks", {"task_type": "tier-shard",
+                                                          "tenant": tenant, "priority": 0})
+    assert status == 201, b
+    status, b = sharded.call("n2", "POST", "/v1/claims", {
+        "worker_id": "w", "task_types": ["tier-shard"], "max_tasks": 1, "wait_s": 5})
+    assert status == 200 and len(b["tasks"]) == 1, b
+    line = 'tsched_scheduling_lateness_seconds_count{shard="1",tier="critical"} '
+
+    def counted():   # any node serving shard 1 reports it, labelled with its shard
+        for n in sharded.ids:
+            text = httpx.get(sharded.url(n) + "/metrics", timeout=10).text
+            if any(x.startswith(line) and float(x[len(line):]) >= 1
+                   for x in text.splitlines()):
+                return True
+        return False
+    wait_until(counted, timeout_s=20, what="a shard-1 critical claim in /metrics")
 
 
 def test_answers_of_a_sharded_cluster_match_the_openapi_document(shared_sharded):

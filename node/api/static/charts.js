@@ -1,18 +1,21 @@
 // tsched dashboard graphs: the last hour from GET /v1/timeseries, drawn with uPlot (vendored
 // as uPlot.iife.min.js, MIT, see uPlot.LICENSE.txt). app.js fetches the points and calls
-// TschedCharts.draw(answer); this file only turns an answer into three charts.
+// TschedCharts.draw(answer); this file only turns an answer into three charts. The lateness
+// chart adds one p99 line per priority tier of the answer (lateness_p99_ms_by_tier).
 "use strict";
 window.TschedCharts = (() => {
   const HEIGHT_PX = 170;
   const SPAN_POINTS_MIN = 60;   // the x axis spans at least 60 points: a minute, or the hour
   const COLORS = { submitted: "#2f6fde", completed: "#1f9d55", failed: "#c98a00",
     dead_lettered: "#d0392b", p50: "#2f6fde", p99: "#8e44ad", depth: "#1d2330" };
+  // The tiers' p99 lines, most urgent first (the default five: critical .. batch).
+  const TIER_COLORS = ["#d0392b", "#e67e22", "#1f9d55", "#16a2b8", "#7f8c8d", "#b7950b"];
   // One chart per unit: counts per point, milliseconds, tasks.
   const CHARTS = [
     { id: "chart-activity", title: (per) => `tasks per ${per}`, series: [
       ["submitted", "submitted", COLORS.submitted], ["completed", "completed", COLORS.completed],
       ["failed", "failed attempts", COLORS.failed], ["dead_lettered", "dead-lettered", COLORS.dead_lettered]] },
-    { id: "chart-lateness", title: () => "claim lateness (ms)", gaps: true, series: [
+    { id: "chart-lateness", title: () => "claim lateness (ms)", gaps: true, tiers: true, series: [
       ["lateness_p50_ms", "p50", COLORS.p50], ["lateness_p99_ms", "p99", COLORS.p99]] },
     { id: "chart-depth", title: () => "queue depth (pending)", series: [
       ["queue_depth", "pending", COLORS.depth]] },
@@ -20,10 +23,20 @@ window.TschedCharts = (() => {
   const plots = {};      // chart id -> uPlot, rebuilt when the step changes
   let step = null;
 
-  function columns(answer, chart) {
+  // A chart's lines for this answer: [column, label, colour], with the tiers' p99 lines.
+  function lines(answer, chart) {
+    const out = chart.series.map(([key, label, stroke]) => [answer[key], label, stroke]);
+    if (chart.tiers) {
+      Object.entries(answer.lateness_p99_ms_by_tier || {}).forEach(([tier, column], i) =>
+        out.push([column, `p99 ${tier}`, TIER_COLORS[i % TIER_COLORS.length]]));
+    }
+    return out;
+  }
+
+  function columns(answer, series) {
     const n = answer.submitted.length;
     const xs = Array.from({ length: n }, (_, i) => answer.start + i * answer.step_s);
-    return [xs, ...chart.series.map(([key]) => answer[key])];
+    return [xs, ...series.map(([column]) => column)];
   }
 
   // Dots where values are few (a lone claim between empty seconds draws no line), none
@@ -33,7 +46,7 @@ window.TschedCharts = (() => {
     return values * 8 < u.width;
   }
 
-  function options(chart, width) {
+  function options(chart, series, width) {
     const per = step === 1 ? "second" : "minute";
     return {
       title: chart.title(per), width, height: HEIGHT_PX,
@@ -42,7 +55,7 @@ window.TschedCharts = (() => {
         x: { range: (u, lo, hi) => [Math.min(lo, hi - SPAN_POINTS_MIN * step), hi] },
         y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] },
       },
-      series: [{}, ...chart.series.map(([, label, stroke]) => ({
+      series: [{}, ...series.map(([, label, stroke]) => ({
         label, stroke, width: 1.5, spanGaps: !!chart.gaps,
         points: { show: sparse, size: 5, fill: stroke },
       }))],
@@ -57,9 +70,17 @@ window.TschedCharts = (() => {
     }
     for (const chart of CHARTS) {
       const el = document.getElementById(chart.id);
-      const data = columns(answer, chart);
+      const series = lines(answer, chart);
+      const data = columns(answer, series);
       const width = Math.max(200, el.clientWidth);
-      if (!plots[chart.id]) plots[chart.id] = new uPlot(options(chart, width), data, el);
+      const labels = series.map(([, label]) => label).join("|");
+      if (plots[chart.id] && plots[chart.id].tschedLabels !== labels) {
+        plots[chart.id].destroy(); delete plots[chart.id];   // other lines: a new chart
+      }
+      if (!plots[chart.id]) {
+        plots[chart.id] = new uPlot(options(chart, series, width), data, el);
+        plots[chart.id].tschedLabels = labels;
+      }
       else {
         plots[chart.id].setData(data);
         if (Math.abs(plots[chart.id].width - width) > 4) plots[chart.id].setSize({ width, height: HEIGHT_PX });

@@ -61,6 +61,11 @@ async def test_cluster_status_of_a_single_node(api: Api):
     assert len(n["digest"]) == 64 and n["applied_seq"] >= 1 and n["commit_index"] >= 1
     assert set(n) >= {"id", "http", "raft", "role", "commit_index", "applied_seq", "digest",
                       "reachable"}
+    # the priority tiers (DESIGN 5.1), the default table here
+    assert [t["name"] for t in c["tiers"]] == ["critical", "high", "normal", "low", "batch"]
+    assert c["tiers"][0] == {"name": "critical", "priority_min": 0, "priority_max": 0,
+                             "sla_s": 1.0}
+    assert c["tiers"][-1]["sla_s"] is None
 
 
 async def test_transfer_leadership_validates_its_target(api: Api):

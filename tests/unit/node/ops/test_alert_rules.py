@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tsched.node.ops.metrics import NodeMetrics
+from tsched.statemachine.tiers import DEFAULT_TIERS
 
 DEPLOY = Path(__file__).resolve().parents[4] / "deploy"
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "prometheus"
@@ -38,11 +39,19 @@ def test_every_metric_the_rules_use_is_exported_by_a_node() -> None:
     used = set(re.findall(r"\b(tsched_[a-z_]+)", rules))
     exported = NodeMetrics().render().decode()
     names = set(re.findall(r"^# TYPE (\S+) ", exported, re.M))
-    names |= {n + "_total" for n in names}
+    names |= {n + suffix for n in names for suffix in ("_total", "_bucket")}
     # gauges computed from a replica appear once a node is attached: the queue and Raft ones
     attached_only = {"tsched_tenant_tasks", "tsched_tenant_oldest_due_task_age_seconds",
                      "tsched_raft_has_leader"}
     assert used - attached_only <= names, used - attached_only - names
+    # TschedTierLate selects the lateness histogram's tier label, one rule per tier with an
+    # SLA in the default table
+    assert re.findall(r'\btier="(\w+)"', exported) and "tier" in rules
+    with_sla = {t.name for t in DEFAULT_TIERS if t.sla_s is not None}
+    assert set(re.findall(r'lateness_seconds_bucket\{tier="(\w+)"\}', rules)) == with_sla
+    for tier in DEFAULT_TIERS:
+        if tier.sla_s is not None:
+            assert re.search(rf'tier="{tier.name}"\}}\[5m\]\)\)\) > {tier.sla_s:g}\n', rules)
     source = (Path(__file__).resolve().parents[4] / "node" / "ops" / "scrape.py").read_text()
     for name in attached_only:
         assert f'"{name}"' in source

@@ -120,10 +120,12 @@ def test_lateness_histogram_counts_each_claimed_task(replica, metrics):
     claimed = claim(replica, T0 + 250)
     assert len(claimed) == 3
     s = scrape(metrics)
-    assert value(s, "tsched_scheduling_lateness_seconds_count") == 3
-    assert value(s, "tsched_scheduling_lateness_seconds_sum") == pytest.approx(0.75)
-    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="0.1") == 0
-    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="0.25") == 3
+    # priority 5, claimed 250 ms late: the normal tier (4-6)
+    assert value(s, "tsched_scheduling_lateness_seconds_count", tier="normal") == 3
+    assert value(s, "tsched_scheduling_lateness_seconds_sum", tier="normal") == \
+        pytest.approx(0.75)
+    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="0.1", tier="normal") == 0
+    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="0.25", tier="normal") == 3
     assert value(s, "tsched_claimed_tasks_total") == 3
 
 
@@ -133,7 +135,7 @@ def test_a_repeated_claim_answer_is_not_counted_twice(replica, metrics):
     claim(replica, T0 + 200, rid="same")        # answered from the request table
     s = scrape(metrics)
     assert value(s, "tsched_claimed_tasks_total") == 1
-    assert value(s, "tsched_scheduling_lateness_seconds_count") == 1
+    assert value(s, "tsched_scheduling_lateness_seconds_count", tier="normal") == 1
 
 
 def test_completions_failures_retries_and_dead_letters(replica, metrics):
@@ -290,23 +292,26 @@ def test_scrape_has_every_family_with_queue_and_raft_values(replica, metrics):
 def test_every_app_has_its_own_registry(replica):
     a, b = NodeMetrics(), NodeMetrics()
     a.events.claimed += 1
-    a.lateness.observe(0.3)
+    a.lateness.observe(0.3, 0)
     assert a.registry is not b.registry
     assert value(scrape(a), "tsched_claimed_tasks_total") == 1
     assert value(scrape(b), "tsched_claimed_tasks_total") == 0
-    assert value(scrape(b), "tsched_scheduling_lateness_seconds_count") == 0
+    assert value(scrape(b), "tsched_scheduling_lateness_seconds_count", tier="critical") == 0
 
 
 def test_bucket_histogram_uses_le_bounds():
     m = NodeMetrics()
     for v in (0.0, 0.001, 0.0011, 2000.0):
-        m.lateness.observe(v)
+        m.lateness.observe(v, 10)
     s = scrape(m)
-    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="0.001") == 2
-    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="0.0025") == 3
-    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="1800.0") == 3
-    assert value(s, "tsched_scheduling_lateness_seconds_bucket", le="+Inf") == 4
-    assert value(s, "tsched_scheduling_lateness_seconds_sum") == pytest.approx(2000.0021)
+    name = "tsched_scheduling_lateness_seconds_bucket"
+    assert value(s, name, le="0.001", tier="batch") == 2
+    assert value(s, name, le="0.0025", tier="batch") == 3
+    assert value(s, name, le="1800.0", tier="batch") == 3
+    assert value(s, name, le="3600.0", tier="batch") == 4
+    assert value(s, name, le="+Inf", tier="batch") == 4
+    assert value(s, "tsched_scheduling_lateness_seconds_sum", tier="batch") == \
+        pytest.approx(2000.0021)
 
 
 # --- the routes -------------------------------------------------------------------------------
@@ -406,7 +411,9 @@ async def test_timeseries_route(client, replica):
     body = await r.json()
     assert r.status == 200 and body["step_s"] == 1 and body["points_max"] == 3600
     assert set(body) >= {"start", "submitted", "completed", "failed", "dead_lettered",
-                         "lateness_p50_ms", "lateness_p99_ms", "queue_depth"}
+                         "lateness_p50_ms", "lateness_p99_ms", "queue_depth",
+                         "lateness_p99_ms_by_tier"}
+    assert list(body["lateness_p99_ms_by_tier"]) == ["critical", "high", "normal", "low", "batch"]
     assert (await (await client.get("/v1/timeseries")).json())["step_s"] == 60
     for bad in ({"step_s": "7"}, {"step_s": "x"}, {"bogus": "1"}):
         r = await client.get("/v1/timeseries", params=bad)
