@@ -12,12 +12,13 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from ._claiming import CLAIM_WAIT_S_MAX, UNSERVABLE_CODES, Claiming, check_priorities
 from ._jobs import (LEASE_LOST_CODES, RETRY_ALL, Job, RetryRule, error_code_of,
                     outcome_of)
 from ._outbox import Outbox
+from ._reserve import check_reserve, lane_workers, run_lanes, split_slots
 from ._threads import HandlerThreads
 from ._window import HELD_MAX_DEFAULT, Window
 from .client import AsyncClient
@@ -68,7 +69,9 @@ class Worker(Claiming):
                  held_max: int | None = None, carry_completions: bool = True,
                  retry_on: dict[str, Iterable[str]] | None = None,
                  no_retry_on: dict[str, Iterable[str]] | None = None,
-                 priorities: tuple[int, int] | None = None) -> None:
+                 priorities: tuple[int, int] | str | None = None,
+                 reserve: Mapping[str, float | str] | str | Iterable[str] | None = None
+                 ) -> None:
         if not handlers:
             raise ValueError("handlers: at least one task type is needed")
         if concurrency < 1:
@@ -83,6 +86,12 @@ class Worker(Claiming):
         self.retry_rules = retry_rules(self.handlers, retry_on or {}, no_retry_on or {})
         self.concurrency, self.lease_s, self.prefetch_ms = concurrency, lease_s, prefetch_ms
         self.priorities = check_priorities(priorities)   # claims take only this range
+        # Reserved capacity (_reserve.py): lanes of slots, each a Worker of its own.
+        self.reserve = check_reserve(reserve)
+        self._lanes = split_slots(concurrency, self.reserve, self.priorities) \
+            if self.reserve else []
+        self._subs: list[Worker] = []
+        self.handles_signals = True     # False for a lane: its worker's handlers stop it
         self.grace_s, self.wait_s = grace_s, min(wait_s, CLAIM_WAIT_S_MAX)
         # Tasks held beyond those running, so a claim round trip never leaves a thread idle
         # (like Celery's prefetch multiplier of 4: at most 4 x concurrency held in all).
@@ -93,8 +102,9 @@ class Worker(Claiming):
         if held_max is not None and held_max < 1:
             raise ValueError("held_max must be >= 1")
         # Fast handlers widen the window up to held_max; slow ones keep concurrency + claim_ahead.
-        self._window = Window(concurrency, self.claim_ahead,
-                              HELD_MAX_DEFAULT if held_max is None else held_max)
+        self.held_max = HELD_MAX_DEFAULT if held_max is None else held_max
+        self._window = Window(concurrency, self.claim_ahead, self.held_max)
+        self.carry_completions = carry_completions
         self._carry = carry_completions   # off against a node that predates it
         self._held = 0   # claimed tasks whose handler has not returned yet
         self.worker_id = worker_id or default_worker_id()
@@ -123,15 +133,26 @@ class Worker(Claiming):
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
+        self._install_signals()
+        if self._stop_requested.is_set():
+            self._stopping.set()
+        try:
+            if self._lanes:
+                self._subs = lane_workers(self, self._lanes)
+                await run_lanes(self, self._subs)
+            else:
+                await self._serve()
+        finally:
+            self._remove_signals()
+
+    async def _serve(self) -> None:
+        assert self._loop is not None, "run_async sets the loop"
         self._slot_free = asyncio.Event()
         self._async_slots = asyncio.Semaphore(self.concurrency)
-        self._install_signals()
         self._pool = HandlerThreads(self.concurrency, self._loop)
         self._client = AsyncClient(self.urls, token=self.token, timeout_s=self.timeout_s,
                                    ca_file=self.ca_file)
         self._outbox = Outbox(self._client, give_up_s=self.lease_s)
-        if self._stop_requested.is_set():
-            self._stopping.set()
         helpers = [asyncio.create_task(self._heartbeat_loop()),
                    asyncio.create_task(self._outbox.run())]
         claimer = asyncio.create_task(self._claim_loop())
@@ -146,17 +167,16 @@ class Worker(Claiming):
             await asyncio.gather(*helpers, return_exceptions=True)
             self._pool.close()
             await self._client.aclose()
-            self._remove_signals()
 
     @property
     def running(self) -> int:
         """Tasks held right now (claimed, running or being reported)."""
-        return len(self._jobs)
+        return len(self._jobs) + sum(sub.running for sub in self._subs)
 
     # --- signals ---------------------------------------------------------------------
     def _install_signals(self) -> None:
         self._signals: list[int] = []
-        if threading.current_thread() is not threading.main_thread():
+        if not self.handles_signals or threading.current_thread() is not threading.main_thread():
             return
         assert self._loop is not None, "run_async sets the loop before installing signals"
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -18,9 +18,10 @@ A task's type is its name (default `module.function`); a call's arguments are it
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Callable, Iterable, Mapping, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from ._claiming import check_priorities
+from ._reserve import check_reserve
 from ._core import parse_urls
 from .app_task import AnyTask, AsyncTask, Options, Periodic, Task, Time
 from .client import AsyncClient, Client
@@ -73,11 +74,15 @@ class _AppBase:
     def __init__(self, urls: str | Iterable[str], *, token: str | None = None,
                  tenant: str | None = None, timeout_s: float = 30.0,
                  ca_file: str | None = None,
-                 priorities: tuple[int, int] | str | None = None) -> None:
+                 priorities: tuple[int, int] | str | None = None,
+                 reserve: Mapping[str, float | str] | str | Iterable[str] | None = None
+                 ) -> None:
         self.urls = parse_urls(urls)
         self.token, self.tenant, self.timeout_s, self.ca_file = token, tenant, timeout_s, ca_file
         # the effective priorities its workers claim (tsworker --priorities overrides)
         self.priorities = check_priorities(priorities)
+        # slots its workers reserve per tier (DESIGN 5.1; tsworker --reserve overrides)
+        self.reserve = check_reserve(reserve)
         self.tasks: dict[str, AnyTask] = {}
         self.periodics: dict[str, Periodic] = {}
         self._made_client = False

@@ -27,6 +27,7 @@ from .client import Client
 from .errors import ApiError, Unavailable
 from .schedule_sync import sync_schedules
 from ._claiming import check_priorities
+from ._reserve import Lane, Reserve, check_reserve, describe, split_slots
 from ._worker import Worker
 
 log = logging.getLogger("tsched.tsworker")
@@ -121,11 +122,16 @@ def _configure_logging(level: str) -> None:
 @click.option("--priorities", "priorities", metavar="LO-HI",
               help="Claim only tasks whose effective priority is in LO..HI (e.g. 0-3); "
                    "default: the app's `priorities`, else all.")
+@click.option("--reserve", "reserve", metavar="TIER=SHARE", multiple=True,
+              help="Reserve ceil(SHARE x concurrency) slots (at least one) that claim only "
+                   "TIER's priorities, e.g. low=10% or low=0.1; repeatable or comma-separated "
+                   "(default tiers: critical, high, normal, low, batch); default: the "
+                   "app's `reserve`, else none.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
               default="INFO", show_default=True)
 def cli(app_spec: str, task_names: str | None, concurrency: int, url: str | None,
         token: str | None, grace_s: float, prune_schedules: bool, priorities: str | None,
-        log_level: str) -> None:
+        reserve: tuple[str, ...], log_level: str) -> None:
     """Run a worker for the tasks of the App in MODULE (e.g. `tsworker myproject.tasks`).
 
     Puts the app's periodic schedules first (an unchanged one is left as it is), then
@@ -141,6 +147,7 @@ def cli(app_spec: str, task_names: str | None, concurrency: int, url: str | None
         prio = check_priorities(priorities) if priorities is not None else app.priorities
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--priorities") from None
+    shares, lanes = _lanes(concurrency, reserve, app, prio)
     served = served_tasks(app, task_names)
     if len(served) > TASK_TYPES_MAX:
         raise click.UsageError(f"a worker claims at most {TASK_TYPES_MAX} task types, the app "
@@ -148,14 +155,25 @@ def cli(app_spec: str, task_names: str | None, concurrency: int, url: str | None
     periodics = _put_or_exit(app, served, prune_schedules)
     worker = Worker(app.urls, {t.name: t.handler() for t in served}, concurrency=concurrency,
                     token=app.token, grace_s=grace_s, timeout_s=app.timeout_s,
-                    ca_file=app.ca_file, priorities=prio)
+                    ca_file=app.ca_file, priorities=prio, reserve=shares)
     # Graceful from the startup line on: a supervisor may send SIGTERM as soon as it reads
     # it, before the Worker's loop has installed its own handlers (which replace these).
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _sig, _frame: worker.stop())
-    log.info("%s", _startup_line(served, periodics, concurrency, app.urls))
+    log.info("%s", _startup_line(served, periodics, concurrency, app.urls)
+             + (f", reserved slots: {describe(lanes)}" if lanes else ""))
     worker.run()
     log.info("tsworker stopped: every claimed task finished or given back")
+
+
+def _lanes(concurrency: int, reserve: tuple[str, ...], app: AnyApp,
+           prio: tuple[int, int] | None) -> tuple[Reserve, list[Lane]]:
+    """--reserve (else the app's) and the lanes it makes, checked before any request."""
+    try:
+        shares = check_reserve(list(reserve)) if reserve else app.reserve
+        return shares, split_slots(concurrency, shares, prio) if shares else []
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--reserve") from None
 
 
 def _put_or_exit(app: AnyApp, served: list[AnyTask], prune: bool) -> list[Periodic]:

@@ -12,6 +12,10 @@ full, finished outcomes ride on the next claim (`completions` of `POST /v1/claim
 request and one Raft entry for both) or, when no claim goes out soon, on a
 `POST /v1/completions` of their own, as they always do under a trickle of work.
 
+With `reserve=` (DESIGN 5.1) the Worker runs as lanes (`_reserve.py`), each a Worker of
+its own slots, window and threads: a reserved lane claims only its tier's range, the rest
+the whole range; stopping the Worker stops every lane.
+
 Stopping (`stop()`, SIGTERM or SIGINT; a second one skips the grace period): the worker
 stops claiming, gives back at once the tasks whose handlers have not started yet
 (early-dispatched ones waiting for `run_at`), lets running handlers finish within

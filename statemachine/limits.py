@@ -142,6 +142,11 @@ class ApiLimits:
     submits_in_progress_max: int = 256
     submit_wait_ms_max: int = 5_000          # age of the oldest submit still in progress
     busy_retry_after_s: int = 1              # this node had too many submits in progress
+    # Overload keeps the urgent (DESIGN 5.1, 14.2): past either bound above, a submit whose
+    # every task has a priority up to `urgent_priority_max` (the default tiers critical and
+    # high) is still admitted, up to `urgent_bound_factor` times the bound.
+    urgent_priority_max: int = 3
+    urgent_bound_factor: int = 2
     # Connections the kernel queues for a node's HTTP listener before it accepts them
     # (aiohttp's default is 128; the kernel caps it at net.core.somaxconn). A burst of
     # clients past it has its connects dropped and retried by TCP after 1, 3, 7 s: time

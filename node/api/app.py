@@ -11,6 +11,8 @@ import logging
 
 from aiohttp import web
 
+from tsched.statemachine.tiers import DEFAULT_TIERS
+
 from tsched.node.api import (archive, audit, auth, backup, cluster, ops, present, schedules,
                              tasks, tenants, workers)
 from tsched.node.api.admission import ADMISSION, Admission
@@ -38,7 +40,7 @@ def make_app(node: Node) -> web.Application:
         middlewares.insert(0, shard_tag_middleware(node.shard))
     app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=middlewares)
     app[NODE] = node
-    app[ADMISSION] = Admission()
+    app[ADMISSION] = Admission(tiers=getattr(node.config, "tiers", DEFAULT_TIERS))
     app.cleanup_ctx.append(_services)
     for module in (tasks, workers, tenants, cluster, schedules, archive, audit, backup):
         app.router.add_routes(module.routes)

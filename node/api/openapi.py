@@ -482,8 +482,9 @@ def _submit_op(submitted: Schema, submit: Schema) -> dict[str, Any]:
         f"the commit of {API_LIMITS.proposals_waiting_max} commands) or `busy` (this node "
         f"has {API_LIMITS.submits_in_progress_max} submit requests in progress or its "
         f"oldest has waited {API_LIMITS.submit_wait_ms_max} ms); `queue_full` and `busy` "
-        f"proposed nothing (Retry-After {API_LIMITS.busy_retry_after_s}, same "
-        "Idempotency-Key)")
+        f"proposed nothing (Retry-After {API_LIMITS.busy_retry_after_s}, same Idempotency-Key);"
+        f" a submit of priorities <= {API_LIMITS.urgent_priority_max} only at "
+        f"{API_LIMITS.urgent_bound_factor}x those bounds")
     return out
 
 

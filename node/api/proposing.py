@@ -36,16 +36,17 @@ def request_ids(request: web.Request) -> Callable[[str], str]:
     return request_ids_for(request.get(SCOPE_KEY) or "", request.method, request.path, key)
 
 
-async def propose(node: Node, cmds: list, *, sheddable: bool = False,
+async def propose(node: Node, cmds: list, *, sheddable: bool = False, urgent: bool = False,
                   minimal: bool | Sequence[bool] = False) -> tuple[list, int]:
     """Commit `cmds`: (one rendered result per command, or an ApiError; applied seq).
-    `sheddable`: a full proposal queue answers 429 `overloaded` (DESIGN 14.2). `minimal`:
+    `sheddable`: a full proposal queue answers 429 `overloaded` (DESIGN 14.2); `urgent`
+    ones (every task urgent, DESIGN 5.1) only past twice its bound. `minimal`:
     render the minimal answers (`prefers_minimal`), for every command or per command."""
     from tsched.node.raft.proposer import ProposalError
     assert node.proposer is not None, "the app's startup context makes the proposer"
     try:
         return await node.proposer.propose(cmds, node.propose_timeout_s, sheddable=sheddable,
-                                           minimal=minimal)
+                                           urgent=urgent, minimal=minimal)
     except ProposalError as e:
         if e.code == "overloaded":
             raise ApiError("overloaded", f"this node is overloaded: {e}",
@@ -57,9 +58,10 @@ async def propose(node: Node, cmds: list, *, sheddable: bool = False,
                        ) from None
 
 
-async def propose_one(node: Node, cmd, *, sheddable: bool = False,
+async def propose_one(node: Node, cmd, *, sheddable: bool = False, urgent: bool = False,
                       minimal: bool = False) -> tuple[Any, int]:
-    (value,), seq = await propose(node, [cmd], sheddable=sheddable, minimal=minimal)
+    (value,), seq = await propose(node, [cmd], sheddable=sheddable, urgent=urgent,
+                                  minimal=minimal)
     if isinstance(value, ApiError):
         # Raised from a local, the error's traceback holds this frame and the frame holds
         # the error: a reference cycle that only the cyclic collector frees, with the whole

@@ -6,7 +6,7 @@ from aiohttp import web
 from tsched.statemachine import commands as c
 
 from tsched.node.api import present, submission, validate
-from tsched.node.api.admission import admission_of
+from tsched.node.api.admission import Place, admission_of
 from tsched.node.api.jsonio import json_body, prefers_minimal, respond
 from tsched.node.api.proposing import propose, propose_one, request_id, request_ids
 from tsched.node.api.reads import before_read
@@ -25,12 +25,13 @@ def _check_tenant(request: web.Request, tenant: str) -> None:
 
 @routes.post("/v1/tasks")
 async def submit(request: web.Request) -> web.Response:
-    # Asked before the body is read: a busy node's refusal costs it little (DESIGN 14.2).
-    with admission_of(request).submit():
-        return await _submit(request)
+    # Asked before the body is read: a busy node's refusal costs it little, and between
+    # its soft and hard bounds only urgent submits are admitted (DESIGN 14.2, 5.1).
+    with admission_of(request).submit() as place:
+        return await _submit(request, place)
 
 
-async def _submit(request: web.Request) -> web.Response:
+async def _submit(request: web.Request, place: Place) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
     body = await json_body(request)
@@ -42,7 +43,9 @@ async def _submit(request: web.Request) -> web.Response:
         cmd = submission.submit(_scoped(body, scope), now_ms=now, request_id=request_id(request),
                               task_id=node.new_task_id())
         _check_tenant(request, cmd.tenant)
-        task, seq = await propose_one(node, cmd, sheddable=True, minimal=minimal)
+        place.admit((cmd.priority,))
+        task, seq = await propose_one(node, cmd, sheddable=True, urgent=place.urgent,
+                                      minimal=minimal)
         return respond(task, seq, status=201, minimal=minimal)
     rid = request_ids(request)
     cmds = [submission.submit(_scoped(item, scope), now_ms=now, request_id=rid(f"#{i}"),
@@ -50,7 +53,9 @@ async def _submit(request: web.Request) -> web.Response:
             for i, item in enumerate(items)]
     for cmd in cmds:
         _check_tenant(request, cmd.tenant)
-    answers, seq = await propose(node, cmds, sheddable=True, minimal=minimal)
+    place.admit([cmd.priority for cmd in cmds])
+    answers, seq = await propose(node, cmds, sheddable=True, urgent=place.urgent,
+                                 minimal=minimal)
     return respond({"tasks": [a.body() if isinstance(a, ApiError) else a for a in answers]},
                    seq, status=201, minimal=minimal)
 

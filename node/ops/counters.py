@@ -20,6 +20,8 @@ from tsched.statemachine.tiers import DEFAULT_TIERS, PRIORITY_MAX, PRIORITY_MIN,
 OTHER_LABEL = "(other)"
 TENANT_LABELS_MAX = 100
 TASK_TYPE_LABELS_MAX = 100
+# The tier of a submit refused before its body was read (tsched_submits_shed_total).
+UNKNOWN_TIER = "unknown"
 
 
 class EventCounts:

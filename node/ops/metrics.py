@@ -37,7 +37,7 @@ from tsched.node.ops.scrape import ScrapeCollector
 from tsched.statemachine import commands as c
 from tsched.statemachine.errors import OVERLOADED
 from tsched.statemachine.limits import Limits
-from tsched.statemachine.tiers import DEFAULT_TIERS, Tier
+from tsched.statemachine.tiers import DEFAULT_TIERS, Tier, tier_of
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -73,8 +73,9 @@ class NodeMetrics:
         self._snapshots_seen = 0
         self.attempts = AttemptTracker()   # Raft thread only
         self.events = EventCounts()        # Raft thread writes
-        self.shed_priority = 0             # submits the state machine shed (Raft thread)
         self.tiers = tiers
+        # submits the state machine shed, by the task's tier (Raft thread)
+        self.shed_priority: dict[str, int] = {}
         self.aging_interval_ms = Limits().aging_interval_ms   # the replica's, once attached
         self.lateness = TierHistograms(
             "tsched_scheduling_lateness_seconds",
@@ -144,7 +145,8 @@ class NodeMetrics:
             if handler is not None and res.ok:
                 handler(self, cmd, res.value)
             elif res.code == OVERLOADED:
-                self.shed_priority += 1
+                tier = tier_of(getattr(cmd, "priority", 0), self.tiers).name
+                self.shed_priority[tier] = self.shed_priority.get(tier, 0) + 1
 
     def _now(self, stamp_ms: int | None) -> bool:
         """Did the transition stamped `stamp_ms` happen at this command? (A repeated

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tsched.node.ops.counters import OTHER_LABEL, TENANT_LABELS_MAX
+from tsched.node.ops.counters import OTHER_LABEL, TENANT_LABELS_MAX, UNKNOWN_TIER
 from tsched.node.ops.queue_view import PRIORITIES, STATES, QueueView
 
 if TYPE_CHECKING:
@@ -28,9 +28,7 @@ class ScrapeCollector(Collector):
     def collect(self):
         m = self.m
         yield from m.events.families()
-        yield _shed_family(m.shed_priority, getattr(getattr(m._node, "proposer", None),
-                                                    "refused_full", 0),
-                           getattr(m.admission, "refused", 0))
+        yield _shed_family(m.tiers, m.shed_priority, getattr(m.admission, "shed", {}))
         for histogram in (m.lateness, m.run_time, m.apply_latency, m.apply_commands):
             yield histogram.family()
         replica = getattr(m._node, "replica", None)
@@ -50,15 +48,21 @@ class ScrapeCollector(Collector):
                                     value=waiting)
 
 
-def _shed_family(priority: int, queue_full: int, busy: int) -> CounterMetricFamily:
-    """Submits answered 429 `overloaded` (DESIGN 14.2): shed by the state machine for their
-    priority (the same on every node), refused by this node's full proposal queue, or
-    refused before they were read because this node had too many submits in progress."""
-    family = CounterMetricFamily("tsched_submits_shed", "Submits refused as overloaded",
-                                 labels=["reason"])
-    family.add_metric(["priority"], priority)
-    family.add_metric(["queue_full"], queue_full)
-    family.add_metric(["busy"], busy)
+def _shed_family(tiers, priority: dict[str, int],
+                 at_node: dict[tuple[str, str], int]) -> CounterMetricFamily:
+    """Submits answered 429 `overloaded` (DESIGN 14.2), by reason and tier (5.1): shed by the
+    state machine for their priority (the same on every node; per task, its tier), refused
+    by this node's full proposal queue (per task, its tier), or refused because this node
+    had too many submits in progress (per request, its most urgent task's tier; `unknown`
+    when refused before its body was read). Every series exists from the start."""
+    family = CounterMetricFamily("tsched_submits_shed", "Submits refused as overloaded, by "
+                                 "reason and tier", labels=["reason", "tier"])
+    names = [t.name for t in tiers]
+    for tier in names:
+        family.add_metric(["priority", tier], priority.get(tier, 0))
+    for reason, extra in (("queue_full", []), ("busy", [UNKNOWN_TIER])):
+        for tier in names + extra:
+            family.add_metric([reason, tier], at_node.get((reason, tier), 0))
     return family
 
 

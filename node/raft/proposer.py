@@ -115,6 +115,7 @@ class Proposer:
     # --- the loop side -------------------------------------------------------------------
 
     async def propose(self, cmds: list, timeout_s: float, *, sheddable: bool = False,
+                      urgent: bool = False,
                       minimal: bool | Sequence[bool] = False) -> tuple[list, int]:
         """Commit and apply `cmds`; return (one result per command, applied seq).
 
@@ -128,13 +129,13 @@ class Proposer:
         admitted whole while the queue is not full (the bound is overshot by at most one
         batch): counting the batch itself would refuse a full-size batch beside any
         other, on an idle cluster. Reports, claims and the timer's commands are never
-        shed: they drain the load."""
+        shed: they drain the load. An `urgent` sheddable proposal (a submit whose every
+        task is urgent, DESIGN 5.1) is refused only past `urgent_bound_factor` times the
+        bound, so that overload sheds the lower tiers first."""
         if not cmds:
             return [], self._replica.applied_seq
-        if sheddable and len(self._waiters) >= self._waiting_max:
-            self.refused_full += len(cmds)
-            raise ProposalError("overloaded", f"{len(self._waiters)} commands wait for "
-                                f"commit at this node (at most {self._waiting_max})")
+        if sheddable:
+            self._admit(len(cmds), urgent)
         deadline = self._loop.time() + timeout_s
         answers = _Answers(len(cmds), self._loop, minimal)
         waiters = self._waiters
@@ -145,6 +146,13 @@ class Proposer:
         finally:
             self._unwait(cmds, answers)
         return answers.values, seq
+
+    def _admit(self, n: int, urgent: bool) -> None:
+        bound = self._waiting_max * (API_LIMITS.urgent_bound_factor if urgent else 1)
+        if len(self._waiters) >= bound:
+            self.refused_full += n
+            raise ProposalError("overloaded", f"{len(self._waiters)} commands wait for "
+                                f"commit at this node (at most {bound})")
 
     async def _drive(self, cmds, answers: _Answers, deadline: float) -> int:
         call = _Call(self._loop)

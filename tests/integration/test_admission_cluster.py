@@ -103,7 +103,9 @@ def test_a_flood_at_a_stalled_node_is_refused_busy_at_once_and_nothing_is_lost(c
         assert body["error"]["code"] == "overloaded"
         details = body["error"]["details"]
         assert details["reason"] == "busy"
-        assert (details.get("in_progress_max") == details["in_progress"] == IN_PROGRESS_MAX
+        # past the soft bound, these submits (not urgent) were refused after their body
+        # was read; others in progress meanwhile may have taken the count past the bound
+        assert (details.get("in_progress_max") == IN_PROGRESS_MAX <= details["in_progress"]
                 or details["oldest_wait_ms"] >= API_LIMITS.submit_wait_ms_max), details
         assert retry == str(API_LIMITS.busy_retry_after_s)
 
@@ -117,8 +119,8 @@ def test_a_flood_at_a_stalled_node_is_refused_busy_at_once_and_nothing_is_lost(c
     # the places were given back: the node takes submits again
     status, body = cluster.call(leader, "POST", "/v1/tasks", {"task_type": "flood"})
     assert status == 201, body
-    # and /metrics counts each refusal, by its reason
+    # and /metrics counts each refusal, by its reason and tier
     metrics = httpx.get(cluster.url(leader) + "/metrics", timeout=10).text
     busy = [line for line in metrics.splitlines()
-            if line.startswith('tsched_submits_shed_total{reason="busy"}')]
-    assert busy and float(busy[0].split()[-1]) == len(refused), busy
+            if line.startswith('tsched_submits_shed_total{reason="busy",')]
+    assert busy and sum(float(line.split()[-1]) for line in busy) == len(refused), busy

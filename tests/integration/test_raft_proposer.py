@@ -126,6 +126,27 @@ async def test_a_full_queue_refuses_sheddable_proposals_at_once_and_never_the_ot
     assert after.ok                 # the queue drained: admitted again
 
 
+async def test_an_urgent_submit_is_admitted_up_to_twice_the_bound(trio):
+    """Overload keeps the urgent (DESIGN 5.1): past the bound an urgent proposal still goes
+    in, up to `urgent_bound_factor` times the bound; past that it is refused too."""
+    leader = await wait_leader(trio)
+    proposer = Proposer(leader, asyncio.get_running_loop(), waiting_max=3)
+    waiting = [asyncio.ensure_future(proposer.propose([submit(f"w{i}")], 10, sheddable=True))
+               for i in range(3)]
+    await asyncio.sleep(0)     # the queue is full
+    with pytest.raises(ProposalError):
+        await proposer.propose([submit("lower")], 10, sheddable=True)
+    urgent = [asyncio.ensure_future(proposer.propose([submit(f"u{i}")], 10, sheddable=True,
+                                                     urgent=True)) for i in range(3)]
+    await asyncio.sleep(0)     # six wait: twice the bound
+    with pytest.raises(ProposalError) as refused:
+        await proposer.propose([submit("one-too-many")], 10, sheddable=True, urgent=True)
+    assert refused.value.code == "overloaded" and proposer.refused_full == 2
+    for fut in waiting + urgent:
+        (result,), _ = await fut
+        assert result.ok
+
+
 async def test_a_batch_larger_than_the_room_left_is_admitted_while_the_queue_is_not_full(trio):
     leader = await wait_leader(trio)
     proposer = Proposer(leader, asyncio.get_running_loop(), waiting_max=5)

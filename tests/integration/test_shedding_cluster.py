@@ -24,11 +24,13 @@ def small_cluster(tmp_path):
     yield from running(tmp_path, extra_toml=LIMITS_TOML)
 
 
-def shed_count(cluster, node: str) -> float:
+def shed_count(cluster, node: str, tier: str = "") -> float:
+    """Submits shed for their priority, in one tier or (by default) in every tier."""
     text = httpx.get(f"{cluster.url(node)}/metrics", timeout=10).text
-    line = next(x for x in text.splitlines()
-                if x.startswith('tsched_submits_shed_total{reason="priority"}'))
-    return float(line.split()[-1])
+    prefix = f'tsched_submits_shed_total{{reason="priority",tier="{tier}'
+    lines = [x for x in text.splitlines() if x.startswith(prefix)]
+    assert lines, "no shed counter in /metrics"
+    return sum(float(x.split()[-1]) for x in lines)      # every tier
 
 
 def test_low_priorities_are_shed_past_the_threshold_and_the_client_waits(small_cluster):
@@ -53,6 +55,8 @@ def test_low_priorities_are_shed_past_the_threshold_and_the_client_waits(small_c
         # the decision is replicated: every node counted the same two sheds
         cluster.wait_applied(urgent["applied_seq"])
         assert [shed_count(cluster, n) for n in cluster.ids] == [2.0] * 3
+        # counted by the shed task's tier (DESIGN 5.1): priority 6 is normal, 9 is low
+        assert shed_count(cluster, leader, "normal") == shed_count(cluster, leader, "low") == 1
 
         # a client with no time to wait raises Overloaded with the cluster's advice
         with Client(cluster.urls, timeout_s=2) as hurried:

@@ -70,8 +70,13 @@ def test_help_describes_the_command():
     (TASKS_MODULE, "{m} --url ftp://x", "not an http(s) URL"),
     (TASKS_MODULE, "{m} --priorities 5-2", "--priorities"),
     (TASKS_MODULE, "{m} --priorities x", "--priorities"),
+    (TASKS_MODULE, "{m} --reserve slow=10%", "--reserve"),
+    (TASKS_MODULE, "{m} --concurrency 2 --reserve low=10% --reserve high=10%", "--reserve"),
+    (TASKS_MODULE, "{m} --reserve low=100%", "--reserve"),
+    (TASKS_MODULE, "{m} --priorities 0-3 --reserve low=0.1", "--reserve"),
 ], ids=["no module", "no app", "no attribute", "not named", "two apps", "import fails",
-        "unknown task", "no tasks", "concurrency", "bad url", "range backwards", "range text"])
+        "unknown task", "no tasks", "concurrency", "bad url", "range backwards", "range text",
+        "reserve tier", "reserve all slots", "reserve share", "reserve outside range"])
 def test_usage_errors_exit_2_before_any_request(project, source, spec, message):
     url = dead_url()
     name = project(source.format(url=url)) if source else "unused"
@@ -203,3 +208,23 @@ def test_tasks_option_picks_the_served_tasks_and_their_schedules(node):
     assert [t.name for t in served_tasks(app, " tick , other")] == ["tick", "other"]
     assert put_schedules(app, served_tasks(app, "other"), prune=False) == []
     assert node.seen == []   # no schedule of its own: nothing to put
+
+
+@pytest.mark.parametrize("args, app_reserve, want", [
+    ("--concurrency 10 --reserve low=10% --reserve batch=0.1", None, {"low": 0.1, "batch": 0.1}),
+    ("--concurrency 20 --reserve low=10%,high=5%", None, {"low": 0.1, "high": 0.05}),
+    ("--concurrency 10", "{'low': 0.2}", {"low": 0.2}),             # the app's
+    ("--concurrency 10 --reserve normal=10%", "{'low': 0.2}", {"normal": 0.1}),   # overrides
+    ("--concurrency 10", None, {}),
+])
+def test_reserve_reaches_the_worker(project, monkeypatch, caplog, args, app_reserve, want):
+    ran = []
+    monkeypatch.setattr("tsched.client.tsworker.Worker.run", lambda self: ran.append(self))
+    source = TASKS_MODULE.format(url=dead_url())
+    if app_reserve:
+        source = source.replace('App("', f'App(reserve={app_reserve}, urls="', 1)
+    with caplog.at_level(logging.INFO, logger="tsched.tsworker"):
+        result = tsworker(project(source), *args.split())
+    assert result.exit_code == 0, result.output
+    assert {k: float(v) for k, v in ran[0].reserve.items()} == want
+    assert ("reserved slots" in caplog.text) == bool(want)

@@ -441,3 +441,28 @@ def test_ended_attempts_do_not_pile_up_between_ticks(replica, metrics):
     assert value(s, "tsched_lease_expirations_total") == 1
     assert value(s, "tsched_completed_tasks_total") == 3_000
     assert len(tracker) == 0
+
+
+def test_shed_submits_are_counted_by_reason_and_tier(replica, metrics):
+    """tsched_submits_shed_total{reason, tier} (DESIGN 14.2, 5.1): every series from the
+    start; the state machine's sheds by the task's tier, this node's by its admission."""
+    from tsched.node.api.admission import Admission
+    from tsched.statemachine.errors import OVERLOADED, Result
+
+    metrics.admission = Admission()
+    s = scrape(metrics)
+    for reason in ("priority", "queue_full", "busy"):
+        for tier in ("critical", "high", "normal", "low", "batch"):
+            assert value(s, "tsched_submits_shed_total", reason=reason, tier=tier) == 0
+    assert value(s, "tsched_submits_shed_total", reason="busy", tier="unknown") == 0
+    shed = Result(OVERLOADED, "shed", None, {})
+    cmds = [c.SubmitTask(request_id=f"s{p}", now_ms=T0, task_id=f"s{p}", tenant="acme",
+                         task_type="t", priority=p) for p in (6, 9, 8)]
+    metrics.on_apply(1, cmds, [shed] * 3)
+    metrics.admission.count("busy", "unknown")
+    metrics.admission.count("queue_full", "high")
+    s = scrape(metrics)
+    assert value(s, "tsched_submits_shed_total", reason="priority", tier="low") == 2
+    assert value(s, "tsched_submits_shed_total", reason="priority", tier="normal") == 1
+    assert value(s, "tsched_submits_shed_total", reason="busy", tier="unknown") == 1
+    assert value(s, "tsched_submits_shed_total", reason="queue_full", tier="high") == 1
