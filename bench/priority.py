@@ -55,13 +55,14 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.lib import stats  # noqa: E402
+from bench.lib import contention, stats  # noqa: E402
 from bench.lib.api import Api, install_fast_loop  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
 from bench.lib.revision import add_compiled_flag, compiled_tree, nodes_build  # noqa: E402
 from bench.lib.tier_mix import (  # noqa: E402
-    TIERS, pool_ranges, pool_use, priority_of, split_slots, tier_figures, tiers_by_pool)
+    TIERS, pool_ranges, pool_use, priority_of, split_slots, tier_figures, tiers_by_pool,
+    window_p99s)
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ("shared", "reserved", "per-tier")
@@ -177,16 +178,35 @@ async def produce(api: Api, urls: list[str], task_type: str, cfg: Config, t0: fl
     return acked, failed, acks_ms
 
 
-async def run_mode(urls: list[str], cfg: Config, mode: str) -> dict:
+def cpu_s(pid: int) -> float:
+    """CPU seconds of one process so far (0 once it is gone)."""
+    st = contention._proc_stat(pid)
+    return st[1] if st else 0.0
+
+
+async def sample_cpu(pids: dict[str, int], t0: float, cfg: Config) -> list[dict[str, float]]:
+    """CPU seconds of each process at t0 and every window after it, to the load's end."""
+    out = []
+    for k in range(int(cfg.duration_s // cfg.window_s) + 1):
+        await asyncio.sleep(max(0.0, t0 + k * cfg.window_s - time.time()))   # sampling times
+        out.append({name: cpu_s(pid) for name, pid in pids.items()})
+    return out
+
+
+async def run_mode(cluster: LocalCluster, cfg: Config, mode: str) -> dict:
+    urls = cluster.urls
     slots = split_slots(cfg.slots)
     ranges = pool_ranges(mode)
     pools = ",".join(f"{name}:{slots[name]}:{ranges[name]}" for name in slots)
     task_type = f"prio-{mode}-{uuid.uuid4().hex[:6]}"
     worker = PoolProcess(urls, task_type, pools, cfg)
     await worker.start()
+    pids = {**{i: cluster.pid(i) for i in cluster.ids}, "workers": worker.proc.pid}
     async with Api() as api:
         t0 = time.time() + 0.5
+        sampler = asyncio.create_task(sample_cpu(pids, t0, cfg))
         acked, failed, acks_ms = await produce(api, urls, task_type, cfg, t0)
+        cpu = await sampler
     end_ms = (t0 + cfg.duration_s) * 1000.0
     if time.time() * 1000.0 < end_ms:
         await asyncio.sleep(end_ms / 1000.0 - time.time())   # the load's last tick
@@ -195,11 +215,31 @@ async def run_mode(urls: list[str], cfg: Config, mode: str) -> dict:
     warm_ms = t0 * 1000.0 + cfg.warmup_s * 1000.0
     return {"mode": mode, "pools": pools, "figures": figures, "failed": failed,
             "acks_ms": acks_ms, "pool_use": pool_use(starts, ends, slots, warm_ms, end_ms),
-            "by_pool": tiers_by_pool(starts, end_ms), "acked": len(acked)}
+            "by_pool": tiers_by_pool(starts, end_ms), "acked": len(acked), "cpu": cpu,
+            "window_p99": window_p99s(acked, starts, t0 * 1000.0, end_ms, cfg.window_s)}
+
+
+def report_windows(report: Report, r: dict, cfg: Config) -> None:
+    """One line per window of the load: where the CPU went and what lateness did."""
+    cpu, low = r["cpu"], r["figures"]["low"].window_completions
+    skip = int(cfg.warmup_s // cfg.window_s)     # low windows count from the warm-up's end
+    rows = report.figures.setdefault(f"windows_{r['mode'].replace('-', '_')}", [])
+    for k in range(len(cpu) - 1):
+        d = {name: (cpu[k + 1][name] - cpu[k][name]) / cfg.window_s for name in cpu[k]}
+        nodes = {n: v for n, v in d.items() if n != "workers"}
+        p99 = r["window_p99"][k] if k < len(r["window_p99"]) else {}
+        lows = low[k - skip] if 0 <= k - skip < len(low) else "-"
+        rows.append({"from_s": k * cfg.window_s, "cores": d, "p99_s": p99, "low_completed": lows})
+        report.note(f"{r['mode']} {k * cfg.window_s:>4.0f}-{(k + 1) * cfg.window_s:.0f} s: "
+                    f"nodes {sum(nodes.values()):.2f} cores (busiest {max(nodes.values()):.2f}), "
+                    f"workers {d['workers']:.2f}; p99 of tasks due: " + ", ".join(
+                        f"{t} {v:.2f} s" for t, v in p99.items() if t != "low")
+                    + f"; low completed {lows}")
 
 
 def report_mode(report: Report, r: dict, cfg: Config) -> None:
     mode, key = r["mode"], r["mode"].replace("-", "_")
+    report_windows(report, r, cfg)
     report.note(f"{mode}: pools (name:slots:range) {r['pools']}; {r['acked']} submits "
                 f"acknowledged, {r['failed']} failed; batch ack p99 "
                 f"{stats.percentile(r['acks_ms'], 99):.1f} ms")
@@ -276,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             os.makedirs(root, exist_ok=True)
             with LocalCluster(3, keep=args.keep, root=root, env=env) as cluster:
                 cluster.wait_writable()
-                report_mode(report, asyncio.run(run_mode(cluster.urls, cfg, mode)), cfg)
+                report_mode(report, asyncio.run(run_mode(cluster, cfg, mode)), cfg)
         report.finish()
     return 0
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from tsched.statemachine.tiers import DEFAULT_TIERS, Tier
 
+from .stats import percentile
+
 TIERS: tuple[Tier, ...] = tuple(t for t in DEFAULT_TIERS if t.sla_s is not None)  # 0..9
 # Ten submits in a row: critical 1, high 3, normal 4, low 2 (10/30/40/20 %), spread out.
 MIX_PATTERN = ("normal", "high", "low", "normal", "high",
@@ -141,3 +143,20 @@ def tiers_by_pool(starts: dict[int, tuple[int, float, float, str]], to_ms: float
             name = _tier_name(priority)
             counts[name] = counts.get(name, 0) + 1
     return out
+
+
+def window_p99s(submitted: dict[int, tuple[float, float]],
+                starts: dict[int, tuple[int, float, float, str]], t0_ms: float, end_ms: float,
+                window_s: float) -> list[dict[str, float]]:
+    """Per `window_s` window of due times from t0_ms, per tier, the p99 start lateness (s)
+    of the tasks due in it that started by end_ms (NaN: none did): how lateness moves as
+    the backlog grows."""
+    span = window_s * 1000.0
+    n = max(0, int((end_ms - t0_ms) // span))
+    late: list[dict[str, list[float]]] = [{} for _ in range(n)]
+    for i, (due, _) in submitted.items():
+        w = int((due - t0_ms) // span)
+        start = starts.get(i)
+        if 0 <= w < n and start is not None and start[2] <= end_ms:
+            late[w].setdefault(_tier_name(priority_of(i)), []).append((start[2] - due) / 1000.0)
+    return [{t.name: percentile(row.get(t.name, []), 99) for t in TIERS} for row in late]
