@@ -189,7 +189,7 @@ async def sample_cpu(pids: dict[str, int], t0: float, cfg: Config) -> list[dict[
     out = []
     for k in range(int(cfg.duration_s // cfg.window_s) + 1):
         await asyncio.sleep(max(0.0, t0 + k * cfg.window_s - time.time()))   # sampling times
-        out.append({name: cpu_s(pid) for name, pid in pids.items()})
+        out.append({"at": time.time(), **{name: cpu_s(pid) for name, pid in pids.items()}})
     return out
 
 
@@ -225,7 +225,8 @@ def report_windows(report: Report, r: dict, cfg: Config) -> None:
     skip = int(cfg.warmup_s // cfg.window_s)     # low windows count from the warm-up's end
     rows = report.figures.setdefault(f"windows_{r['mode'].replace('-', '_')}", [])
     for k in range(len(cpu) - 1):
-        d = {name: (cpu[k + 1][name] - cpu[k][name]) / cfg.window_s for name in cpu[k]}
+        span = max(cpu[k + 1]["at"] - cpu[k]["at"], 1e-3)   # the sampler may run late
+        d = {name: (cpu[k + 1][name] - cpu[k][name]) / span for name in cpu[k] if name != "at"}
         nodes = {n: v for n, v in d.items() if n != "workers"}
         p99 = r["window_p99"][k] if k < len(r["window_p99"]) else {}
         lows = low[k - skip] if 0 <= k - skip < len(low) else "-"
