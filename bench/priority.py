@@ -111,8 +111,13 @@ class PoolProcess:
         """Stops it; (starts: i -> (priority, due ms, start ms, pool), ends: i -> end ms)."""
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
+        self.log = "no log summary (stopped by SIGKILL)"
         try:
-            await asyncio.wait_for(self.proc.communicate(), 60)
+            out, _ = await asyncio.wait_for(self.proc.communicate(), 60)
+            for line in out.decode().splitlines():
+                if line.startswith("log "):
+                    n, _, first = line[4:].partition(" ")
+                    self.log = f"{n} WARNING/ERROR lines" + (f", first: {first}" if first else "")
         except asyncio.TimeoutError:
             self.proc.kill()
             await self.proc.wait()
@@ -216,6 +221,7 @@ async def run_mode(cluster: LocalCluster, cfg: Config, mode: str) -> dict:
     return {"mode": mode, "pools": pools, "figures": figures, "failed": failed,
             "acks_ms": acks_ms, "pool_use": pool_use(starts, ends, slots, warm_ms, end_ms),
             "by_pool": tiers_by_pool(starts, end_ms), "acked": len(acked), "cpu": cpu,
+            "worker_log": worker.log,
             "window_p99": window_p99s(acked, starts, t0 * 1000.0, end_ms, cfg.window_s)}
 
 
@@ -229,7 +235,8 @@ def report_windows(report: Report, r: dict, cfg: Config) -> None:
         d = {name: (cpu[k + 1][name] - cpu[k][name]) / span for name in cpu[k] if name != "at"}
         nodes = {n: v for n, v in d.items() if n != "workers"}
         p99 = r["window_p99"][k] if k < len(r["window_p99"]) else {}
-        lows = low[k - skip] if 0 <= k - skip < len(low) else "-"
+        aligned = cfg.warmup_s % cfg.window_s == 0     # low windows start at the warm-up's end
+        lows = low[k - skip] if aligned and 0 <= k - skip < len(low) else "-"
         rows.append({"from_s": k * cfg.window_s, "cores": d, "p99_s": p99, "low_completed": lows})
         report.note(f"{r['mode']} {k * cfg.window_s:>4.0f}-{(k + 1) * cfg.window_s:.0f} s: "
                     f"nodes {sum(nodes.values()):.2f} cores (busiest {max(nodes.values()):.2f}), "
@@ -244,6 +251,7 @@ def report_mode(report: Report, r: dict, cfg: Config) -> None:
     report.note(f"{mode}: pools (name:slots:range) {r['pools']}; {r['acked']} submits "
                 f"acknowledged, {r['failed']} failed; batch ack p99 "
                 f"{stats.percentile(r['acks_ms'], 99):.1f} ms")
+    report.note(f"{mode}: workers' log: {r['worker_log']}")
     report.note(f"{mode}: busy share of each pool's slots after the warm-up: " + ", ".join(
         f"{p} {u:.0%}" for p, u in r["pool_use"].items()))
     report.note(f"{mode}: tasks started by pool and tier: " + "; ".join(
@@ -260,7 +268,7 @@ def report_mode(report: Report, r: dict, cfg: Config) -> None:
                       f"<= {tier.sla_s:g} s")
         met = (f.started > 0 and s["p99"] <= tier.sla_s
                and f.oldest_unstarted_wait_s <= tier.sla_s)
-        within = " (within a run shorter than the SLA)" if met and cfg.duration_s < tier.sla_s \
+        within = " (within a run shorter than the SLA)" if met and cfg.duration_s <= tier.sla_s \
             else ""
         report.note(f"{mode} {tier.name}: {f.submitted} submitted, {f.started} started, "
                     f"{f.completed} completed; SLA {tier.sla_s:g} s "

@@ -10,12 +10,15 @@ Events are appended to `--out` every 100 ms, one per line, so a worker stopped a
 still leaves what it measured:
     s I PRIORITY DUE_MS START_MS POOL   a handler started (wall clock ms)
     e I END_MS                          that handler returned
-On stdout: `ready`, then `done` after SIGTERM once the Workers have stopped.
+On stdout: `ready`, then `done` after SIGTERM once the Workers have stopped, and a
+`log N FIRST` line: the Workers' WARNING and ERROR lines are counted, not printed (a
+cluster that falls behind makes thousands), and the first few are shown.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 import time
@@ -23,6 +26,20 @@ import time
 from bench.lib.revision import add_worker_process_flags, run_worker_process, worker_class
 
 FLUSH_PERIOD_S = 0.1
+LOG_SHOWN = 3
+
+
+class CountingHandler(logging.Handler):
+    """Counts the log records it gets and keeps the first few."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count, self.first = 0, []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        if len(self.first) < LOG_SHOWN:
+            self.first.append(record.getMessage()[:200])
 
 
 def parse_pools(spec: str) -> list[tuple[str, int, str]]:
@@ -36,6 +53,8 @@ def parse_pools(spec: str) -> list[tuple[str, int, str]]:
 
 async def _main(args: argparse.Namespace) -> None:
     events: list[str] = []
+    counted = CountingHandler()
+    logging.getLogger().addHandler(counted)
     service_s = args.service_ms / 1000.0
 
     def handler_for(pool: str):
@@ -72,6 +91,7 @@ async def _main(args: argparse.Namespace) -> None:
         await asyncio.gather(*runs, return_exceptions=True)
         _flush(events, written, out)
     print("done", flush=True)
+    print(f"log {counted.count} {' | '.join(counted.first)}", flush=True)
 
 
 def _flush(events: list[str], written: int, out) -> int:
