@@ -12,8 +12,9 @@ Slots by pool, in DESIGN 5.1's shares: critical 20 %, high 40 %, normal 30 %, lo
 Each pool's range (`Worker(priorities=...)`) by mode:
   shared   - a pool serves its tier and every more urgent one (critical 0-0, high 0-3,
              normal 0-6, low 0-9); claims take the most urgent work in range first, so
-             critical work has every slot and high work 90 % of them. No slot is only
-             for low: the low pool takes normal work while any is waiting.
+             critical work has every slot and high work 80 % of them (all but the
+             critical pool's). No slot is only for low: the low pool takes normal work
+             while any is waiting.
   reserved - the same, but the low pool claims only 7-9: a 10 % reservation for low.
              Those are the slots `Worker(reserve={"low": 0.1})` would set aside (they claim
              only the low range); here they are a Worker of their own with
@@ -34,6 +35,9 @@ and its oldest waiting task are within it. Each pool's busy share (handler time 
 time) says whether a miss is the workers' capacity (near 100 %) or the cluster.
 
 Each mode runs on a fresh cluster (the backlog one mode leaves does not slow the next).
+Every range but those starting at 0 has a lower bound, and a claim by such a range walks
+the pending tasks more urgent than it (DESIGN 5; `bench.range_claim_cost` measures it):
+under overload that backlog grows, which is what the per-window node CPU lines show.
 
     python -m bench.priority                        # shared and reserved, 90 s each
     python -m bench.priority --duration 30 --modes reserved
@@ -207,15 +211,17 @@ async def run_mode(cluster: LocalCluster, cfg: Config, mode: str) -> dict:
     worker = PoolProcess(urls, task_type, pools, cfg)
     await worker.start()
     pids = {**{i: cluster.pid(i) for i in cluster.ids}, "workers": worker.proc.pid}
-    async with Api() as api:
-        t0 = time.time() + 0.5
-        sampler = asyncio.create_task(sample_cpu(pids, t0, cfg))
-        acked, failed, acks_ms = await produce(api, urls, task_type, cfg, t0)
-        cpu = await sampler
-    end_ms = (t0 + cfg.duration_s) * 1000.0
-    if time.time() * 1000.0 < end_ms:
-        await asyncio.sleep(end_ms / 1000.0 - time.time())   # the load's last tick
-    starts, ends = await worker.stop()
+    try:
+        async with Api() as api:
+            t0 = time.time() + 0.5
+            sampler = asyncio.create_task(sample_cpu(pids, t0, cfg))
+            acked, failed, acks_ms = await produce(api, urls, task_type, cfg, t0)
+            cpu = await sampler
+        end_ms = (t0 + cfg.duration_s) * 1000.0
+        if time.time() * 1000.0 < end_ms:
+            await asyncio.sleep(end_ms / 1000.0 - time.time())   # the load's last tick
+    finally:
+        starts, ends = await worker.stop()   # on a failed run too: nothing left running
     figures = tier_figures(acked, starts, ends, t0 * 1000.0, end_ms, cfg.warmup_s, cfg.window_s)
     warm_ms = t0 * 1000.0 + cfg.warmup_s * 1000.0
     return {"mode": mode, "pools": pools, "figures": figures, "failed": failed,

@@ -2,10 +2,12 @@
 the split of slots into pools, each mode's ranges, and the figures per tier."""
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from bench.lib.tier_mix import (
-    pool_ranges, pool_use, priority_of, split_slots, tier_figures, tiers_by_pool)
+    pool_ranges, pool_use, priority_of, split_slots, tier_figures, tiers_by_pool,
+    window_p99s)
 
 
 def test_the_mix_is_10_30_40_20_percent_with_each_tiers_priorities_in_turn() -> None:
@@ -46,3 +48,11 @@ def test_figures_per_tier() -> None:
     use = pool_use(starts, ends, {"critical": 1, "low": 2}, 10_000.0, 30_000.0)
     assert use == {"critical": 50 / 20_000, "low": 50 / 40_000}
     assert tiers_by_pool(starts, 40_000.0) == {"critical": {"critical": 1}, "low": {"low": 1}}
+
+
+def test_p99_per_window_of_due_times() -> None:
+    submitted = {5: (1_000.0, 1_001.0), 15: (12_000.0, 12_001.0), 0: (13_000.0, 13_001.0)}
+    starts = {5: (0, 1_000.0, 1_500.0, "critical"), 15: (0, 12_000.0, 14_000.0, "critical")}
+    rows = window_p99s(submitted, starts, 0.0, 20_000.0, 10)
+    assert [r["critical"] for r in rows] == [0.5, 2.0]
+    assert math.isnan(rows[0]["normal"]) and math.isnan(rows[1]["normal"])   # none started
