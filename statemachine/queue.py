@@ -127,11 +127,7 @@ class ClaimQueue:
         Each tenant's best top is computed once per claim, then only the tenant that was
         just served is recomputed: O(buckets) per claim plus O(tenants) per task granted.
         """
-        by_tenant: dict[str, list[Bucket]] = {}
-        for bucket in self._buckets(task_types, tenant):
-            if bucket.delayed and bucket.delayed[0][0] <= now_ms:
-                self._promote(bucket, now_ms)
-            by_tenant.setdefault(bucket.tenant, []).append(bucket)
+        by_tenant = self.gather(task_types, tenant, now_ms)
         if priorities[0] > 0 or priorities[1] < 10:
             return self._select_range(by_tenant, tenants, now_ms, prefetch_ms, max_tasks,
                                       grant, priorities)
@@ -147,7 +143,7 @@ class ClaimQueue:
                     break
             pick = None
             for cand in best.values():
-                if pick is None or self._before(cand, pick, tenants):
+                if pick is None or self.before(cand, pick, tenants):
                     pick = cand
             assert pick is not None   # `best` is not empty
             bucket = pick[2]
@@ -163,6 +159,16 @@ class ClaimQueue:
             grant(task)
             out.append(task)
         return out
+
+    def gather(self, task_types: Sequence[str], tenant: str | None,
+               now_ms: int) -> dict[str, list[Bucket]]:
+        """A claim's buckets by tenant, their due tasks moved to `ready`."""
+        by_tenant: dict[str, list[Bucket]] = {}
+        for bucket in self._buckets(task_types, tenant):
+            if bucket.delayed and bucket.delayed[0][0] <= now_ms:
+                self._promote(bucket, now_ms)
+            by_tenant.setdefault(bucket.tenant, []).append(bucket)
+        return by_tenant
 
     def _take_from_one(self, bucket: Bucket, view: TenantView, max_tasks: int,
                        grant: Callable[[Task], None], out: list[Task]) -> None:
@@ -189,7 +195,7 @@ class ClaimQueue:
             best[name] = (effective_priority(top[1][0], now_ms, self.aging_ms),) + top[1:]
 
     @staticmethod
-    def _before(a: tuple, b: tuple, tenants: dict[str, TenantView]) -> bool:
+    def before(a: tuple, b: tuple, tenants: dict[str, TenantView]) -> bool:
         """Claim order between two tenants' candidates (eff, key, bucket)."""
         if a[0] != b[0]:
             return a[0] < b[0]
@@ -238,29 +244,38 @@ class ClaimQueue:
                         continue
                     key = bucket.ready[i][:3]
                     cand = (effective_priority(key[0], now_ms, self.aging_ms), key, bucket, i)
-                    if pick is None or self._before(cand, pick, tenants):
+                    if pick is None or self.before(cand, pick, tenants):
                         pick = cand
             if pick is None:
                 break
-            out.append(self._take_at(pick[2], pick[2].ready, pick[3], grant))
-        horizon = now_ms + prefetch_ms
+            out.append(self.take_at(pick[2], pick[2].ready, pick[3], grant))
         while len(out) < max_tasks and prefetch_ms > 0:
-            found = None
-            for name, buckets in by_tenant.items():
-                if tenants[name].at_cap():
-                    continue
-                for bucket in buckets:
-                    i = delayed_in(bucket.delayed, now_ms, horizon, lo, hi, priorities,
-                                    self.aging_ms)
-                    if i >= 0 and (found is None or
-                                   bucket.delayed[i][:2] < found[0].delayed[found[1]][:2]):
-                        found = (bucket, i)
+            found = self.early_in_range(by_tenant, tenants, now_ms, prefetch_ms, priorities)
             if found is None:
                 break
-            out.append(self._take_at(found[0], found[0].delayed, found[1], grant))
+            out.append(self.take_at(found[0], found[0].delayed, found[1], grant))
         return out
 
-    def _take_at(self, bucket: Bucket, heap: list, i: int,
+    def early_in_range(self, by_tenant: dict[str, list[Bucket]],
+                       tenants: dict[str, TenantView], now_ms: int, prefetch_ms: int,
+                       priorities: tuple[int, int]) -> tuple[Bucket, int] | None:
+        """Early dispatch within a range: the bucket and index of the due-soon entry with
+        the earliest (run_at, seq) whose priority is in range, or None."""
+        lo, hi = key_bounds(priorities, now_ms, self.aging_ms)
+        horizon = now_ms + prefetch_ms
+        found = None
+        for name, buckets in by_tenant.items():
+            if tenants[name].at_cap():
+                continue
+            for bucket in buckets:
+                i = delayed_in(bucket.delayed, now_ms, horizon, lo, hi, priorities,
+                               self.aging_ms)
+                if i >= 0 and (found is None or
+                               bucket.delayed[i][:2] < found[0].delayed[found[1]][:2]):
+                    found = (bucket, i)
+        return found
+
+    def take_at(self, bucket: Bucket, heap: list, i: int,
                  grant: Callable[[Task], None]) -> Task:
         task = heap[i][-1]
         pop_at(heap, i)
