@@ -12,8 +12,8 @@ gives exactly its weight.
 Finding a tier's most urgent task in a bucket is a range walk of that bucket's heap
 (ranges.py). Each tier keeps, per bucket, the entry the last walk found: taking a task
 changes only the taken tier's range in its bucket (the other ranges' least entries stay
-where they are in value, if not in place), so per task claimed only the taken tier walks,
-to find the entry's place and then its next one. Deterministic: lists in a fixed order,
+where they are in value, if not always in place), so per task claimed only the taken
+tier walks, for its next entry (and for the taken one's place if another take moved it). Deterministic: lists in a fixed order,
 no set iterated, nothing read but the queue and the tenants.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .rules import effective_priority
 class _Tier:
     """One named tier of a claim: its key bounds at the claim's `now`, weight, credit and
     the best entry found per bucket (None: none in range; `known` False: not looked yet)."""
-    __slots__ = ("priorities", "lo", "hi", "weight", "credit", "best", "known")
+    __slots__ = ("priorities", "lo", "hi", "weight", "credit", "best", "at", "known")
 
     def __init__(self, triple: tuple[int, int, int], now_ms: int, aging_ms: int,
                  buckets: int) -> None:
@@ -38,14 +38,24 @@ class _Tier:
         self.weight: int = triple[2]
         self.credit = 0
         self.best: list[tuple | None] = [None] * buckets
+        self.at: list[int] = [-1] * buckets      # where `best` was (other takes move it)
         self.known: list[bool] = [False] * buckets
 
     def entry(self, j: int, bucket: Bucket) -> tuple | None:
         if not self.known[j]:
             i = ready_in(bucket.ready, self.lo, self.hi)
             self.best[j] = bucket.ready[i] if i >= 0 else None
+            self.at[j] = i
             self.known[j] = True
         return self.best[j]
+
+    def index(self, j: int, bucket: Bucket) -> int:
+        """Where the best entry of bucket `j` is now (looked for again if it moved)."""
+        heap, i = bucket.ready, self.at[j]
+        if not (0 <= i < len(heap) and heap[i] is self.best[j]):
+            i = ready_in(heap, self.lo, self.hi)
+            assert i >= 0 and heap[i] is self.best[j], "a tier's best entry left its heap"
+        return i
 
 
 def select(queue: ClaimQueue, task_types: Sequence[str], tenant: str | None,
@@ -105,8 +115,7 @@ def _candidate(queue: ClaimQueue, tier: _Tier, flat: list[Bucket],
 def _take(queue: ClaimQueue, tier: _Tier, cand: tuple, grant: Callable[[Task], None]) -> Task:
     bucket: Bucket = cand[2]
     j: int = cand[3]
-    i = ready_in(bucket.ready, tier.lo, tier.hi)   # where the entry is now
-    assert i >= 0 and bucket.ready[i] is tier.best[j], "a tier's best entry moved out"
+    i = tier.index(j, bucket)
     tier.known[j] = False
     return queue.take_at(bucket, bucket.ready, i, grant)
 

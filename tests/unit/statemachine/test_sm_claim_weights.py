@@ -185,3 +185,44 @@ def test_bad_weights_are_refused_naming_the_field() -> None:
     r = d.run(c.Claim, worker_id="w", task_types=("email",), tier_weights=((0, 0, 1),),
               priority_max=5)
     assert not r.ok and r.details["field"] == "tier_weights"
+
+
+def _reference(d: Driver, max_tasks: int, weights) -> list[str]:
+    """The rule of DESIGN 5.1 spelled out with one-task range claims: per task, every tier
+    with claimable work adds its weight; the most credit (first on a tie) gives a task."""
+    credit = [0] * len(weights)
+    active = list(range(len(weights)))
+    out: list[str] = []
+    while len(out) < max_tasks:
+        active = [k for k in active if d.sm.has_claimable(
+            ("email",), None, 0, d.now, (weights[k][0], weights[k][1]))]
+        if not active:
+            break
+        total = sum(weights[k][2] for k in active)
+        for k in active:
+            credit[k] += weights[k][2]
+        pick = max(active, key=lambda k: (credit[k], -k))
+        credit[pick] -= total
+        (task,) = d.claim(priority_min=weights[pick][0], priority_max=weights[pick][1])
+        out.append(task.task_id)
+    return out
+
+
+def test_selection_matches_the_rule_spelled_out() -> None:
+    rng = random.Random(5)
+    for _ in range(12):
+        a, b = Driver(), Driver()
+        cap = rng.randrange(5, 40)
+        for d in (a, b):
+            d.ok(c.SetTenant, tenant="t1", max_running=cap, weight=2)
+        for n in range(rng.randrange(50, 300)):
+            fields = {"priority": rng.randrange(11), "tenant": rng.choice(("t0", "t1", "t2")),
+                      "run_at_ms": T0 - rng.randrange(0, 5 * AGING)}
+            for d in (a, b):
+                d.add(f"x{n}", **fields)
+        tiers = [(0, 0), (1, 3), (4, 6), (7, 9), (10, 10)]
+        weights = tuple((lo, hi, rng.randrange(1, 60)) for lo, hi in tiers
+                        if rng.random() < 0.75) or ((4, 6, 1),)
+        want = rng.randrange(1, 101)
+        got = [t.task_id for t in a.claim(max_tasks=want, tier_weights=weights)]
+        assert got == _reference(b, want, weights), weights
