@@ -14,6 +14,7 @@ Each kind runs on a state machine of its own, filled alike, for `--claims` claim
 percent of the backlog at 100,000). Times are CPU time of this process.
 
     .venv/bin/python -m bench.claim_weights [--sizes 10000,100000] [--claims 20]
+        [--kinds 'plain,range 0-3,range 7-9,weighted']
 """
 from __future__ import annotations
 
@@ -62,13 +63,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--claims", type=int, default=20)
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help="which claims, comma-separated (default: all)")
     args = parser.parse_args()
-    print(f"# bench/claim_weights.py --sizes {args.sizes} --claims {args.claims}")
+    kinds = {k: KINDS[k] for k in args.kinds.split(",")}
+    print(f"# bench/claim_weights.py --sizes {args.sizes} --claims {args.claims} "
+          f"--kinds '{args.kinds}'")
     print(f"# {platform.python_implementation()} {platform.python_version()} on "
           f"{platform.machine()}; apply CPU us per claimed task, claims of 100")
     for n in (int(s) for s in args.sizes.split(",")):
         row = [f"{n:>8,} pending"]
-        for name, fields in KINDS.items():
+        for name, fields in kinds.items():
             row.append(f"{name} {cost_us(filled(n), args.claims, fields):7.1f}")
         print(" | ".join(row))
 

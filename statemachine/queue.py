@@ -84,6 +84,10 @@ class ClaimQueue:
         if bucket is not None:
             self._clean(bucket)
 
+    def clean(self, bucket: Bucket) -> None:
+        """Keep a bucket's tops live after entries died in place; forget it once empty."""
+        self._clean(bucket)
+
     def _clean(self, bucket: Bucket) -> None:
         while bucket.ready and not live(bucket.ready[0]):
             heappop(bucket.ready)

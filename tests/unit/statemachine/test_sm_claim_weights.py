@@ -226,3 +226,27 @@ def test_selection_matches_the_rule_spelled_out() -> None:
         want = rng.randrange(1, 101)
         got = [t.task_id for t in a.claim(max_tasks=want, tier_weights=weights)]
         assert got == _reference(b, want, weights), weights
+
+
+def test_taken_entries_leave_their_heaps_and_the_heaps_stay_heaps() -> None:
+    rng = random.Random(3)
+    d = Driver()
+    for n in range(600):
+        d.add(f"y{n}", priority=rng.randrange(11), tenant=rng.choice(("a", "b")),
+              run_at_ms=T0 - rng.randrange(0, 6 * AGING))
+    seen: set[str] = set()
+    for _ in range(15):
+        weights = tuple((lo, hi, rng.randrange(1, 100)) for lo, hi in
+                        ((0, 0), (1, 3), (4, 6), (7, 9), (10, 10)) if rng.random() < 0.6)
+        for t in d.claim(max_tasks=rng.randrange(1, 40), tier_weights=weights or WEIGHTS):
+            assert t.task_id not in seen
+            seen.add(t.task_id)
+        for buckets in d.sm.store.queue.by_type.values():
+            for bucket in buckets.values():
+                heap = bucket.ready
+                assert all(heap[(i - 1) >> 1] <= heap[i] for i in range(1, len(heap)))
+                assert all(e[-1].task_id not in seen for e in heap)
+    rest: list[str] = []
+    while batch := d.claim(max_tasks=100):
+        rest += [t.task_id for t in batch]
+    assert len(rest) + len(seen) == 600 and not seen & set(rest)
