@@ -9,10 +9,14 @@ from __future__ import annotations
 from typing import Any, Callable
 from urllib.parse import quote
 
+from tsched.statemachine.limits import LIMITS
+from tsched.statemachine.tiers import TIER_NAME
+
 from ._core import Call, to_time
 
 TEMPLATE_FIELDS = frozenset({"priority", "timeout_s", "max_retries", "retry"})
 CLAIM_SLACK_S = 10.0   # a long-poll may take wait_s plus a forward to the leader
+TIER_WEIGHT_MAX = LIMITS.tier_weight_max
 
 
 def _seg(value: str) -> str:
@@ -80,15 +84,18 @@ class ApiCalls:
     def claim(self, worker_id: str, task_types: list[str], max_tasks: int = 1,
               wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,
               key: str | None = None, minimal: bool = False,
-              priorities: tuple[int, int] | None = None):
+              priorities: tuple[int, int] | None = None,
+              tier_weights: dict[str, int] | None = None):
         """Long-poll for up to `max_tasks` tasks. Returns the list of claimed tasks.
         `minimal`: each task has only what a worker needs to run it (its id, tenant, type,
         state, payload, run_at, attempt, max_retries, timeout_s, execution_id, schedule_id,
         lease_expires_at, fencing_token and worker_id). `priorities=(lo, hi)`: only tasks whose
-        effective priority is in lo..hi (inclusive)."""
+        effective priority is in lo..hi (inclusive). `tier_weights={"critical": 50, "high":
+        30, ...}`: only those tiers' tasks, split by weight (1..1000 each; not with
+        `priorities`; DESIGN 5.1)."""
         body = {"worker_id": worker_id, "task_types": list(task_types), "max_tasks": max_tasks,
                 "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms,
-                **_range(priorities)}
+                **_range(priorities, tier_weights)}
         return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
                               read_timeout_s=wait_s + CLAIM_SLACK_S, minimal=minimal,
                               to_leader=True),
@@ -98,14 +105,15 @@ class ApiCalls:
                            completions: list[dict[str, Any]], max_tasks: int = 1,
                            wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,
                            key: str | None = None, minimal: bool = False,
-                           priorities: tuple[int, int] | None = None):
+                           priorities: tuple[int, int] | None = None,
+                           tier_weights: dict[str, int] | None = None):
         """A claim carrying completions (the items of `completions()`), applied before it
         in one Raft entry: returns `{"tasks": [...], "completions": [result, ...]}`.
         `minimal`: each completion that applied is answered `{"task_id", "state"}` only,
         and each task has only what a worker needs (as `claim(minimal=True)`)."""
         body = {"worker_id": worker_id, "task_types": list(task_types), "max_tasks": max_tasks,
                 "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms,
-                "completions": completions, **_range(priorities)}
+                "completions": completions, **_range(priorities, tier_weights)}
         return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
                               read_timeout_s=wait_s + CLAIM_SLACK_S, minimal=minimal,
                               to_leader=True))
@@ -234,9 +242,32 @@ class ApiCalls:
 TERMINAL_STATES = ("completed", "cancelled", "dead_letter", "discarded")
 
 
-def _range(priorities: tuple[int, int] | None) -> dict[str, int]:
-    """A claim's priority range fields (none for the whole range: as older nodes expect)."""
+def _range(priorities: tuple[int, int] | None,
+           tier_weights: dict[str, int] | None = None) -> dict[str, Any]:
+    """A claim's priority range fields (none for the whole range: as older nodes expect),
+    or its tier weights, checked as the node checks them (but for the tier names, which
+    the cluster's table decides)."""
+    if tier_weights is not None:
+        if priorities is not None:
+            raise ValueError("tier_weights cannot be given with priorities")
+        return {"tier_weights": check_tier_weights(tier_weights)}
     if priorities is None:
         return {}
     lo, hi = priorities
     return {"priority_min": lo, "priority_max": hi}
+
+
+def check_tier_weights(value: Any) -> dict[str, int]:
+    """A claim's `tier_weights`: a non-empty dict of tier name -> integer weight in
+    1..tier_weight_max (ValueError naming tier_weights otherwise)."""
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"tier_weights must be a non-empty dict of tier name -> weight, "
+                         f"got {value!r}")
+    for name, weight in value.items():
+        if not isinstance(name, str) or not TIER_NAME.match(name):
+            raise ValueError(f"tier_weights: {name!r} is not a tier name")
+        if isinstance(weight, bool) or not isinstance(weight, int) \
+                or not 1 <= weight <= TIER_WEIGHT_MAX:
+            raise ValueError(f"tier_weights[{name!r}] must be an integer in "
+                             f"1..{TIER_WEIGHT_MAX}, got {weight!r}")
+    return dict(value)

@@ -64,7 +64,7 @@ def _plain(value):
 # with keywords (a 500-submit batch decoded in about 40% of the time).
 BATCH_FORMAT = 2
 _GETTERS = {cls: operator.attrgetter(*_FIELDS[cls]) for cls in c.COMMAND_TYPES}
-_SPECIAL = ("retry", "template", "task_types")   # fields whose values are converted
+_SPECIAL = ("retry", "template", "task_types", "tier_weights")   # values converted
 _SPECIAL_AT = {cls: tuple((i + 1, n) for i, n in enumerate(_FIELDS[cls]) if n in _SPECIAL)
                for cls in c.COMMAND_TYPES}
 
@@ -158,6 +158,8 @@ def _command(item) -> c.Command:
         fields["template"] = _template(fields["template"])
     if isinstance(fields.get("task_types"), list):
         fields["task_types"] = tuple(fields["task_types"])
+    if "tier_weights" in fields:
+        fields["tier_weights"] = _triples(fields["tier_weights"])
     if "timeout_ms" in fields:
         fields["timeout_ms"] = _shared_timeout(fields["timeout_ms"])
     return cls(**fields)
@@ -217,12 +219,13 @@ def _maker(cls):
 assert not any(hasattr(cls, "__post_init__") for cls in c.COMMAND_TYPES)
 _MAKERS = {cls.__name__: (cls, len(_FIELDS[cls]) + 1, _maker(cls)) for cls in c.COMMAND_TYPES}
 # Defaults of the fields added last, in field order: Fire.shard, then every audited
-# command's `actor` (DESIGN 14.6), Claim's priority range and Fail's retry_after_ms. An item may lack any tail of them.
+# command's `actor` (DESIGN 14.6), Claim's priority range and tier weights (as encoded: a
+# list), Fail's retry_after_ms. An item may lack any tail of them.
 _ADDED_LATER: dict[type, list] = {
     c.Fire: [None, None], c.Cancel: [None], c.Replay: [None], c.Discard: [None],
     c.SetTenant: [None], c.PutSchedule: [None], c.DeleteSchedule: [None],
     c.PauseSchedule: [None], c.ResumeSchedule: [None],
-    c.Claim: [0, 10], c.Fail: [0]}   # Claim's priority range, Fail's retry_after_ms
+    c.Claim: [0, 10, []], c.Fail: [0]}
 
 
 def _positional(item) -> c.Command:
@@ -244,12 +247,22 @@ def _positional(item) -> c.Command:
             item[i] = _retry_positional(value)
         elif name == "template":
             item[i] = _template(value)
+        elif name == "tier_weights":
+            item[i] = _triples(value)
         elif isinstance(value, list):   # task_types
             item[i] = tuple(value)
     cmd = make(item)
     if cls is c.SubmitTask:
         object.__setattr__(cmd, "timeout_ms", _shared_timeout(cmd.timeout_ms))
     return cmd
+
+
+def _triples(value):
+    """A claim's tier weights as decoded (lists) -> a tuple of tuples; anything else is
+    left as it is, for apply-time validation to refuse."""
+    if not isinstance(value, list):
+        return value
+    return tuple(tuple(v) if isinstance(v, list) else v for v in value)
 
 
 _retry_by_record: dict[tuple, c.RetryPolicy] = {}

@@ -63,6 +63,9 @@ class Claim(Command):
     tenant: str | None = None        # a tenant-scoped caller claims only its tenant's tasks
     priority_min: int = 0            # only tasks whose effective priority is in
     priority_max: int = 10           # [priority_min, priority_max] (added later: codec)
+    # weighted polling by tier (DESIGN 5.1): (lo, hi, weight) per named tier, most urgent
+    # first; () takes the claim's range in claim order (added later: codec)
+    tier_weights: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

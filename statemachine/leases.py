@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from . import commands as c
 from . import validate as V
+from . import weighted
 from .lifecycle import CLAIM, COMPLETE, EXPIRE, FAIL, HEARTBEAT, RELEASE, Row, decide
 from .errors import INVALID_ARGUMENT
 from .model import CANCELLED, PENDING, Attempt, Task
@@ -28,10 +29,15 @@ if TYPE_CHECKING:
 
 def claim(sm: StateMachine, cmd: c.Claim) -> Answer:
     V.claim(cmd, sm.limits)
-    tasks = sm.store.queue.select(cmd.task_types, cmd.tenant, sm.tenants, sm.now_ms,
-                                  cmd.prefetch_ms, cmd.max_tasks,
-                                  lambda task: _grant(sm, task, cmd),
-                                  (cmd.priority_min, cmd.priority_max))
+    if cmd.tier_weights:   # weighted polling by tier (DESIGN 5.1)
+        tasks = weighted.select(sm.store.queue, cmd.task_types, cmd.tenant, sm.tenants,
+                                sm.now_ms, cmd.prefetch_ms, cmd.max_tasks,
+                                lambda task: _grant(sm, task, cmd), cmd.tier_weights)
+    else:
+        tasks = sm.store.queue.select(cmd.task_types, cmd.tenant, sm.tenants, sm.now_ms,
+                                      cmd.prefetch_ms, cmd.max_tasks,
+                                      lambda task: _grant(sm, task, cmd),
+                                      (cmd.priority_min, cmd.priority_max))
     return tasks_answer([t.task_id for t in tasks])
 
 

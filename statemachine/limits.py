@@ -61,6 +61,7 @@ class Limits:
     fires_kept: int = 20                     # FireRecords per schedule
     claim_tasks_max: int = 100               # max_tasks of one Claim
     claim_task_types_max: int = 50
+    tier_weight_max: int = 1_000             # a claim's weight of one tier (DESIGN 5.1)
     batch_commands_max: int = 10_000         # commands in one Raft entry (codec)
     evictions_per_tick_max: int = 10_000     # bounded work per Tick
 

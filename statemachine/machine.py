@@ -185,9 +185,15 @@ class StateMachine:
         return request_id in self.requests
 
     def has_claimable(self, task_types, tenant, prefetch_ms, now_ms,
-                      priorities: tuple[int, int] = (0, 10)) -> bool:
-        return self.store.queue.has_claimable(task_types, tenant, self.tenants,
-                                              max(now_ms, self.now_ms), prefetch_ms, priorities)
+                      priorities: tuple[int, int] = (0, 10),
+                      tier_weights: tuple[tuple[int, int, int], ...] = ()) -> bool:
+        """A claim of this kind would find work; with `tier_weights`, in any named tier."""
+        queue, now = self.store.queue, max(now_ms, self.now_ms)
+        if tier_weights:
+            return any(queue.has_claimable(task_types, tenant, self.tenants, now, prefetch_ms,
+                                           (w[0], w[1])) for w in tier_weights)
+        return queue.has_claimable(task_types, tenant, self.tenants, now, prefetch_ms,
+                                   priorities)
 
     def next_due_ms(self, task_types, tenant=None) -> int | None:
         """Earliest run_at of a pending task of those types; a due one reads as now_ms."""

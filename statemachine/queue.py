@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush
 
 from .model import PENDING, Task, TenantView
+from .ranges import delayed_in, key_bounds, live, pop_at, ready_in
 from .rules import effective_priority, static_key
 
 
@@ -34,11 +35,6 @@ class Bucket:
         self.task_type = task_type
         self.ready: list[tuple] = []     # (static_key, run_at_ms, seq, qver, task)
         self.delayed: list[tuple] = []   # (run_at_ms, seq, qver, task)
-
-
-def _live(entry: tuple) -> bool:
-    task = entry[-1]
-    return task.state == PENDING and task.qver == entry[-2]
 
 
 class ClaimQueue:
@@ -88,10 +84,14 @@ class ClaimQueue:
         if bucket is not None:
             self._clean(bucket)
 
+    def clean(self, bucket: Bucket) -> None:
+        """Keep a bucket's tops live after entries died in place; forget it once empty."""
+        self._clean(bucket)
+
     def _clean(self, bucket: Bucket) -> None:
-        while bucket.ready and not _live(bucket.ready[0]):
+        while bucket.ready and not live(bucket.ready[0]):
             heappop(bucket.ready)
-        while bucket.delayed and not _live(bucket.delayed[0]):
+        while bucket.delayed and not live(bucket.delayed[0]):
             heappop(bucket.delayed)
         if not bucket.ready and not bucket.delayed:
             buckets = self.by_type[bucket.task_type]
@@ -131,11 +131,7 @@ class ClaimQueue:
         Each tenant's best top is computed once per claim, then only the tenant that was
         just served is recomputed: O(buckets) per claim plus O(tenants) per task granted.
         """
-        by_tenant: dict[str, list[Bucket]] = {}
-        for bucket in self._buckets(task_types, tenant):
-            if bucket.delayed and bucket.delayed[0][0] <= now_ms:
-                self._promote(bucket, now_ms)
-            by_tenant.setdefault(bucket.tenant, []).append(bucket)
+        by_tenant = self.gather(task_types, tenant, now_ms)
         if priorities[0] > 0 or priorities[1] < 10:
             return self._select_range(by_tenant, tenants, now_ms, prefetch_ms, max_tasks,
                                       grant, priorities)
@@ -151,7 +147,7 @@ class ClaimQueue:
                     break
             pick = None
             for cand in best.values():
-                if pick is None or self._before(cand, pick, tenants):
+                if pick is None or self.before(cand, pick, tenants):
                     pick = cand
             assert pick is not None   # `best` is not empty
             bucket = pick[2]
@@ -167,6 +163,16 @@ class ClaimQueue:
             grant(task)
             out.append(task)
         return out
+
+    def gather(self, task_types: Sequence[str], tenant: str | None,
+               now_ms: int) -> dict[str, list[Bucket]]:
+        """A claim's buckets by tenant, their due tasks moved to `ready`."""
+        by_tenant: dict[str, list[Bucket]] = {}
+        for bucket in self._buckets(task_types, tenant):
+            if bucket.delayed and bucket.delayed[0][0] <= now_ms:
+                self._promote(bucket, now_ms)
+            by_tenant.setdefault(bucket.tenant, []).append(bucket)
+        return by_tenant
 
     def _take_from_one(self, bucket: Bucket, view: TenantView, max_tasks: int,
                        grant: Callable[[Task], None], out: list[Task]) -> None:
@@ -193,7 +199,7 @@ class ClaimQueue:
             best[name] = (effective_priority(top[1][0], now_ms, self.aging_ms),) + top[1:]
 
     @staticmethod
-    def _before(a: tuple, b: tuple, tenants: dict[str, TenantView]) -> bool:
+    def before(a: tuple, b: tuple, tenants: dict[str, TenantView]) -> bool:
         """Claim order between two tenants' candidates (eff, key, bucket)."""
         if a[0] != b[0]:
             return a[0] < b[0]
@@ -237,37 +243,46 @@ class ClaimQueue:
                 if tenants[name].at_cap():
                     continue
                 for bucket in buckets:
-                    i = _ready_in(bucket.ready, lo, hi)
+                    i = ready_in(bucket.ready, lo, hi)
                     if i < 0:
                         continue
                     key = bucket.ready[i][:3]
                     cand = (effective_priority(key[0], now_ms, self.aging_ms), key, bucket, i)
-                    if pick is None or self._before(cand, pick, tenants):
+                    if pick is None or self.before(cand, pick, tenants):
                         pick = cand
             if pick is None:
                 break
-            out.append(self._take_at(pick[2], pick[2].ready, pick[3], grant))
-        horizon = now_ms + prefetch_ms
+            out.append(self.take_at(pick[2], pick[2].ready, pick[3], grant))
         while len(out) < max_tasks and prefetch_ms > 0:
-            found = None
-            for name, buckets in by_tenant.items():
-                if tenants[name].at_cap():
-                    continue
-                for bucket in buckets:
-                    i = _delayed_in(bucket.delayed, now_ms, horizon, lo, hi, priorities,
-                                    self.aging_ms)
-                    if i >= 0 and (found is None or
-                                   bucket.delayed[i][:2] < found[0].delayed[found[1]][:2]):
-                        found = (bucket, i)
+            found = self.early_in_range(by_tenant, tenants, now_ms, prefetch_ms, priorities)
             if found is None:
                 break
-            out.append(self._take_at(found[0], found[0].delayed, found[1], grant))
+            out.append(self.take_at(found[0], found[0].delayed, found[1], grant))
         return out
 
-    def _take_at(self, bucket: Bucket, heap: list, i: int,
+    def early_in_range(self, by_tenant: dict[str, list[Bucket]],
+                       tenants: dict[str, TenantView], now_ms: int, prefetch_ms: int,
+                       priorities: tuple[int, int]) -> tuple[Bucket, int] | None:
+        """Early dispatch within a range: the bucket and index of the due-soon entry with
+        the earliest (run_at, seq) whose priority is in range, or None."""
+        lo, hi = key_bounds(priorities, now_ms, self.aging_ms)
+        horizon = now_ms + prefetch_ms
+        found = None
+        for name, buckets in by_tenant.items():
+            if tenants[name].at_cap():
+                continue
+            for bucket in buckets:
+                i = delayed_in(bucket.delayed, now_ms, horizon, lo, hi, priorities,
+                               self.aging_ms)
+                if i >= 0 and (found is None or
+                               bucket.delayed[i][:2] < found[0].delayed[found[1]][:2]):
+                    found = (bucket, i)
+        return found
+
+    def take_at(self, bucket: Bucket, heap: list, i: int,
                  grant: Callable[[Task], None]) -> Task:
         task = heap[i][-1]
-        _pop_at(heap, i)
+        pop_at(heap, i)
         self._clean(bucket)
         grant(task)
         return task
@@ -283,7 +298,7 @@ class ClaimQueue:
             if tenants[bucket.tenant].at_cap():
                 continue
             if ranged:
-                if (_ready_in(bucket.ready, lo, hi) >= 0 or _delayed_in(
+                if (ready_in(bucket.ready, lo, hi) >= 0 or delayed_in(
                         bucket.delayed, now_ms, horizon, lo, hi, priorities, self.aging_ms) >= 0):
                     return True
                 continue
@@ -304,90 +319,3 @@ class ClaimQueue:
             if best is None or at < best:
                 best = at
         return None if best is None else max(best, now_ms)
-
-
-def key_bounds(priorities: tuple[int, int], now_ms: int, aging_ms: int) -> tuple[int, int]:
-    """The static keys (rules.static_key) whose effective priority at `now_ms` is in the
-    inclusive range: lo < key <= hi. (eff <= p iff key <= now + p * aging; eff >= p > 0 iff
-    key > now + (p - 1) * aging.) No bound is -1 / a key past every task's."""
-    pmin, pmax = priorities
-    lo = now_ms + (pmin - 1) * aging_ms if pmin > 0 else -1
-    hi = now_ms + pmax * aging_ms if pmax < 10 else now_ms + 11 * aging_ms
-    return lo, hi
-
-
-def _ready_in(heap: list, lo: int, hi: int) -> int:
-    """Index of the least live ready entry with lo < key <= hi, or -1. Walks the heap from
-    its root: below an entry over `hi` nothing is in range (a heap's children are never
-    less), so the walk visits only the entries more urgent than the range (key <= lo), dead
-    ones, and the frontier. With no lower bound that is the top alone."""
-    best = -1
-    stack = [0] if heap else []
-    while stack:
-        i = stack.pop()
-        entry = heap[i]
-        if entry[0] > hi:
-            continue
-        if entry[0] > lo and _live(entry):
-            if best < 0 or entry[:3] < heap[best][:3]:
-                best = i
-            continue
-        for child in (2 * i + 1, 2 * i + 2):
-            if child < len(heap):
-                stack.append(child)
-    return best
-
-
-def _delayed_in(heap: list, now_ms: int, horizon: int, lo: int, hi: int,
-                priorities: tuple[int, int], aging_ms: int) -> int:
-    """Index of the earliest live delayed entry due by `horizon` whose effective priority
-    is in range (a due one's by its key at now; one not due yet by its priority, its
-    effective priority when due), or -1."""
-    best = -1
-    stack = [0] if heap else []
-    while stack:
-        i = stack.pop()
-        entry = heap[i]
-        run_at = entry[0]
-        if run_at > horizon:
-            continue
-        task = entry[-1]
-        if _live(entry):
-            if run_at <= now_ms:
-                key = static_key(task.priority, run_at, aging_ms)
-                ok = lo < key <= hi
-            else:
-                ok = priorities[0] <= task.priority <= priorities[1]
-            if ok and (best < 0 or entry[:2] < heap[best][:2]):
-                best = i
-        for child in (2 * i + 1, 2 * i + 2):
-            if child < len(heap):
-                stack.append(child)
-    return best
-
-
-def _pop_at(heap: list, i: int) -> None:
-    """Remove entry `i` of a heap, keeping it a heap (deterministic: same heap, same result)."""
-    last = heap.pop()
-    if i == len(heap):
-        return
-    heap[i] = last
-    while i > 0:
-        parent = (i - 1) >> 1
-        if heap[i] < heap[parent]:
-            heap[i], heap[parent] = heap[parent], heap[i]
-            i = parent
-        else:
-            break
-    n = len(heap)
-    while True:
-        child = 2 * i + 1
-        if child >= n:
-            break
-        if child + 1 < n and heap[child + 1] < heap[child]:
-            child += 1
-        if heap[child] < heap[i]:
-            heap[i], heap[child] = heap[child], heap[i]
-            i = child
-        else:
-            break

@@ -144,7 +144,31 @@ def claim(cmd: Unchecked, lim: Limits) -> None:
     integer("prefetch_ms", cmd.prefetch_ms, 0, lim.prefetch_ms_max)
     integer("priority_min", cmd.priority_min, 0, lim.priority_max)
     integer("priority_max", cmd.priority_max, cmd.priority_min, lim.priority_max)
+    tier_weights(cmd, lim)
     scope(cmd, lim)
+
+
+def tier_weights(cmd: Unchecked, lim: Limits) -> None:
+    """A claim's (lo, hi, weight) triples: disjoint ranges of 0..priority_max, most urgent
+    first, each weight in 1..tier_weight_max; not together with a priority range."""
+    value = cmd.tier_weights
+    if type(value) is not tuple:
+        raise Rejected(INVALID_ARGUMENT, "tier_weights must be a list of (lo, hi, weight)",
+                       field="tier_weights")
+    if not value:
+        return
+    if cmd.priority_min != 0 or cmd.priority_max != lim.priority_max:
+        raise Rejected(INVALID_ARGUMENT, "tier_weights cannot be given with priority_min / "
+                       "priority_max", field="tier_weights")
+    after = 0          # the least priority the next range may start at
+    for item in value:
+        if type(item) is not tuple or len(item) != 3 or not all(
+                type(v) is int for v in item) or not after <= item[0] <= item[1] \
+                <= lim.priority_max or not 1 <= item[2] <= lim.tier_weight_max:
+            raise Rejected(INVALID_ARGUMENT, f"tier_weights must list disjoint priority "
+                           f"ranges in order, each with a weight in 1..{lim.tier_weight_max}",
+                           field="tier_weights")
+        after = item[1] + 1
 
 
 def task_ref(cmd: Unchecked, lim: Limits) -> None:

@@ -15,9 +15,10 @@ from typing import Any, Mapping, overload
 import orjson
 
 from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
+from tsched.statemachine.tiers import DEFAULT_TIERS, Tier
 
 from tsched.node.errors import ApiError, invalid
-from tsched.node.api.validate_ranges import priorities, retry_after_ms
+from tsched.node.api.validate_ranges import claim_tiers, retry_after_ms
 
 # Every bound comes from statemachine/limits.py (one place): the state machine's own bounds
 # (LIMITS), converted to the API's units, so that what the state machine would refuse is
@@ -239,7 +240,8 @@ def lease_ms(value: Any) -> int:
     return seconds_ms(value, "lease_s", LEASE_S_MIN, LEASE_S_MAX, 30_000)
 
 
-def claim(body: Any) -> dict[str, Any]:
+def claim(body: Any, tiers: tuple[Tier, ...] = DEFAULT_TIERS) -> dict[str, Any]:
+    """A claim's parameters; `tiers`, the cluster's table, names tier_weights' tiers."""
     f = Fields(body)
     types = f.get("task_types")
     if not isinstance(types, list) or not 1 <= len(types) <= TASK_TYPES_MAX:
@@ -255,7 +257,8 @@ def claim(body: Any) -> dict[str, Any]:
         "prefetch_ms": integer(f.get("prefetch_ms"), "prefetch_ms", 0, PREFETCH_MS_MAX,
                                default=0),
         "completions": claim_completions(f.get("completions")),
-        "priorities": priorities(f.get("priority_min"), f.get("priority_max")),
+        **claim_tiers(f.get("priority_min"), f.get("priority_max"), f.get("tier_weights"),
+                      tiers),
     }
     f.done()
     return out

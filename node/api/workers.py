@@ -23,7 +23,7 @@ async def claim(request: web.Request) -> web.Response:
     validate.query(request.query, ())
     raw = await request.read()
     body = await json_body(request)
-    params = validate.claim(body)
+    params = validate.claim(body, node.config.tiers)   # tier names: the cluster's table
     items = params.pop("completions")
     if items and claims.is_watch(request):
         raise validate.invalid("a watch (X-Tsched-Claim-Watch) carries no completions")

@@ -178,10 +178,10 @@ class ClaimHub:
         ready = []
         with self.node.replica.read() as sm:
             for kind, waiters in kinds.items():
-                types, tenant, prefetch_ms, prio = kind
+                types, tenant, prefetch_ms, prio, weights = kind
                 room = self._fanout.get(kind, 1) - in_flight.get(kind, 0)
                 # a watch takes room like a Claim: its router claims right after
-                if room > 0 and sm.has_claimable(types, tenant, prefetch_ms, now, prio):
+                if room > 0 and sm.has_claimable(types, tenant, prefetch_ms, now, prio, weights):
                     ready += waiters[:room]
         return replays + ready
 
@@ -220,7 +220,8 @@ class ClaimHub:
                                 worker_id=w.params["worker_id"],
                                 task_types=w.params["task_types"], max_tasks=w.params["max_tasks"],
                                 lease_ms=w.params["lease_ms"], prefetch_ms=w.params["prefetch_ms"],
-                                tenant=w.tenant, priority_min=prio[0], priority_max=prio[1]))
+                                tenant=w.tenant, priority_min=prio[0], priority_max=prio[1],
+                                tier_weights=w.params.get("tier_weights", ())))
             w.busy = True
         self.stats.proposed += len(ready)
         asyncio.get_running_loop().create_task(
@@ -310,7 +311,8 @@ def _priorities(w: Waiter) -> tuple[int, int]:
 
 
 def _kind(w: Waiter) -> tuple:
-    return (w.params["task_types"], w.tenant, w.params["prefetch_ms"], _priorities(w))
+    return (w.params["task_types"], w.tenant, w.params["prefetch_ms"], _priorities(w),
+            w.params.get("tier_weights", ()))
 
 
 async def release(node, tasks: list[tuple[str, int]]) -> None:

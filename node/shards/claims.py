@@ -83,7 +83,7 @@ async def claim(request: web.Request) -> web.Response:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise validate.invalid(f"body is not valid JSON: {e}") from None
-    params = validate.claim(body)           # a bad claim is refused before any shard is asked
+    params = validate.claim(body, r.cfg.tiers)   # refused before any shard is asked
     carried = body.pop("completions", None)
     headers: dict[str, str] = {}
     if carried:
@@ -197,12 +197,13 @@ class Poll:
 
 def _kind(params: dict, scope: str | None) -> tuple:
     return (params["worker_id"], params["task_types"], params["lease_ms"],
-            params["prefetch_ms"], scope, params.get("priorities", (0, 10)))
+            params["prefetch_ms"], scope, params.get("priorities", (0, 10)),
+            params.get("tier_weights", ()))
 
 
 def _work(kind: tuple) -> tuple:
     """What a shard's having work for a claim depends on: task types, prefetch, scope,
-    priority range (every worker of those drains the same queue)."""
+    priority range, tier weights (every worker of those drains the same queue)."""
     return (kind[1], kind[3], kind[4]) + kind[5:]
 
 

@@ -52,10 +52,15 @@ class Workload:
                        run_at_ms=self.now + rnd.randrange(-5, 60) * 1000,
                        max_retries=rnd.randrange(3), timeout_ms=rnd.choice((5_000, 60_000)),
                        idempotency_key=rnd.choice((None, f"k{rnd.randrange(50)}")))
-        elif r < 0.55:
+        elif r < 0.5:
             self.apply(c.Claim, worker_id=f"w{rnd.randrange(3)}",
                        task_types=TYPES[:rnd.randrange(1, 4)], max_tasks=rnd.randrange(1, 20),
                        lease_ms=rnd.choice((5_000, 60_000)))
+        elif r < 0.55:   # weighted polling by tier (DESIGN 5.1)
+            weights = tuple((lo, hi, rnd.randrange(1, 1001)) for lo, hi in
+                            ((0, 0), (1, 3), (4, 6), (7, 9)) if rnd.random() < 0.7)
+            self.apply(c.Claim, worker_id=f"w{rnd.randrange(3)}", task_types=TYPES[:2],
+                       max_tasks=rnd.randrange(1, 20), tier_weights=weights)
         elif r < 0.8 and self.leased:
             newest = len(self.leased)   # mostly recent leases: older ones have expired
             task_id, token = self.leased.pop(rnd.randrange(max(0, newest - 8), newest))
