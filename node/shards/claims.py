@@ -105,9 +105,8 @@ async def claim(request: web.Request) -> web.Response:
     # where a watch of this work is still open (no work there yet)
     asks = [(s, body) for s in shards if not _watched(r, kind, s)]
     if scope is None and heads.reads_heads(body, params["priorities"], [s for s, _ in asks]):
-        found = await heads.read_heads(r, request, [s for s, _ in asks], body,
-                                       lambda s, doc: _take_claimed(r, kind, got, s, doc))
-        asks = heads.plan(found, [s for s, _ in asks], body, params["priorities"])
+        asks = await heads.ordered(r, request, [s for s, _ in asks], body, params["priorities"],
+                                   lambda s, doc: _take_claimed(r, kind, got, s, doc))
     for s, sub in asks:
         if got.room == 0:
             break

@@ -1,20 +1,26 @@
 """Across shards, the most urgent tasks first (DESIGN.md sections 5.1 and 13).
 
-Before a claim asks the shards for tasks without waiting, the router reads every candidate
-shard's *head* at once: a claim request with the header `X-Tsched-Claim-Head: 1`, which
-the shard's leader answers with the effective priority of the most urgent task a claim of
-that kind would take there (null: none), leasing nothing and never waiting
+Before a claim asks the shards for tasks without waiting, the router reads the shards'
+*heads* at once: a claim request with the header `X-Tsched-Claim-Head: 1`, which the
+shard's leader answers with the effective priority of the most urgent task a claim of that
+kind would take there (null: none), leasing nothing and never waiting
 (statemachine/heads.py). The shards with work are then asked most urgent first, each for
 tasks whose effective priority is at most the next one's head (the claim's own
-`priority_max` narrowed, never widened; the last shard gets the claim's range as it is).
-The rotation of claims.py orders shards whose heads are equal. A shard without work is
-not asked at all; one whose head could not be read is asked last, as before heads.
+`priority_max` narrowed, never widened), so the rotation of claims.py only orders shards
+whose heads are equal. A shard without work is not asked at all; one whose head could not
+be read is asked last, as before heads.
+
+The rotation's first shard (where this kind of claim last found work) is not read: it is
+asked first, up to the most urgent head of the others. It so gives its tasks when they
+are at least as urgent as any elsewhere (a tie goes to it, as the rotation would), and
+nothing otherwise, the others following in order of their heads and it last, with the
+claim's range as it is. That is one head read fewer per claim (S - 1), for one empty ask
+when it has nothing that urgent. A weighted claim (`tier_weights`), which cannot be
+narrowed, reads every shard's head and is asked in their order with its own body.
 
 A claim may so come back with fewer than `max_tasks` while a shard asked early still has
 less urgent work: that work is the next claim's. A claim that names one priority
-(`priority_min == priority_max`) or a `tier_weights` claim cannot be narrowed: the first is
-asked in rotation order as before (every shard's head would be the same), the second in
-head order, every shard with its own body.
+(`priority_min == priority_max`) reads no heads: every shard's would be the same.
 """
 from __future__ import annotations
 
@@ -44,11 +50,24 @@ def reads_heads(body: dict, priorities: tuple[int, int], shards: list[int]) -> b
     return len(shards) > 1 and (priorities[0] < priorities[1] or "tier_weights" in body)
 
 
-def plan(heads: dict[int, Head], rotation: list[int], body: dict,
+async def ordered(r: Router, request: Any, shards: list[int], body: dict,
+                  priorities: tuple[int, int], take: Callable[[int, Any], None]) -> list[Ask]:
+    """The asks of a claim, in order, from the heads of `shards` (in rotation order)."""
+    if "tier_weights" in body:            # not narrowed: every head is needed
+        return plan(None, await read_heads(r, request, shards, body, take), shards, body,
+                    priorities)
+    others = shards[1:]
+    found = await read_heads(r, request, others, body, take)
+    return plan(shards[0], found, others, body, priorities)
+
+
+def plan(first: int | None, heads: dict[int, Head], rotation: list[int], body: dict,
          priorities: tuple[int, int]) -> list[Ask]:
-    """The asks in order: shards with a head, most urgent first (ties in `rotation`
-    order), each capped at the next one's head; then those of unknown head, uncapped.
-    Shards without work are left out. Pure: tests/unit/test_shard_heads.py."""
+    """The asks in order: `first` (if any: its head not read) up to the most urgent of
+    `heads`; the shards of `rotation` with a head, most urgent first (ties in rotation
+    order), each up to the next one's; `first` again with the claim's range, if it was
+    narrowed; those of unknown head. Shards without work are left out. Pure:
+    tests/unit/node/shards/test_shard_heads.py."""
     known: list[tuple[int, int, int]] = []     # (head, place in the rotation, shard)
     for i, s in enumerate(rotation):
         h = heads.get(s)
@@ -56,9 +75,13 @@ def plan(heads: dict[int, Head], rotation: list[int], body: dict,
             known.append((h, i, s))
     known.sort()
     asks: list[Ask] = []
+    if first is not None:
+        asks.append((first, narrowed(body, priorities, known[0][0] if known else None)))
     for n, (_, _, s) in enumerate(known):
         cap = known[n + 1][0] if n + 1 < len(known) else None
         asks.append((s, narrowed(body, priorities, cap)))
+    if first is not None and asks[0][1] is not body:
+        asks.append((first, body))
     asks += [(s, body) for s in rotation if heads.get(s) == UNKNOWN]
     return asks
 
