@@ -103,14 +103,9 @@ async def claim(request: web.Request) -> web.Response:
     deadline = loop.time() + params["wait_s"]
     # without waiting, one shard after another, the most urgent first (heads.py); not
     # where a watch of this work is still open (no work there yet)
-    asks = [(s, body) for s in shards if not _watched(r, kind, s)]
-    if scope is None and heads.reads_heads(body, params["priorities"], [s for s, _ in asks]):
-        asks = await heads.ordered(r, request, [s for s, _ in asks], body, params["priorities"],
-                                   lambda s, doc: _take_claimed(r, kind, got, s, doc))
-    for s, sub in asks:
-        if got.room == 0:
-            break
-        _take_claimed(r, kind, got, s, await _ask(r, request, s, sub, got.room, 0))
+    asks = [s for s in shards if not _watched(r, kind, s)]
+    await heads.ask_in_order(r, request, asks, body, params["priorities"],
+                             _Asks(r, request, kind, got), read=scope is None)
     while not got.tasks and loop.time() < deadline and not _gone(request):
         round_start = loop.time()
         wait = min(SHARD_WAIT_S, deadline - loop.time())
@@ -141,6 +136,25 @@ async def _carried(r: Router, request: web.Request, items: list) -> web.Response
     groups, missing = grouped
     return await split_by_task(request, r, groups, missing, "completions", items,
                                path="/v1/completions")
+
+
+class _Asks:
+    """A claim's asks without waiting, for heads.ask_in_order."""
+
+    def __init__(self, r: Router, request: web.Request, kind: tuple, got: Gathered) -> None:
+        self.r, self.request, self.kind, self.got = r, request, kind, got
+
+    async def ask(self, shard: int, sub: dict) -> int:
+        """Ask `shard` with the claim body `sub`; how many tasks it gave."""
+        had = len(self.got.tasks)
+        self.take(shard, await _ask(self.r, self.request, shard, sub, self.got.room, 0))
+        return len(self.got.tasks) - had
+
+    def take(self, shard: int, doc) -> None:
+        _take_claimed(self.r, self.kind, self.got, shard, doc)
+
+    def room(self) -> int:
+        return self.got.room
 
 
 def _order(r: Router, kind: tuple) -> list[int]:

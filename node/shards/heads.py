@@ -11,12 +11,14 @@ whose heads are equal. A shard without work is not asked at all; one whose head 
 be read is asked last, as before heads.
 
 The rotation's first shard (where this kind of claim last found work) is not read: it is
-asked first, up to the most urgent head of the others. It so gives its tasks when they
-are at least as urgent as any elsewhere (a tie goes to it, as the rotation would), and
-nothing otherwise, the others following in order of their heads and it last, with the
-claim's range as it is. That is one head read fewer per claim (S - 1), for one empty ask
-when it has nothing that urgent. A weighted claim (`tier_weights`), which cannot be
-narrowed, reads every shard's head and is asked in their order with its own body.
+asked first, up to the most urgent head of the others, so it gives its tasks when they are
+at least as urgent as any elsewhere (a tie is its, as the rotation would have it). Only
+when it gives nothing is its head read, to place it among the others. That is one head
+read fewer per claim (S - 1) in the usual case, one more when it had nothing that urgent.
+A shard that gave tasks is never asked twice in one claim (the claim's Idempotency-Key
+would have it answer its first Claim again). A weighted claim (`tier_weights`), which
+cannot be narrowed, reads every shard's head and is asked in their order with its own
+body.
 
 A claim may so come back with fewer than `max_tasks` while a shard asked early still has
 less urgent work: that work is the next claim's. A claim that names one priority
@@ -27,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -50,23 +52,48 @@ def reads_heads(body: dict, priorities: tuple[int, int], shards: list[int]) -> b
     return len(shards) > 1 and (priorities[0] < priorities[1] or "tier_weights" in body)
 
 
-async def ordered(r: Router, request: Any, shards: list[int], body: dict,
-                  priorities: tuple[int, int], take: Callable[[int, Any], None]) -> list[Ask]:
-    """The asks of a claim, in order, from the heads of `shards` (in rotation order)."""
-    if "tier_weights" in body:            # not narrowed: every head is needed
-        return plan(None, await read_heads(r, request, shards, body, take), shards, body,
-                    priorities)
-    others = shards[1:]
-    found = await read_heads(r, request, others, body, take)
-    return plan(shards[0], found, others, body, priorities)
+class Asks(Protocol):
+    """What ask_in_order needs of a claim (node/shards/claims.py)."""
+
+    async def ask(self, shard: int, sub: dict) -> int: ...     # tasks it gave
+    def take(self, shard: int, doc: Any) -> None: ...          # an answer with tasks anyway
+    def room(self) -> int: ...
 
 
-def plan(first: int | None, heads: dict[int, Head], rotation: list[int], body: dict,
+async def ask_in_order(r: Router, request: Any, shards: list[int], body: dict,
+                       priorities: tuple[int, int], claim: Asks, read: bool = True) -> None:
+    """Ask `shards` (in rotation order) for tasks without waiting while the claim has
+    room: most urgent first when `read` and heads can tell (reads_heads), else in turn."""
+    if not (read and reads_heads(body, priorities, shards)):
+        for s in shards:
+            if claim.room() <= 0:
+                return
+            await claim.ask(s, body)
+        return
+    weighted = "tier_weights" in body     # not narrowed: every head is needed
+    found = await read_heads(r, request, shards if weighted else shards[1:], body, claim.take)
+    if not weighted and claim.room() > 0:
+        capped = narrowed(body, priorities, best(found))
+        if await claim.ask(shards[0], capped) == 0 and capped is not body:
+            # nothing that urgent there: its head orders it among the others
+            found.update(await read_heads(r, request, shards[:1], body, claim.take))
+    for s, sub in plan(found, shards, body, priorities):
+        if claim.room() <= 0:
+            return
+        await claim.ask(s, sub)
+
+
+def best(heads: dict[int, Head]) -> int | None:
+    """The most urgent of `heads`, None if no shard has work (or none is known)."""
+    known = [h for h in heads.values() if isinstance(h, int)]
+    return min(known) if known else None
+
+
+def plan(heads: dict[int, Head], rotation: list[int], body: dict,
          priorities: tuple[int, int]) -> list[Ask]:
-    """The asks in order: `first` (if any: its head not read) up to the most urgent of
-    `heads`; the shards of `rotation` with a head, most urgent first (ties in rotation
-    order), each up to the next one's; `first` again with the claim's range, if it was
-    narrowed; those of unknown head. Shards without work are left out. Pure:
+    """The asks in order: the shards of `rotation` with a head, most urgent first (ties in
+    rotation order), each up to the next one's; then those of unknown head, with the
+    claim's range. Shards without work, or not in `heads`, are left out. Pure:
     tests/unit/node/shards/test_shard_heads.py."""
     known: list[tuple[int, int, int]] = []     # (head, place in the rotation, shard)
     for i, s in enumerate(rotation):
@@ -75,13 +102,9 @@ def plan(first: int | None, heads: dict[int, Head], rotation: list[int], body: d
             known.append((h, i, s))
     known.sort()
     asks: list[Ask] = []
-    if first is not None:
-        asks.append((first, narrowed(body, priorities, known[0][0] if known else None)))
     for n, (_, _, s) in enumerate(known):
         cap = known[n + 1][0] if n + 1 < len(known) else None
         asks.append((s, narrowed(body, priorities, cap)))
-    if first is not None and asks[0][1] is not body:
-        asks.append((first, body))
     asks += [(s, body) for s in rotation if heads.get(s) == UNKNOWN]
     return asks
 
@@ -99,7 +122,8 @@ async def read_heads(r: Router, request: Any, shards: list[int], body: dict,
                      take: Callable[[int, Any], None]) -> dict[int, Head]:
     """Every shard's head for this claim, read at once. A 4xx every shard would give alike
     (auth, limits) is the claim's answer. `take(shard, doc)` gets an answer that carries
-    tasks anyway (a shard that does not know head reads claimed instead)."""
+    tasks anyway (a shard that does not know head reads claimed instead; it is not asked
+    again in this claim)."""
     sub = orjson.dumps(dict(body, max_tasks=1, wait_s=0))
     answers = await asyncio.gather(*(_head(r, request, s, sub, take) for s in shards))
     return dict(zip(shards, answers))
@@ -120,9 +144,10 @@ async def _head(r: Router, request: Any, shard: int, sub: bytes,
     doc = a.json()
     if not isinstance(doc, dict):
         return UNKNOWN
-    if doc.get("tasks"):
-        take(shard, doc)
     if "head" not in doc:
+        if doc.get("tasks"):
+            take(shard, doc)
+            return None     # not asked again: its next Claim would replay this one
         return UNKNOWN
     found = doc["head"]
     return found if found is None or type(found) is int else UNKNOWN
