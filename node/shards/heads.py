@@ -14,7 +14,8 @@ The rotation's first shard (where this kind of claim last found work) is not rea
 asked first, up to the most urgent head of the others, so it gives its tasks when they are
 at least as urgent as any elsewhere (a tie is its, as the rotation would have it). Only
 when it gives nothing is its head read, to place it among the others. That is one head
-read fewer per claim (S - 1) in the usual case, one more when it had nothing that urgent.
+read fewer per claim (S - 1) in the usual case, and S (one empty ask more) when it had
+nothing that urgent.
 A shard that gave tasks is never asked twice in one claim (the claim's Idempotency-Key
 would have it answer its first Claim again). A weighted claim (`tier_weights`), which
 cannot be narrowed, reads every shard's head and is asked in their order with its own
