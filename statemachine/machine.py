@@ -31,7 +31,7 @@ from typing import Any
 
 from . import codec
 from . import commands as c
-from . import audit, leases, reads, request_table, schedules, snapshot, tasks, tenants
+from . import audit, heads, leases, reads, request_table, schedules, snapshot, tasks, tenants
 from . import validate as V
 from . import digest as D
 from .errors import INVALID_ARGUMENT, OK, OVERLOADED, REQUEST_EXPIRED, TENANT_LIMIT, Result
@@ -194,6 +194,12 @@ class StateMachine:
                                            (w[0], w[1])) for w in tier_weights)
         return queue.has_claimable(task_types, tenant, self.tenants, now, prefetch_ms,
                                    priorities)
+
+    def claim_head(self, task_types, tenant, prefetch_ms, now_ms,
+                   priorities: tuple[int, int] = (0, 10)) -> int | None:
+        """The effective priority of the most urgent task such a claim would take (heads.py)."""
+        return heads.claim_head(self.store.queue, task_types, tenant, self.tenants,
+                                max(now_ms, self.now_ms), prefetch_ms, priorities)
 
     def next_due_ms(self, task_types, tenant=None) -> int | None:
         """Earliest run_at of a pending task of those types; a due one reads as now_ms."""

@@ -27,6 +27,12 @@ async def claim(request: web.Request) -> web.Response:
     items = params.pop("completions")
     if items and claims.is_watch(request):
         raise validate.invalid("a watch (X-Tsched-Claim-Watch) carries no completions")
+    if claims.is_head(request):     # the router's head read (DESIGN 13): nothing leased
+        if items:
+            raise validate.invalid("a head read (X-Tsched-Claim-Head) carries no completions",
+                                   field="completions")
+        found, seq = await claims.head(node, request, params, tenant_scope(request), raw)
+        return respond({"tasks": [], "head": found}, seq)
     minimal = prefers_minimal(request)   # claimed tasks and carried completions
     done = None
     if items is not None:

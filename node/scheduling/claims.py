@@ -20,6 +20,11 @@ is answered `{"tasks": [], "ready": true}` as soon as a claim of its kind would 
 The router then claims at that shard without waiting, so a claim waiting on S shards leases
 tasks at the one it claims from only, and nothing has to be given back (DESIGN.md 13).
 
+A *head read* (the header `X-Tsched-Claim-Head: 1`, sent by the router to every shard
+before it claims) neither waits nor leases: the leader answers `{"tasks": [], "head": N}`,
+N the effective priority of the most urgent task a claim of its kind would take there
+(null: none), so that the router asks the most urgent shard first (DESIGN.md 5.1, 13).
+
 This module is the request's side, on any node (`claim()`: wait here as the leader, or
 forward to it); the leader's hub is claim_hub.py and a waiter waiters.py.
 """
@@ -34,13 +39,15 @@ from tsched.node.scheduling.claim_hub import ClaimHub, enables_claims, release, 
 from tsched.node.scheduling.waiters import READY, Completions, NotLeader
 
 # What the API's worker endpoints use of the claims, wherever it is kept.
-__all__ = ["READY", "ClaimHub", "Completions", "WATCH_HEADER", "claim", "enables_claims",
-           "is_watch", "release", "render_item"]
+__all__ = ["HEAD_HEADER", "READY", "ClaimHub", "Completions", "WATCH_HEADER", "claim",
+           "enables_claims", "head", "is_head", "is_watch", "release", "render_item"]
 
 LEADER_WAIT_S = 0.1        # pause before asking again who leads, while there is no leader
 FORWARD_MARGIN_S = 5.0     # a forwarded wait's HTTP timeout beyond its wait_s
 KEY_HEADER = "Idempotency-Key"
 WATCH_HEADER = "X-Tsched-Claim-Watch"
+HEAD_HEADER = "X-Tsched-Claim-Head"
+HEAD_TIMEOUT_S = 5.0       # a head read forwarded to the leader: it never waits there
 
 
 # --- the request, on any node -------------------------------------------------------------
@@ -155,7 +162,7 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
                    err.get("details") if isinstance(err.get("details"), dict) else {})
 
 
-FORWARDED_HEADERS = ("Authorization", KEY_HEADER, WATCH_HEADER, "Prefer")
+FORWARDED_HEADERS = ("Authorization", KEY_HEADER, WATCH_HEADER, HEAD_HEADER, "Prefer")
 
 
 def _forwarded_headers(request) -> dict[str, str]:
@@ -167,3 +174,40 @@ def _forwarded_headers(request) -> dict[str, str]:
 
 def is_watch(request) -> bool:
     return request.headers.get(WATCH_HEADER) == "1"
+
+
+def is_head(request) -> bool:
+    return request.headers.get(HEAD_HEADER) == "1"
+
+
+async def head(node, request, params: dict, tenant: str | None, body: bytes
+               ) -> tuple[int | None, int]:
+    """(the claim's head at the leader, applied seq): the effective priority of the most
+    urgent task a claim of this kind would take now (None: none). Read at the leader (a
+    follower asks it once); never waits, leases nothing."""
+    replica = node.replica
+    leader = replica.leader_id()
+    if leader == node.node_id and replica.is_ready_leader():
+        now = node.clock.now_ms()
+        # A weighted claim takes from its tiers' ranges only: its head is their most urgent.
+        ranges = [(lo, hi) for lo, hi, _ in params.get("tier_weights", ())]
+        with replica.read() as sm:
+            heads = [sm.claim_head(params["task_types"], tenant, params["prefetch_ms"], now, r)
+                     for r in ranges or [params.get("priorities", (0, 10))]]
+        found = min((h for h in heads if h is not None), default=None)
+        return found, replica.applied_seq
+    if leader is None or leader == node.node_id or request.headers.get("X-Tsched-Forwarded"):
+        raise ApiError("no_leader", "this node is not the leader", {"leader": leader})
+    try:
+        status, raw = await node.forwarder.send(
+            node.config.node(leader).url, "POST", "/v1/claims", body,
+            timeout_s=HEAD_TIMEOUT_S, headers=_forwarded_headers(request))
+        data = orjson.loads(raw) if raw else {}
+    except (ApiError, orjson.JSONDecodeError):
+        raise ApiError("unavailable", "the leader did not answer the head read",
+                       {"leader": leader}) from None
+    found = data.get("head") if isinstance(data, dict) else None
+    if status != 200 or not (found is None or isinstance(found, int)):
+        raise ApiError("unavailable", "the leader did not answer the head read",
+                       {"leader": leader})
+    return found, max(int(data.get("applied_seq") or 0), replica.applied_seq)

@@ -1,11 +1,12 @@
 """Claims gathered across shards (DESIGN.md section 13).
 
-A claim first asks the shards one after another without waiting, starting at a shard that
-moves on with every claim so that no shard starves, until it has `max_tasks` or has asked
-them all. It skips a shard where a watch of the same work (task types, prefetch, scope;
-any worker's) is open: that watch would have answered if the shard had such work, so the
-ask would come back empty (at S = 4, 254 of 590 claim requests at the shards did). With
-nothing found it *watches* every shard at once, in rounds of at most
+A claim first asks the shards one after another without waiting, the shard with the most
+urgent work first (heads.py: it reads every shard's head at once), until it has
+`max_tasks` or has asked them all; among equally urgent shards it starts at a shard that
+moves on with every claim so that no shard starves. It skips a shard where a watch of the
+same work (task types, prefetch, scope; any worker's) is open: that watch would have
+answered if the shard had such work, so the ask would come back empty (at S = 4, 254 of
+590 claim requests at the shards did). With nothing found it *watches* every shard at once, in rounds of at most
 `SHARD_WAIT_S`: a watch waits like a claim but leases nothing (node/scheduling/claims.py), and is
 answered `ready` when a claim of its kind would find work there; the claim then asks that
 shard without waiting. So while a claim waits on S shards no shard leases anything for it
@@ -27,6 +28,7 @@ from aiohttp import web
 from tsched.node.api import validate
 from tsched.node.errors import ApiError
 from tsched.node.scheduling.claims import WATCH_HEADER
+from tsched.node.shards import heads
 from tsched.node.shards.router import (PREFERENCE_APPLIED, ROUTER, Relayed, Router, applied_preferences,
                      json_response)
 from tsched.node.shards.routes import group_by_task, split_by_task
@@ -99,12 +101,11 @@ async def claim(request: web.Request) -> web.Response:
     got = Gathered(params["max_tasks"])
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params["wait_s"]
-    for s in shards:                        # without waiting, one shard after another
-        if _watched(r, kind, s):
-            continue                        # no work there yet: its watch is still open
-        _take_claimed(r, kind, got, s, await _ask(r, request, s, body, got.room, 0))
-        if got.room == 0:
-            break
+    # without waiting, one shard after another, the most urgent first (heads.py); not
+    # where a watch of this work is still open (no work there yet)
+    asks = [s for s in shards if not _watched(r, kind, s)]
+    await heads.ask_in_order(r, request, asks, body, params["priorities"],
+                             _Asks(r, request, kind, got), read=scope is None)
     while not got.tasks and loop.time() < deadline and not _gone(request):
         round_start = loop.time()
         wait = min(SHARD_WAIT_S, deadline - loop.time())
@@ -135,6 +136,25 @@ async def _carried(r: Router, request: web.Request, items: list) -> web.Response
     groups, missing = grouped
     return await split_by_task(request, r, groups, missing, "completions", items,
                                path="/v1/completions")
+
+
+class _Asks:
+    """A claim's asks without waiting, for heads.ask_in_order."""
+
+    def __init__(self, r: Router, request: web.Request, kind: tuple, got: Gathered) -> None:
+        self.r, self.request, self.kind, self.got = r, request, kind, got
+
+    async def ask(self, shard: int, sub: dict) -> int:
+        """Ask `shard` with the claim body `sub`; how many tasks it gave."""
+        had = len(self.got.tasks)
+        self.take(shard, await _ask(self.r, self.request, shard, sub, self.got.room, 0))
+        return len(self.got.tasks) - had
+
+    def take(self, shard: int, doc) -> None:
+        _take_claimed(self.r, self.kind, self.got, shard, doc)
+
+    def room(self) -> int:
+        return self.got.room
 
 
 def _order(r: Router, kind: tuple) -> list[int]:

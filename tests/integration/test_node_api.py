@@ -416,3 +416,37 @@ def test_a_watch_through_a_follower_is_answered_ready_and_leases_nothing(cluster
              "result": None}]}, headers=watch)
     assert status == 400 and err["error"]["code"] == "invalid_argument"
 
+
+
+def test_a_head_read_through_a_follower_names_the_most_urgent_priority_and_leases_nothing(
+        cluster: Cluster):
+    """The head read a sharded node's router sends each shard before it claims
+    (node/scheduling/claims.py): answered at once by the leader with the effective priority
+    of the most urgent task a claim of its kind would take (null: none), for the claim's
+    range; it waits for nothing, leases nothing and carries no completions."""
+    leader, f1, f2 = roles(cluster)
+    tt = unique("head")
+    head = {"X-Tsched-Claim-Head": "1"}
+    claim = {"worker_id": "w", "task_types": [tt], "wait_s": 5}
+    body = ok(cluster.call(f1, "POST", "/v1/claims", claim, headers=head))
+    assert body["tasks"] == [] and body["head"] is None
+    made = [ok(cluster.call(f2, "POST", "/v1/tasks", {"task_type": tt, "priority": p}), 201)
+            for p in (6, 2, 8)]
+    for node in (f1, leader):       # read at the leader, which applied the submits
+        body = ok(cluster.call(node, "POST", "/v1/claims", claim, headers=head))
+        assert body["tasks"] == [] and body["head"] == 2
+    assert ok(cluster.call(f1, "POST", "/v1/claims", {**claim, "priority_min": 3},
+                           headers=head))["head"] == 6
+    assert ok(cluster.call(f1, "POST", "/v1/claims", {**claim, "priority_min": 9},
+                           headers=head))["head"] is None
+    for t in made:
+        got = ok(cluster.call(leader, "GET", f"/v1/tasks/{t['task_id']}"))
+        assert got["state"] == "pending" and got["attempts"] == []
+    body = ok(cluster.call(f2, "POST", "/v1/claims", {**claim, "max_tasks": 3}))
+    taken = body["tasks"]
+    assert [t["priority"] for t in taken] == [2, 6, 8] and "head" not in body
+    status, err = cluster.call(f1, "POST", "/v1/claims", {**claim, "completions": [
+        {"task_id": taken[0]["task_id"], "fencing_token": taken[0]["fencing_token"],
+         "result": None}]}, headers=head)
+    assert status == 400 and err["error"]["code"] == "invalid_argument"
+    assert err["error"]["details"].get("field") == "completions"

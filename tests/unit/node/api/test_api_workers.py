@@ -394,3 +394,32 @@ async def test_prefer_return_minimal_is_parsed_as_rfc_7240_says(api: Api, tt, pr
     (done,) = (await resp.json())["results"]
     assert (resp.headers.get("Preference-Applied") == "return=minimal") is minimal
     assert done["state"] == "completed" and ("attempts" not in done) is minimal
+
+
+async def test_a_head_read_answers_the_most_urgent_priority_at_once_and_leases_nothing(
+        api: Api, tt):
+    """`X-Tsched-Claim-Head: 1` (a sharded node's router, DESIGN 13): no wait, no lease;
+    bad input is refused as for a claim, and completions are refused naming the field."""
+    head = {"X-Tsched-Claim-Head": "1"}
+    claim = {"worker_id": "w1", "task_types": [tt], "wait_s": 30}
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    status, body = await api.call("POST", "/v1/claims", claim, headers=head)
+    assert status == 200 and body["tasks"] == [] and body["head"] is None
+    assert loop.time() - start < 25          # answered at once, not after its wait_s
+    t = await api.submit(task_type=tt, priority=7)
+    await api.submit(task_type=tt, priority=4, delay_s=3600)   # not due: not a head
+    status, body = await api.call("POST", "/v1/claims", claim, headers=head)
+    assert status == 200 and body["head"] == 7
+    status, body = await api.call("POST", "/v1/claims", {**claim, "priority_max": 6},
+                                  headers=head)
+    assert status == 200 and body["head"] is None
+    status, body = await api.call("POST", "/v1/claims", {**claim, "max_tasks": 0},
+                                  headers=head)
+    assert_error(status, body, 400, "invalid_argument")
+    status, body = await api.call("POST", "/v1/claims", {**claim, "completions": [
+        {"task_id": t["task_id"], "fencing_token": 1, "result": None}]}, headers=head)
+    assert_error(status, body, 400, "invalid_argument")
+    assert body["error"]["details"]["field"] == "completions"
+    (c,) = await api.claim([tt])
+    assert c["task_id"] == t["task_id"] and c["attempt"] == 1
