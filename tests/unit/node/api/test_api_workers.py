@@ -423,3 +423,22 @@ async def test_a_head_read_answers_the_most_urgent_priority_at_once_and_leases_n
     assert body["error"]["details"]["field"] == "completions"
     (c,) = await api.claim([tt])
     assert c["task_id"] == t["task_id"] and c["attempt"] == 1
+
+
+async def test_a_weighted_head_read_answers_the_most_urgent_of_its_tiers(api: Api, tt):
+    """A weighted claim takes from its named tiers only, so its head is theirs."""
+    head = {"X-Tsched-Claim-Head": "1"}
+    claim = {"worker_id": "w1", "task_types": [tt], "wait_s": 30}
+    await api.submit(task_type=tt, priority=2)     # high
+    await api.submit(task_type=tt, priority=8)     # low
+    status, body = await api.call("POST", "/v1/claims",
+                                  {**claim, "tier_weights": {"normal": 3, "low": 1}},
+                                  headers=head)
+    assert status == 200 and body["head"] == 8
+    status, body = await api.call("POST", "/v1/claims",
+                                  {**claim, "tier_weights": {"high": 1, "low": 1}},
+                                  headers=head)
+    assert status == 200 and body["head"] == 2
+    status, body = await api.call("POST", "/v1/claims",
+                                  {**claim, "tier_weights": {"critical": 1}}, headers=head)
+    assert status == 200 and body["head"] is None
