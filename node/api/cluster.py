@@ -88,7 +88,8 @@ async def transfer(request: web.Request) -> web.Response:
         return await relay_to_leader(request, node)
     if to != node.node_id:  # asking the leader to hand over to itself: nothing to do
         await _audit_transfer(request, node, to)
-        await transfer_to(node.replica, to)   # answered once another node leads (or 5 s)
+        if len(node.config.nodes) > 1:   # a cluster of one has no other node to lead
+            await transfer_to(node.replica, to)   # answered once another leads (or 5 s)
     return respond({"accepted": True, "from": node.node_id, "to": to},
                    node.replica.applied_seq, status=202)
 

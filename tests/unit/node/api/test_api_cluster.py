@@ -1,6 +1,7 @@
 """Tenants, cluster status and leadership transfer on a single-node cluster."""
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
@@ -75,3 +76,15 @@ async def test_transfer_leadership_validates_its_target(api: Api):
     assert_error(status, got, 400, "invalid_argument")
     status, got = await api.call("POST", "/v1/cluster/transfer-leadership", {"to": "n1"})
     assert status == 202
+
+
+async def test_a_transfer_in_a_cluster_of_one_is_recorded_and_not_waited_for(api: Api,
+                                                                           caplog):
+    """No other node can lead: the transfer is accepted without asking Raft for one (which
+    would wait out its 5 s and log that it was not done)."""
+    with caplog.at_level(logging.WARNING):
+        status, got = await api.call("POST", "/v1/cluster/transfer-leadership", {})
+    assert status == 202 and got["from"] == "n1"
+    assert "transfer_not_done" not in caplog.text
+    status, out = await api.call("GET", "/v1/audit?action=cluster.transfer_leadership")
+    assert status == 200 and out["entries"]
