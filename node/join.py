@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -71,9 +72,32 @@ def join(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None,
     if recorded is not None:      # a restart: still a member?
         return with_members(cfg, me, members, where)
     if not any(m.id == me.id for m in members):
-        body = {"id": me.id, "raft": me.raft, "http": me.http}
-        members = _members(_call(url, "POST", "/v1/cluster/members", body, token, ssl_context))
+        members = _ask_to_be_added(cfg, me, url, token, ssl_context)
     return with_members(cfg, me, members, where)
+
+
+def _ask_to_be_added(cfg, me: NodeConfig, url: str, token: str | None, ssl_context):
+    """POST this node; an add whose commit needs this very node (a cluster with a dead
+    member: the new one counts in the quorum at once) times out: then the node goes on
+    once the leader's log names it, and its own start commits the change."""
+    body = {"id": me.id, "raft": me.raft, "http": me.http}
+    try:
+        return _members(_call(url, "POST", "/v1/cluster/members", body, token, ssl_context))
+    except _Unanswered:
+        pass
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    while True:
+        members = _members(_call(url, "GET", "/v1/cluster/members", None, token, ssl_context))
+        if any(m.id == me.id for m in members):
+            return members
+        if time.monotonic() > deadline:
+            raise ConfigError(f"--join: {url} did not add node {me.id} within "
+                              f"{JOIN_TIMEOUT_S:.0f} s (members: {describe(members)})")
+        time.sleep(0.5)
+
+
+class _Unanswered(ConfigError):
+    """503 or 504: no outcome (the change may still be in the log)."""
 
 
 def _has_data(data_dir: Path) -> bool:
@@ -100,6 +124,7 @@ def _call(url: str, method: str, path: str, body, token: str | None, ssl_context
             return json.loads(resp.read())
     except urllib.error.HTTPError as e:
         detail = e.read()[:500].decode(errors="replace")
-        raise ConfigError(f"--join: {method} {url}{path} answered {e.code}: {detail}") from None
+        kind = _Unanswered if e.code in (503, 504) else ConfigError
+        raise kind(f"--join: {method} {url}{path} answered {e.code}: {detail}") from None
     except (OSError, ValueError) as e:
         raise ConfigError(f"--join: {method} {url}{path} failed: {e}") from None

@@ -30,8 +30,11 @@ SEEN_WAIT_S = 2.0      # after the commit, until this node's view shows the chan
 
 
 def members_json(node: Node) -> dict:
-    return {"members": [m.to_json() for m in node.replica.membership.members],
-            "leader": node.replica.leader_id()}
+    """`changing`: the last change is in this node's log but not applied yet (Raft takes
+    a membership when its entry enters the log, DESIGN 6.2)."""
+    membership = node.replica.membership
+    return {"members": [m.to_json() for m in membership.members],
+            "leader": node.replica.leader_id(), "changing": not membership.settled}
 
 
 @routes.get("/v1/cluster/members")
@@ -66,8 +69,10 @@ async def add_member(request: web.Request) -> web.Response:
     member = parse_member(await json_body(request))
     _single_group(node)
     members = node.replica.membership.members
-    if any(m == member for m in members):
-        return respond(members_json(node), node.replica.applied_seq)   # already done
+    if any(m == member for m in members):      # a repeat
+        if not node.replica.membership.settled:
+            raise _in_progress()
+        return respond(members_json(node), node.replica.applied_seq)
     for key in ("id", "raft", "http"):
         taken = [m.id for m in members if getattr(m, key) == getattr(member, key)]
         if taken:
@@ -133,8 +138,7 @@ async def _change(request: web.Request, node: Node, kind: str, member: Member) -
     await _audit(request, node, kind, member)
     outcome = await _propose(node, kind, member)
     if outcome == "in_progress" or outcome == "request_denied":
-        raise ApiError("conflict", "another membership change is in progress; try again once "
-                       "it is committed", {"reason": "change_in_progress"})
+        raise _in_progress()
     if outcome == "not_leader":
         raise ApiError("no_leader", "this node lost leadership; try again")
     if outcome != "success":
@@ -142,6 +146,12 @@ async def _change(request: web.Request, node: Node, kind: str, member: Member) -
                        "read GET /v1/cluster/members", {"outcome": "unknown"})
     await _until_seen(node, kind, member)
     return respond(members_json(node), node.replica.applied_seq)
+
+
+def _in_progress() -> ApiError:
+    return ApiError("conflict", "a membership change is in progress; try again once it is "
+                    "committed (GET /v1/cluster/members: changing)",
+                    {"reason": "change_in_progress"})
 
 
 async def _propose(node: Node, kind: str, member: Member) -> str:

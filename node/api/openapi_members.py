@@ -17,9 +17,11 @@ _ID = {"type": "string", "minLength": 1, "maxLength": NODE_ID_LEN_MAX,
 def schemas() -> dict[str, Any]:
     member = {"type": "object", "required": ["id", "raft", "http"], "additionalProperties": False,
               "properties": {"id": _ID, "raft": _ADDRESS, "http": _ADDRESS}}
-    members = {"type": "object", "required": ["members", "leader"], "properties": {
+    members = {"type": "object", "required": ["members", "leader", "changing"], "properties": {
         "members": {"type": "array", "items": {"$ref": "#/components/schemas/Member"}},
         "leader": {"oneOf": [{"type": "string"}, {"type": "null"}]},
+        "changing": {"type": "boolean", "description": "the last change is in this node's "
+                     "log, not applied yet"},
         "applied_seq": {"type": "integer"}}}
     return {"Member": member, "Members": members}
 

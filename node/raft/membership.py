@@ -102,6 +102,8 @@ class Membership:
         self._known: dict[str, Member] = {m.raft: m for m in [self_member, *peers]}
         self.members: tuple[Member, ...] = tuple(sorted(self._known.values()))
         self._rafts: frozenset | None = None     # None: not recorded since start
+        self._change_idx = 0          # the log's last index when the membership last changed
+        self.settled = True           # that change is applied (committed)
         self._pending_since: float | None = None
         self.record_after_idx = 0     # replaying the log up to here: not recorded yet
         self.listeners: list = []     # fn(members) on the Raft thread after a change
@@ -131,12 +133,16 @@ class Membership:
     def member_of(self, raft: str) -> Member:
         return self._known.get(raft) or Member(raft, raft, "")
 
-    def refresh(self, other_nodes, applied_idx: int) -> bool:
-        """On the Raft thread, each tick: the members pysyncobj now has; records and
-        announces a change (not while the log of before the start is replayed)."""
+    def refresh(self, other_nodes, applied_idx: int, last_idx: int) -> bool:
+        """On the Raft thread, each tick: the members pysyncobj now has (it takes a change
+        when the entry enters the log); records and announces a change (not while the log
+        of before the start is replayed). `settled`: the last change is applied."""
         rafts = frozenset(n.id for n in other_nodes)
         if rafts == self._rafts or applied_idx < self.record_after_idx:
+            self.settled = applied_idx >= self._change_idx
             return False
+        self._change_idx = last_idx if self._rafts is not None else 0
+        self.settled = applied_idx >= self._change_idx
         for n in other_nodes:
             self.learn(n)
         self._rafts = rafts

@@ -349,7 +349,8 @@ class Replica(CompactionFigures):
             return
         obj.send_new_entries_now(self._journal)
         self._view = View.sample(obj, self._journal)
-        if self.membership.refresh(obj._SyncObj__otherNodes, obj.raftLastApplied):
+        if self.membership.refresh(obj._SyncObj__otherNodes, obj.raftLastApplied,
+                                   obj._SyncObj__getCurrentLogIndex()):
             self.peers, self._id_by_addr = self.membership.peers(), self.membership.id_by_addr()
         self._compact_when_due(obj)
 

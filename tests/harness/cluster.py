@@ -82,14 +82,18 @@ class Cluster:
             self.name, self.raft, self.http, {i: f"data/{i}" for i in self.ids},
             shards=self.shards, secret=secret, extra_toml=extra_toml))
 
-    def add_node(self, node_id: str, join_via: str, *args: str) -> None:
-        """Start a new node on ports of its own with `--join` (the API of `join_via`): its
-        file lists it alone (DESIGN 6.2). It is one of `ids` from now on."""
-        raft, http = node_addresses([node_id], 1)
-        self.raft[node_id], self.http[node_id] = raft[node_id], http[node_id]
+    def add_node(self, node_id: str, join_via: str, *args: str,
+                 ports: tuple[str, str] | None = None) -> None:
+        """Start a new node with `--join` (the API of `join_via`) on `ports` ((raft, http)
+        host:port; default: free ones): its file lists it alone (DESIGN 6.2). It is one of
+        `ids` from now on."""
+        if ports is None:
+            raft, http = node_addresses([node_id], 1)
+            ports = (raft[node_id], http[node_id])
+        self.raft[node_id], self.http[node_id] = ports
         path = self.config_paths[node_id] = self.dir / f"{node_id}.toml"
         path.write_text(cluster_toml(
-            self.name, {node_id: raft[node_id]}, {node_id: http[node_id]},
+            self.name, {node_id: ports[0]}, {node_id: ports[1]},
             {node_id: f"data/{node_id}"}, shards=self.shards, secret=self._secret,
             extra_toml=self._extra_toml))
         if node_id not in self.ids:
