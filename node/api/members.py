@@ -21,6 +21,7 @@ from tsched.node.api.services import Node, node_of
 from tsched.node.errors import ApiError, invalid
 from tsched.node.raft.handoff import transfer_to
 from tsched.node.raft.membership import MEMBERS_MIN, Member
+from tsched.node.raft.security import RaftSecurityError, check_raft_security
 from tsched.statemachine import commands as c
 
 routes = web.RouteTableDef()
@@ -68,6 +69,10 @@ async def add_member(request: web.Request) -> web.Response:
     validate.query(request.query, ())
     member = parse_member(await json_body(request))
     _single_group(node)
+    try:
+        check_raft_security([member.raft], node.config.secret)
+    except RaftSecurityError as e:
+        raise invalid(str(e), field="raft") from None
     members = node.replica.membership.members
     if any(m == member for m in members):      # a repeat
         if not node.replica.membership.settled:

@@ -123,6 +123,11 @@ class Membership:
     def by_id(self, node_id: str) -> Member | None:
         return next((m for m in self.members if m.id == node_id), None)
 
+    def replaying(self, journal) -> None:
+        """Record nothing before the log of before the start is applied again (what it
+        commits, as far as the log goes: pysyncobj clamps a commit index past its end)."""
+        self.record_after_idx = min(journal.getRaftCommitIndex(), journal.startup_last_idx)
+
     def learn(self, node) -> None:
         """Take the id and HTTP address a pysyncobj node carries (from a log entry or a
         snapshot)."""

@@ -133,7 +133,7 @@ class Replica(CompactionFigures):
                                       gate=self.rejoin, prevote=self.prevote,
                                       may_lead=lambda: not self.leaving,
                                       dial_of=self.dial_overrides.get)
-        self.membership.record_after_idx = self._journal.getRaftCommitIndex()
+        self.membership.replaying(self._journal)
         peers = [self._dial_node(m) for m in self.membership.members if m.raft != self.self_raft]
         self_node = self._dial_node(self.membership.self_member)
         self._obj = RaftObject(self, self_node, peers, self._conf(), transport)

@@ -100,6 +100,13 @@ class Cluster:
             self.ids.append(node_id)
         self.start_node(node_id, "--join", self.url(join_via), *args)
 
+    def rewrite_config(self) -> None:
+        """cluster.toml lists the current `ids` (after membership changes: DESIGN 6.2)."""
+        self.config_path.write_text(cluster_toml(
+            self.name, {i: self.raft[i] for i in self.ids}, {i: self.http[i] for i in self.ids},
+            {i: f"data/{i}" for i in self.ids}, shards=self.shards, secret=self._secret,
+            extra_toml=self._extra_toml))
+
     def forget(self, node_id: str) -> None:
         """`node_id` is no longer a member: no wait looks at it (its process, if any, is
         still closed with the others)."""

@@ -24,9 +24,14 @@ CHANGE_S = 60     # a change waits for its commit; generous: the machine may be 
 OBSERVE_S = 3.0
 
 
+# Compaction every few entries: new members catch up by snapshot (DESIGN 6.2), and
+# snapshots carry the members.
+COMPACT_OFTEN = "\n[cluster.compaction]\nmin_entries = 50\n"
+
+
 @pytest.fixture
 def c(tmp_path):
-    yield from running(tmp_path, size=3)
+    yield from running(tmp_path, size=3, extra_toml=COMPACT_OFTEN)
 
 
 def members_of(c: Cluster, via: str) -> list[str] | None:
@@ -185,3 +190,30 @@ def test_a_removed_node_cannot_rejoin_with_its_old_data(c: Cluster):
     assert c.wait_leader() == leader and c.self_status(leader)["term"] == term
     assert members_of(c, leader) == ["n1", "n2", "n3"]
     assert c.stop("n4") == 0
+
+
+def test_a_restart_agrees_with_the_recorded_membership(c: Cluster):
+    """After a change, a node whose file still lists the old members stops (exit 2) naming
+    both lists; with the file updated it starts; a joined node restarts from its own file
+    (itself alone), and a node restarted after snapshots knows every member's address."""
+    for i in range(120):            # past several compactions before the join
+        assert c.call("n1", "POST", "/v1/tasks", {"task_type": f"r{i % 3}"})[0] == 201
+    c.add_node("n4", "n1")
+    wait_members(c, ["n1", "n2", "n3", "n4"])
+    wait_equal_digests(c, timeout_s=CHANGE_S)
+    assert "restored in" in c.log("n4", 100_000)       # caught up by the leader's snapshot
+    assert c.stop("n2") == 0
+    c.start_node("n2")
+    assert c.procs["n2"].wait(timeout=60) == 2
+    log = c.log("n2")
+    assert "disagrees" in log and c.raft["n4"] in log and c.raft["n3"] in log, log
+    c.rewrite_config()
+    c.start_node("n2")
+    assert c.stop("n4") == 0
+    c.start_node("n4")                                   # its file lists n4 alone
+    for _ in range(60):
+        assert c.call("n3", "POST", "/v1/tasks", {"task_type": "after"})[0] == 201
+    wait_equal_digests(c, timeout_s=CHANGE_S)
+    status, cluster = c.call("n4", "GET", "/v1/cluster")
+    assert [(n["id"], n["http"], n["reachable"]) for n in cluster["nodes"]] == [
+        (i, c.http[i], True) for i in c.ids], cluster

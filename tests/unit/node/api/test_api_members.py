@@ -24,6 +24,7 @@ async def test_the_member_list_names_this_node(api: Api):
     ({"id": "n9", "raft": "127.0.0.1:99999", "http": "127.0.0.1:2"}, "raft"),
     ({"id": "n9", "raft": "127.0.0.1:1", "http": "nope"}, "http"),
     ({"id": "n9", "raft": "127.0.0.1:1", "http": 8080}, "http"),
+    ({"id": "n9", "raft": "10.0.0.9:8801", "http": "127.0.0.1:2"}, "raft"),   # no secret
 ])
 async def test_bad_fields_are_refused_naming_the_field(api: Api, body, field):
     status, got = await api.call("POST", "/v1/cluster/members", body)
