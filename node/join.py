@@ -3,13 +3,15 @@ log against the config's [[node]] list, and `tsnode --join URL`.
 
 A node's data dir holds `members.json`, the membership of its log. On start the config's
 [[node]] list must name the same members (ids and both addresses), or only this node (a node
-that joined a cluster keeps a file with itself alone); otherwise the node stops (exit 2)
-naming both lists. A node that is no longer a member never starts with its old data.
+that joined a cluster keeps a file with itself alone), or differ by the one member of a
+change (logged); otherwise the node stops (exit 2) naming both lists. It starts with the
+recorded members. A node that is no longer a member never starts with its old data.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +19,8 @@ from pathlib import Path
 
 from tsched.node.config import ClusterConfig, ConfigError, NodeConfig
 from tsched.node.raft.membership import Member, describe, read_members
+
+log = logging.getLogger("tsched.node")
 
 JOIN_TIMEOUT_S = 30.0
 
@@ -48,12 +52,25 @@ def with_members(cfg: ClusterConfig, me: NodeConfig, members: list[Member],
         raise ConfigError(f"node {me.id}: the config gives raft {me.raft}, http {me.http}; "
                           f"{where} gives raft {mine.raft}, http {mine.http}")
     if len(cfg.nodes) > 1 and listed(cfg) != sorted(members):
-        raise ConfigError(
-            f"node {me.id}: the config's [[node]] list ({describe(listed(cfg))}) disagrees "
-            f"with {where} ({describe(members)}); list the members in the file (or only this "
-            "node); members change through POST/DELETE /v1/cluster/members")
+        mismatch = (f"the config's [[node]] list ({describe(listed(cfg))}) disagrees with "
+                    f"{where} ({describe(members)})")
+        if not one_change_apart(listed(cfg), members):
+            raise ConfigError(f"node {me.id}: {mismatch}; list the members in the file (or "
+                              "only this node); members change through POST/DELETE "
+                              "/v1/cluster/members")
+        log.warning("event=members_file_one_change_apart node=%s %s: starting with the "
+                    "recorded members (a change this node has not seen yet, or a file not "
+                    "updated yet); update the file", me.id, mismatch)
     from tsched.node.api.members import nodes_for
     return dataclasses.replace(cfg, nodes=nodes_for(cfg, me.id, members))
+
+
+def one_change_apart(a: list[Member], b: list[Member]) -> bool:
+    """`a` and `b` differ by one member added or removed, the others alike: the state of a
+    node that was down during a change (or a file not updated yet), which Raft's one
+    change at a time makes normal."""
+    sa, sb = set(a), set(b)
+    return len(sa ^ sb) == 1
 
 
 def join(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None,

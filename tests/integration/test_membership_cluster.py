@@ -193,9 +193,10 @@ def test_a_removed_node_cannot_rejoin_with_its_old_data(c: Cluster):
 
 
 def test_a_restart_agrees_with_the_recorded_membership(c: Cluster):
-    """After a change, a node whose file still lists the old members stops (exit 2) naming
-    both lists; with the file updated it starts; a joined node restarts from its own file
-    (itself alone), and a node restarted after snapshots knows every member's address."""
+    """After a change, a node whose file lists other members (more than the one member of a
+    change apart) stops (exit 2) naming both lists; a file one change behind starts it
+    (logged); a joined node restarts from its own file (itself alone), and a node
+    restarted after snapshots knows every member's address."""
     for i in range(120):            # past several compactions before the join
         assert c.call("n1", "POST", "/v1/tasks", {"task_type": f"r{i % 3}"})[0] == 201
     c.add_node("n4", "n1")
@@ -203,10 +204,17 @@ def test_a_restart_agrees_with_the_recorded_membership(c: Cluster):
     wait_equal_digests(c, timeout_s=CHANGE_S)
     assert "restored in" in c.log("n4", 100_000)       # caught up by the leader's snapshot
     assert c.stop("n2") == 0
+    stale = c.config_path.read_text()                   # n1..n3: one change behind
+    c.config_path.write_text(stale.replace(f'raft = "{c.raft["n3"]}"', 'raft = "127.0.0.1:9"'))
     c.start_node("n2")
     assert c.procs["n2"].wait(timeout=60) == 2
     log = c.log("n2")
-    assert "disagrees" in log and c.raft["n4"] in log and c.raft["n3"] in log, log
+    assert "disagrees" in log and c.raft["n4"] in log and "127.0.0.1:9" in log, log
+    c.config_path.write_text(stale)
+    c.start_node("n2")
+    wait_until(lambda: c.self_status("n2"), CHANGE_S, "n2 to serve, one change behind")
+    assert "members_file_one_change_apart" in c.log("n2", 100_000)
+    assert c.stop("n2") == 0
     c.rewrite_config()
     c.start_node("n2")
     assert c.stop("n4") == 0

@@ -68,6 +68,20 @@ def test_a_disagreeing_config_stops_naming_both_lists(tmp_path):
     assert text.index("n3") < text.index("n4")     # the config's list, then the recorded
 
 
+def test_a_file_one_change_apart_starts_with_the_recorded_members(tmp_path, caplog):
+    """A node that was down while a member was added (its file already updated), or a file
+    not updated yet after a change: one member apart, as Raft's one change at a time."""
+    cfg = _cfg(tmp_path, "n1", "n2", "n3", "n4")
+    write_members(tmp_path / "n1", _members("n1", "n2", "n3"))
+    got = join.effective_config(cfg, cfg.nodes[0])
+    assert [n.id for n in got.nodes] == ["n1", "n2", "n3"]
+    assert "members_file_one_change_apart" in caplog.text
+    cfg = _cfg(tmp_path, "n1", "n2", "n3")
+    write_members(tmp_path / "n1", _members("n1", "n2", "n3", "n4"))
+    assert [n.id for n in join.effective_config(cfg, cfg.nodes[0]).nodes] == [
+        "n1", "n2", "n3", "n4"]
+
+
 def test_a_removed_node_never_starts_with_its_old_data(tmp_path):
     cfg = _cfg(tmp_path, "n1", "n2", "n3")
     write_members(tmp_path / "n1", _members("n0", "n2", "n3")[1:] + [Member("n4", "h:1", "h:2")])
