@@ -83,6 +83,11 @@ async def add_member(request: web.Request) -> web.Response:
         if taken:
             raise ApiError("conflict", f"{key} {getattr(member, key)} is already member "
                            f"{taken[0]}'s", {"reason": "member_exists", "field": key})
+    if len(members) < MEMBERS_MIN:
+        raise ApiError("conflict", f"the cluster has {len(members)} member(s): membership "
+                       f"changes need at least {MEMBERS_MIN} (an addition to a smaller one "
+                       "cannot commit before the new node runs)",
+                       {"reason": "too_few_members", "min": MEMBERS_MIN})
     if len(members) >= config_mod.NODES_MAX:
         raise ApiError("conflict", f"the cluster has {len(members)} members, the most "
                        "supported", {"reason": "too_many_members", "max": config_mod.NODES_MAX})

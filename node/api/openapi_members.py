@@ -42,8 +42,9 @@ def _ok() -> dict[str, Any]:
 
 def paths() -> dict[str, Any]:
     conflicts = ("409 conflict: details.reason is change_in_progress (one change at a time), "
-                 "member_exists, too_many_members, too_few_members (a cluster keeps at least "
-                 "3 members) or leader_transfer_failed.")
+                 "member_exists, too_many_members, sharded, too_few_members (a cluster keeps "
+                 "at least 3 members; a smaller one takes no change) or "
+                 "leader_transfer_failed.")
     return {
         "/v1/cluster/members": {
             "get": {"summary": "Members", "tags": ["cluster"], "operationId": "members",

@@ -55,6 +55,15 @@ async def test_removing_an_unknown_member_is_not_found(api: Api):
     assert_error(status, got, 404, "not_found")
 
 
+async def test_a_cluster_of_fewer_than_three_takes_no_addition(api: Api):
+    status, got = await api.call("POST", "/v1/cluster/members",
+                                 {"id": "n9", "raft": "127.0.0.1:1", "http": "127.0.0.1:2"})
+    assert_error(status, got, 409, "conflict")
+    assert got["error"]["details"]["reason"] == "too_few_members"
+    assert [m["id"] for m in (await api.call("GET", "/v1/cluster/members"))[1]["members"]] == [
+        "n1"]
+
+
 async def test_the_cluster_never_shrinks_below_three(api: Api):
     status, got = await api.call("DELETE", "/v1/cluster/members/n1")
     assert_error(status, got, 409, "conflict")
