@@ -68,3 +68,29 @@ async def test_the_cluster_never_shrinks_below_three(api: Api):
     status, got = await api.call("DELETE", "/v1/cluster/members/n1")
     assert_error(status, got, 409, "conflict")
     assert got["error"]["details"]["reason"] == "too_few_members"
+
+
+async def test_with_auth_only_an_admin_token_reads_or_changes_members(replica, aiohttp_client):
+    from tsched.node.api.app import make_app
+    from tsched.node.api.auth import digest_of
+    from tsched.node.api.services import Node
+    from tsched.node.clock import Clock
+    from tsched.node.config import ClusterConfig, NodeConfig
+    auth = {"admin_token_sha256": [digest_of("root-t")],
+            "tenant_token_sha256": {"acme": [digest_of("acme-t")]}}
+    me = NodeConfig(id="n1", raft=replica.self_raft, http="127.0.0.1:1", data_dir="/x")
+    node = Node(node_id="n1", config=ClusterConfig(name="t", nodes=(me,), auth=auth),
+                replica=replica, clock=Clock())
+    api = Api(await aiohttp_client(make_app(node)), node)
+    tenant = {"Authorization": "Bearer acme-t"}
+    body = {"id": "n9", "raft": "127.0.0.1:1", "http": "127.0.0.1:2"}
+    for method, path, sent in (("GET", "/v1/cluster/members", None),
+                               ("POST", "/v1/cluster/members", body),
+                               ("DELETE", "/v1/cluster/members/n1", None)):
+        status, got = await api.call(method, path, sent, headers=tenant)
+        assert_error(status, got, 403, "forbidden")
+        status, got = await api.call(method, path, sent)
+        assert_error(status, got, 401, "unauthenticated")
+    status, got = await api.call("GET", "/v1/cluster/members",
+                                 headers={"Authorization": "Bearer root-t"})
+    assert status == 200 and got["members"][0]["id"] == "n1"
