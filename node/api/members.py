@@ -19,7 +19,7 @@ from tsched.node.api.proposing import propose_one, request_id
 from tsched.node.api.scope import actor_of
 from tsched.node.api.services import Node, node_of
 from tsched.node.errors import ApiError, invalid
-from tsched.node.raft.handoff import transfer_to
+from tsched.node.raft.handoff import HANDOFF_S, transfer_to
 from tsched.node.raft.membership import MEMBERS_MIN, Member
 from tsched.node.raft.security import RaftSecurityError, check_raft_security
 from tsched.statemachine import commands as c
@@ -28,6 +28,9 @@ routes = web.RouteTableDef()
 
 ADDRESS_CHARS_MAX = 255
 SEEN_WAIT_S = 2.0      # after the commit, until this node's view shows the change
+# A relayed change may wait for a handover (the leader's own removal), the audit note's
+# commit, then the change's: room for all of them past the proposal's own timeout.
+RELAY_S = HANDOFF_S + 15.0
 
 
 def members_json(node: Node) -> dict:
@@ -129,7 +132,7 @@ async def _relay(request: web.Request, node: Node) -> web.Response:
     assert node.forwarder is not None, "the app's startup context makes the forwarder"
     body = await request.read()
     status, data = await node.forwarder.send(url, request.method, request.path_qs, body or None,
-                                             timeout_s=node.propose_timeout_s + 5,
+                                             timeout_s=RELAY_S + node.propose_timeout_s,
                                              headers={"Authorization": auth} if auth else None)
     return web.Response(body=data, status=status, content_type="application/json")
 
