@@ -132,25 +132,34 @@ class GuardedTransport(TCPTransport):
         return super()._onIncomingMessageReceived(conn, message)
 
     def _onMessageReceived(self, node, message):
-        if isinstance(message, dict):
-            if message.get("type") == "request_vote" and not self._gate.may_vote():
-                return   # a node rejoining empty grants no vote (rejoin.py)
-            if message.get("type") == "timeout_now" and not self._may_lead():
-                return   # a stopping node takes no leadership handed over to it
-            if self._prevote is not None and self._prevote.on_message(self._syncObj, node, message):
-                return
+        if not isinstance(message, dict):
+            # A peer's refusal ("FAIL refused") of this node's identity: it is not (or no
+            # longer, or not yet) a member there (DESIGN 6.2). Raft messages are dicts.
+            self._log_limited(f"refusal by {node.id}", "raft: %s refused this node's "
+                              "connection (%.40r): not a member there; logged once a minute",
+                              node.id, message)
+            return
+        if message.get("type") == "request_vote" and not self._gate.may_vote():
+            return   # a node rejoining empty grants no vote (rejoin.py)
+        if message.get("type") == "timeout_now" and not self._may_lead():
+            return   # a stopping node takes no leadership handed over to it
+        if self._prevote is not None and self._prevote.on_message(self._syncObj, node, message):
+            return
         super()._onMessageReceived(node, message)
 
     def _refuse(self, conn, what: str) -> None:
         # Once a minute per kind: a removed member (DESIGN 6.2) dials every second.
-        now = monotonicTime()
-        if now - self._refused_logged.get(what, -REFUSED_LOG_EVERY_S) >= REFUSED_LOG_EVERY_S:
-            self._refused_logged[what] = now
-            log.warning("raft: refused %s on an incoming connection (a node that is not a "
-                        "member, or not configured; logged once a minute)", what)
+        self._log_limited(what, "raft: refused %s on an incoming connection (a node that is "
+                          "not a member, or not configured; logged once a minute)", what)
         conn.send("FAIL refused")
         conn.disconnect()
         self._unknownConnections.discard(conn)
+
+    def _log_limited(self, key: str, fmt: str, *args) -> None:
+        now = monotonicTime()
+        if now - self._refused_logged.get(key, -REFUSED_LOG_EVERY_S) >= REFUSED_LOG_EVERY_S:
+            self._refused_logged[key] = now
+            log.warning(fmt, *args)
 
     def send(self, node, message):
         kind = message.get("type") if isinstance(message, dict) else None
