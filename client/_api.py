@@ -238,6 +238,19 @@ class ApiCalls:
         body = {"to": to} if to else {}
         return self._run(Call("POST", "/v1/cluster/transfer-leadership", body=body, write=True))
 
+    def members(self):
+        """The cluster's members: {"members": [{"id", "raft", "http"}], "leader"}."""
+        return self._run(Call("GET", "/v1/cluster/members", replica_read=False))
+
+    def add_member(self, node_id: str, raft: str, http: str):
+        """Add a member (admin; DESIGN 6.2); answers the members once it is committed."""
+        return self._run(Call("POST", "/v1/cluster/members", write=True,
+                              body={"id": node_id, "raft": raft, "http": http}))
+
+    def remove_member(self, node_id: str):
+        """Remove a member (the leader hands over first when it is the one removed)."""
+        return self._run(Call("DELETE", f"/v1/cluster/members/{_seg(node_id)}", write=True))
+
 
 TERMINAL_STATES = ("completed", "cancelled", "dead_letter", "discarded")
 

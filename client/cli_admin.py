@@ -118,7 +118,7 @@ def tenants_set(st: State, tenant, max_running, weight):
 
 @cli.group()
 def cluster():
-    """Cluster status and leadership."""
+    """Cluster status, leadership and members."""
 
 
 @cluster.command()
@@ -139,6 +139,40 @@ def transfer(st: State, to):
     """Ask the leader to hand leadership over."""
     answer = st.client.transfer_leadership(to)
     st.show(answer, "leadership transfer requested" + (f" to {to}" if to else ""))
+
+
+MEMBER_COLUMNS = [("id", "ID"), ("raft", "RAFT"), ("http", "HTTP"), ("leader", "LEADER")]
+
+
+def _show_members(st: State, answer: dict, headline: str) -> None:
+    leader = answer.get("leader")
+    rows = [{**m, "leader": "*" if m["id"] == leader else ""} for m in answer["members"]]
+    st.show(answer, headline + render.table(rows, MEMBER_COLUMNS))
+
+
+@cluster.command()
+@pass_state
+def members(st: State):
+    """The cluster's members (id, Raft and HTTP addresses)."""
+    _show_members(st, st.client.members(), "")
+
+
+@cluster.command(name="add-node")
+@click.argument("node_id")
+@click.option("--raft", "raft", required=True, help="The new node's Raft address, host:port.")
+@click.option("--http", "http", required=True, help="Its HTTP API address, host:port.")
+@pass_state
+def add_node(st: State, node_id, raft, http):
+    """Add a member (then start it with `tsnode --join`). One change at a time."""
+    _show_members(st, st.client.add_member(node_id, raft, http), f"added {node_id}\n")
+
+
+@cluster.command(name="remove-node")
+@click.argument("node_id")
+@pass_state
+def remove_node(st: State, node_id):
+    """Remove a member (a leader hands over first); then stop that node for good."""
+    _show_members(st, st.client.remove_member(node_id), f"removed {node_id}\n")
 
 
 @cli.command()

@@ -53,12 +53,18 @@ STOP_STACKS_AFTER_S = 12.0
 @click.option("--restore", "restore_from", type=click.Path(dir_okay=False), default=None,
               help="seed this node's empty data dir from a `tsctl backup` file, then start "
                    "(run it on every node of a fresh cluster)")
+@click.option("--join", "join_url", default=None, metavar="URL",
+              help="join the cluster of the member whose API is at URL (asks to be added when "
+                   "not a member yet; admin token in $TSCHED_JOIN_TOKEN); the file needs only "
+                   "this node's [[node]]")
 def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
-        rejoin_empty: bool, restore_from: str | None) -> None:
+        rejoin_empty: bool, restore_from: str | None, join_url: str | None) -> None:
     from tsched.node.shards import layout as shards
     try:
         cfg = config_mod.load(config_path)
         me = cfg.node(node_id)
+        if shard is None and shards.is_single_group(cfg):
+            cfg = _membership(cfg, me, join_url)
         if restore_from is not None and shard is None:
             _restore(cfg, me, restore_from)
         shards.check_data_dir(cfg, me)     # reads only: a refused data dir is left as it is
@@ -88,6 +94,15 @@ def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
     gc_policy = GcPolicy()
     gc_policy.install()
     sys.exit(asyncio.run(serve(cfg, node_id, clock, log_context, gc_policy, shard=shard)))
+
+
+def _membership(cfg, me, join_url: str | None):
+    """The cluster's members: recorded beside the log, or asked of `--join URL` (join.py)."""
+    from tsched.node import join
+    if join_url is None:
+        return join.effective_config(cfg, me)
+    return join.join(cfg, me, join_url, os.environ.get("TSCHED_JOIN_TOKEN"),
+                     tls.cluster_client_context(cfg))
 
 
 def _restore(cfg, me, backup: str) -> None:

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
 ACTIONS = ("task.cancel", "task.replay", "task.discard", "schedule.put", "schedule.pause",
            "schedule.resume", "schedule.trigger", "schedule.delete", "tenant.set",
-           "cluster.transfer_leadership")
-NOTE_ACTIONS = ("cluster.transfer_leadership",)   # what an AuditNote may record
+           "cluster.transfer_leadership", "cluster.add_member", "cluster.remove_member")
+# What an AuditNote may record (DESIGN 14.6; membership changes: 6.2).
+NOTE_ACTIONS = ("cluster.transfer_leadership", "cluster.add_member", "cluster.remove_member")
 SCHEDULE_FIELDS = ("cron", "timezone", "task", "overlap", "misfire", "catchup_window_ms",
                    "paused", "start_at_ms", "end_at_ms", "jitter_ms")
 

@@ -13,8 +13,8 @@ from aiohttp import web
 
 from tsched.statemachine.tiers import DEFAULT_TIERS
 
-from tsched.node.api import (archive, audit, auth, backup, cluster, ops, present, schedules,
-                             tasks, tenants, workers)
+from tsched.node.api import (archive, audit, auth, backup, cluster, members, ops, present,
+                             schedules, tasks, tenants, workers)
 from tsched.node.api.admission import ADMISSION, Admission
 from tsched.node.api.forward import Forwarder
 from tsched.node.api.jsonio import error_response
@@ -42,7 +42,7 @@ def make_app(node: Node) -> web.Application:
     app[NODE] = node
     app[ADMISSION] = Admission(tiers=getattr(node.config, "tiers", DEFAULT_TIERS))
     app.cleanup_ctx.append(_services)
-    for module in (tasks, workers, tenants, cluster, schedules, archive, audit, backup):
+    for module in (tasks, workers, tenants, cluster, members, schedules, archive, audit, backup):
         app.router.add_routes(module.routes)
     ops.setup(app)    # metrics, health, stats, OpenAPI, dashboard (and its middleware)
     auth.setup(app)   # parses [auth] once; its middleware runs inside the error shape
@@ -102,6 +102,7 @@ async def _services(app: web.Application):
             pass  # the loop is closed: the node is stopping
 
     node.replica.add_apply_listener(listener)
+    members.follow_membership(node, loop)
     claims.start()
     timer.start()
     yield

@@ -13,7 +13,8 @@ import orjson
 
 from tsched.statemachine.limits import API_LIMITS, LIMITS
 
-from tsched.node.api import openapi_audit, openapi_ranges as R, schedules as schedules_api
+from tsched.node.api import openapi_audit, openapi_members, openapi_ranges as R
+from tsched.node.api import schedules as schedules_api
 from tsched.node.api.openapi_archive import archive_paths
 from tsched.node.scheduling import cron
 from tsched.node.api import validate as v
@@ -674,7 +675,7 @@ def _admin_paths() -> dict[str, Any]:
 @functools.cache
 def document() -> dict[str, Any]:
     """The whole document (built once; callers must not mutate it)."""
-    return openapi_audit.add_to({
+    return openapi_members.add_to(openapi_audit.add_to({
         "openapi": OPENAPI_VERSION,
         "info": {
             "title": "tsched",
@@ -691,7 +692,7 @@ def document() -> dict[str, Any]:
                                                           "(when [auth] is configured)"}},
         },
         "security": [{}, {"bearer": []}],
-    })
+    }))
 
 
 @functools.cache

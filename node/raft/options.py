@@ -145,6 +145,7 @@ def sync_obj_conf(o: RaftOptions, *, password: str | None, bind_address: str, jo
         appendEntriesBatchSizeBytes=o.append_entries_batch_bytes,
         sendBufferSize=o.socket_buffer_bytes,
         recvBufferSize=o.socket_buffer_bytes,
-        dynamicMembershipChange=False,
+        # Members are added and removed by log entries (membership.py, DESIGN 6.2).
+        dynamicMembershipChange=True,
         onStateChanged=on_state_changed,
     )

@@ -30,8 +30,9 @@ from tsched.node.failpoints import Failpoints
 from tsched.node.raft import journal as journal_mod
 from tsched.node.raft import journal_hook, snapshot_loader
 from tsched.node.raft.barrier import TermBarrier
-from tsched.node.raft.compaction import CompactionPolicy, compaction_phase
+from tsched.node.raft.compaction import CompactionFigures, CompactionPolicy, compaction_phase
 from tsched.node.raft.machine_kit import MachineKit, default_kit
+from tsched.node.raft.membership import Member, Membership
 from tsched.node.raft.options import RaftOptions, options_from_cluster, sync_obj_conf
 from tsched.node.raft.poller import TimedPoller, Waker
 from tsched.node.raft.prevote import PreVote
@@ -52,13 +53,14 @@ log = logging.getLogger(__name__)
 STATE_MACHINE_BUG_EXIT_CODE = 70
 _FAIL_NAMES = {v: k.lower() for k, v in vars(FAIL_REASON).items() if not k.startswith("_")}
 
-class Replica:
+class Replica(CompactionFigures):
     """One node's replica: owns the state machine, its lock, and the Raft object."""
 
     def __init__(self, *, self_id: str, self_raft: str, peers: dict[str, str], data_dir: Path,
                  secret: str | None = None, limits=None, options: RaftOptions | None = None,
                  failpoints: Failpoints | None = None, dial_overrides: dict[str, str] | None = None,
-                 machine: MachineKit | None = None, clock_ms: Callable[[], int] | None = None):
+                 machine: MachineKit | None = None, clock_ms: Callable[[], int] | None = None,
+                 http_of: dict[str, str] | None = None):
         check_raft_security([self_raft, *peers.values()], secret)
         options = options if options is not None else RaftOptions()
         self.self_id = self_id
@@ -76,6 +78,7 @@ class Replica:
         self._id_by_addr[self_raft] = self_id
         if len(self._id_by_addr) != len(self.peers) + 1:
             raise ValueError("every node needs its own Raft address")
+        self.membership = Membership.of(self.data_dir, self_id, self_raft, self.peers, http_of or {})
         self._lock = threading.RLock()
         self._sm = self._kit.new()
         self._listeners: list[Callable] = []
@@ -102,6 +105,7 @@ class Replica:
         node = cluster.node(node_id)
         return cls(self_id=node_id, self_raft=node.raft, peers=cluster.peers_of(node_id),
                    data_dir=Path(node.data_dir), secret=cluster.secret,
+                   http_of={n.id: n.http for n in cluster.nodes},
                    options=options_from_cluster(cluster, options),
                    failpoints=failpoints, **kwargs)
 
@@ -127,9 +131,11 @@ class Replica:
                                       message_bytes_max=self.options.message_bytes_max,
                                       replication=self.replication,
                                       gate=self.rejoin, prevote=self.prevote,
-                                      may_lead=lambda: not self.leaving)
-        peers = [DialNode(addr, self.dial_overrides.get(addr)) for addr in self.peers.values()]
-        self_node = DialNode(self.self_raft)
+                                      may_lead=lambda: not self.leaving,
+                                      dial_of=self.dial_overrides.get)
+        self.membership.replaying(self._journal)
+        peers = [self._dial_node(m) for m in self.membership.members if m.raft != self.self_raft]
+        self_node = self._dial_node(self.membership.self_member)
         self._obj = RaftObject(self, self_node, peers, self._conf(), transport)
         self._waker = Waker()
         self._tick_tasks.append(lambda: self._waker.subscribe(self._obj._poller))
@@ -141,6 +147,9 @@ class Replica:
         except Exception as exc:
             self.stop()                    # ends the tick thread, closes the journal
             raise OSError(f"cannot bind the Raft address {self.self_raft}: {exc!r}") from exc
+
+    def _dial_node(self, m: Member) -> DialNode:
+        return DialNode(m.raft, self.dial_overrides.get(m.raft), name=m.id, http=m.http)
 
     def _conf(self) -> SyncObjConf:
         """pysyncobj's configuration, with this replica's hooks (options.py)."""
@@ -288,6 +297,13 @@ class Replica:
         if self._waker is not None:
             self._waker.wake()
 
+    def change_membership(self, kind: str, member: Member, done: Callable[[str], None]) -> None:
+        """The leader adds ("add") or removes ("rem") `member` (membership.Membership.propose)."""
+        self._tick_tasks.append(lambda: self.membership.propose(self._obj, self._journal,
+                                                                kind, member, done))
+        if self._waker is not None:
+            self._waker.wake()
+
     def force_snapshot(self) -> None:
         if self._obj is not None:
             self._obj.forceLogCompaction()
@@ -333,6 +349,9 @@ class Replica:
             return
         obj.send_new_entries_now(self._journal)
         self._view = View.sample(obj, self._journal)
+        if self.membership.refresh(obj._SyncObj__otherNodes, obj.raftLastApplied,
+                                   obj._SyncObj__getCurrentLogIndex()):
+            self.peers, self._id_by_addr = self.membership.peers(), self.membership.id_by_addr()
         self._compact_when_due(obj)
 
     def _compact_when_due(self, obj) -> None:
@@ -347,30 +366,11 @@ class Replica:
                                 now_s=time.time()):
             obj.forceLogCompaction()
 
-    @property
-    def compaction_phase(self) -> float:
-        """This node's place among the cluster's ids, as a share in [0, 0.5) (compaction.py)."""
-        return self._compaction.phase
-
-    @property
-    def compaction_bytes(self) -> int:
-        """This node's share of `compaction_min_bytes` (compaction.py)."""
-        return self._compaction.bytes_threshold(self._snapshots.file_bytes)
-
-    @property
-    def snapshot_stalls_ms(self) -> list[float]:
-        """The Raft thread's stall for each snapshot fork."""
-        return self._snapshots.stalls_ms
-
-    @property
-    def snapshots_written(self) -> int:
-        return self._snapshots.written
-
     # --- snapshots (pysyncobj serializer hooks, Raft thread) ------------------------------
 
     def _serialize(self, _tmp_name: str, data) -> None:
         """A forked child writes the snapshot (snapshot_writer.py)."""
-        self._snapshots.fork(data, lambda: self._sm.snapshot())
+        self._snapshots.fork(data, lambda: self._sm.snapshot(), self.membership.snapshot_cluster)
 
     def _check_serializing(self) -> int:
         return self._snapshots.check(self._obj)   # the child's outcome, published on success

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from tsched.node.ops.gcpolicy import GcPolicy
+from tsched.node.raft.transport import DialNode
 from tsched.node.raft import journal as journal_mod
 from tsched.node.raft.snapshot_file import read_snapshot
 from tsched.node.raft.watchdog import Watchdog
@@ -73,7 +74,15 @@ def load(path: Path, watchdog: Watchdog, restore: Callable[[bytes], Any]) -> tup
         # pysyncobj would log this and carry on with an empty state: never do that.
         journal_mod.fatal_storage_error(f"loading snapshot {path}", exc)
     last, prev, cluster = raft_data
-    return (_entry(last), _entry(prev), set(cluster)), sm
+    return (_entry(last), _entry(prev), {_member_node(m) for m in cluster}), sm
+
+
+def _member_node(m) -> DialNode:
+    """A member as the snapshot names it: its Raft address, or [raft, id, http]
+    (membership.py). Nodes, not strings: pysyncobj compares them with its own node."""
+    if isinstance(m, (list, tuple)):
+        return DialNode(str(m[0]), name=str(m[1]), http=str(m[2]))
+    return DialNode(str(m))
 
 
 def _entry(e) -> tuple[bytes, int, int]:

@@ -39,13 +39,15 @@ class SnapshotWriter:
     def busy(self) -> bool:
         return self.pid is not None
 
-    def fork(self, data, state: Callable[[], bytes]) -> None:
+    def fork(self, data, state: Callable[[], bytes],
+             cluster_of: Callable[[Any], list] | None = None) -> None:
         """Fork a child that writes `state()` with pysyncobj's raft data `data`.
 
         pysyncobj then tries to rename its own temp file, which does not exist; that
         failure is expected and ignored because `check` reports the outcome."""
         last, prev, cluster = data
-        raft_data = [list(last), list(prev), sorted(n.id for n in cluster)]
+        members = cluster_of(cluster) if cluster_of else sorted(n.id for n in cluster)
+        raft_data = [list(last), list(prev), members]
         started = time.perf_counter()
         pid = os.fork()
         if pid == 0:

@@ -25,6 +25,7 @@ log = logging.getLogger("tsched.node.raft.replica")   # the replica's log lines,
 # Messages that reflect the log, term or vote: the journal is synced before each leaves.
 DURABLE_BEFORE_SEND = frozenset({"append_entries", "next_node_idx", "request_vote", "response_vote"})
 ALLOWED_UTILITY_MESSAGES = frozenset({"status"})
+REFUSED_LOG_EVERY_S = 60.0
 
 
 class DialNode(TCPNode):
@@ -91,8 +92,11 @@ def _bound(conn: TcpConnection, limit: int) -> None:
 class GuardedTransport(TCPTransport):
     def __init__(self, syncObj, selfNode, otherNodes, *, journal, failpoints: Failpoints,
                  message_bytes_max: int, replication: ReplicationStats, gate: RejoinGate,
-                 prevote: PreVote | None, may_lead: Callable[[], bool]):
+                 prevote: PreVote | None, may_lead: Callable[[], bool],
+                 dial_of: Callable[[str], str | None] = lambda _addr: None):
         self._journal = journal
+        self._dial_of = dial_of
+        self._refused_logged: dict[str, float] = {}
         self._replication = replication
         self._gate = gate
         self._prevote = prevote
@@ -102,6 +106,10 @@ class GuardedTransport(TCPTransport):
         super().__init__(syncObj, selfNode, otherNodes)
 
     def addNode(self, node):
+        if isinstance(node, DialNode):
+            # A member added by a log entry: dialled as this node dials it, not as the
+            # proposer did (its `_dial` travelled in the entry).
+            node._dial = self._dial_of(node.address)
         super().addNode(node)
         conn = self._connections.get(node)
         if conn is not None:
@@ -124,20 +132,34 @@ class GuardedTransport(TCPTransport):
         return super()._onIncomingMessageReceived(conn, message)
 
     def _onMessageReceived(self, node, message):
-        if isinstance(message, dict):
-            if message.get("type") == "request_vote" and not self._gate.may_vote():
-                return   # a node rejoining empty grants no vote (rejoin.py)
-            if message.get("type") == "timeout_now" and not self._may_lead():
-                return   # a stopping node takes no leadership handed over to it
-            if self._prevote is not None and self._prevote.on_message(self._syncObj, node, message):
-                return
+        if not isinstance(message, dict):
+            # A peer's refusal ("FAIL refused") of this node's identity: it is not (or no
+            # longer, or not yet) a member there (DESIGN 6.2). Raft messages are dicts.
+            self._log_limited(f"refusal by {node.id}", "raft: %s refused this node's "
+                              "connection (%.40r): not a member there; logged once a minute",
+                              node.id, message)
+            return
+        if message.get("type") == "request_vote" and not self._gate.may_vote():
+            return   # a node rejoining empty grants no vote (rejoin.py)
+        if message.get("type") == "timeout_now" and not self._may_lead():
+            return   # a stopping node takes no leadership handed over to it
+        if self._prevote is not None and self._prevote.on_message(self._syncObj, node, message):
+            return
         super()._onMessageReceived(node, message)
 
     def _refuse(self, conn, what: str) -> None:
-        log.warning("raft: refused %s on an incoming connection", what)
+        # Once a minute per kind: a removed member (DESIGN 6.2) dials every second.
+        self._log_limited(what, "raft: refused %s on an incoming connection (a node that is "
+                          "not a member, or not configured; logged once a minute)", what)
         conn.send("FAIL refused")
         conn.disconnect()
         self._unknownConnections.discard(conn)
+
+    def _log_limited(self, key: str, fmt: str, *args) -> None:
+        now = monotonicTime()
+        if now - self._refused_logged.get(key, -REFUSED_LOG_EVERY_S) >= REFUSED_LOG_EVERY_S:
+            self._refused_logged[key] = now
+            log.warning(fmt, *args)
 
     def send(self, node, message):
         kind = message.get("type") if isinstance(message, dict) else None

@@ -66,8 +66,10 @@ class Cluster:
         self.procs: dict[str, subprocess.Popen] = {}
         self.paused: set[str] = set()   # stopped with SIGSTOP, not yet resumed
         self.config_path = self.dir / "cluster.toml"
+        self.config_paths: dict[str, Path] = {}   # nodes that joined: a file of their own
         if fast_raft and "[cluster.timeouts]" not in extra_toml:
             extra_toml = timeouts_toml() + extra_toml
+        self._secret, self._extra_toml = secret, extra_toml
         self._write_config(secret, extra_toml)
         self.client = httpx.Client(timeout=30)
         # With [auth] in extra_toml: the token the helper's own status checks use.
@@ -79,6 +81,37 @@ class Cluster:
         self.config_path.write_text(cluster_toml(
             self.name, self.raft, self.http, {i: f"data/{i}" for i in self.ids},
             shards=self.shards, secret=secret, extra_toml=extra_toml))
+
+    def add_node(self, node_id: str, join_via: str, *args: str,
+                 ports: tuple[str, str] | None = None) -> None:
+        """Start a new node with `--join` (the API of `join_via`) on `ports` ((raft, http)
+        host:port; default: free ones): its file lists it alone (DESIGN 6.2). It is one of
+        `ids` from now on."""
+        if ports is None:
+            raft, http = node_addresses([node_id], 1)
+            ports = (raft[node_id], http[node_id])
+        self.raft[node_id], self.http[node_id] = ports
+        path = self.config_paths[node_id] = self.dir / f"{node_id}.toml"
+        path.write_text(cluster_toml(
+            self.name, {node_id: ports[0]}, {node_id: ports[1]},
+            {node_id: f"data/{node_id}"}, shards=self.shards, secret=self._secret,
+            extra_toml=self._extra_toml))
+        if node_id not in self.ids:
+            self.ids.append(node_id)
+        self.start_node(node_id, "--join", self.url(join_via), *args)
+
+    def rewrite_config(self) -> None:
+        """cluster.toml lists the current `ids` (after membership changes: DESIGN 6.2)."""
+        self.config_path.write_text(cluster_toml(
+            self.name, {i: self.raft[i] for i in self.ids}, {i: self.http[i] for i in self.ids},
+            {i: f"data/{i}" for i in self.ids}, shards=self.shards, secret=self._secret,
+            extra_toml=self._extra_toml))
+
+    def forget(self, node_id: str) -> None:
+        """`node_id` is no longer a member: no wait looks at it (its process, if any, is
+        still closed with the others)."""
+        if node_id in self.ids:
+            self.ids.remove(node_id)
 
     def url(self, node_id: str) -> str:
         return f"http://{self.http[node_id]}"
@@ -110,7 +143,8 @@ class Cluster:
         env = {**os.environ, **self.env, **self.node_env.get(node_id, {})}
         out = open(self.log_path(node_id), "ab")
         self.procs[node_id] = subprocess.Popen(
-            [*self.command, "--config", str(self.config_path), "--id", node_id, *args],
+            [*self.command, "--config", str(self.config_paths.get(node_id, self.config_path)),
+             "--id", node_id, *args],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
         self.paused.discard(node_id)
@@ -158,7 +192,7 @@ class Cluster:
     def stop_all(self, timeout_s: float = 10) -> None:
         """SIGTERM to every node at once (resumed first), SIGKILL to those still up after
         `timeout_s`."""
-        for i in self.ids:
+        for i in self.procs:     # nodes no longer members too
             self.resume(i)
             self.signal(i, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s

@@ -153,6 +153,19 @@ class Cluster(ProcessCluster):
             self.rejoin_started.add(node_id)    # damaged until seen serving with no marker
         super().start_node(node_id, *args)
 
+    def join_extra(self, nid: str, via: str) -> None:
+        """Start a fresh node `nid` that joins through `via`'s API (the membership fault);
+        it runs the frozen code, its links are not proxied, and it is not one of `ids`."""
+        self.set_clock_offset(nid, 0)
+        self.node_env[nid] = {**self.node_env[via], "TSCHED_RAFT_DIAL": "",
+                              "TSCHED_CLOCK_OFFSET_FILE": self.clock_file(nid)}
+        self.add_node(nid, via)
+        self.forget(nid)
+
+    def stop_extra(self, nid: str) -> None:
+        if self.alive(nid):
+            self.stop(nid)
+
     def set_clock_offset(self, nid: str, offset_ms: int) -> None:
         """Atomic replace, so the node never reads a half-written number."""
         path = self.clock_file(nid)

@@ -21,7 +21,7 @@ from .history import OK, History
 from .workload import LEASE_S
 
 FAULTS = ("partition", "isolate_leader", "bridge", "one_way", "kill", "kill_all", "pause",
-          "clock", "delay", "client_reset", "corrupt", "disk_full")
+          "clock", "delay", "client_reset", "corrupt", "disk_full", "membership")
 QUIET_S = (2.0, 4.0)          # between faults
 HOLD_S = (3.0, 8.0)           # how long a fault lasts
 PAUSE_PAST_LEASE_S = (1.5, 3.0)
@@ -32,6 +32,7 @@ START_WAIT_S = 30.0            # a restarted node reads its storage within this,
 POLL_S = 0.2
 CORRUPT_BYTES = 20             # flipped in a stopped node's log or snapshot
 LMDB_META_BYTES = 2 * 4096     # LMDB's two meta pages: the flips go past them
+REMOVE_WAIT_S = 60.0           # a membership fault's heal: until the joined node is removed
 
 
 class Nemesis:
@@ -43,6 +44,7 @@ class Nemesis:
         self.session = session
         self.faults = faults
         self.counts: Counter = Counter()
+        self.joined = 0                 # nodes joined by the membership fault
         self._stop = asyncio.Event()
 
     # --- what the cluster looks like --------------------------------------------------------
@@ -279,6 +281,70 @@ class Nemesis:
             if not self.cluster.nodes[nid].alive:
                 self.cluster.start(nid)
         return {"node": nid, "filled_bytes": written}, heal
+
+    async def _fault_membership(self):
+        """A membership change under a kill (DESIGN 6.2): a fresh node joins (`tsnode
+        --join` through a live member's API) while, half the time, another node is killed
+        (then the new node's own vote commits its addition); healing restarts the killed
+        node, removes the joined one and stops it. The joined node is no member of `ids`:
+        the workload, the other faults and the checker's final reads keep to the originals."""
+        c = self.cluster
+        if c.shards != 1:
+            async def nothing():
+                pass
+            return {"skipped": "membership changes need shards = 1"}, nothing
+        self.joined += 1
+        nid = f"m{self.joined}"
+        via = await self.leader_or_any()
+        killed = None
+        if self.rng.random() < 0.5:
+            killed = self.rng.choice([n for n in c.ids if n != via])
+            c.kill(killed)
+        c.join_extra(nid, via)
+
+        async def heal():
+            if killed is not None:
+                c.start(killed)
+            await self._joined_or_exited(nid)     # its join may still be asking to be added
+            removed = await self._remove_member(nid)
+            c.stop_extra(nid)
+            if not removed:
+                raise AssertionError(f"the joined node {nid} could not be removed in "
+                                     f"{REMOVE_WAIT_S:.0f} s")
+        return {"node": nid, "via": via, "killed": killed}, heal
+
+    async def _joined_or_exited(self, nid: str) -> None:
+        """Until the joining node serves HTTP (its join is done: it is a member) or has
+        exited (the join was refused); at most REMOVE_WAIT_S."""
+        end = asyncio.get_running_loop().time() + REMOVE_WAIT_S
+        while self.cluster.alive(nid) and asyncio.get_running_loop().time() < end:
+            try:
+                async with self.session.get(self.cluster.url(nid) + "/healthz",
+                                            timeout=aiohttp.ClientTimeout(total=1)) as r:
+                    if r.status == 200:
+                        return
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                pass
+            await asyncio.sleep(POLL_S)
+
+    async def _remove_member(self, nid: str) -> bool:
+        """DELETE /v1/cluster/members/nid through any live member until it is gone (200, or
+        404 once it is: a retried removal); a change in progress or no leader: again."""
+        end = asyncio.get_running_loop().time() + REMOVE_WAIT_S
+        while asyncio.get_running_loop().time() < end:
+            for via in self.cluster.ids:
+                if not self.cluster.nodes[via].alive:
+                    continue
+                try:
+                    async with self.session.delete(
+                            self.cluster.direct_urls[via] + f"/v1/cluster/members/{nid}",
+                            timeout=aiohttp.ClientTimeout(total=30)) as r:
+                        if r.status in (200, 404):
+                            return True
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                    pass
+            await asyncio.sleep(POLL_S * 5)
+        return False
 
     async def _damaged(self, nid: str) -> bool:
         """Stopped on damaged storage, or rejoining empty and not yet caught up. A node

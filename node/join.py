@@ -1,0 +1,147 @@
+"""Membership at start-up (DESIGN.md section 6.2): the membership a node recorded beside its
+log against the config's [[node]] list, and `tsnode --join URL`.
+
+A node's data dir holds `members.json`, the membership of its log. On start the config's
+[[node]] list must name the same members (ids and both addresses), or only this node (a node
+that joined a cluster keeps a file with itself alone), or differ by the one member of a
+change (logged); otherwise the node stops (exit 2) naming both lists. It starts with the
+recorded members. A node that is no longer a member never starts with its old data.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tsched.node.config import ClusterConfig, ConfigError, NodeConfig
+from tsched.node.raft.membership import Member, describe, read_members
+
+log = logging.getLogger("tsched.node")
+
+JOIN_TIMEOUT_S = 30.0
+
+
+def listed(cfg: ClusterConfig) -> list[Member]:
+    return sorted(Member(n.id, n.raft, n.http) for n in cfg.nodes)
+
+
+def effective_config(cfg: ClusterConfig, me: NodeConfig) -> ClusterConfig:
+    """`cfg` with the membership recorded in the node's data dir (unchanged when none is)."""
+    try:
+        recorded = read_members(Path(me.data_dir))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if recorded is None:
+        return cfg
+    return with_members(cfg, me, recorded, f"the membership recorded in {me.data_dir}")
+
+
+def with_members(cfg: ClusterConfig, me: NodeConfig, members: list[Member],
+                 where: str) -> ClusterConfig:
+    mine = next((m for m in members if m.id == me.id), None)
+    if mine is None:
+        raise ConfigError(
+            f"node {me.id} is not a member of the cluster ({where}: {describe(members)}): it "
+            "was removed and cannot rejoin with its old data; start a new node with an empty "
+            "data dir and --join")
+    if (mine.raft, mine.http) != (me.raft, me.http):
+        raise ConfigError(f"node {me.id}: the config gives raft {me.raft}, http {me.http}; "
+                          f"{where} gives raft {mine.raft}, http {mine.http}")
+    if len(cfg.nodes) > 1 and listed(cfg) != sorted(members):
+        mismatch = (f"the config's [[node]] list ({describe(listed(cfg))}) disagrees with "
+                    f"{where} ({describe(members)})")
+        if not one_change_apart(listed(cfg), members):
+            raise ConfigError(f"node {me.id}: {mismatch}; list the members in the file (or "
+                              "only this node); members change through POST/DELETE "
+                              "/v1/cluster/members")
+        log.warning("event=members_file_one_change_apart node=%s %s: starting with the "
+                    "recorded members (a change this node has not seen yet, or a file not "
+                    "updated yet); update the file", me.id, mismatch)
+    from tsched.node.api.members import nodes_for
+    return dataclasses.replace(cfg, nodes=nodes_for(cfg, me.id, members))
+
+
+def one_change_apart(a: list[Member], b: list[Member]) -> bool:
+    """`a` and `b` differ by one member added or removed, the others alike: the state of a
+    node that was down during a change (or a file not updated yet), which Raft's one
+    change at a time makes normal."""
+    sa, sb = set(a), set(b)
+    return len(sa ^ sb) == 1
+
+
+def join(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None,
+         ssl_context=None) -> ClusterConfig:
+    """`--join URL`: the membership from a member's API, this node added first when it is
+    not a member yet (the admin token, when the cluster has [auth]); `cfg` with it."""
+    try:
+        recorded = read_members(Path(me.data_dir))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if recorded is None and _has_data(Path(me.data_dir)):
+        raise ConfigError(f"--join: data dir {me.data_dir} holds data of another cluster "
+                          "life; a joining node starts with an empty data dir")
+    members = _members(_call(url, "GET", "/v1/cluster/members", None, token, ssl_context))
+    where = f"the cluster's membership at {url}"
+    if recorded is not None:      # a restart: still a member?
+        return with_members(cfg, me, members, where)
+    if not any(m.id == me.id for m in members):
+        members = _ask_to_be_added(cfg, me, url, token, ssl_context)
+    return with_members(cfg, me, members, where)
+
+
+def _ask_to_be_added(cfg, me: NodeConfig, url: str, token: str | None, ssl_context):
+    """POST this node; an add whose commit needs this very node (a cluster with a dead
+    member: the new one counts in the quorum at once) times out: then the node goes on
+    once the leader's log names it, and its own start commits the change."""
+    body = {"id": me.id, "raft": me.raft, "http": me.http}
+    try:
+        return _members(_call(url, "POST", "/v1/cluster/members", body, token, ssl_context))
+    except _Unanswered:
+        pass
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    while True:
+        members = _members(_call(url, "GET", "/v1/cluster/members", None, token, ssl_context))
+        if any(m.id == me.id for m in members):
+            return members
+        if time.monotonic() > deadline:
+            raise ConfigError(f"--join: {url} did not add node {me.id} within "
+                              f"{JOIN_TIMEOUT_S:.0f} s (members: {describe(members)})")
+        time.sleep(0.5)
+
+
+class _Unanswered(ConfigError):
+    """503 or 504: no outcome (the change may still be in the log)."""
+
+
+def _has_data(data_dir: Path) -> bool:
+    return data_dir.exists() and any(data_dir.iterdir())
+
+
+def _members(doc) -> list[Member]:
+    try:
+        return sorted(Member(str(m["id"]), str(m["raft"]), str(m["http"]))
+                      for m in doc["members"])
+    except (KeyError, TypeError) as e:
+        raise ConfigError(f"--join: the cluster answered no member list ({e!r})") from None
+
+
+def _call(url: str, method: str, path: str, body, token: str | None, ssl_context):
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url.rstrip("/") + path, data=data, method=method,
+                                 headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=JOIN_TIMEOUT_S, context=ssl_context) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        detail = e.read()[:500].decode(errors="replace")
+        kind = _Unanswered if e.code in (503, 504) else ConfigError
+        raise kind(f"--join: {method} {url}{path} answered {e.code}: {detail}") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--join: {method} {url}{path} failed: {e}") from None

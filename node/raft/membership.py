@@ -1,0 +1,187 @@
+"""The cluster's membership: who the members are (id, Raft and HTTP addresses), where a
+node keeps it (`members.json` beside its log), and one change at a time through
+pysyncobj's membership entries (DESIGN.md section 6.2).
+
+pysyncobj's membership entry is `MEMBERSHIP` byte + pickle(['add' | 'rem', raft, node]):
+the node object travels in the log, so a `DialNode` carries the member's `name` (its id)
+and `http` as attributes, and every replica learns them from the entry. Snapshots carry
+them too (snapshot_writer.py writes [raft, id, http] per member).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Iterable, NamedTuple
+
+from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, FAIL_REASON
+
+from tsched.node.raft import journal as journal_mod
+from tsched.node.raft.transport import DialNode
+
+MEMBERS_FILE = "members.json"
+MEMBERSHIP_ENTRY = bytes([_COMMAND_TYPE.MEMBERSHIP])
+_FAIL_NAMES = {v: k.lower() for k, v in vars(FAIL_REASON).items() if not k.startswith("_")}
+MEMBERS_MIN = 3      # a change never leaves fewer (one failure must stay survivable)
+
+
+class Member(NamedTuple):
+    id: str
+    raft: str
+    http: str
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "raft": self.raft, "http": self.http}
+
+
+def members_path(data_dir: Path) -> Path:
+    return Path(data_dir) / MEMBERS_FILE
+
+
+def read_members(data_dir: Path) -> list[Member] | None:
+    """The membership a node last recorded, or None (no file: a node that never ran, or
+    one from before membership changes). Raises ValueError for an unreadable file."""
+    path = members_path(data_dir)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: unreadable ({e})") from None
+    try:
+        return sorted(Member(str(m["id"]), str(m["raft"]), str(m["http"]))
+                      for m in doc["members"])
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path}: malformed ({e!r})") from None
+
+
+def write_members(data_dir: Path, members: Iterable[Member]) -> None:
+    """Atomically and durably (temp file, fsync, rename, fsync of the directory)."""
+    path = members_path(data_dir)
+    tmp = path.with_name(path.name + ".tmp")
+    body = json.dumps({"members": [m.to_json() for m in sorted(members)]}, indent=1)
+    with open(tmp, "w") as f:
+        f.write(body + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    journal_mod.fsync_dir(path.parent)
+
+
+def describe(members: Iterable[Member]) -> str:
+    return ", ".join(f"{m.id} (raft {m.raft}, http {m.http})" for m in sorted(members))
+
+
+def is_membership_entry(command: bytes) -> bool:
+    return command[:1] == MEMBERSHIP_ENTRY
+
+
+def change_in_log(journal, after_idx: int) -> bool:
+    """A membership entry in `journal` after index `after_idx` (not applied yet): a change
+    still in progress. Reads the in-memory tail only (Raft thread)."""
+    if journal is None or not len(journal):
+        return False
+    first = journal[0][1]
+    for pos in range(max(0, after_idx + 1 - first), len(journal)):
+        if is_membership_entry(journal[pos][0]):
+            return True
+    return False
+
+
+class Membership:
+    """One replica's view of the membership: sampled from pysyncobj's nodes on the Raft
+    thread (`refresh`), recorded in `members.json` when it changes, and read by any thread
+    as `members` (a tuple swapped atomically)."""
+
+    PENDING_FOR_S_MAX = 30.0     # a change whose answer never came is forgotten after this
+
+    def __init__(self, data_dir: Path, self_member: Member, peers: Iterable[Member]) -> None:
+        self.data_dir = Path(data_dir)
+        self.self_member = self_member
+        self._known: dict[str, Member] = {m.raft: m for m in [self_member, *peers]}
+        self.members: tuple[Member, ...] = tuple(sorted(self._known.values()))
+        self._rafts: frozenset | None = None     # None: not recorded since start
+        self._change_idx = 0          # the log's last index when the membership last changed
+        self.settled = True           # that change is applied (committed)
+        self._pending_since: float | None = None
+        self.record_after_idx = 0     # replaying the log up to here: not recorded yet
+        self.listeners: list = []     # fn(members) on the Raft thread after a change
+
+    @classmethod
+    def of(cls, data_dir: Path, self_id: str, self_raft: str, peers: dict[str, str],
+           http_of: dict[str, str]) -> "Membership":
+        return cls(data_dir, Member(self_id, self_raft, http_of.get(self_id, "")),
+                   [Member(i, r, http_of.get(i, "")) for i, r in peers.items()])
+
+    def id_by_addr(self) -> dict[str, str]:
+        return {m.raft: m.id for m in self.members}
+
+    def peers(self) -> dict[str, str]:
+        return {m.id: m.raft for m in self.members if m.id != self.self_member.id}
+
+    def by_id(self, node_id: str) -> Member | None:
+        return next((m for m in self.members if m.id == node_id), None)
+
+    def replaying(self, journal) -> None:
+        """Record nothing before the log of before the start is applied again (what it
+        commits, as far as the log goes: pysyncobj clamps a commit index past its end)."""
+        self.record_after_idx = min(journal.getRaftCommitIndex(), journal.startup_last_idx)
+
+    def learn(self, node) -> None:
+        """Take the id and HTTP address a pysyncobj node carries (from a log entry or a
+        snapshot)."""
+        name, http = getattr(node, "name", None), getattr(node, "http", None)
+        if isinstance(name, str) and isinstance(http, str) and name and http:
+            self._known[node.id] = Member(name, node.id, http)
+
+    def member_of(self, raft: str) -> Member:
+        return self._known.get(raft) or Member(raft, raft, "")
+
+    def refresh(self, other_nodes, applied_idx: int, last_idx: int) -> bool:
+        """On the Raft thread, each tick: the members pysyncobj now has (it takes a change
+        when the entry enters the log); records and announces a change (not while the log
+        of before the start is replayed). `settled`: the last change is applied."""
+        rafts = frozenset(n.id for n in other_nodes)
+        if rafts == self._rafts or applied_idx < self.record_after_idx:
+            self.settled = applied_idx >= self._change_idx
+            return False
+        self._change_idx = last_idx if self._rafts is not None else 0
+        self.settled = applied_idx >= self._change_idx
+        for n in other_nodes:
+            self.learn(n)
+        self._rafts = rafts
+        self.members = tuple(sorted([self.self_member, *(self.member_of(r) for r in rafts)]))
+        write_members(self.data_dir, self.members)
+        for fn in self.listeners:
+            fn(self.members)
+        return True
+
+    def snapshot_cluster(self, cluster) -> list:
+        """The snapshot header's members: [raft, id, http] each (snapshot_loader reads them)."""
+        return sorted([n.id, self.member_of(n.id).id, self.member_of(n.id).http] for n in cluster)
+
+    # --- one change at a time (the leader's Raft thread) ----------------------------------
+
+    def busy(self, journal, applied_idx: int, now_s: float) -> bool:
+        if self._pending_since is not None and now_s - self._pending_since > self.PENDING_FOR_S_MAX:
+            self._pending_since = None
+        return self._pending_since is not None or change_in_log(journal, applied_idx)
+
+    def propose(self, obj, journal, kind: str, member: Member, done) -> None:
+        """On the Raft thread: propose adding ("add") or removing ("rem") `member` if this
+        node leads and no change is in progress. `done(outcome)`: "success" once committed
+        and applied, "in_progress", "not_leader", or pysyncobj's failure name."""
+        now = time.monotonic()
+        if obj is None or obj._SyncObj__raftState != _RAFT_STATE.LEADER:
+            return done("not_leader")
+        if self.busy(journal, obj.raftLastApplied, now):
+            return done("in_progress")
+        self._pending_since = now
+
+        def answered(_res, err) -> None:
+            self._pending_since = None
+            done("success" if err == FAIL_REASON.SUCCESS else _FAIL_NAMES.get(err, str(err)))
+        node = DialNode(member.raft, None, name=member.id, http=member.http)
+        change = obj.addNodeToCluster if kind == "add" else obj.removeNodeFromCluster
+        change(node, callback=answered)
