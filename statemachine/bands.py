@@ -20,9 +20,6 @@ from heapq import heapify, heappop, heappush, heapreplace
 from .model import Task
 from .ranges import live
 
-BANDS = 11   # static priorities 0..10 (a bucket grows more if the limits allow more)
-
-
 class Bucket:
     __slots__ = ("tenant", "task_type", "ready", "delayed", "bands", "band_max")
 
@@ -31,8 +28,8 @@ class Bucket:
         self.task_type = task_type
         self.ready: list[tuple] = []    # bands' tops: (static_key, run_at_ms, seq, qver, task)
         self.delayed: list[tuple] = []   # (run_at_ms, seq, qver, task)
-        self.bands: list[list[tuple]] = [[] for _ in range(BANDS)]   # by static priority
-        self.band_max: list[int] = [-1] * BANDS   # >= every key pushed to the band (-1: none)
+        self.bands: list[list[tuple]] = []   # by static priority, grown as tasks come
+        self.band_max: list[int] = []   # >= every key pushed to the band (-1: none)
 
 
 def band(bucket: Bucket, p: int, key: int) -> list[tuple]:

@@ -182,7 +182,7 @@ class ClaimQueue:
 
     def gather(self, task_types: Sequence[str], tenant: str | None,
                now_ms: int) -> dict[str, list[Bucket]]:
-        """A claim's buckets by tenant, their due tasks moved to `ready`."""
+        """A claim's buckets by tenant, their due tasks moved to their bands."""
         by_tenant: dict[str, list[Bucket]] = {}
         for bucket in self._buckets(task_types, tenant):
             if bucket.delayed and bucket.delayed[0][0] <= now_ms:
@@ -252,29 +252,36 @@ class ClaimQueue:
         """`select` for a claim that takes only effective priorities in `priorities`: the
         same order, over the entries whose key falls in the range's key bounds."""
         lo, hi = key_bounds(priorities, now_ms, self.aging_ms)
+        flat = [b for buckets in by_tenant.values() for b in buckets]
+        cands = [self._in_range(b, lo, hi, now_ms) for b in flat]   # only a take changes one
         out: list[Task] = []
         while len(out) < max_tasks:
             pick = None
-            for name, buckets in by_tenant.items():
-                if tenants[name].at_cap():
+            at = -1
+            for k, cand in enumerate(cands):
+                if cand is None or tenants[flat[k].tenant].at_cap():
                     continue
-                for bucket in buckets:
-                    p, i = band_in(bucket.bands, bucket.band_max, lo, hi)
-                    if i < 0:
-                        continue
-                    key = bucket.bands[p][i][:3]
-                    cand = (effective_priority(key[0], now_ms, self.aging_ms), key, bucket, p, i)
-                    if pick is None or self.before(cand, pick, tenants):
-                        pick = cand
+                if pick is None or self.before(cand, pick, tenants):
+                    pick, at = cand, k
             if pick is None:
                 break
-            out.append(self.take_band(pick[2], pick[3], pick[4], grant))
+            out.append(self.take_band(flat[at], pick[3], pick[4], grant))
+            cands[at] = self._in_range(flat[at], lo, hi, now_ms)
         while len(out) < max_tasks and prefetch_ms > 0:
             found = self.early_in_range(by_tenant, tenants, now_ms, prefetch_ms, priorities)
             if found is None:
                 break
             out.append(self.take_at(found[0], found[0].delayed, found[1], grant))
         return out
+
+    def _in_range(self, bucket: Bucket, lo: int, hi: int, now_ms: int) -> tuple | None:
+        """The bucket's least entry in the key range as a candidate (eff, key, bucket, band,
+        index), or None."""
+        p, i = band_in(bucket.ready, bucket.bands, bucket.band_max, lo, hi)
+        if i < 0:
+            return None
+        key = bucket.bands[p][i][:3]
+        return (effective_priority(key[0], now_ms, self.aging_ms), key, bucket, p, i)
 
     def early_in_range(self, by_tenant: dict[str, list[Bucket]],
                        tenants: dict[str, TenantView], now_ms: int, prefetch_ms: int,
@@ -327,8 +334,10 @@ class ClaimQueue:
             if tenants[bucket.tenant].at_cap():
                 continue
             if ranged:
-                if (band_in(bucket.bands, bucket.band_max, lo, hi)[1] >= 0 or delayed_in(
-                        bucket.delayed, now_ms, horizon, lo, hi, priorities, self.aging_ms) >= 0):
+                if band_in(bucket.ready, bucket.bands, bucket.band_max, lo, hi)[1] >= 0:
+                    return True
+                if delayed_in(bucket.delayed, now_ms, horizon, lo, hi, priorities,
+                              self.aging_ms) >= 0:
                     return True
                 continue
             if bucket.ready and bucket.ready[0][1] <= horizon:

@@ -49,18 +49,23 @@ def ready_in(heap: list, lo: int, hi: int) -> int:
     return best
 
 
-def band_in(bands: list[list[tuple]], band_max: list[int], lo: int,
+def band_in(ready: list, bands: list[list[tuple]], band_max: list[int], lo: int,
             hi: int) -> tuple[int, int]:
-    """(band, index) of the least live entry with lo < key <= hi over a bucket's bands, or
-    (-1, -1). A band whose keys are all at or below `lo` (`band_max`: a task's effective
+    """(band, index) of the least live entry with lo < key <= hi over a bucket's bands
+    (`ready`: their live tops), or (-1, -1). Without a lower bound that is the bucket's
+    top. A band whose keys are all at or below `lo` (`band_max`: a task's effective
     priority is at most its static one) is not walked, so the tasks of static priorities
     more urgent than the range cost nothing; inside a band the walk visits the entries
     that aged past the range's lower bound, dead ones and the frontier."""
+    if lo < 0:
+        if ready and ready[0][0] <= hi:
+            return ready[0][-1].priority, 0
+        return -1, -1
     best_p = best_i = -1
     for p in range(len(bands)):
-        if band_max[p] <= lo:
-            continue
         band = bands[p]
+        if band_max[p] <= lo or not band or band[0][0] > hi:
+            continue
         i = ready_in(band, lo, hi)
         if i >= 0 and (best_p < 0 or band[i][:3] < bands[best_p][best_i][:3]):
             best_p, best_i = p, i
