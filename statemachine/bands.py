@@ -45,7 +45,14 @@ def band(bucket: Bucket, p: int, key: int) -> list[tuple]:
 
 def push(bucket: Bucket, entry: tuple) -> None:
     """Push a ready entry onto its band; a new top replaces the band's one in `ready`."""
-    heap = band(bucket, entry[-1].priority, entry[0])
+    p: int = entry[-1].priority
+    key: int = entry[0]
+    if p < len(bucket.bands):   # band(), inlined: every submit comes here
+        heap = bucket.bands[p]
+        if key > bucket.band_max[p]:
+            bucket.band_max[p] = key
+    else:
+        heap = band(bucket, p, key)
     if not heap:
         heap.append(entry)
         heappush(bucket.ready, entry)

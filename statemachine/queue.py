@@ -255,7 +255,10 @@ class ClaimQueue:
         flat = [b for buckets in by_tenant.values() for b in buckets]
         cands = [self._in_range(b, lo, hi, now_ms) for b in flat]   # only a take changes one
         out: list[Task] = []
+        at = -1
         while len(out) < max_tasks:
+            if at >= 0:   # the bucket taken from, found again only when a task is wanted
+                cands[at] = self._in_range(flat[at], lo, hi, now_ms)
             pick = None
             at = -1
             for k, cand in enumerate(cands):
@@ -266,7 +269,6 @@ class ClaimQueue:
             if pick is None:
                 break
             out.append(self.take_band(flat[at], pick[3], pick[4], grant))
-            cands[at] = self._in_range(flat[at], lo, hi, now_ms)
         while len(out) < max_tasks and prefetch_ms > 0:
             found = self.early_in_range(by_tenant, tenants, now_ms, prefetch_ms, priorities)
             if found is None:
