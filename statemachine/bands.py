@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from heapq import heapify, heappop, heappush, heapreplace
 
-from .model import Task
+from .model import PENDING, Task
 from .ranges import live
 
 class Bucket:
@@ -43,10 +43,9 @@ def band(bucket: Bucket, p: int, key: int) -> list[tuple]:
     return bucket.bands[p]
 
 
-def push(bucket: Bucket, entry: tuple) -> None:
-    """Push a ready entry onto its band; a new top replaces the band's one in `ready`."""
-    p: int = entry[-1].priority
-    key: int = entry[0]
+def push(bucket: Bucket, entry: tuple, p: int, key: int) -> None:
+    """Push a ready entry (of static priority `p`, key `key`) onto its band; a new top
+    replaces the band's one in `ready`."""
     if p < len(bucket.bands):   # band(), inlined: every submit comes here
         heap = bucket.bands[p]
         if key > bucket.band_max[p]:
@@ -70,12 +69,14 @@ def pop(bucket: Bucket) -> Task:
     task: Task = ready[0][-1]
     heap = bucket.bands[task.priority]
     heappop(heap)   # the same entry: `ready` holds the bands' tops
-    while heap and not live(heap[0]):
+    while heap:
+        top = heap[0]
+        t = top[-1]
+        if t.state == PENDING and t.qver == top[-2]:   # ranges.live, inlined
+            heapreplace(ready, top)
+            return task
         heappop(heap)
-    if heap:
-        heapreplace(ready, heap[0])
-    else:
-        heappop(ready)
+    heappop(ready)
     return task
 
 

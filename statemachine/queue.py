@@ -70,11 +70,19 @@ class ClaimQueue:
         if key < 0:                                    # restore pushes every task
             key = 0
         entry = (key, run_at, task.seq, task.qver, task)
+        p = task.priority
         if self.bulk:
-            bands.band(bucket, task.priority, key).append(entry)
+            bands.band(bucket, p, key).append(entry)
             self.unsorted[id(bucket)] = bucket
-        else:
-            bands.push(bucket, entry)
+            return
+        if p < len(bucket.bands):
+            heap = bucket.bands[p]
+            if heap and entry > heap[0]:   # the usual case, bands.push inlined: not a new top
+                heappush(heap, entry)
+                if key > bucket.band_max[p]:
+                    bucket.band_max[p] = key
+                return
+        bands.push(bucket, entry, p, key)
 
     def end_bulk(self) -> None:
         """Order the heaps `push` appended to in bulk mode (a restore), each once."""
@@ -121,7 +129,7 @@ class ClaimQueue:
             run_at, seq, qver, task = heappop(delayed)
             if task.state == PENDING and task.qver == qver:
                 key = static_key(task.priority, run_at, self.aging_ms)
-                bands.push(bucket, (key, run_at, seq, qver, task))
+                bands.push(bucket, (key, run_at, seq, qver, task), task.priority, key)
         self._clean(bucket)
 
     def _buckets(self, task_types, tenant: str | None) -> list[Bucket]:
