@@ -8,7 +8,11 @@ and the leader's `has_claimable` check for each (run for every idle waiting clai
 an applied batch may have made work claimable). Prints microseconds of CPU
 (time.process_time) per call; asserts nothing.
 
-    .venv/bin/python -m bench.range_claim_cost [--sizes 1000,10000,40000]
+    .venv/bin/python -m bench.range_claim_cost [--sizes 1000,10000,40000] [--aged 0]
+
+`--aged N` adds N tasks of static priority 9 that waited past 3 aging intervals (effective
+priority 6 or less): out of the low range although of its static priorities, they are the
+part of a band the low range's walk still visits (DESIGN 5).
 
 DESIGN 5 states that a range with a lower bound costs, per task claimed, the tasks more
 urgent than the range, "drained first by the workers that serve them": under overload they
@@ -25,23 +29,27 @@ from tsched.statemachine import commands as c
 
 T0 = 1_700_000_000_000
 LOW = 2_000
+AGING = 600_000   # Limits.aging_interval_ms
 CALLS = 200
 _ids = iter(range(10 ** 9))
 
 
-def _submit(sm: StateMachine, now_ms: int, priority: int) -> None:
+def _submit(sm: StateMachine, now_ms: int, priority: int, run_at_ms: int | None = None) -> None:
     n = next(_ids)
     sm.apply(c.SubmitTask(request_id=f"s{n}", now_ms=now_ms, task_id=f"t-{n:09d}",
-                          tenant="default", task_type="t", payload_json="{}", priority=priority))
+                          tenant="default", task_type="t", payload_json="{}", priority=priority,
+                          run_at_ms=now_ms if run_at_ms is None else run_at_ms))
 
 
-def costs_us(n: int) -> dict[str, float]:
+def costs_us(n: int, aged: int = 0) -> dict[str, float]:
     sm = StateMachine()
     for i in range(n):
         _submit(sm, T0 + i, 4 + i % 3)
     for i in range(LOW):
         _submit(sm, T0 + n + i, 7 + i % 3)
     now = T0 + n + LOW + 1
+    for i in range(aged):   # run_at 3 aging intervals and more before now: priority 9 -> <= 6
+        _submit(sm, now, 9, run_at_ms=now - 3 * AGING - 1 - i)
     out = {}
     for label, (lo, hi) in (("whole", (0, 10)), ("low", (7, 9))):
         t = time.process_time()
@@ -62,12 +70,14 @@ def main() -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="1000,10000,40000",
                    help="pending normal-tier tasks (more urgent than the low range)")
+    p.add_argument("--aged", type=int, default=0,
+                   help="low tasks (static priority 9) aged out of the low range")
     args = p.parse_args()
-    print(f"# python -m bench.range_claim_cost --sizes {args.sizes}")
+    print(f"# python -m bench.range_claim_cost --sizes {args.sizes} --aged {args.aged}")
     print(f"# {platform.python_implementation()} {platform.python_version()}; us of CPU per "
           f"call, {LOW:,} low tasks pending besides")
     for n in (int(s) for s in args.sizes.split(",")):
-        r = costs_us(n)
+        r = costs_us(n, args.aged)
         print(f"{n:>8,} normal pending | " + " | ".join(f"{k} {v:9.1f}" for k, v in r.items()),
               flush=True)
 

@@ -9,7 +9,7 @@ not-yet-due one only when nothing is due, at its priority when due).
 
 A read: nothing changes (due tasks still in a `delayed` heap are looked at where they are,
 not moved to `ready`). Its cost is that of `has_claimable`: each bucket's ready top (for a
-range, the walk of `ranges.ready_in`), plus the due entries of a bucket's delayed heap more
+range, the walk of `ranges.band_in` over the bands that can hold it), plus the due entries of a bucket's delayed heap more
 urgent than the best found so far (a delayed heap is ordered by run_at, and a due entry's
 static key is never below its run_at, so the walk stops at the first run_at past the best
 key), plus the prefetch candidates when nothing is due.
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from .model import TenantView
 from .queue import Bucket, ClaimQueue
-from .ranges import delayed_in, key_bounds, live, ready_in
+from .ranges import band_in, delayed_in, key_bounds, live
 from .rules import effective_priority, static_key
 
 NONE = -1   # no key found (static keys are >= 0)
@@ -50,14 +50,14 @@ def claim_head(queue: ClaimQueue, task_types: Sequence[str], tenant: str | None,
 
 
 def _due_key(bucket: Bucket, now_ms: int, lo: int, hi: int, bound: int, aging: int) -> int:
-    """The least static key in lo < key <= hi among the bucket's due tasks (its ready heap
+    """The least static key in lo < key <= hi among the bucket's due tasks (its bands
     and the due entries of its delayed heap) if below `bound` (NONE: no bound), else NONE."""
-    ready = bucket.ready
     found = NONE
-    if ready:
-        i = ready_in(ready, lo, hi)
-        if i >= 0 and (bound == NONE or ready[i][0] < bound):
-            found = ready[i][0]
+    p, i = band_in(bucket.ready, bucket.bands, bucket.band_max, lo, hi)
+    if i >= 0:
+        key: int = bucket.bands[p][i][0] if lo >= 0 else bucket.ready[0][0]
+        if bound == NONE or key < bound:
+            found = key
     late = _delayed_due_key(bucket.delayed, now_ms, lo, hi,
                             found if found != NONE else bound, aging)
     return late if late != NONE else found

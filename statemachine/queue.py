@@ -1,10 +1,17 @@
 """The claim queue: which pending task a Claim gets, in O(log n) per claimed task.
 
-Pending tasks sit in one `Bucket` per (tenant, task_type), in two heaps:
-- `ready`: due tasks keyed by (static_key, run_at_ms, seq), the claim order of DESIGN
-  section 5 (static_key folds aging into the priority, so keys never need updating);
-- `delayed`: tasks not yet due, keyed by (run_at_ms, seq); they move to `ready` lazily, the
-  first time a claim looks at their bucket after the clock passed them.
+Pending tasks sit in one `Bucket` per (tenant, task_type):
+- `bands`: due tasks, one heap per STATIC priority, keyed by (static_key, run_at_ms, seq),
+  the claim order of DESIGN section 5 (static_key folds aging into the priority, so keys
+  never need updating);
+- `ready`: a small heap of the bands' tops (the same tuples), one per non-empty band, so
+  its top is the bucket's next task in claim order;
+- `delayed`: tasks not yet due, keyed by (run_at_ms, seq); they move to their band lazily,
+  the first time a claim looks at their bucket after the clock passed them.
+
+A claim by priority range with a lower bound walks only the bands that can hold a task in
+range (a task's effective priority is at most its static one: `band_max`), so the tasks of
+more urgent static priorities cost it nothing (ranges.band_in).
 
 A claim looks at the top of each bucket of its task types (one per tenant with work of that
 type), skips tenants at their running cap without touching their backlog, and compares
@@ -13,28 +20,23 @@ task key. The per-claim cost is proportional to the buckets of the requested typ
 logarithmic in the number of pending tasks.
 
 Entries are deleted lazily: an entry is live iff its task is still pending and its `qver`
-(bumped at every enqueue) matches. Each heap's top is kept live (`_clean`) whenever a task
-leaves pending by another way than being popped, so that peeks (`has_claimable`,
-`next_due_ms`) are exact. None of this is replicated state: it is rebuilt from the tasks.
+(bumped at every enqueue) matches. Each band's top, hence `ready`, is kept live whenever a
+task leaves pending by another way than being popped (`dropped`, `_fix_band`), so that
+peeks (`has_claimable`, `next_due_ms`) are exact. None of this is replicated state: it is
+rebuilt from the tasks; the choice never depends on a heap's layout (keys are unique).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush
 
+from . import bands
+from .bands import Bucket
 from .model import PENDING, Task, TenantView
-from .ranges import delayed_in, key_bounds, live, pop_at, ready_in
+from .ranges import band_in, delayed_in, key_bounds, live, pop_at
 from .rules import effective_priority, static_key
 
-
-class Bucket:
-    __slots__ = ("tenant", "task_type", "ready", "delayed")
-
-    def __init__(self, tenant: str, task_type: str) -> None:
-        self.tenant = tenant
-        self.task_type = task_type
-        self.ready: list[tuple] = []     # (static_key, run_at_ms, seq, qver, task)
-        self.delayed: list[tuple] = []   # (run_at_ms, seq, qver, task)
+__all__ = ["Bucket", "ClaimQueue"]
 
 
 class ClaimQueue:
@@ -56,25 +58,39 @@ class ClaimQueue:
         if bucket is None:
             bucket = buckets[task.tenant] = Bucket(task.tenant, task.task_type)
         run_at = task.run_at_ms
-        entry: tuple   # ready: (static_key, run_at_ms, seq, qver, task); delayed: no key
-        if run_at <= now_ms:
-            key = task.priority * self.aging_ms + run_at   # rules.static_key, inlined: a
-            if key < 0:                                    # restore pushes every task
-                key = 0
-            entry, heap = (key, run_at, task.seq, task.qver, task), bucket.ready
-        else:
-            entry, heap = (run_at, task.seq, task.qver, task), bucket.delayed
+        if run_at > now_ms:
+            later = (run_at, task.seq, task.qver, task)
+            if self.bulk:
+                bucket.delayed.append(later)
+                self.unsorted[id(bucket)] = bucket
+            else:
+                heappush(bucket.delayed, later)
+            return
+        key = task.priority * self.aging_ms + run_at   # rules.static_key, inlined: a
+        if key < 0:                                    # restore pushes every task
+            key = 0
+        entry = (key, run_at, task.seq, task.qver, task)
+        p = task.priority
         if self.bulk:
-            heap.append(entry)
+            bands.band(bucket, p, key).append(entry)
             self.unsorted[id(bucket)] = bucket
-        else:
-            heappush(heap, entry)
+            return
+        if p < len(bucket.bands):
+            heap = bucket.bands[p]
+            if heap and entry > heap[0]:   # the usual case, bands.push inlined: not a new top
+                heappush(heap, entry)
+                if key > bucket.band_max[p]:
+                    bucket.band_max[p] = key
+                return
+        bands.push(bucket, entry, p, key)
 
     def end_bulk(self) -> None:
         """Order the heaps `push` appended to in bulk mode (a restore), each once."""
         self.bulk = False
         for bucket in self.unsorted.values():
-            heapify(bucket.ready)
+            for band in bucket.bands:
+                heapify(band)
+            bands.reps(bucket)
             heapify(bucket.delayed)
         self.unsorted.clear()
 
@@ -82,15 +98,23 @@ class ClaimQueue:
         """A task left pending by cancellation or the like: keep its bucket's tops live."""
         bucket = self.by_type.get(task.task_type, {}).get(task.tenant)
         if bucket is not None:
+            p = task.priority
+            band = bucket.bands[p] if p < len(bucket.bands) else []
+            if band and not live(band[0]):
+                bands.fix_band(bucket, p, band[0])
             self._clean(bucket)
+
+    @staticmethod
+    def reps(bucket: Bucket) -> None:
+        bands.reps(bucket)
 
     def clean(self, bucket: Bucket) -> None:
         """Keep a bucket's tops live after entries died in place; forget it once empty."""
         self._clean(bucket)
 
     def _clean(self, bucket: Bucket) -> None:
-        while bucket.ready and not live(bucket.ready[0]):
-            heappop(bucket.ready)
+        if bucket.ready and not live(bucket.ready[0]):
+            bands.reps(bucket)
         while bucket.delayed and not live(bucket.delayed[0]):
             heappop(bucket.delayed)
         if not bucket.ready and not bucket.delayed:
@@ -105,7 +129,7 @@ class ClaimQueue:
             run_at, seq, qver, task = heappop(delayed)
             if task.state == PENDING and task.qver == qver:
                 key = static_key(task.priority, run_at, self.aging_ms)
-                heappush(bucket.ready, (key, run_at, seq, qver, task))
+                bands.push(bucket, (key, run_at, seq, qver, task), task.priority, key)
         self._clean(bucket)
 
     def _buckets(self, task_types, tenant: str | None) -> list[Bucket]:
@@ -151,22 +175,22 @@ class ClaimQueue:
                     pick = cand
             assert pick is not None   # `best` is not empty
             bucket = pick[2]
-            task = heappop(bucket.ready)[-1]
+            task = bands.pop(bucket)
             self._clean(bucket)
             grant(task)
             out.append(task)
             self._offer(best, bucket.tenant, by_tenant[bucket.tenant], tenants, now_ms)
         while len(out) < max_tasks and prefetch_ms > 0:
-            task = self._select_early(by_tenant, tenants, now_ms + prefetch_ms)
-            if task is None:
+            early = self._select_early(by_tenant, tenants, now_ms + prefetch_ms)
+            if early is None:
                 break
-            grant(task)
-            out.append(task)
+            grant(early)
+            out.append(early)
         return out
 
     def gather(self, task_types: Sequence[str], tenant: str | None,
                now_ms: int) -> dict[str, list[Bucket]]:
-        """A claim's buckets by tenant, their due tasks moved to `ready`."""
+        """A claim's buckets by tenant, their due tasks moved to their bands."""
         by_tenant: dict[str, list[Bucket]] = {}
         for bucket in self._buckets(task_types, tenant):
             if bucket.delayed and bucket.delayed[0][0] <= now_ms:
@@ -180,7 +204,7 @@ class ClaimQueue:
         to the tenant's cap (what comparing offers task by task would pick, without it)."""
         ready = bucket.ready
         while len(out) < max_tasks and ready and not view.at_cap():
-            task = heappop(ready)[-1]
+            task = bands.pop(bucket)
             self._clean(bucket)
             grant(task)
             out.append(task)
@@ -236,29 +260,38 @@ class ClaimQueue:
         """`select` for a claim that takes only effective priorities in `priorities`: the
         same order, over the entries whose key falls in the range's key bounds."""
         lo, hi = key_bounds(priorities, now_ms, self.aging_ms)
+        flat = [b for buckets in by_tenant.values() for b in buckets]
+        cands = [self._in_range(b, lo, hi, now_ms) for b in flat]   # only a take changes one
         out: list[Task] = []
+        at = -1
         while len(out) < max_tasks:
+            if at >= 0:   # the bucket taken from, found again only when a task is wanted
+                cands[at] = self._in_range(flat[at], lo, hi, now_ms)
             pick = None
-            for name, buckets in by_tenant.items():
-                if tenants[name].at_cap():
+            at = -1
+            for k, cand in enumerate(cands):
+                if cand is None or tenants[flat[k].tenant].at_cap():
                     continue
-                for bucket in buckets:
-                    i = ready_in(bucket.ready, lo, hi)
-                    if i < 0:
-                        continue
-                    key = bucket.ready[i][:3]
-                    cand = (effective_priority(key[0], now_ms, self.aging_ms), key, bucket, i)
-                    if pick is None or self.before(cand, pick, tenants):
-                        pick = cand
+                if pick is None or self.before(cand, pick, tenants):
+                    pick, at = cand, k
             if pick is None:
                 break
-            out.append(self.take_at(pick[2], pick[2].ready, pick[3], grant))
+            out.append(self.take_band(flat[at], pick[3], pick[4], grant))
         while len(out) < max_tasks and prefetch_ms > 0:
             found = self.early_in_range(by_tenant, tenants, now_ms, prefetch_ms, priorities)
             if found is None:
                 break
             out.append(self.take_at(found[0], found[0].delayed, found[1], grant))
         return out
+
+    def _in_range(self, bucket: Bucket, lo: int, hi: int, now_ms: int) -> tuple | None:
+        """The bucket's least entry in the key range as a candidate (eff, key, bucket, band,
+        index), or None."""
+        p, i = band_in(bucket.ready, bucket.bands, bucket.band_max, lo, hi)
+        if i < 0:
+            return None
+        key = bucket.bands[p][i][:3]
+        return (effective_priority(key[0], now_ms, self.aging_ms), key, bucket, p, i)
 
     def early_in_range(self, by_tenant: dict[str, list[Bucket]],
                        tenants: dict[str, TenantView], now_ms: int, prefetch_ms: int,
@@ -279,6 +312,19 @@ class ClaimQueue:
                     found = (bucket, i)
         return found
 
+    def take_band(self, bucket: Bucket, p: int, i: int,
+                  grant: Callable[[Task], None]) -> Task:
+        """Take entry `i` of band `p` (removed from inside the band; `ready` follows)."""
+        band = bucket.bands[p]
+        old = band[0]
+        task = band[i][-1]
+        pop_at(band, i)
+        if not band or band[0] is not old:
+            bands.fix_band(bucket, p, old)
+        self._clean(bucket)
+        grant(task)
+        return task
+
     def take_at(self, bucket: Bucket, heap: list, i: int,
                  grant: Callable[[Task], None]) -> Task:
         task = heap[i][-1]
@@ -298,8 +344,10 @@ class ClaimQueue:
             if tenants[bucket.tenant].at_cap():
                 continue
             if ranged:
-                if (ready_in(bucket.ready, lo, hi) >= 0 or delayed_in(
-                        bucket.delayed, now_ms, horizon, lo, hi, priorities, self.aging_ms) >= 0):
+                if band_in(bucket.ready, bucket.bands, bucket.band_max, lo, hi)[1] >= 0:
+                    return True
+                if delayed_in(bucket.delayed, now_ms, horizon, lo, hi, priorities,
+                              self.aging_ms) >= 0:
                     return True
                 continue
             if bucket.ready and bucket.ready[0][1] <= horizon:

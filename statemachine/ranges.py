@@ -1,9 +1,9 @@
 """The claim queue's heap walks for claims by priority range (DESIGN section 5).
 
 A range of effective priorities is an interval of static keys at the claim's `now`
-(`key_bounds`); these walks find, inside one bucket's heap, the least live entry in such an
-interval (`ready_in`), the earliest due-soon entry in range (`delayed_in`), and remove an
-entry from inside a heap (`pop_at`). They read and reorder plain heaps of entries
+(`key_bounds`); these walks find, inside one heap, the least live entry in such an
+interval (`ready_in`; over a bucket's bands, `band_in`), the earliest due-soon entry in
+range (`delayed_in`), and remove an entry from inside a heap (`pop_at`). They read and reorder plain heaps of entries
 (queue.py's tuples, the task last, its `qver` before it) and nothing else.
 """
 from __future__ import annotations
@@ -47,6 +47,29 @@ def ready_in(heap: list, lo: int, hi: int) -> int:
             if child < len(heap):
                 stack.append(child)
     return best
+
+
+def band_in(ready: list, bands: list[list[tuple]], band_max: list[int], lo: int,
+            hi: int) -> tuple[int, int]:
+    """(band, index) of the least live entry with lo < key <= hi over a bucket's bands
+    (`ready`: their live tops), or (-1, -1). Without a lower bound that is the bucket's
+    top. A band whose keys are all at or below `lo` (`band_max`: a task's effective
+    priority is at most its static one) is not walked, so the tasks of static priorities
+    more urgent than the range cost nothing; inside a band the walk visits the entries
+    that aged past the range's lower bound, dead ones and the frontier."""
+    if lo < 0:
+        if ready and ready[0][0] <= hi:
+            return ready[0][-1].priority, 0
+        return -1, -1
+    best_p = best_i = -1
+    for p in range(len(bands)):
+        band = bands[p]
+        if band_max[p] <= lo or not band or band[0][0] > hi:
+            continue
+        i = ready_in(band, lo, hi)
+        if i >= 0 and (best_p < 0 or band[i][:3] < bands[best_p][best_i][:3]):
+            best_p, best_i = p, i
+    return best_p, best_i
 
 
 def delayed_in(heap: list, now_ms: int, horizon: int, lo: int, hi: int,

@@ -9,14 +9,18 @@ part. A tier found empty drops out for the rest of the claim, so its share goes 
 others. Over a claim of the weights' sum in tasks, with work in every tier, each tier
 gives exactly its weight.
 
-How a tier's next task is found: a bucket's ready heap is walked once per claim from its
-root, as a range walk does (ranges.py), and for each named tier the walk keeps its
-*frontier*: the live entries in the tier's key range none of whose ancestors is a live
-entry of that tier (a small heap per tier and bucket, of (key, index)). The least of a
-frontier is the tier's most urgent entry in the bucket. While the claim runs the bucket's
-heap keeps its shape: a taken entry dies in place (its task is no longer pending) and its
-children join the frontier, so a task costs a pop and a push or two, not a walk. When the
-weighted part ends, the taken entries are removed from inside their heaps (`_remove`).
+How a tier's next task is found: each band (static priority) of a bucket's ready tasks
+that can hold a task of a named tier is walked once per claim from its root, as a range
+walk does (ranges.py), and for each named tier the walk keeps its *frontier*: the live
+entries in the tier's key range none of whose ancestors in the band is a live entry of
+that tier (a small heap per tier and bucket, of (key, band, index)). The least of a
+frontier is the tier's most urgent entry in the bucket. A band is walked only for the
+tiers it can hold (a task's effective priority is at most its static one), and not below
+the last of them, so the tasks of more urgent static priorities cost nothing. While the
+claim runs the bands keep their shape: a taken entry dies in place (its task is no longer
+pending) and its children join the frontier, so a task costs a pop and a push or two, not
+a walk. When the weighted part ends, the taken entries are removed from inside their bands
+(`_remove`) and the bucket's `ready` is set to the bands' new tops.
 Deterministic: lists in a fixed order, no set iterated, nothing read but the queue.
 """
 from __future__ import annotations
@@ -26,14 +30,15 @@ from bisect import bisect_left
 from heapq import heapify, heappop, heappush
 
 from .model import PENDING, Task, TenantView
-from .queue import Bucket, ClaimQueue
+from .bands import Bucket
+from .queue import ClaimQueue
 from .ranges import key_bounds, live, pop_at
 from .rules import effective_priority
 
 
 class _Tier:
     """One named tier of a claim: its key bounds at the claim's `now`, weight, credit and
-    frontier per bucket (a heap of ((key, run_at, seq), index in the bucket's ready heap))."""
+    frontier per bucket (a heap of ((key, run_at, seq), band, index in the band))."""
     __slots__ = ("lo", "hi", "weight", "credit", "front")
 
     def __init__(self, triple: tuple[int, int, int], now_ms: int, aging_ms: int,
@@ -55,8 +60,8 @@ def select(queue: ClaimQueue, task_types: Sequence[str], tenant: str | None,
     flat: list[Bucket] = [b for buckets in by_tenant.values() for b in buckets]
     tiers = [_Tier(w, now_ms, queue.aging_ms, len(flat)) for w in weights]
     for j, bucket in enumerate(flat):
-        _frontiers(bucket.ready, j, tiers)
-    taken: list[list[int]] = [[] for _ in flat]   # per bucket: indices of taken entries
+        _frontiers(bucket, j, tiers)
+    taken: list[list[tuple[int, int]]] = [[] for _ in flat]   # per bucket: (band, index)
     out: list[Task] = []
     while len(out) < max_tasks:
         taking: list[tuple[_Tier, tuple]] = []
@@ -85,12 +90,27 @@ def select(queue: ClaimQueue, task_types: Sequence[str], tenant: str | None,
     return out
 
 
-def _frontiers(heap: list, j: int, tiers: list[_Tier]) -> None:
-    """Walk a ready heap once, filling every tier's frontier of bucket `j`. Below a live
+def _frontiers(bucket: Bucket, j: int, tiers: list[_Tier]) -> None:
+    """Fill every tier's frontier of bucket `j`: each band is walked for the tiers whose
+    lower bound is below its greatest key (a prefix of the tiers: they are listed most
+    urgent first), then the frontiers are ordered."""
+    for p, band in enumerate(bucket.bands):
+        top = bucket.band_max[p]
+        k = 0
+        while k < len(tiers) and tiers[k].lo < top:
+            k += 1
+        if band and k:
+            _walk(band, p, j, tiers[:k])
+    for tier in tiers:
+        heapify(tier.front[j])
+
+
+def _walk(heap: list, p: int, j: int, tiers: list[_Tier]) -> None:
+    """Walk band `p` once, adding to every tier's frontier of bucket `j`. Below a live
     entry of tier t the entries of t are not frontier (`cover`: the last tier met on the
     path); the walk stops below the last tier's lower bound (deeper entries are all in the
-    last tier, under a frontier entry of it, or past it). Tight: it visits every task
-    more urgent than the last named tier."""
+    last tier, under a frontier entry of it, or past it). Tight: it visits the band's
+    tasks more urgent than the last tier it can hold."""
     los = [t.lo for t in tiers]
     his = [t.hi for t in tiers]
     fronts = [t.front[j] for t in tiers]
@@ -110,7 +130,7 @@ def _frontiers(heap: list, j: int, tiers: list[_Tier]) -> None:
             if key > first_lo:
                 t = bisect_left(his, key)
                 if key > los[t] and t != cover:
-                    fronts[t].append((entry[:3], i))
+                    fronts[t].append((entry[:3], p, i))
                     cover = t
             if key > last_lo:
                 continue
@@ -121,8 +141,6 @@ def _frontiers(heap: list, j: int, tiers: list[_Tier]) -> None:
             if child + 1 < n:
                 at.append(child + 1)
                 covers.append(cover)
-    for front in fronts:
-        heapify(front)
 
 
 def _candidate(queue: ClaimQueue, tier: _Tier, flat: list[Bucket],
@@ -140,18 +158,19 @@ def _candidate(queue: ClaimQueue, tier: _Tier, flat: list[Bucket],
     return pick
 
 
-def _take(tier: _Tier, cand: tuple, taken: list[list[int]],
+def _take(tier: _Tier, cand: tuple, taken: list[list[tuple[int, int]]],
           grant: Callable[[Task], None]) -> Task:
     """Grant the tier's least frontier entry of the candidate's bucket; the entry dies in
     place and its children in the tier's range (through dead ones) join the frontier."""
     bucket: Bucket = cand[2]
     j: int = cand[3]
-    heap, front = bucket.ready, tier.front[j]
-    i = heappop(front)[1]
+    front = tier.front[j]
+    _, p, i = heappop(front)
+    heap = bucket.bands[p]
     task = heap[i][-1]
     grant(task)
     assert not live(heap[i]), "a granted task is no longer pending"
-    taken[j].append(i)
+    taken[j].append((p, i))
     stack = [c for c in (2 * i + 1, 2 * i + 2) if c < len(heap)]
     while stack:
         c = stack.pop()
@@ -159,34 +178,41 @@ def _take(tier: _Tier, cand: tuple, taken: list[list[int]],
         if entry[0] > tier.hi:
             continue
         if live(entry) and entry[0] > tier.lo:
-            heappush(front, (entry[:3], c))
+            heappush(front, (entry[:3], p, c))
             continue
         stack += [g for g in (2 * c + 1, 2 * c + 2) if g < len(heap)]
     return task
 
 
-def _remove(queue: ClaimQueue, flat: list[Bucket], taken: list[list[int]]) -> None:
-    """Remove the taken entries from inside their heaps, the deepest index first: a
-    removal moves only the entries on the path from its place to the root down one
-    level each (none below it is a taken one by then), so a taken entry that moved is
-    found one level down that path."""
-    for j, indices in enumerate(taken):
-        if not indices:
+def _remove(queue: ClaimQueue, flat: list[Bucket], taken: list[list[tuple[int, int]]]) -> None:
+    """Remove the taken entries from inside their bands, then set each bucket's `ready`
+    to its bands' new tops."""
+    for j, pairs in enumerate(taken):
+        if not pairs:
             continue
-        heap = flat[j].ready
-        left = sorted(((i, heap[i]) for i in indices), key=lambda p: p[0])
-        while left:
-            i = left.pop()[0]
-            pop_at(heap, i)
-            for n, (at, entry) in enumerate(left):
-                if heap[at] is not entry:   # moved down one level, toward i
-                    c = i
-                    while c > 0 and (c - 1) >> 1 != at:
-                        c = (c - 1) >> 1
-                    assert heap[c] is entry, "a taken entry moved off the path"
-                    left[n] = (c, entry)
-            left.sort(key=lambda p: p[0])
-        queue.clean(flat[j])
+        bucket = flat[j]
+        for p in sorted(dict.fromkeys(p for p, _ in pairs)):
+            _remove_from(bucket.bands[p], [i for q, i in pairs if q == p])
+        queue.reps(bucket)
+        queue.clean(bucket)
+
+
+def _remove_from(heap: list, indices: list[int]) -> None:
+    """Remove entries from inside a heap, the deepest index first: a removal moves only the
+    entries on the path from its place to the root down one level each (none below it is a
+    taken one by then), so a taken entry that moved is found one level down that path."""
+    left = sorted(((i, heap[i]) for i in indices), key=lambda p: p[0])
+    while left:
+        i = left.pop()[0]
+        pop_at(heap, i)
+        for n, (at, entry) in enumerate(left):
+            if heap[at] is not entry:   # moved down one level, toward i
+                c = i
+                while c > 0 and (c - 1) >> 1 != at:
+                    c = (c - 1) >> 1
+                assert heap[c] is entry, "a taken entry moved off the path"
+                left[n] = (c, entry)
+        left.sort(key=lambda p: p[0])
 
 
 def _early(queue: ClaimQueue, by_tenant: dict[str, list[Bucket]],
