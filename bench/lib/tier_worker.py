@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 import time
 
 from bench.lib.revision import add_worker_process_flags, run_worker_process, worker_class
+from bench.lib.timed_worker import run_until_sigterm
 
 FLUSH_PERIOD_S = 0.1
 LOG_SHOWN = 3
@@ -71,26 +71,8 @@ async def _main(args: argparse.Namespace) -> None:
                       priorities=rng, worker_id=f"prio-{name}", grace_s=5.0,
                       lease_s=args.lease_s)
                for name, slots, rng in parse_pools(args.pools)]
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    runs = [asyncio.create_task(w.run_async()) for w in workers]
-    # Worker.run_async installs its own SIGTERM handler (last one wins): take it back.
-    await asyncio.sleep(0)
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    print("ready", flush=True)
-    written = 0
-    with open(args.out, "a") as out:
-        while not stop.is_set():
-            written = _flush(events, written, out)
-            try:
-                await asyncio.wait_for(stop.wait(), FLUSH_PERIOD_S)
-            except asyncio.TimeoutError:
-                pass
-        for w in workers:
-            w.stop()
-        await asyncio.gather(*runs, return_exceptions=True)
-        _flush(events, written, out)
-    print("done", flush=True)
+    await run_until_sigterm(workers, lambda written, out: _flush(events, written, out),
+                            args.out, FLUSH_PERIOD_S)
     print(f"log {counted.count} {' | '.join(counted.first)}", flush=True)
 
 

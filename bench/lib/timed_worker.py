@@ -34,6 +34,15 @@ async def _main(args: argparse.Namespace) -> None:
                       lease_s=args.lease_s, prefetch_ms=args.prefetch_ms,
                       worker_id=f"lateness-{i}", wait_s=args.wait_s, grace_s=5.0, **extra)
                for i in range(args.workers)]
+    await run_until_sigterm(workers, lambda written, out: _flush(samples, written, out),
+                            args.out)
+
+
+async def run_until_sigterm(workers: list, flush, out_path: str,
+                            period_s: float = PROGRESS_PERIOD_S) -> None:
+    """Runs the Workers until SIGTERM, calling `flush(written, out)` every `period_s` (it
+    appends what is new to `out` and returns the new count), and once more after the
+    Workers stopped. Prints `ready` once they run and `done` at the end."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     runs = [asyncio.create_task(w.run_async()) for w in workers]
@@ -42,19 +51,18 @@ async def _main(args: argparse.Namespace) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     print("ready", flush=True)
     written = 0
-    with open(args.out, "a") as out:
+    with open(out_path, "a") as out:
         while not stop.is_set():
-            written = _flush(samples, written, out)
+            written = flush(written, out)
             try:
-                await asyncio.wait_for(stop.wait(), PROGRESS_PERIOD_S)
+                await asyncio.wait_for(stop.wait(), period_s)
             except asyncio.TimeoutError:
                 pass
         for w in workers:
             w.stop()
         await asyncio.gather(*runs, return_exceptions=True)
-        _flush(samples, written, out)
+        flush(written, out)
     print("done", flush=True)
-
 
 def _flush(samples: list[float], written: int, out) -> int:
     """Appends the samples not yet written; reports the count. Returns the new count."""
