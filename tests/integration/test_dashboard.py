@@ -554,6 +554,10 @@ def test_real_answers_match_the_openapi_document(tmp_path):
         assert backup.status_code == 200 and backup.content, backup.text[:300]
         assert backup.headers["content-type"] in doc["paths"]["/v1/cluster/backup"]["get"][
             "responses"]["200"]["content"]
+        members = call("GET", "/v1/cluster/members", status=200)
+        assert [m["id"] for m in members["members"]] == ["n1", "n2", "n3"], members
+        call("POST", "/v1/cluster/members", {"id": "n4"}, 400)        # no addresses
+        call("DELETE", "/v1/cluster/members/{id}", id="n9", status=404)
         call("GET", "/healthz", status=200)
         call("GET", "/readyz", status=200)
         exercised = {(m, t) for m, t, _ in seen}
