@@ -230,10 +230,12 @@ def nodes_for(cfg, self_id: str, members) -> tuple:
     me = by_id.get(self_id)
     cert = me.tls_cert if me is not None else None
     out = []
-    # The file's order first (a shard's nodes are listed in its placement order, DESIGN 13),
-    # then members the file does not list, in the membership's order.
+    # A file that lists every member keeps its order (a shard's nodes are listed in its
+    # placement order, DESIGN 13); otherwise the membership's order.
     order = {n.id: i for i, n in enumerate(cfg.nodes)}
-    for m in sorted(members, key=lambda m: order.get(m.id, len(order))):
+    if all(m.id in order for m in members):
+        members = sorted(members, key=lambda m: order[m.id])
+    for m in members:
         n = by_id.get(m.id)
         same = n is not None and n.raft == m.raft and m.http in ("", n.http)
         if n is None or not (same or m.id == self_id):
