@@ -49,6 +49,20 @@ def _fallback(exc: BaseException) -> None:
          f"{str(exc)[:300]}); installing the Python one, which computes the same")
 
 
+def _check_compiler() -> None:
+    """Compile an empty C file first: without a working compiler the Python package is
+    installed at once, not after mypyc has spent its half minute generating C."""
+    import subprocess
+    import sysconfig
+
+    cc = os.environ.get("CC") or (sysconfig.get_config_var("CC") or "cc")
+    proc = subprocess.run([*cc.split(), "-x", "c", "-c", "-o", os.devnull, "-"],
+                          input="int tsched_probe;\n", capture_output=True, text=True,
+                          timeout=60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the C compiler {cc!r} does not work: {proc.stderr.strip()[:200]}")
+
+
 class BuildExt(build_ext):
     """Generates the C code when the build is set up (not each time pip runs this file),
     and falls back to the Python package when the compiled one cannot be built."""
@@ -67,6 +81,7 @@ class BuildExt(build_ext):
                  "applies to `pip install .`)")
             return []
         try:
+            _check_compiler()
             _generated.extend(self._mypycify())
             return _generated
         except Exception as exc:  # noqa: BLE001 - any failure means: install the Python one
@@ -74,6 +89,8 @@ class BuildExt(build_ext):
             return []
 
     def run(self) -> None:
+        if not self.extensions and not self.inplace:
+            self._discard_earlier_builds()
         try:
             super().run()
         except Exception as exc:  # noqa: BLE001 - no compiler, no headers, ...
@@ -102,6 +119,12 @@ class BuildExt(build_ext):
                 group_name=GROUP, target_dir=str(work / "c"), opt_level=OPT_LEVEL)
         finally:
             os.chdir(here)
+
+    def _discard_earlier_builds(self) -> None:
+        """A Python build ships no compiled module that an earlier build left in the build
+        directory: it would be imported instead of the source beside it."""
+        for stale in (Path(self.build_lib) / "tsched" / "statemachine").glob("*.so"):
+            stale.unlink()
 
     def _discard_outputs(self) -> None:
         for ext in self.extensions:
