@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tsched_tree import build_tree
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,10 +39,17 @@ except TaskFailed as exc:
 '''
 
 
-def mypy(*args: str, path: Path | None = None) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    """One mypy cache for the module's three runs: the standard library and the client's
+    imports are analysed once, not three times (half the file's time)."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+def mypy(cache: Path, *args: str, path: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MYPYPATH": str(path)} if path else None
     return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
-                           "--no-incremental", "--cache-dir=/dev/null", *args], cwd=ROOT,
+                           f"--cache-dir={cache}", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=240, env=env)
 
 
@@ -50,17 +58,17 @@ def source_tree(tmp_path: Path) -> Path:
     return build_tree(tmp_path / "src", packages=("client",), link=True, init=False)
 
 
-def test_the_app_modules_pass_mypy_strict():
-    out = mypy(*STRICT_MODULES)
+def test_the_app_modules_pass_mypy_strict(cache):
+    out = mypy(cache, *STRICT_MODULES)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_user_code_type_checks_and_a_wrong_argument_is_reported(tmp_path):
+def test_user_code_type_checks_and_a_wrong_argument_is_reported(cache, tmp_path):
     good = tmp_path / "good_tasks.py"
     good.write_text(USER_CODE)
-    out = mypy(str(good), path=source_tree(tmp_path))
+    out = mypy(cache, str(good), path=source_tree(tmp_path))
     assert out.returncode == 0, out.stdout + out.stderr
     bad = tmp_path / "bad_tasks.py"
     bad.write_text(USER_CODE + "send_email(42)\n")
-    out = mypy(str(bad), path=tmp_path / "src")
+    out = mypy(cache, str(bad), path=tmp_path / "src")
     assert out.returncode == 1 and 'incompatible type "int"' in out.stdout, out.stdout
