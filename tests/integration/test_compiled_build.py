@@ -22,11 +22,16 @@ pytestmark = pytest.mark.slow
 def _wheel(out: Path, **env: str) -> tuple[Path, str]:
     """Builds a wheel of the checkout with the test environment's setuptools and mypy, its C
     compiled at -O0 (TSCHED_COMPILE_OPT, setup.py): the same generated code as a release
-    build's -O3, in about two thirds of the time."""
+    build's -O3, in about two thirds of the time. CFLAGS set in the environment replace
+    Python's own (-g -O3 -Wall ...); the test keeps the two that change what the C means
+    (-DNDEBUG -fwrapv) and drops the warnings and debug info, which are not what it checks:
+    the wheel builds in 17 s instead of 27 s here. A release build keeps Python's flags."""
+    cflags = "-DNDEBUG -fwrapv"
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
          "-w", str(out), str(ROOT)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
-        env={**os.environ, "TSCHED_COMPILE": "1", "TSCHED_COMPILE_OPT": "0", **env})
+        env={**os.environ, "TSCHED_COMPILE": "1", "TSCHED_COMPILE_OPT": "0",
+             "CFLAGS": cflags, **env})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (wheel,) = out.glob("tsched-*.whl")
     return wheel, proc.stdout + proc.stderr
