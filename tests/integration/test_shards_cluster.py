@@ -48,59 +48,6 @@ def test_tenants_cover_every_shard():
     assert {shard_of_tenant(t, SHARDS) for t in TENANTS} == set(range(SHARDS))
 
 
-def test_a_worker_on_one_node_drains_tenants_of_every_shard(sharded):
-    with Client([sharded.url("n2")], timeout_s=30) as producer:
-        made = producer.submit_many([{"task_type": "square", "tenant": t, "payload": i}
-                                     for i, t in enumerate(TENANTS * 3)])
-    assert all(t["state"] == "pending" for t in made)
-    assert {int(t["task_id"][:2], 16) for t in made} == set(range(SHARDS))
-    for t in made:
-        assert int(t["task_id"][:2], 16) == shard_of_tenant(t["tenant"], SHARDS)
-    worker = Worker([sharded.url("n1")], handlers={"square": lambda p, ctx: p * p},
-                    concurrency=4)
-    with Client([sharded.url("n3")], timeout_s=30) as reader, running(worker):
-        def all_done():
-            return all(reader.get(t["task_id"])["state"] == "completed" for t in made)
-        wait_until(all_done, DEADLINE_S, "every task completed")
-        results = {t["task_id"]: reader.get(t["task_id"])["result"] for t in made}
-    assert results == {t["task_id"]: t["payload"] ** 2 for t in made}
-    status, stats = sharded.call("n2", "GET", "/v1/stats")
-    assert status == 200 and stats["by_state"]["completed"] == len(made)
-    assert sum(s["completed"] for s in stats["by_shard"].values()) == len(made)
-
-
-def test_listing_merges_shards_newest_first_across_pages(sharded):
-    with Client([sharded.url("n1")], timeout_s=30) as c:
-        # a task type of its own: the module's cluster is shared (a cron test fires into it)
-        ids = [c.submit("listing", tenant=TENANTS[i % len(TENANTS)])["task_id"]
-               for i in range(10)]
-    def listed() -> bool:
-        """n3's replicas answer without the writer's min_seq: eventually all ten, in order."""
-        tasks = sharded.pages("n3", "/v1/tasks", "tasks", "task_type=listing&limit=3")
-        return [t["task_id"] for t in tasks] == list(reversed(ids))
-    wait_until(listed, 30, "n3's merged pages to list the ten tasks newest first")
-
-
-
-
-def test_cron_occurrences_name_their_shard_and_route_from_any_node(sharded):
-    tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 2)
-    status, _ = sharded.call("n1", "PUT", "/v1/schedules/every-second", {
-        "tenant": tenant, "cron": "* * * * * *", "task": {"task_type": "tick"}})
-    assert status in (200, 201)
-
-    def occurrence():
-        status, page = sharded.call("n2", "GET", "/v1/tasks?schedule_id=every-second")
-        return page["tasks"][0] if status == 200 and page["tasks"] else None
-    task = wait_until(occurrence, 30, "a cron occurrence")
-    assert task["task_id"].startswith("s02-") and len(task["task_id"]) == 36
-    for node in sharded.ids:
-        status, got = sharded.call(node, "GET", f"/v1/tasks/{task['task_id']}")
-        assert status == 200 and got["shard"] == 2, got
-    status, err = sharded.call("n3", "GET", "/v1/tasks/s3f-" + "0" * 32)
-    assert status == 404 and err["error"]["code"] == "not_found"
-
-
 def test_sigkill_of_a_node_leading_shards_loses_nothing_and_every_shard_elects(sharded):
     with Client(sharded.urls, timeout_s=30) as c:
         made = c.submit_many([{"task_type": "t", "tenant": t} for t in TENANTS])
@@ -172,19 +119,6 @@ def test_a_data_dir_made_with_other_shards_is_refused_and_left_alone(sharded):
     assert run.returncode != 0
     assert f"shards = {SHARDS} (the config says shards = 2)" in run.stderr
     assert sorted(p.name for p in data.iterdir()) == before
-
-
-def test_leaders_gathered_on_one_node_spread_out_again(sharded):
-    for shard in range(SHARDS):
-        status, body = sharded.call("n2", "POST", "/v1/cluster/transfer-leadership",
-                                    {"shard": shard, "to": "n1"})
-        assert status in (200, 202), body
-    # n1 leads every shard for a moment, then hands all but its share (ceil(3/3) = 1) away.
-    wait_until(lambda: sorted(sharded.wait_shard_leaders().values()) == ["n1", "n2", "n3"],
-               90, "one shard leader per node")
-    assert "event=leader_spread" in sharded.log("n1", 100_000)
-
-
 
 
 def test_a_worker_claiming_again_and_again_keeps_one_waiter_per_shard(sharded):
@@ -283,12 +217,6 @@ def test_a_claim_skips_shards_another_worker_watches_yet_gets_work_that_lands_th
     assert [t["shard"] for t in got] == [2]
 
 
-
-
-
-
-
-
 def test_a_damaged_shard_replica_stops_its_node_and_rejoin_empty_restores_every_shard(sharded):
     """A shard replica that stops on damaged storage is not restarted in a loop: the whole
     node stops loudly, and `--rejoin-empty` on the node empties each local replica, which
@@ -318,10 +246,89 @@ def test_a_damaged_shard_replica_stops_its_node_and_rejoin_empty_restores_every_
     wait_until(serves_every_task, DEADLINE_S, "the rejoined node serves every task")
 
 
-def test_a_claim_waiting_on_every_shard_leases_only_what_it_delivers(sharded):
+# --- on one cluster for the rest of the module: tests that kill, stop, damage, or count
+# every claim request and waiter are above, each on a cluster of its own; these use task
+# types of their own and count by difference, the cron test deletes its schedule, the
+# next-to-last only moves leaders and the last only pauses a shard replica and waits for
+# it to be back.
+
+@pytest.fixture(scope="module")
+def shared_sharded(tmp_path_factory):
+    with Cluster(tmp_path_factory.mktemp("sharded"), shards=SHARDS) as c:
+        c.start()
+        c.wait_shard_leaders()
+        yield c
+
+
+def test_a_worker_on_one_node_drains_tenants_of_every_shard(shared_sharded):
+    sharded = shared_sharded
+
+    def completed() -> tuple[int, int]:
+        status, stats = sharded.call("n2", "GET", "/v1/stats")
+        assert status == 200, stats
+        return (stats["by_state"]["completed"],
+                sum(s["completed"] for s in stats["by_shard"].values()))
+    before = completed()
+    with Client([sharded.url("n2")], timeout_s=30) as producer:
+        made = producer.submit_many([{"task_type": "square", "tenant": t, "payload": i}
+                                     for i, t in enumerate(TENANTS * 3)])
+    assert all(t["state"] == "pending" for t in made)
+    assert {int(t["task_id"][:2], 16) for t in made} == set(range(SHARDS))
+    for t in made:
+        assert int(t["task_id"][:2], 16) == shard_of_tenant(t["tenant"], SHARDS)
+    worker = Worker([sharded.url("n1")], handlers={"square": lambda p, ctx: p * p},
+                    concurrency=4)
+    with Client([sharded.url("n3")], timeout_s=30) as reader, running(worker):
+        def all_done():
+            return all(reader.get(t["task_id"])["state"] == "completed" for t in made)
+        wait_until(all_done, DEADLINE_S, "every task completed")
+        results = {t["task_id"]: reader.get(t["task_id"])["result"] for t in made}
+    assert results == {t["task_id"]: t["payload"] ** 2 for t in made}
+    after = completed()
+    assert [a - b for a, b in zip(after, before)] == [len(made), len(made)]
+
+
+def test_listing_merges_shards_newest_first_across_pages(shared_sharded):
+    sharded = shared_sharded
+    with Client([sharded.url("n1")], timeout_s=30) as c:
+        # a task type of its own: the module's cluster is shared
+        ids = [c.submit("listing", tenant=TENANTS[i % len(TENANTS)])["task_id"]
+               for i in range(10)]
+    def listed() -> bool:
+        """n3's replicas answer without the writer's min_seq: eventually all ten, in order."""
+        tasks = sharded.pages("n3", "/v1/tasks", "tasks", "task_type=listing&limit=3")
+        return [t["task_id"] for t in tasks] == list(reversed(ids))
+    wait_until(listed, 30, "n3's merged pages to list the ten tasks newest first")
+
+
+def test_cron_occurrences_name_their_shard_and_route_from_any_node(shared_sharded):
+    sharded = shared_sharded
+    tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 2)
+    status, _ = sharded.call("n1", "PUT", "/v1/schedules/every-second", {
+        "tenant": tenant, "cron": "* * * * * *", "task": {"task_type": "tick"}})
+    assert status in (200, 201)
+
+    def occurrence():
+        status, page = sharded.call("n2", "GET", "/v1/tasks?schedule_id=every-second")
+        return page["tasks"][0] if status == 200 and page["tasks"] else None
+    try:
+        task = wait_until(occurrence, 30, "a cron occurrence")
+    finally:    # the cluster is shared: no occurrence fires into the tests after this one
+        assert sharded.call(
+            "n1", "DELETE", f"/v1/schedules/every-second?tenant={tenant}")[0] == 200
+    assert task["task_id"].startswith("s02-") and len(task["task_id"]) == 36
+    for node in sharded.ids:
+        status, got = sharded.call(node, "GET", f"/v1/tasks/{task['task_id']}")
+        assert status == 200 and got["shard"] == 2, got
+    status, err = sharded.call("n3", "GET", "/v1/tasks/s3f-" + "0" * 32)
+    assert status == 404 and err["error"]["code"] == "not_found"
+
+
+def test_a_claim_waiting_on_every_shard_leases_only_what_it_delivers(shared_sharded):
     """A claim that waits watches every shard and claims at the one with work: the shards
     it watched lease nothing for it, then or later (a task leased for a claim that took
     work elsewhere would have to be released, and would carry a `released` attempt)."""
+    sharded = shared_sharded
     by_shard = {s: next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == s)
                 for s in range(SHARDS)}
     claim = {"worker_id": "w-watch", "task_types": ["watched"], "max_tasks": 1, "wait_s": 20}
@@ -352,18 +359,6 @@ def test_a_claim_waiting_on_every_shard_leases_only_what_it_delivers(sharded):
     for t in (first, body["tasks"][0]):
         status, task = sharded.call("n2", "GET", f"/v1/tasks/{t['task_id']}")
         assert status == 200 and all(a["outcome"] != "released" for a in task["attempts"])
-
-
-# --- on one cluster for the rest of the module: tests that kill, stop, damage or count
-# everything are above, each on a cluster of its own; these use task types and tenants of
-# their own, and the last one only pauses a shard replica and waits for it to be back.
-
-@pytest.fixture(scope="module")
-def shared_sharded(tmp_path_factory):
-    with Cluster(tmp_path_factory.mktemp("sharded"), shards=SHARDS) as c:
-        c.start()
-        c.wait_shard_leaders()
-        yield c
 
 
 def test_task_ids_route_from_any_node_and_an_unknown_shard_is_not_found(shared_sharded):
@@ -493,6 +488,18 @@ def test_minimal_answers_pass_through_the_router_split_by_shard(shared_sharded):
     for t in claimed:       # what a worker needs, and the shard the router took it from
         assert "attempts" not in t and t["worker_id"] == "w2" and t["state"] == "running"
         assert t["shard"] == int(t["task_id"][:2], 16)
+
+
+def test_leaders_gathered_on_one_node_spread_out_again(shared_sharded):
+    sharded = shared_sharded
+    for shard in range(SHARDS):
+        status, body = sharded.call("n2", "POST", "/v1/cluster/transfer-leadership",
+                                    {"shard": shard, "to": "n1"})
+        assert status in (200, 202), body
+    # n1 leads every shard for a moment, then hands all but its share (ceil(3/3) = 1) away.
+    wait_until(lambda: sorted(sharded.wait_shard_leaders().values()) == ["n1", "n2", "n3"],
+               90, "one shard leader per node")
+    assert "event=leader_spread" in sharded.log("n1", 100_000)
 
 
 def test_readiness_needs_every_local_shard(shared_sharded):
