@@ -180,13 +180,17 @@ def test_a_sharded_cluster_backs_up_every_shard_and_restores_into_one(tmp_path):
         out = _tsctl(src, "backup", str(backup))
         assert out.returncode == 0, out.stderr
         assert "(2 shard(s))" in out.stdout and "shard 1 at log index" in out.stdout
-    with Cluster(_dir(tmp_path, "dst"), shards=2) as dst:
+    # Into five nodes on other ports: a sharded cluster changes its nodes this way
+    # (docs/operations.md 8.1; online changes need one shard group)
+    with Cluster(_dir(tmp_path, "dst"), size=5, shards=2) as dst:
         for i in dst.ids:
             dst.start_node(i, "--restore", str(backup))
         dst.wait_shard_leaders()
         for tid in ids:
-            s, b = dst.call("n2", "GET", f"/v1/tasks/{tid}")
+            s, b = dst.call("n5", "GET", f"/v1/tasks/{tid}")
             assert s == 200 and b["state"] == "pending", b
+        shards = dst.shard_status("n1")
+        assert shards and all(len(s["nodes"]) == 5 for s in shards), shards
     # 2 -> 1: a single group holds every task, whatever shard its id names
     with Cluster(_dir(tmp_path, "single")) as single:
         for i in single.ids:
