@@ -332,8 +332,12 @@ class Cluster:
 
 def running(tmp_path: Path, **kwargs: Any) -> Iterator[Cluster]:
     """For fixtures (`yield from running(...)`): a `Cluster(tmp_path, **kwargs)` with every
-    node started and a ready leader, closed once the test is done."""
+    node started and a ready leader (of every shard, with `shards`), closed once the test
+    is done."""
     with Cluster(tmp_path, **kwargs) as c:
         c.start()
-        c.wait_leader()
+        if c.shards > 1:
+            c.wait_shard_leaders()
+        else:
+            c.wait_leader()
         yield c

@@ -11,7 +11,7 @@ from tsched.client import Client
 from tsched.client.cli import cli
 from tsched.node.shards.layout import shard_of_tenant
 
-from tests.harness.cluster import Cluster
+from tests.harness.cluster import running
 from tests.harness.waits import wait_until
 
 pytestmark = pytest.mark.slow
@@ -20,10 +20,7 @@ SHARDS = 3
 
 @pytest.fixture
 def sharded(tmp_path):
-    with Cluster(tmp_path, shards=SHARDS) as c:
-        c.start()
-        c.wait_shard_leaders()
-        yield c
+    yield from running(tmp_path, shards=SHARDS)
 
 
 def test_the_trail_merges_every_shard_newest_first(sharded):

@@ -7,7 +7,7 @@ import pytest
 
 from tsched.node.shards.layout import shard_of_tenant
 
-from tests.harness.cluster import Cluster
+from tests.harness.cluster import Cluster, running
 
 pytestmark = pytest.mark.slow
 SHARDS = 3
@@ -17,10 +17,7 @@ NORMAL, CRITICAL = 5, 0
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
-    with Cluster(tmp_path_factory.mktemp("heads"), shards=SHARDS) as c:
-        c.start()
-        c.wait_shard_leaders()
-        yield c
+    yield from running(tmp_path_factory.mktemp("heads"), shards=SHARDS)
 
 
 def tenant_of(shard: int) -> str:

@@ -15,7 +15,8 @@ import pytest
 from tsched.client import Client, Worker
 from tsched.node.shards.layout import shard_of_tenant
 
-from tests.harness.cluster import TSNODE, Cluster
+from tests.harness.cluster import TSNODE
+from tests.harness.cluster import running as running_cluster
 from tests.harness.waits import wait_until
 from tests.integration.worker_support import DEADLINE_S, running
 
@@ -27,10 +28,7 @@ TENANTS = [f"team-{i}" for i in range(12)]
 
 @pytest.fixture
 def sharded(tmp_path):
-    with Cluster(tmp_path, shards=SHARDS) as c:
-        c.start()
-        c.wait_shard_leaders()
-        yield c
+    yield from running_cluster(tmp_path, shards=SHARDS)
 
 
 def shard_pids(supervisor_pid: int) -> dict[int, int]:
@@ -254,10 +252,7 @@ def test_a_damaged_shard_replica_stops_its_node_and_rejoin_empty_restores_every_
 
 @pytest.fixture(scope="module")
 def shared_sharded(tmp_path_factory):
-    with Cluster(tmp_path_factory.mktemp("sharded"), shards=SHARDS) as c:
-        c.start()
-        c.wait_shard_leaders()
-        yield c
+    yield from running_cluster(tmp_path_factory.mktemp("sharded"), shards=SHARDS)
 
 
 def test_a_worker_on_one_node_drains_tenants_of_every_shard(shared_sharded):
