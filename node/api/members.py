@@ -140,7 +140,9 @@ async def _relay(request: web.Request, node: Node) -> web.Response:
 def _single_group(node: Node) -> None:
     if node.shard is not None:
         raise ApiError("conflict", "membership changes need a cluster of one shard group "
-                       "(shards = 1); see DESIGN 6.2", {"reason": "sharded"})
+                       "(shards = 1); a sharded cluster changes its nodes by a backup and a "
+                       "restore into the new nodes (docs/operations.md 8.1)",
+                       {"reason": "sharded"})
 
 
 async def _change(request: web.Request, node: Node, kind: str, member: Member) -> web.Response:

@@ -485,6 +485,28 @@ def test_minimal_answers_pass_through_the_router_split_by_shard(shared_sharded):
         assert t["shard"] == int(t["task_id"][:2], 16)
 
 
+def test_members_are_the_nodes_and_a_change_is_refused_naming_the_way(shared_sharded):
+    """A router lists the nodes at their own addresses (a shard replica would name its
+    shard's ports); membership changes need one shard group (DESIGN 6.2)."""
+    sharded = shared_sharded
+    from .test_dashboard import conforms
+    _, doc = sharded.call("n1", "GET", "/v1/openapi.json")
+    for node in sharded.ids:
+        status, body = sharded.call(node, "GET", "/v1/cluster/members")
+        assert status == 200, body
+        assert body["members"] == [{"id": n, "raft": sharded.raft[n], "http": sharded.http[n]}
+                                   for n in sharded.ids]
+        assert body["leader"] in sharded.ids and body["changing"] is False
+    schema = doc["paths"]["/v1/cluster/members"]["get"]["responses"]["200"]["content"]
+    assert conforms(schema["application/json"]["schema"], body, doc) == []
+    status, err = sharded.call("n2", "POST", "/v1/cluster/members",
+                               {"id": "n4", "raft": "127.0.0.1:1", "http": "127.0.0.1:2"})
+    assert status == 409 and err["error"]["details"]["reason"] == "sharded", err
+    assert "backup" in err["error"]["message"] and "operations.md" in err["error"]["message"]
+    status, err = sharded.call("n3", "DELETE", "/v1/cluster/members/n1")
+    assert status == 409 and err["error"]["details"]["reason"] == "sharded", err
+
+
 def test_leaders_gathered_on_one_node_spread_out_again(shared_sharded):
     sharded = shared_sharded
     for shard in range(SHARDS):
