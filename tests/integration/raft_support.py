@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgpack
 
-from tests.harness.ports import free_port
+from tests.harness.ports import node_addresses
 from tests.harness.raft_options import FAST
 from tests.harness.waits import wait_until
 from tsched.node.failpoints import Failpoints
@@ -83,7 +83,7 @@ def submit(rid: str, task_id: str | None = None, payload: str = "null") -> comma
 
 def cluster_spec(root: Path, n: int = 3) -> list[dict]:
     ids = [f"n{i + 1}" for i in range(n)]
-    addrs = {nid: f"127.0.0.1:{free_port()}" for nid in ids}
+    addrs, _ = node_addresses(ids, 1)
     return [{"id": nid, "raft": addrs[nid], "data_dir": str(root / nid),
              "peers": {p: a for p, a in addrs.items() if p != nid}} for nid in ids]
 

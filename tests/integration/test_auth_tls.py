@@ -22,7 +22,7 @@ from tsched.client import AsyncClient, Client, Unavailable
 from tsched.client.cli import cli as tsctl
 
 from tests.harness.cluster import TSNODE, Cluster
-from tests.harness.ports import free_port
+from tests.harness.ports import free_ports
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -144,8 +144,9 @@ async def _async_client_over_tls(urls: list[str], task_id: str, ca_file: str) ->
 
 
 def test_tsnode_refuses_missing_or_half_tls_settings(tmp_path):
-    base = (f'[cluster]\nname = "t"\n[[node]]\nid = "n1"\nraft = "127.0.0.1:{free_port()}"\n'
-            f'http = "127.0.0.1:{free_port()}"\ndata_dir = "d"\n')
+    raft, http = free_ports(2)
+    base = (f'[cluster]\nname = "t"\n[[node]]\nid = "n1"\nraft = "127.0.0.1:{raft}"\n'
+            f'http = "127.0.0.1:{http}"\ndata_dir = "d"\n')
     for extra, message in (('tls_cert = "none.pem"\ntls_key = "none.key"\n', "does not exist"),
                            ('tls_cert = "none.pem"\n', "go together")):
         cfg = tmp_path / "c.toml"

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.harness.ports import free_port
+from tests.harness.ports import node_addresses
 from tests.harness.waits import wait_until
 
 pytestmark = pytest.mark.slow
@@ -28,16 +28,16 @@ def write_repo(root: Path) -> list[str]:
     """A git repository holding a 3-node cluster.toml on free ports and the project's
     .gitignore; returns the nodes' HTTP addresses."""
     shutil.copy(REPO / ".gitignore", root / ".gitignore")
-    https = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    rafts, https = node_addresses([f"n{i}" for i in (1, 2, 3)], 1)
     lines = ["[cluster]", 'name = "devtest"']
-    for i, http in enumerate(https, 1):
-        lines += ["", "[[node]]", f'id = "n{i}"', f'raft = "127.0.0.1:{free_port()}"',
+    for i, (raft, http) in enumerate(zip(rafts.values(), https.values()), 1):
+        lines += ["", "[[node]]", f'id = "n{i}"', f'raft = "{raft}"',
                   f'http = "{http}"', f'data_dir = ".tsched/data/n{i}"']
     (root / "cluster.toml").write_text("\n".join(lines) + "\n")
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     subprocess.run(GIT + ["add", "."], cwd=root, check=True)
     subprocess.run(GIT + ["commit", "-q", "-m", "cluster"], cwd=root, check=True)
-    return https
+    return list(https.values())
 
 
 def lines_of(proc: subprocess.Popen) -> "queue.Queue[str]":

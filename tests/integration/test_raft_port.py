@@ -12,7 +12,7 @@ import zlib
 import pytest
 
 from tests.harness.cluster import TSNODE, Cluster
-from tests.harness.ports import free_port
+from tests.harness.ports import free_ports
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -53,8 +53,9 @@ def membership(c: Cluster, node_id: str) -> dict:
 @pytest.mark.parametrize("raft_host", ["0.0.0.0", "10.11.12.13"])
 def test_tsnode_refuses_a_non_loopback_raft_address_without_a_secret(tmp_path, raft_host):
     cfg = tmp_path / "cluster.toml"
+    raft, http = free_ports(2)
     cfg.write_text(f'[cluster]\nname = "t"\n\n[[node]]\nid = "n1"\n'
-                   f'raft = "{raft_host}:{free_port()}"\nhttp = "127.0.0.1:{free_port()}"\n'
+                   f'raft = "{raft_host}:{raft}"\nhttp = "127.0.0.1:{http}"\n'
                    'data_dir = "data/n1"\n')
     proc = subprocess.run([TSNODE, "--config", str(cfg), "--id", "n1"], capture_output=True,
                           text=True, timeout=60)
