@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 FILL = API_LIMITS.submits_in_progress_max      # priority-9 submits that make the node busy
 URGENT = 8                                     # priority-0 submits sent while it is busy
 WAIT_S = 90                                    # a bound on every wait, for a loaded machine
+PROBE_WAIT_S = 5.0
 PATIENT_TOML = "\n[cluster.timeouts]\npropose_s = 120\n"
 
 
@@ -66,7 +67,9 @@ class Busy:
         while True:
             probe = self.send(_task(9, -1))
             self.low.append(probe)
-            await asyncio.wait([probe], timeout=1.0)
+            # a refusal comes back at once on an idle machine; a loaded one with hundreds
+            # of open submits may take seconds (an admitted probe stays unanswered)
+            await asyncio.wait([probe], timeout=PROBE_WAIT_S)
             if probe.done():
                 status, body, _ = probe.result()
                 assert status == 429, body
