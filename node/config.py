@@ -40,6 +40,9 @@ class NodeConfig:
     data_dir: str    # absolute path
     tls_cert: str | None = None   # PEM certificate (absolute path): the node serves HTTPS
     tls_key: str | None = None    # its PEM private key
+    # A shard replica's `http` is its internal address; `api` is then its node's public API
+    # (what the shard group's membership records: DESIGN.md section 6.2).
+    api: str | None = None
 
     @property
     def http_host(self) -> str:

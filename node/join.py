@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tsched.node.config import ClusterConfig, ConfigError, NodeConfig
 from tsched.node.raft.membership import Member, describe, read_members
+from tsched.node.shards.shape import internal_http
 
 log = logging.getLogger("tsched.node")
 
@@ -29,19 +30,26 @@ def listed(cfg: ClusterConfig) -> list[Member]:
     return sorted(Member(n.id, n.raft, n.http) for n in cfg.nodes)
 
 
-def effective_config(cfg: ClusterConfig, me: NodeConfig) -> ClusterConfig:
-    """`cfg` with the membership recorded in the node's data dir (unchanged when none is)."""
+def effective_config(cfg: ClusterConfig, me: NodeConfig, sharded: bool = False) -> ClusterConfig:
+    """`cfg` with the membership recorded in the node's data dir (unchanged when none is).
+    `sharded`: `me` is a shard replica (with_members)."""
     try:
         recorded = read_members(Path(me.data_dir))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if recorded is None:
         return cfg
-    return with_members(cfg, me, recorded, f"the membership recorded in {me.data_dir}")
+    return with_members(cfg, me, recorded, f"the membership recorded in {me.data_dir}",
+                        sharded)
 
 
 def with_members(cfg: ClusterConfig, me: NodeConfig, members: list[Member],
-                 where: str) -> ClusterConfig:
+                 where: str, sharded: bool = False) -> ClusterConfig:
+    """`sharded`: `members` are a shard group's, whose `http` is their node's public API;
+    compared by id and Raft address (a replica's internal HTTP follows from the latter)."""
+    raw = members
+    if sharded:
+        members = sorted(Member(m.id, m.raft, internal_http(m.raft)) for m in members)
     mine = next((m for m in members if m.id == me.id), None)
     if mine is None:
         raise ConfigError(
@@ -62,7 +70,7 @@ def with_members(cfg: ClusterConfig, me: NodeConfig, members: list[Member],
                     "recorded members (a change this node has not seen yet, or a file not "
                     "updated yet); update the file", me.id, mismatch)
     from tsched.node.api.members import nodes_for
-    return dataclasses.replace(cfg, nodes=nodes_for(cfg, me.id, members))
+    return dataclasses.replace(cfg, nodes=nodes_for(cfg, me.id, raw, sharded))
 
 
 def one_change_apart(a: list[Member], b: list[Member]) -> bool:
@@ -81,30 +89,30 @@ def join(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None,
         recorded = read_members(Path(me.data_dir))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if recorded is None and _has_data(Path(me.data_dir)):
+    if recorded is None and has_data(Path(me.data_dir)):
         raise ConfigError(f"--join: data dir {me.data_dir} holds data of another cluster "
                           "life; a joining node starts with an empty data dir")
-    members = _members(_call(url, "GET", "/v1/cluster/members", None, token, ssl_context))
+    members = members_of(call(url, "GET", "/v1/cluster/members", None, token, ssl_context))
     where = f"the cluster's membership at {url}"
     if recorded is not None:      # a restart: still a member?
         return with_members(cfg, me, members, where)
     if not any(m.id == me.id for m in members):
-        members = _ask_to_be_added(cfg, me, url, token, ssl_context)
+        members = ask_to_be_added(cfg, me, url, token, ssl_context)
     return with_members(cfg, me, members, where)
 
 
-def _ask_to_be_added(cfg, me: NodeConfig, url: str, token: str | None, ssl_context):
+def ask_to_be_added(cfg, me: NodeConfig, url: str, token: str | None, ssl_context):
     """POST this node; an add whose commit needs this very node (a cluster with a dead
     member: the new one counts in the quorum at once) times out: then the node goes on
     once the leader's log names it, and its own start commits the change."""
     body = {"id": me.id, "raft": me.raft, "http": me.http}
     try:
-        return _members(_call(url, "POST", "/v1/cluster/members", body, token, ssl_context))
+        return members_of(call(url, "POST", "/v1/cluster/members", body, token, ssl_context))
     except _Unanswered:
         pass
     deadline = time.monotonic() + JOIN_TIMEOUT_S
     while True:
-        members = _members(_call(url, "GET", "/v1/cluster/members", None, token, ssl_context))
+        members = members_of(call(url, "GET", "/v1/cluster/members", None, token, ssl_context))
         if any(m.id == me.id for m in members):
             return members
         if time.monotonic() > deadline:
@@ -113,15 +121,56 @@ def _ask_to_be_added(cfg, me: NodeConfig, url: str, token: str | None, ssl_conte
         time.sleep(0.5)
 
 
-class _Unanswered(ConfigError):
+def join_shard(cfg: ClusterConfig, me: NodeConfig, url: str, shard: int, token: str | None,
+               ssl_context=None) -> ClusterConfig:
+    """`--join URL` in a shard replica's process: its node's supervisor had the node added
+    (shards/joining.py); the shard group's members from `GET /v1/cluster/members?shard=s`,
+    once they name this node (a shard's change may commit after another's)."""
+    try:
+        recorded = read_members(Path(me.data_dir))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if recorded is None and has_data(Path(me.data_dir)):
+        raise ConfigError(f"--join: data dir {me.data_dir} holds data of another cluster "
+                          "life; a joining node starts with an empty data dir")
+    path = f"/v1/cluster/members?shard={shard}"
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    failure: ConfigError | None = None
+    while True:
+        try:
+            members = members_of(call(url, "GET", path, None, token, ssl_context))
+        except ConfigError as e:     # its router not up yet, or no replica answering
+            members, failure = [], e
+        else:
+            failure = None
+            if recorded is not None or any(m.id == me.id for m in members):
+                break
+        if time.monotonic() > deadline:
+            raise failure or ConfigError(
+                f"--join: shard {shard} at {url} does not name node {me.id} after "
+                f"{JOIN_TIMEOUT_S:.0f} s (members: {describe(members)})")
+        time.sleep(0.5)
+    return with_members(cfg, me, members, f"shard {shard}'s membership at {url}", sharded=True)
+
+
+class CallFailed(ConfigError):
+    """A request to the cluster failed: `status` (None: no answer) and the error's
+    `details.reason`, when it had one."""
+
+    def __init__(self, message: str, status: int | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.status, self.reason = status, reason
+
+
+class _Unanswered(CallFailed):
     """503 or 504: no outcome (the change may still be in the log)."""
 
 
-def _has_data(data_dir: Path) -> bool:
+def has_data(data_dir: Path) -> bool:
     return data_dir.exists() and any(data_dir.iterdir())
 
 
-def _members(doc) -> list[Member]:
+def members_of(doc) -> list[Member]:
     try:
         return sorted(Member(str(m["id"]), str(m["raft"]), str(m["http"]))
                       for m in doc["members"])
@@ -129,7 +178,7 @@ def _members(doc) -> list[Member]:
         raise ConfigError(f"--join: the cluster answered no member list ({e!r})") from None
 
 
-def _call(url: str, method: str, path: str, body, token: str | None, ssl_context):
+def call(url: str, method: str, path: str, body, token: str | None, ssl_context):
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -141,7 +190,16 @@ def _call(url: str, method: str, path: str, body, token: str | None, ssl_context
             return json.loads(resp.read())
     except urllib.error.HTTPError as e:
         detail = e.read()[:500].decode(errors="replace")
-        kind = _Unanswered if e.code in (503, 504) else ConfigError
-        raise kind(f"--join: {method} {url}{path} answered {e.code}: {detail}") from None
+        kind = _Unanswered if e.code in (503, 504) else CallFailed
+        raise kind(f"--join: {method} {url}{path} answered {e.code}: {detail}", e.code,
+                   _reason(detail)) from None
     except (OSError, ValueError) as e:
-        raise ConfigError(f"--join: {method} {url}{path} failed: {e}") from None
+        raise CallFailed(f"--join: {method} {url}{path} failed: {e}") from None
+
+
+def _reason(detail: str) -> str | None:
+    try:
+        reason = json.loads(detail)["error"]["details"]["reason"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return reason if isinstance(reason, str) else None

@@ -63,15 +63,16 @@ def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
     try:
         cfg = config_mod.load(config_path)
         me = cfg.node(node_id)
-        if shard is None and shards.is_single_group(cfg):
+        if shard is None:
             cfg = _membership(cfg, me, join_url)
         if restore_from is not None and shard is None:
             _restore(cfg, me, restore_from)
-        shards.check_data_dir(cfg, me)     # reads only: a refused data dir is left as it is
+        if shard is None:     # a shard process's supervisor checked it before starting it
+            shards.check_data_dir(cfg, me)   # reads only: a refused data dir is left as it is
         if shard is not None:
             from tsched.node.shards.supervisor import die_with_parent
             die_with_parent()              # first: a supervisor killed now takes us along
-            cfg, me = shards.shard_process_config(cfg, node_id, shard)
+            cfg, me = _shard_membership(cfg, node_id, shard, join_url)
         _check_http_exposure(cfg, me)
         tls.node_server_context(me)        # unreadable certificates stop the node here
         tls.cluster_client_context(cfg)
@@ -86,7 +87,7 @@ def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
         if rejoin_empty:
             _discard_local_data(cfg, me, shard)
         _use_uvloop()
-        sys.exit(asyncio.run(run_supervisor(cfg, node_id, config_path, log_format)))
+        sys.exit(asyncio.run(run_supervisor(cfg, node_id, config_path, log_format, join_url)))
     log_context = setup_logging(node_id if shard is None else f"{node_id}/s{shard}", log_format)
     if rejoin_empty:
         _discard_local_data(cfg, me, shard)
@@ -97,12 +98,34 @@ def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
 
 
 def _membership(cfg, me, join_url: str | None):
-    """The cluster's members: recorded beside the log, or asked of `--join URL` (join.py)."""
+    """The cluster's members: recorded beside the log, or asked of `--join URL` (join.py;
+    a sharded node's supervisor: shards/joining.py)."""
     from tsched.node import join
+    from tsched.node.shards import layout as shards
+    token, ssl = os.environ.get("TSCHED_JOIN_TOKEN"), tls.cluster_client_context(cfg)
+    if not shards.is_single_group(cfg):
+        from tsched.node.shards.joining import node_view
+        return node_view(cfg, me, join_url, token, ssl)
     if join_url is None:
         return join.effective_config(cfg, me)
-    return join.join(cfg, me, join_url, os.environ.get("TSCHED_JOIN_TOKEN"),
-                     tls.cluster_client_context(cfg))
+    return join.join(cfg, me, join_url, token, ssl)
+
+
+def _shard_membership(cfg, node_id: str, shard: int, join_url: str | None):
+    """A shard replica's process: its group's nodes at its shard's addresses; where every
+    node holds every shard, its group's recorded members, or `--join`'s (join.py)."""
+    from tsched.node import join
+    from tsched.node.shards import layout as shards
+    full = shards.is_full_placement(cfg)
+    cfg, me = shards.shard_process_config(cfg, node_id, shard)
+    if not full:
+        return cfg, me
+    if join_url is None:
+        cfg = join.effective_config(cfg, me, sharded=True)
+    else:
+        cfg = join.join_shard(cfg, me, join_url, shard, os.environ.get("TSCHED_JOIN_TOKEN"),
+                              tls.cluster_client_context(cfg))
+    return cfg, cfg.node(node_id)
 
 
 def _restore(cfg, me, backup: str) -> None:

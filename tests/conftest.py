@@ -37,6 +37,7 @@ LONGEST_FILES_FIRST = (
     "tests/jepsen_like/test_short_run.py",
     "tests/integration/test_membership_cluster.py",
     "tests/integration/test_backup_restore.py",
+    "tests/integration/test_membership_shards.py",
     "tests/integration/test_schedules_cluster.py",
     "tests/integration/test_fuzz_api.py",
     "tests/integration/test_handoff.py",

@@ -21,6 +21,7 @@ from tsched.node.api.services import Node, node_of
 from tsched.node.errors import ApiError, invalid
 from tsched.node.raft.handoff import HANDOFF_S, transfer_to
 from tsched.node.raft.membership import MEMBERS_MIN, Member
+from tsched.node.shards.shape import internal_http
 from tsched.node.raft.security import RaftSecurityError, check_raft_security
 from tsched.statemachine import commands as c
 
@@ -31,6 +32,9 @@ SEEN_WAIT_S = 2.0      # after the commit, until this node's view shows the chan
 # A relayed change may wait for a handover (the leader's own removal), the audit note's
 # commit, then the change's: room for all of them past the proposal's own timeout.
 RELAY_S = HANDOFF_S + 15.0
+# A sharded node's router sends a change to every shard group with this header (DESIGN
+# 6.2): a change sent to one shard replica without it would change that shard alone.
+FAN_OUT_HEADER = "X-Tsched-Members-Fan-Out"
 
 
 def members_json(node: Node) -> dict:
@@ -71,7 +75,7 @@ async def add_member(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
     member = parse_member(await json_body(request))
-    _single_group(node)
+    _single_group(request, node)
     try:
         check_raft_security([member.raft], node.config.secret)
     except RaftSecurityError as e:
@@ -102,7 +106,7 @@ async def remove_member(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
     node_id = request.match_info["id"]
-    _single_group(node)
+    _single_group(request, node)
     member = node.replica.membership.by_id(node_id)
     members = node.replica.membership.members
     if member is None:
@@ -128,21 +132,23 @@ async def _relay(request: web.Request, node: Node) -> web.Response:
     url = node.leader_url()
     if url is None:
         raise ApiError("no_leader", "no leader is known at the moment")
-    auth = request.headers.get("Authorization")
+    headers = {k: request.headers[k] for k in ("Authorization", FAN_OUT_HEADER)
+               if k in request.headers}
     assert node.forwarder is not None, "the app's startup context makes the forwarder"
     body = await request.read()
     status, data = await node.forwarder.send(url, request.method, request.path_qs, body or None,
                                              timeout_s=RELAY_S + node.propose_timeout_s,
-                                             headers={"Authorization": auth} if auth else None)
+                                             headers=headers)
     return web.Response(body=data, status=status, content_type="application/json")
 
 
-def _single_group(node: Node) -> None:
-    if node.shard is not None:
-        raise ApiError("conflict", "membership changes need a cluster of one shard group "
-                       "(shards = 1); a sharded cluster changes its nodes by a backup and a "
-                       "restore into the new nodes (docs/operations.md 8.1)",
-                       {"reason": "sharded"})
+def _single_group(request: web.Request, node: Node) -> None:
+    """A shard replica takes a change only from its node's router, which sends it to every
+    shard group (shards/members_routes.py)."""
+    if node.shard is not None and not request.headers.get(FAN_OUT_HEADER):
+        raise ApiError("conflict", "this is one shard's replica: a change of a sharded "
+                       "cluster's members goes to a node's public API, which makes it in "
+                       "every shard", {"reason": "sharded"})
 
 
 async def _change(request: web.Request, node: Node, kind: str, member: Member) -> web.Response:
@@ -222,12 +228,19 @@ def follow_membership(node: Node, loop: asyncio.AbstractEventLoop) -> None:
 
 def apply_members(node: Node, members) -> None:
     cfg = node.config
-    node.config = dataclasses.replace(cfg, nodes=nodes_for(cfg, node.node_id, members))
+    node.config = dataclasses.replace(cfg, nodes=nodes_for(cfg, node.node_id, members,
+                                                           sharded=node.shard is not None))
 
 
-def nodes_for(cfg, self_id: str, members) -> tuple:
+def nodes_for(cfg, self_id: str, members, sharded: bool = False) -> tuple:
     """The config's nodes for these members: a listed node as the file has it, another
-    as its addresses (served over HTTPS when this node is)."""
+    as its addresses (served over HTTPS when this node is). `sharded`: the members of a
+    shard group, whose `http` is their node's public API: a replica's own internal
+    address follows from its Raft address (shape.internal_http)."""
+    api_of = {m.id: m.http for m in members
+              if sharded and m.http and m.http != internal_http(m.raft)}
+    if sharded:
+        members = [Member(m.id, m.raft, internal_http(m.raft)) for m in members]
     by_id = {n.id: n for n in cfg.nodes}
     me = by_id.get(self_id)
     cert = me.tls_cert if me is not None else None
@@ -242,6 +255,6 @@ def nodes_for(cfg, self_id: str, members) -> tuple:
         same = n is not None and n.raft == m.raft and m.http in ("", n.http)
         if n is None or not (same or m.id == self_id):
             n = config_mod.NodeConfig(id=m.id, raft=m.raft, http=m.http or m.raft, data_dir="",
-                                      tls_cert=cert)
+                                      tls_cert=cert, api=api_of.get(m.id))
         out.append(n)
     return tuple(out)

@@ -42,14 +42,22 @@ def _ok() -> dict[str, Any]:
 
 def paths() -> dict[str, Any]:
     conflicts = ("409 conflict: details.reason is change_in_progress (one change at a time), "
-                 "member_exists, too_many_members, sharded, too_few_members (a cluster keeps "
-                 "at least 3 members; a smaller one takes no change) or "
-                 "leader_transfer_failed.")
+                 "member_exists, too_many_members, sharded (a shard replica asked directly), "
+                 "partial_placement (a sharded cluster whose nodes do not each hold every "
+                 "shard), too_few_members (a cluster keeps at least 3 members; a smaller one "
+                 "takes no change) or leader_transfer_failed. With shards, the change is made "
+                 "in every shard group; a refusal after some made it names them in "
+                 "details.shards_changed (send the request again to finish).")
     return {
         "/v1/cluster/members": {
             "get": {"summary": "Members", "tags": ["cluster"], "operationId": "members",
-                    "description": "The cluster's members as this node's log has them.",
-                    "responses": {"200": _ok(), **_errors(401, 403)}},
+                    "description": "The cluster's members as this node's log has them "
+                                   "(with shards: shard 0's, at the nodes' own addresses).",
+                    "parameters": [{"name": "shard", "in": "query", "required": False,
+                                    "schema": {"type": "integer", "minimum": 0},
+                                    "description": "with shards: that shard group's members, "
+                                                   "at the shard's Raft ports"}],
+                    "responses": {"200": _ok(), **_errors(400, 401, 403)}},
             "post": {"summary": "Add a member", "tags": ["cluster"], "operationId": "add_member",
                      "description": "Admin only. The leader commits the new member (a follower "
                                     "relays the request); start the node with `tsnode --join`. "

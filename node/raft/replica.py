@@ -105,7 +105,7 @@ class Replica(CompactionFigures):
         node = cluster.node(node_id)
         return cls(self_id=node_id, self_raft=node.raft, peers=cluster.peers_of(node_id),
                    data_dir=Path(node.data_dir), secret=cluster.secret,
-                   http_of={n.id: n.http for n in cluster.nodes},
+                   http_of={n.id: n.api or n.http for n in cluster.nodes},
                    options=options_from_cluster(cluster, options),
                    failpoints=failpoints, **kwargs)
 

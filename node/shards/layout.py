@@ -17,8 +17,8 @@ from pathlib import Path
 from aiohttp import web
 
 from tsched.node.config import ClusterConfig, ConfigError, NodeConfig, split_address
-from tsched.node.shards.shape import (SHARD_HTTP_OFFSET, SHARD_PORT_STEP, is_single_group,
-                                      placement, replicas_of, shards_of)
+from tsched.node.shards.shape import (SHARD_HTTP_OFFSET, SHARD_PORT_STEP, is_full_placement,
+                                      is_single_group, placement, replicas_of, shards_of)
 
 STAMP_FILE = "shards.json"      # in a node's data_dir: the shape its data was made with
 # What a data dir made by a single group (shards = 1, today's layout) holds at its top.
@@ -89,7 +89,7 @@ def shard_config(cfg: ClusterConfig, shard: int) -> ClusterConfig:
     """The single-group configuration one shard's processes run: its R nodes, each at the
     shard's Raft port, internal HTTP address and data folder."""
     nodes = tuple(dataclasses.replace(n, raft=shard_raft(n, shard), http=shard_http(n, shard),
-                                      data_dir=shard_data_dir(cfg, n, shard))
+                                      data_dir=shard_data_dir(cfg, n, shard), api=n.http)
                   for n in placement(cfg, shard))
     return dataclasses.replace(cfg, nodes=nodes, shards=1, replicas=len(nodes))
 
@@ -118,13 +118,20 @@ def check_data_dir(cfg: ClusterConfig, node: NodeConfig) -> None:
     both). Reads only: nothing is created or changed."""
     want = shape_of(cfg)
     found = recorded_shape(Path(node.data_dir), len(cfg.nodes))
-    if found is None or found == want:
+    if found is None or found == want or _grown_or_shrunk(cfg, node, found):
         return
     diffs = [f"{k} = {found[k]} (the config says {k} = {want[k]})"
              for k in ("shards", "replicas") if found[k] != want[k]]
     raise ConfigError(f"node {node.id}: data dir {node.data_dir} was made with "
                       f"{' and '.join(diffs)}; these are fixed for the life of the cluster "
                       "(changing them needs a backup and a restore into a fresh data dir)")
+
+
+def _grown_or_shrunk(cfg: ClusterConfig, node: NodeConfig, found: dict[str, int]) -> bool:
+    """Every node holds every shard, and this one holds data of each: a membership change
+    (DESIGN.md section 6.2) changed the node count, which places nothing elsewhere."""
+    return (found["shards"] == shards_of(cfg) and is_full_placement(cfg)
+            and all(Path(shard_data_dir(cfg, node, s)).is_dir() for s in range(shards_of(cfg))))
 
 
 def recorded_shape(data_dir: Path, nodes: int) -> dict[str, int] | None:

@@ -13,6 +13,7 @@ from tsched.node.api.jsonio import error_response
 from tsched.node.errors import ApiError
 from tsched.node.shards import archive_route
 from tsched.node.shards import claims as router_claims
+from tsched.node.shards import members_routes
 from tsched.node.shards import merge as router_merge
 from tsched.node.shards import routes as router_routes
 from tsched.node.shards.router import ROUTER, Relayed, Router, as_response
@@ -52,6 +53,7 @@ def make_router_app(router: Router) -> web.Application:
     app.router.add_routes(router_claims.routes)
     app.router.add_routes(router_merge.routes)
     app.router.add_routes(archive_route.routes)
+    app.router.add_routes(members_routes.routes)
     app.router.add_route("*", "/{tail:.*}", router_routes.to_any_shard)
 
     async def lifecycle(app: web.Application):

@@ -229,18 +229,3 @@ async def backup(request: web.Request) -> web.StreamResponse:
     return await relay_stream(request, url, cluster_client_context(r.cfg), {},
                               answer_headers={H_SHARDS: str(r.count)})
 
-
-@routes.get("/v1/cluster/members")
-async def members(request: web.Request) -> web.Response:
-    """The nodes of the file, at their own addresses (base Raft port, public API): a shard
-    replica's list names its shard's ports. Asked of shard 0 first, which checks the token
-    and names its leader. Changes are refused by the shard (409 `sharded`, DESIGN 6.2)."""
-    r = _router(request)
-    validate.query(request.query, ())
-    answer = await r.send(request, 0, "GET", "/v1/cluster/members", None)
-    doc = answer.json()
-    if answer.status != 200 or not isinstance(doc, dict):
-        return as_response(answer)
-    nodes = [{"id": n.id, "raft": n.raft, "http": n.http} for n in r.cfg.nodes]
-    return json_response({"members": nodes, "leader": doc.get("leader"), "changing": False},
-                         headers=answer.headers)

@@ -22,6 +22,17 @@ SHARD_HTTP_OFFSET = 50
 PORT_MAX = 65535
 
 
+def internal_http(shard_raft: str) -> str:
+    """A shard replica's internal HTTP address, from its Raft address (always 50 above)."""
+    host, _, port = shard_raft.rpartition(":")
+    return f"{host}:{int(port) + SHARD_HTTP_OFFSET}"
+
+
+def is_full_placement(cfg: ClusterConfig) -> bool:
+    """Every node holds every shard: the layout whose nodes can change while it runs."""
+    return replicas_of(cfg) == len(cfg.nodes)
+
+
 def replicas_of(cfg: ClusterConfig) -> int:
     """R: the configured value, else the number of nodes (at most 5 when there are several
     shards; a single group keeps every node, as before shards)."""

@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 from aiohttp import web
 
@@ -31,6 +32,7 @@ from tsched.node import tls
 from tsched.node.ops.gcpolicy import settle_router
 from tsched.node.shards.leader_spread import SPREAD_CHECK_S, Spreader
 from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
+from tsched.node.raft.membership import members_path
 from tsched.node.shards.router import Router
 from tsched.node.shards.router_app import make_router_app
 from tsched.node.shards.upstream import Upstreams
@@ -52,8 +54,12 @@ class ShardProcess:
     """One local shard replica's process, started again whenever it dies."""
 
     def __init__(self, shard: int, argv: list[str], spreader: Spreader | None = None,
-                 on_fatal=None) -> None:
+                 on_fatal=None, joining: tuple[list[str], Path] | None = None) -> None:
         self.shard, self.argv = shard, argv
+        # (`--join URL`, the replica's members.json): added to every start until the file
+        # exists. A replica that stopped before it recorded its members must not start
+        # again from a file that lists this node alone: that would be a group of one.
+        self.joining = joining
         self.spreader = spreader
         self.on_fatal = on_fatal        # called with the exit code of a storage failure
         self.proc: asyncio.subprocess.Process | None = None
@@ -69,8 +75,11 @@ class ShardProcess:
             # stdout: the process's status lines (its log goes to stderr, shared). It stays
             # in the supervisor's process group: a signal to the node's group (a SIGKILL or
             # SIGSTOP of the whole node, Ctrl-C in a terminal) reaches every shard too.
+            argv = self.argv
+            if self.joining is not None and not self.joining[1].exists():
+                argv = argv + self.joining[0]
             self.proc = await asyncio.create_subprocess_exec(
-                *self.argv, env=env, stdin=asyncio.subprocess.PIPE,
+                *argv, env=env, stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE)
             started = loop.time()
             log.info("event=shard_started shard=%d pid=%d", self.shard, self.proc.pid)
@@ -133,7 +142,10 @@ def shard_argv(config_path: str, node_id: str, shard: int, log_format: str) -> l
             "--id", node_id, "--shard", str(shard), "--log-format", log_format]
 
 
-async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str) -> int:
+async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str,
+                         join_url: str | None = None) -> int:
+    """`cfg`: the node's view of the cluster (shards/joining.node_view). `join_url`: this
+    node joined through it (`--join`): each shard process's first start joins too."""
     me = cfg.node(node_id)
     shards_mod.stamp_data_dir(cfg, me)
     local = shards_mod.local_shards(cfg, node_id)
@@ -147,7 +159,7 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str) -
         fatal.append(code)
         stop.set()
     procs = {s: ShardProcess(s, shard_argv(config_path, node_id, s, log_format), spreader,
-                             on_fatal) for s in local}
+                             on_fatal, _joining(cfg, me, s, join_url)) for s in local}
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     runs = [loop.create_task(p.run(), name=f"shard-{p.shard}") for p in procs.values()]
@@ -175,6 +187,15 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str) -
         await asyncio.gather(*runs, return_exceptions=True)
     log.info("event=stopped")
     return fatal[0] if fatal else 0
+
+
+def _joining(cfg, me, shard: int, join_url: str | None) -> tuple[list[str], Path] | None:
+    """A joining node's shard replicas join through this node's own router, which reaches
+    the other members' replicas (the URL the node joined through may be gone by then)."""
+    if join_url is None:
+        return None
+    return (["--join", me.url],
+            members_path(Path(shards_mod.shard_data_dir(cfg, me, shard))))
 
 
 async def _keep_spread(spreader: Spreader, procs: dict[int, ShardProcess]) -> None:

@@ -88,7 +88,7 @@ class Cluster:
         host:port; default: free ones): its file lists it alone (DESIGN 6.2). It is one of
         `ids` from now on."""
         if ports is None:
-            raft, http = node_addresses([node_id], 1)
+            raft, http = node_addresses([node_id], self.shards)
             ports = (raft[node_id], http[node_id])
         self.raft[node_id], self.http[node_id] = ports
         path = self.config_paths[node_id] = self.dir / f"{node_id}.toml"

@@ -19,8 +19,10 @@ class Load:
 
     Records every acknowledged submit (201) with the time of its ack."""
 
-    def __init__(self, c: Cluster, task_type: str, submitters: int = 3) -> None:
-        self.c, self.tt = c, task_type
+    def __init__(self, c: Cluster, task_type: str, submitters: int = 3,
+                 tenants: tuple[str, ...] = ()) -> None:
+        """`tenants`: submits take turns over them (a sharded cluster's shards)."""
+        self.c, self.tt, self.tenants = c, task_type, tenants
         self.acked: dict[str, float] = {}
         self.completed: set[str] = set()
         self.lock = threading.Lock()
@@ -51,10 +53,12 @@ class Load:
                 if self.stop.is_set():
                     return
                 key = f"{self.tt}-{n}-{i}"
+                body = {"task_type": self.tt, "idempotency_key": key}
+                if self.tenants:
+                    body["tenant"] = self.tenants[i % len(self.tenants)]
                 while not self.stop.is_set():   # retry the same key until acknowledged
                     try:
-                        r = client.post(self.c.url(node) + "/v1/tasks", json={
-                            "task_type": self.tt, "idempotency_key": key})
+                        r = client.post(self.c.url(node) + "/v1/tasks", json=body)
                         if r.status_code == 201:
                             with self.lock:
                                 self.acked[r.json()["task_id"]] = time.monotonic()

@@ -485,9 +485,10 @@ def test_minimal_answers_pass_through_the_router_split_by_shard(shared_sharded):
         assert t["shard"] == int(t["task_id"][:2], 16)
 
 
-def test_members_are_the_nodes_and_a_change_is_refused_naming_the_way(shared_sharded):
-    """A router lists the nodes at their own addresses (a shard replica would name its
-    shard's ports); membership changes need one shard group (DESIGN 6.2)."""
+def test_members_are_the_nodes_and_bad_changes_are_refused(shared_sharded):
+    """A router lists the nodes at their own addresses, `?shard=s` a group at its shard's
+    ports; a change is made in every group (test_membership_shards.py), never through one
+    shard's replica alone, and a bad one changes nothing (DESIGN 6.2)."""
     sharded = shared_sharded
     from .test_dashboard import conforms
     _, doc = sharded.call("n1", "GET", "/v1/openapi.json")
@@ -499,12 +500,28 @@ def test_members_are_the_nodes_and_a_change_is_refused_naming_the_way(shared_sha
         assert body["leader"] in sharded.ids and body["changing"] is False
     schema = doc["paths"]["/v1/cluster/members"]["get"]["responses"]["200"]["content"]
     assert conforms(schema["application/json"]["schema"], body, doc) == []
+    status, body = sharded.call("n2", "GET", "/v1/cluster/members?shard=2")
+    host, port = sharded.raft["n1"].rsplit(":", 1)
+    assert status == 200 and body["shard"] == 2, body
+    assert {m["id"]: m["raft"] for m in body["members"]}["n1"] == f"{host}:{int(port) + 200}"
+    status, err = sharded.call("n2", "GET", f"/v1/cluster/members?shard={SHARDS}")
+    assert status == 400 and err["error"]["details"]["field"] == "shard", err
+    # shard 1's replica on n1 (its internal API, 50 above its Raft port) alone: refused
+    with httpx.Client(timeout=10) as client:
+        r = client.post(f"http://{host}:{int(port) + 150}/v1/cluster/members",
+                        json={"id": "n4", "raft": "127.0.0.1:1", "http": "127.0.0.1:2"})
+    assert r.status_code == 409 and r.json()["error"]["details"]["reason"] == "sharded", r.text
     status, err = sharded.call("n2", "POST", "/v1/cluster/members",
-                               {"id": "n4", "raft": "127.0.0.1:1", "http": "127.0.0.1:2"})
-    assert status == 409 and err["error"]["details"]["reason"] == "sharded", err
-    assert "backup" in err["error"]["message"] and "operations.md" in err["error"]["message"]
-    status, err = sharded.call("n3", "DELETE", "/v1/cluster/members/n1")
-    assert status == 409 and err["error"]["details"]["reason"] == "sharded", err
+                               {"id": "n4", "raft": "127.0.0.1:65500", "http": "127.0.0.1:2"})
+    assert status == 400 and err["error"]["details"]["field"] == "raft", err   # no shard ports
+    status, err = sharded.call("n2", "POST", "/v1/cluster/members",
+                               {"id": "n9", "raft": sharded.raft["n1"], "http": "127.0.0.1:2"})
+    assert status == 409 and err["error"]["details"]["reason"] == "member_exists", err
+    assert err["error"]["details"]["shards_changed"] == [], err
+    status, err = sharded.call("n3", "DELETE", "/v1/cluster/members/n9")
+    assert status == 404, err
+    status, body = sharded.call("n3", "GET", "/v1/cluster/members")
+    assert [m["id"] for m in body["members"]] == sharded.ids
 
 
 def test_leaders_gathered_on_one_node_spread_out_again(shared_sharded):

@@ -95,3 +95,34 @@ def test_moved_addresses_of_this_node_are_refused(tmp_path):
                                     *_members("n1", "n2", "n3")[1:]])
     with pytest.raises(ConfigError, match="the config gives raft"):
         join.effective_config(cfg, cfg.nodes[0])
+
+
+def _shard_cfg(tmp_path, *ids: str) -> ClusterConfig:
+    """A shard replica's view: its group's nodes at the shard's Raft ports, each at its
+    internal HTTP address (Raft + 50), its node's public API as `api`."""
+    nodes = tuple(NodeConfig(id=i, raft=f"127.0.0.1:{7100 + n}", http=f"127.0.0.1:{7150 + n}",
+                             data_dir=str(tmp_path / i), api=f"127.0.0.1:{8000 + n}")
+                  for n, i in enumerate(ids))
+    return ClusterConfig(name="t", nodes=nodes)
+
+
+def _group(*ids: str) -> list[Member]:
+    """A shard group's members as recorded: shard Raft ports, the nodes' public APIs."""
+    return [Member(i, f"127.0.0.1:{7100 + n}", f"127.0.0.1:{8000 + n}")
+            for n, i in enumerate(ids)]
+
+
+def test_a_shard_group_compares_by_raft_address_and_reaches_replicas_inside(tmp_path):
+    cfg = _shard_cfg(tmp_path, "n1", "n2", "n3")
+    write_members(tmp_path / "n1", _group("n1", "n2", "n3", "n4"))   # n4 joined
+    got = join.effective_config(cfg, cfg.nodes[0], sharded=True)
+    n4 = got.node("n4")
+    assert (n4.raft, n4.http, n4.api) == ("127.0.0.1:7103", "127.0.0.1:7153", "127.0.0.1:8003")
+    assert got.nodes[0] == cfg.nodes[0]
+    write_members(tmp_path / "n1", [Member("n1", "127.0.0.1:7999", "127.0.0.1:8000"),
+                                    *_group("n1", "n2", "n3")[1:]])
+    with pytest.raises(ConfigError, match="raft 127.0.0.1:7999"):
+        join.effective_config(cfg, cfg.nodes[0], sharded=True)
+    write_members(tmp_path / "n1", _group("n1", "n2", "n3", "n4", "n5"))
+    with pytest.raises(ConfigError, match="disagrees"):
+        join.effective_config(cfg, cfg.nodes[0], sharded=True)

@@ -139,3 +139,36 @@ def test_a_resharded_router_asks_the_named_shard_then_the_others_once_per_id():
     assert e.value.code == "not_found" and sorted(r.asked) == [0, 1, 2]
     plain = _resharded_router(3, {old: 2}, resharded=False)
     assert asyncio.run(plain.id_shard(None, old)) == 1 and plain.asked == []   # as before
+
+
+def _router(tmp_path, nodes: int, extra: str):
+    from tests.unit.node.shards.test_shards import load
+    from tsched.node.shards.router import Router
+    from tsched.node.shards.upstream import Upstreams
+    cfg = load(tmp_path, nodes=nodes, extra=extra)
+    return Router(cfg, "n1", Upstreams(cfg, "n1"))
+
+
+def test_a_router_lists_shard_0s_members_as_the_nodes_where_every_node_holds_every_shard(
+        tmp_path):
+    from tsched.node.shards import members_routes as mr
+    r = _router(tmp_path, 3, "shards = 2")
+    doc = {"members": [{"id": "n1", "raft": "127.0.0.1:9801", "http": "127.0.0.1:9851"},
+                       {"id": "n2", "raft": "127.0.0.1:9802", "http": "127.0.0.1:9852"},
+                       {"id": "n4", "raft": "127.0.0.1:9900", "http": "127.0.0.1:9704"}]}
+    # a node of the file: its API as the file has it; another: as its change recorded it
+    assert mr.node_list(r, doc) == [
+        {"id": "n1", "raft": "127.0.0.1:9801", "http": "127.0.0.1:9701"},
+        {"id": "n2", "raft": "127.0.0.1:9802", "http": "127.0.0.1:9702"},
+        {"id": "n4", "raft": "127.0.0.1:9900", "http": "127.0.0.1:9704"}]
+    mr._changeable(r)
+
+
+def test_a_partial_placement_lists_the_file_and_refuses_changes(tmp_path):
+    from tsched.node.shards import members_routes as mr
+    r = _router(tmp_path, 4, "shards = 2\nreplicas = 3")
+    assert [m["id"] for m in mr.node_list(r, {"members": []})] == ["n1", "n2", "n3", "n4"]
+    with pytest.raises(ApiError) as e:
+        mr._changeable(r)
+    assert e.value.status == 409 and e.value.details["reason"] == "partial_placement"
+    assert "operations.md" in e.value.message

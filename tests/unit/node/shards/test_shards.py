@@ -9,6 +9,7 @@ import pytest
 
 from tsched.node import config
 from tsched.node.shards import layout as shards
+from tsched.node.shards import shape
 
 
 def cluster_toml(tmp_path: Path, nodes: int = 3, extra: str = "") -> str:
@@ -195,3 +196,32 @@ def test_claims_go_to_the_leaders_replica_first_and_other_requests_stay_local(tm
     assert up._order(1, to_leader=False) == local
     spreader.note(1, b'{"role": "other", "leader": "n9", "term": 5}')   # not a replica
     assert up._order(1, to_leader=True) == local
+
+
+def test_a_node_count_changed_by_membership_keeps_a_full_placement_data_dir(tmp_path):
+    """Every node holds every shard: a node count changed by a membership change (DESIGN
+    6.2) places nothing elsewhere, so a data dir holding every shard starts; one missing a
+    shard, or a partial placement, is refused."""
+    three = load(tmp_path, nodes=3, extra="shards = 2")
+    node = three.node("n1")
+    shards.stamp_data_dir(three, node)
+    four = load(tmp_path, nodes=4, extra="shards = 2")
+    with pytest.raises(config.ConfigError, match=r"replicas = 3 \(the config says replicas = 4\)"):
+        shards.check_data_dir(four, four.node("n1"))      # no data of shard 1 here
+    for s in range(2):
+        Path(shards.shard_data_dir(three, node, s)).mkdir(parents=True)
+    shards.check_data_dir(four, four.node("n1"))
+    partial = load(tmp_path, nodes=4, extra="shards = 2\nreplicas = 3")
+    assert not shape.is_full_placement(partial)
+    shards.check_data_dir(partial, partial.node("n1"))    # the same shape: 2 and 3
+    with pytest.raises(config.ConfigError):
+        shards.check_data_dir(load(tmp_path, nodes=3, extra="shards = 3"), node)
+
+
+def test_a_shard_replicas_internal_address_follows_from_its_raft_address(tmp_path):
+    cfg = load(tmp_path, nodes=3, extra="shards = 3")
+    for n in cfg.nodes:
+        for s in range(3):
+            sub = shards.shard_config(cfg, s).node(n.id)
+            assert shape.internal_http(sub.raft) == sub.http
+            assert sub.api == n.http         # what the group's membership records
