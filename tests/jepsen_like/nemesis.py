@@ -289,10 +289,6 @@ class Nemesis:
         node, removes the joined one and stops it. The joined node is no member of `ids`:
         the workload, the other faults and the checker's final reads keep to the originals."""
         c = self.cluster
-        if c.shards != 1:
-            async def nothing():
-                pass
-            return {"skipped": "membership changes need shards = 1"}, nothing
         self.joined += 1
         nid = f"m{self.joined}"
         via = await self.leader_or_any()
@@ -315,17 +311,29 @@ class Nemesis:
 
     async def _joined_or_exited(self, nid: str) -> None:
         """Until the joining node serves HTTP (its join is done: it is a member) or has
-        exited (the join was refused); at most REMOVE_WAIT_S."""
+        exited (the join was refused); at most REMOVE_WAIT_S. With shards, until each of
+        its shard replicas serves (its router answers at once, and asks other nodes'
+        replicas while its own are not up)."""
         end = asyncio.get_running_loop().time() + REMOVE_WAIT_S
+        urls = self._own_health_urls(nid)
         while self.cluster.alive(nid) and asyncio.get_running_loop().time() < end:
-            try:
-                async with self.session.get(self.cluster.url(nid) + "/healthz",
-                                            timeout=aiohttp.ClientTimeout(total=1)) as r:
-                    if r.status == 200:
-                        return
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                pass
+            if all([await self._answers_200(u) for u in urls]):
+                return
             await asyncio.sleep(POLL_S)
+
+    def _own_health_urls(self, nid: str) -> list[str]:
+        c = self.cluster
+        if c.shards == 1:
+            return [c.url(nid) + "/healthz"]
+        host, port = c.raft[nid].rsplit(":", 1)     # shard s answers at + 100 s + 50
+        return [f"http://{host}:{int(port) + 100 * s + 50}/healthz" for s in range(c.shards)]
+
+    async def _answers_200(self, url: str) -> bool:
+        try:
+            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=1)) as r:
+                return r.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return False
 
     async def _remove_member(self, nid: str) -> bool:
         """DELETE /v1/cluster/members/nid through any live member until it is gone (200, or
