@@ -85,13 +85,7 @@ def join(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None,
          ssl_context=None) -> ClusterConfig:
     """`--join URL`: the membership from a member's API, this node added first when it is
     not a member yet (the admin token, when the cluster has [auth]); `cfg` with it."""
-    try:
-        recorded = read_members(Path(me.data_dir))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    if recorded is None and has_data(Path(me.data_dir)):
-        raise ConfigError(f"--join: data dir {me.data_dir} holds data of another cluster "
-                          "life; a joining node starts with an empty data dir")
+    recorded = _recorded_or_empty(me)
     members = members_of(call(url, "GET", "/v1/cluster/members", None, token, ssl_context))
     where = f"the cluster's membership at {url}"
     if recorded is not None:      # a restart: still a member?
@@ -99,6 +93,19 @@ def join(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None,
     if not any(m.id == me.id for m in members):
         members = ask_to_be_added(cfg, me, url, token, ssl_context)
     return with_members(cfg, me, members, where)
+
+
+def _recorded_or_empty(me: NodeConfig) -> list[Member] | None:
+    """The members a joining node recorded (a restart), or None for an empty data dir; a
+    data dir with data but no members is another cluster life's, refused."""
+    try:
+        recorded = read_members(Path(me.data_dir))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if recorded is None and has_data(Path(me.data_dir)):
+        raise ConfigError(f"--join: data dir {me.data_dir} holds data of another cluster "
+                          "life; a joining node starts with an empty data dir")
+    return recorded
 
 
 def ask_to_be_added(cfg, me: NodeConfig, url: str, token: str | None, ssl_context):
@@ -126,13 +133,7 @@ def join_shard(cfg: ClusterConfig, me: NodeConfig, url: str, shard: int, token: 
     """`--join URL` in a shard replica's process: its node's supervisor had the node added
     (shards/joining.py); the shard group's members from `GET /v1/cluster/members?shard=s`,
     once they name this node (a shard's change may commit after another's)."""
-    try:
-        recorded = read_members(Path(me.data_dir))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    if recorded is None and has_data(Path(me.data_dir)):
-        raise ConfigError(f"--join: data dir {me.data_dir} holds data of another cluster "
-                          "life; a joining node starts with an empty data dir")
+    recorded = _recorded_or_empty(me)
     path = f"/v1/cluster/members?shard={shard}"
     deadline = time.monotonic() + JOIN_TIMEOUT_S
     failure: ConfigError | None = None
