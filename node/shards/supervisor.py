@@ -160,8 +160,15 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str,
         stop.set()
     procs = {s: ShardProcess(s, shard_argv(config_path, node_id, s, log_format), spreader,
                              on_fatal, _joining(cfg, me, s, join_url)) for s in local}
+    def on_signal() -> None:
+        # First thing: a signal to the node's process group reaches the shard processes
+        # too, and one that exits while the router drains is not started again (it was,
+        # with a WARNING, up to SHUTDOWN_S after the stop).
+        for p in procs.values():
+            p.stopping = True
+        stop.set()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     runs = [loop.create_task(p.run(), name=f"shard-{p.shard}") for p in procs.values()]
     runs.append(loop.create_task(_keep_spread(spreader, procs)))
     upstreams = Upstreams(cfg, node_id, ssl=tls.cluster_client_context(cfg))
@@ -180,6 +187,8 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str,
         await stop.wait()
         log.info("event=stopping")
     finally:
+        for p in procs.values():
+            p.stopping = True
         await runner.cleanup()
         await asyncio.gather(*(p.stop() for p in procs.values()))
         for t in runs:

@@ -103,6 +103,8 @@ def test_sigterm_stops_every_shard_process_with_status_0(sharded):
     assert not any(Path(f"/proc/{p}").exists() for p in pids.values())
     log = sharded.log("n2", 100_000)
     assert "ERROR" not in log and "Traceback" not in log
+    # the group's SIGTERM reached the shard processes too: none was started again
+    assert "event=shard_exited" not in log and log.count("event=shard_started") == SHARDS
 
 
 def test_a_data_dir_made_with_other_shards_is_refused_and_left_alone(sharded):
