@@ -277,9 +277,17 @@ def is_retryable_status(resp: HttpAnswer) -> bool:
     return resp.status_code in RETRY_STATUSES
 
 
-def unavailable(call: Call, last: str | None) -> Unavailable:
+def unavailable(call: Call, last: str | None,
+                failures: dict[str, str] | None = None) -> Unavailable:
+    """`failures`: each node's last failure (url -> text). The message names the other
+    nodes' when they differ from the last one: the last attempt of a deadline may only
+    have had a sliver of time, and a node's own reason (a certificate the client does not
+    trust, a refused connection) says more."""
     msg = f"no node answered {call.method} {call.path}"
-    return Unavailable(msg + (f" (last: {last})" if last else ""), {"last_error": last})
+    if last:
+        others = [f"{url}: {text}" for url, text in (failures or {}).items() if text != last]
+        msg += f" (last: {last}" + "".join(f"; {o}" for o in others) + ")"
+    return Unavailable(msg, {"last_error": last, "by_node": dict(failures or {})})
 
 
 def describe_failure(exc: Exception | None, resp: HttpAnswer | None) -> str:

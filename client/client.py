@@ -97,7 +97,7 @@ class Client(_Base):
 
     def _send(self, call: Call) -> Any:
         deadline = self._deadline(call)
-        last, overloads = None, 0
+        last, overloads, failures = None, 0, {}
         for url, delay in self._rotation.attempts(call.to_leader):
             if time.monotonic() + delay >= deadline:
                 break
@@ -110,10 +110,10 @@ class Client(_Base):
                 resp = self._http.request(**kwargs, timeout=httpx.Timeout(read_s,
                                                                           connect=connect_s))
             except TRANSPORT_ERRORS as exc:
-                last = describe_failure(exc, None)
+                last = failures[url] = describe_failure(exc, None)
                 continue
             if is_retryable_status(resp):
-                last = describe_failure(None, resp)
+                last = failures[url] = describe_failure(None, resp)
                 continue
             wait = overload_wait_s(call, resp, overloads, deadline - time.monotonic())
             if wait is not None:   # 429 overloaded: wait as told, then the same request again
@@ -121,7 +121,7 @@ class Client(_Base):
                 time.sleep(wait)
                 continue
             return self._answer(url, resp, call)
-        raise unavailable(call, last)
+        raise unavailable(call, last, failures)
 
     def list(self, limit: int | None = None, **filters: Any) -> Iterator[dict]:
         """Tasks, newest first, following `next_cursor`. Filters: state, tenant, task_type,
@@ -186,7 +186,7 @@ class AsyncClient(_Base):
 
     async def _send(self, call: Call) -> Any:
         deadline = self._deadline(call)
-        last, overloads = None, 0
+        last, overloads, failures = None, 0, {}
         for url, delay in self._rotation.attempts(call.to_leader):
             if time.monotonic() + delay >= deadline:
                 break
@@ -198,10 +198,10 @@ class AsyncClient(_Base):
             try:
                 resp = await self._http.request(**kwargs, read_s=read_s, connect_s=connect_s)
             except _aio.TRANSPORT_ERRORS as exc:
-                last = describe_failure(exc, None)
+                last = failures[url] = describe_failure(exc, None)
                 continue
             if is_retryable_status(resp):
-                last = describe_failure(None, resp)
+                last = failures[url] = describe_failure(None, resp)
                 continue
             wait = overload_wait_s(call, resp, overloads, deadline - time.monotonic())
             if wait is not None:   # 429 overloaded: wait as told, then the same request again
@@ -209,7 +209,7 @@ class AsyncClient(_Base):
                 await asyncio.sleep(wait)
                 continue
             return self._answer(url, resp, call)
-        raise unavailable(call, last)
+        raise unavailable(call, last, failures)
 
     async def list(self, limit: int | None = None, **filters: Any) -> AsyncIterator[dict]:
         async for item in self._paged("/v1/tasks", "tasks", limit, filters):

@@ -293,3 +293,17 @@ def test_request_expired_is_a_final_error_and_keys_carry_their_time(nodes):
     prefix, made_ms, nonce = sent.headers["Idempotency-Key"].split("-")
     assert prefix == "tsched1" and len(nonce) == 32
     assert before_ms <= int(made_ms) <= int(time.time() * 1000)
+
+
+def test_unavailable_names_each_nodes_own_failure_beside_the_last():
+    """The last attempt of a deadline may only have had a sliver of time: the other
+    nodes' reasons (here a certificate the client does not trust) stay in the message."""
+    from tsched.client._core import Call, unavailable
+    cert = "ClientConnectorCertificateError: CERTIFICATE_VERIFY_FAILED"
+    err = unavailable(Call("GET", "/v1/tasks/x"), "ConnectionTimeoutError: timeout",
+                      {"https://a": cert, "https://b": cert,
+                       "https://c": "ConnectionTimeoutError: timeout"})
+    assert "CERTIFICATE_VERIFY_FAILED" in str(err) and "https://a" in str(err)
+    assert "https://c" not in str(err)             # the last failure is named once
+    assert err.details["by_node"]["https://b"] == cert
+    assert str(unavailable(Call("GET", "/x"), None)).endswith("GET /x")
