@@ -98,12 +98,22 @@ class Load:
             time.sleep(0.01)
 
 
+UNAVAILABLE_FOR_S_MAX = 30.0    # a read may meet a leadership move (503): asked again
+
+
 def assert_all_present(c: Cluster, node: str, task_ids) -> None:
-    """Every task id is known, read linearizably (through the leader's barrier)."""
+    """Every task id is known, read linearizably (through the leader's barrier). A 503 or
+    504 (no leader for a moment: an election, a leader spread's transfer) says nothing
+    of the task, and is asked again for up to UNAVAILABLE_FOR_S_MAX in all."""
     missing = []
+    deadline = time.monotonic() + UNAVAILABLE_FOR_S_MAX
     with httpx.Client(timeout=10) as client:
         for tid in task_ids:
-            r = client.get(c.url(node) + f"/v1/tasks/{tid}?consistency=linearizable")
+            while True:
+                r = client.get(c.url(node) + f"/v1/tasks/{tid}?consistency=linearizable")
+                if r.status_code not in (503, 504) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
             if r.status_code != 200:
                 missing.append((tid, r.status_code))
     assert not missing, f"{len(missing)} acknowledged tasks missing: {missing[:5]}"
