@@ -114,16 +114,17 @@ class Router:
     async def send(self, request: web.Request, shard: int, method: str, path_qs: str,
                    body: bytes | None, timeout_s: float | None = None,
                    extra_headers: dict[str, str] | None = None,
-                   to_leader: bool = False) -> Answer:
+                   to_leader: bool = False, local_only: bool = False) -> Answer:
         """`extra_headers`: added to those of `request` that pass to shards. `to_leader`:
-        to the shard's leader's replica first (Upstreams.send)."""
+        to the shard's leader's replica first; `local_only`: to this node's replica alone
+        (Upstreams.send)."""
         headers = {k: request.headers[k] for k in PASS_REQUEST_HEADERS if k in request.headers}
         headers.update(extra_headers or {})
         if body is not None:
             headers["Content-Type"] = "application/json"
         kw = {} if timeout_s is None else {"timeout_s": timeout_s}
         return await self.up.send(shard, method, path_qs, body, headers, to_leader=to_leader,
-                                  **kw)
+                                  local_only=local_only, **kw)
 
     async def relay(self, request: web.Request, shard: int, body: bytes | None = None,
                     path_qs: str | None = None) -> web.Response:

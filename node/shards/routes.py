@@ -205,11 +205,14 @@ async def transfer(request: web.Request) -> web.Response:
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
     """Ready when every shard replica of this node is (a node without replicas: when any
-    shard answers ready); otherwise the first shard's refusal."""
+    shard answers ready); otherwise the first shard's refusal. Each replica is asked
+    alone: another node's answer for a replica of this node that is not up yet would let
+    a rolling restart move on to the next node too early (docs/operations.md 6)."""
     r = _router(request)
     shards = r.up.local or [r.up.any_shard()]
     answers = await asyncio.gather(*(r.send(request, s, "GET", "/readyz", None,
-                                            timeout_s=READY_TIMEOUT_S) for s in shards))
+                                            timeout_s=READY_TIMEOUT_S, local_only=True)
+                                     for s in shards))
     for a in answers:
         if a.status != 200:
             return as_response(a)

@@ -80,8 +80,11 @@ class Upstreams:
         first in placement order when it is not known)."""
         return self._order(shard, True)[0]
 
-    def _order(self, shard: int, to_leader: bool) -> list[str]:
+    def _order(self, shard: int, to_leader: bool, local_only: bool = False) -> list[str]:
+        """`local_only`: this node's own replica alone, when it has one (its readiness)."""
         urls = self.urls[shard]
+        if local_only and shard in self.local:
+            return urls[:1]
         if not to_leader:
             return urls
         first = self.url_of[shard].get(self.leader_of(shard) or "")
@@ -91,12 +94,13 @@ class Upstreams:
 
     async def send(self, shard: int, method: str, path_qs: str, body: bytes | None,
                    headers: dict, timeout_s: float = UPSTREAM_TIMEOUT_S,
-                   to_leader: bool = False) -> Answer:
+                   to_leader: bool = False, local_only: bool = False) -> Answer:
         """`to_leader`: first to the replica on the node the shard's leader was last seen
-        on (claims: a follower would forward them)."""
+        on (claims: a follower would forward them). `local_only`: this node's replica
+        alone (no other replica answers for it)."""
         assert self._session is not None, "Upstreams.start() was not awaited"
         last = None
-        for url in self._order(shard, to_leader):
+        for url in self._order(shard, to_leader, local_only):
             try:
                 async with self._session.request(
                         method, url + path_qs, data=body, headers=headers,

@@ -196,6 +196,8 @@ def test_claims_go_to_the_leaders_replica_first_and_other_requests_stay_local(tm
     assert up._order(1, to_leader=False) == local
     spreader.note(1, b'{"role": "other", "leader": "n9", "term": 5}')   # not a replica
     assert up._order(1, to_leader=True) == local
+    # readiness asks this node's own replica alone
+    assert up._order(1, to_leader=False, local_only=True) == [up.url_of[1]["n1"]]
 
 
 def test_a_node_count_changed_by_membership_keeps_a_full_placement_data_dir(tmp_path):
