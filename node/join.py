@@ -19,7 +19,6 @@ from pathlib import Path
 
 from tsched.node.config import ClusterConfig, ConfigError, NodeConfig
 from tsched.node.raft.membership import Member, describe, read_members
-from tsched.node.shards.shape import internal_http
 
 log = logging.getLogger("tsched.node")
 
@@ -33,10 +32,7 @@ def listed(cfg: ClusterConfig) -> list[Member]:
 def effective_config(cfg: ClusterConfig, me: NodeConfig, sharded: bool = False) -> ClusterConfig:
     """`cfg` with the membership recorded in the node's data dir (unchanged when none is).
     `sharded`: `me` is a shard replica (with_members)."""
-    try:
-        recorded = read_members(Path(me.data_dir))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    recorded = recorded_members(Path(me.data_dir))
     if recorded is None:
         return cfg
     return with_members(cfg, me, recorded, f"the membership recorded in {me.data_dir}",
@@ -47,9 +43,10 @@ def with_members(cfg: ClusterConfig, me: NodeConfig, members: list[Member],
                  where: str, sharded: bool = False) -> ClusterConfig:
     """`sharded`: `members` are a shard group's, whose `http` is their node's public API;
     compared by id and Raft address (a replica's internal HTTP follows from the latter)."""
+    from tsched.node.api.members import at_replicas, nodes_for
     raw = members
     if sharded:
-        members = sorted(Member(m.id, m.raft, internal_http(m.raft)) for m in members)
+        members = at_replicas(members)
     mine = next((m for m in members if m.id == me.id), None)
     if mine is None:
         raise ConfigError(
@@ -69,7 +66,6 @@ def with_members(cfg: ClusterConfig, me: NodeConfig, members: list[Member],
         log.warning("event=members_file_one_change_apart node=%s %s: starting with the "
                     "recorded members (a change this node has not seen yet, or a file not "
                     "updated yet); update the file", me.id, mismatch)
-    from tsched.node.api.members import nodes_for
     return dataclasses.replace(cfg, nodes=nodes_for(cfg, me.id, raw, sharded))
 
 
@@ -95,16 +91,28 @@ def join(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None,
     return with_members(cfg, me, members, where)
 
 
-def _recorded_or_empty(me: NodeConfig) -> list[Member] | None:
-    """The members a joining node recorded (a restart), or None for an empty data dir; a
-    data dir with data but no members is another cluster life's, refused."""
+def recorded_members(data_dir: Path) -> list[Member] | None:
+    """read_members, its ValueError (an unreadable file) as the ConfigError that stops
+    the node."""
     try:
-        recorded = read_members(Path(me.data_dir))
+        return read_members(data_dir)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if recorded is None and has_data(Path(me.data_dir)):
-        raise ConfigError(f"--join: data dir {me.data_dir} holds data of another cluster "
+
+
+def refuse_other_life(data_dir: Path) -> None:
+    """A joining node starts empty: data without recorded members is another cluster
+    life's."""
+    if has_data(data_dir):
+        raise ConfigError(f"--join: data dir {data_dir} holds data of another cluster "
                           "life; a joining node starts with an empty data dir")
+
+
+def _recorded_or_empty(me: NodeConfig) -> list[Member] | None:
+    """The members a joining node recorded (a restart), or None for an empty data dir."""
+    recorded = recorded_members(Path(me.data_dir))
+    if recorded is None:
+        refuse_other_life(Path(me.data_dir))
     return recorded
 
 

@@ -65,11 +65,10 @@ def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
         me = cfg.node(node_id)
         if shard is None:
             cfg = _membership(cfg, me, join_url)
-        if restore_from is not None and shard is None:
-            _restore(cfg, me, restore_from)
-        if shard is None:     # a shard process's supervisor checked it before starting it
+            if restore_from is not None:
+                _restore(cfg, me, restore_from)
             shards.check_data_dir(cfg, me)   # reads only: a refused data dir is left as it is
-        if shard is not None:
+        else:     # its supervisor checked the data dir before starting it
             from tsched.node.shards.supervisor import die_with_parent
             die_with_parent()              # first: a supervisor killed now takes us along
             cfg, me = _shard_membership(cfg, node_id, shard, join_url)

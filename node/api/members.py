@@ -75,7 +75,7 @@ async def add_member(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
     member = parse_member(await json_body(request))
-    _single_group(request, node)
+    _refuse_one_shard_alone(request, node)
     try:
         check_raft_security([member.raft], node.config.secret)
     except RaftSecurityError as e:
@@ -106,7 +106,7 @@ async def remove_member(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
     node_id = request.match_info["id"]
-    _single_group(request, node)
+    _refuse_one_shard_alone(request, node)
     member = node.replica.membership.by_id(node_id)
     members = node.replica.membership.members
     if member is None:
@@ -142,7 +142,7 @@ async def _relay(request: web.Request, node: Node) -> web.Response:
     return web.Response(body=data, status=status, content_type="application/json")
 
 
-def _single_group(request: web.Request, node: Node) -> None:
+def _refuse_one_shard_alone(request: web.Request, node: Node) -> None:
     """A shard replica takes a change only from its node's router, which sends it to every
     shard group (shards/members_routes.py)."""
     if node.shard is not None and not request.headers.get(FAN_OUT_HEADER):
@@ -232,6 +232,11 @@ def apply_members(node: Node, members) -> None:
                                                            sharded=node.shard is not None))
 
 
+def at_replicas(members) -> list[Member]:
+    """A shard group's members at their replicas' internal addresses (sorted)."""
+    return sorted(Member(m.id, m.raft, internal_http(m.raft)) for m in members)
+
+
 def nodes_for(cfg, self_id: str, members, sharded: bool = False) -> tuple:
     """The config's nodes for these members: a listed node as the file has it, another
     as its addresses (served over HTTPS when this node is). `sharded`: the members of a
@@ -240,7 +245,7 @@ def nodes_for(cfg, self_id: str, members, sharded: bool = False) -> tuple:
     api_of = {m.id: m.http for m in members
               if sharded and m.http and m.http != internal_http(m.raft)}
     if sharded:
-        members = [Member(m.id, m.raft, internal_http(m.raft)) for m in members]
+        members = at_replicas(members)
     by_id = {n.id: n for n in cfg.nodes}
     me = by_id.get(self_id)
     cert = me.tls_cert if me is not None else None

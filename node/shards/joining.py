@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tsched.node import join
 from tsched.node.config import ClusterConfig, ConfigError, NodeConfig
-from tsched.node.raft.membership import Member, read_members
+from tsched.node.raft.membership import Member
 from tsched.node.shards.layout import shard_data_dir
 from tsched.node.shards.shape import is_full_placement, shards_of
 
@@ -40,10 +40,7 @@ def node_view(cfg: ClusterConfig, me: NodeConfig, join_url: str | None, token: s
                               f"replicas = {cfg.replicas} for {len(cfg.nodes)} nodes")
         return cfg
     shard0 = Path(shard_data_dir(cfg, me, 0))
-    try:
-        recorded = read_members(shard0)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    recorded = join.recorded_members(shard0)
     if join_url is not None:
         members, where = _joined(cfg, me, join_url, token, ssl_context, recorded is not None)
     elif recorded is not None:
@@ -73,9 +70,8 @@ def _joined(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None, ssl
             restarted: bool) -> tuple[list[Member], str]:
     """The nodes, from URL's router; this node added first when it is not a member yet
     (the router makes the change in every shard group)."""
-    if not restarted and join.has_data(Path(me.data_dir)):
-        raise ConfigError(f"--join: data dir {me.data_dir} holds data of another cluster "
-                          "life; a joining node starts with an empty data dir")
+    if not restarted:
+        join.refuse_other_life(Path(me.data_dir))
     members = join.members_of(join.call(url, "GET", "/v1/cluster/members", None, token,
                                         ssl_context))
     if not restarted and not all(_named(me, url, s, token, ssl_context)

@@ -17,7 +17,7 @@ from pathlib import Path
 from aiohttp import web
 
 from tsched.node.config import ClusterConfig, ConfigError, NodeConfig, split_address
-from tsched.node.shards.shape import (SHARD_HTTP_OFFSET, SHARD_PORT_STEP, is_full_placement,
+from tsched.node.shards.shape import (SHARD_PORT_STEP, internal_http, is_full_placement,
                                       is_single_group, placement, replicas_of, shards_of)
 
 STAMP_FILE = "shards.json"      # in a node's data_dir: the shape its data was made with
@@ -69,14 +69,18 @@ def local_shards(cfg: ClusterConfig, node_id: str) -> list[int]:
             if any(n.id == node_id for n in placement(cfg, s))]
 
 
-def shard_raft(node: NodeConfig, shard: int) -> str:
-    host, port = split_address(node.raft, "raft")
+def shifted(raft: str, shard: int) -> str:
+    """A node's base Raft address moved to shard `shard`'s Raft port."""
+    host, port = split_address(raft, "raft")
     return f"{host}:{port + SHARD_PORT_STEP * shard}"
 
 
+def shard_raft(node: NodeConfig, shard: int) -> str:
+    return shifted(node.raft, shard)
+
+
 def shard_http(node: NodeConfig, shard: int) -> str:
-    host, port = split_address(node.raft, "raft")
-    return f"{host}:{port + SHARD_PORT_STEP * shard + SHARD_HTTP_OFFSET}"
+    return internal_http(shard_raft(node, shard))
 
 
 def shard_data_dir(cfg: ClusterConfig, node: NodeConfig, shard: int) -> str:

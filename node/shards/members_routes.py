@@ -25,9 +25,11 @@ from tsched.node.api.jsonio import json_body
 from tsched.node.api.members import FAN_OUT_HEADER, RELAY_S, parse_member
 from tsched.node.config import split_address
 from tsched.node.errors import ApiError
+from tsched.node.raft.membership import Member
+from tsched.node.shards.joining import as_nodes
+from tsched.node.shards.layout import shifted
 from tsched.node.shards.router import ROUTER, Relayed, Router, as_response, json_response
-from tsched.node.shards.shape import (PORT_MAX, REPLICAS_MAX, SHARD_HTTP_OFFSET,
-                                      SHARD_PORT_STEP, is_full_placement)
+from tsched.node.shards.shape import PORT_MAX, REPLICAS_MAX, internal_http, is_full_placement
 from tsched.node.shards.upstream import Answer
 
 routes = web.RouteTableDef()
@@ -67,7 +69,7 @@ async def add_member(request: web.Request) -> web.Response:
                        f"cluster has: every node holds every shard, and a shard has at most "
                        f"{REPLICAS_MAX} replicas", {"reason": "too_many_members",
                                                     "max": REPLICAS_MAX})
-    bodies = [orjson.dumps({"id": member.id, "raft": _shifted(member.raft, s),
+    bodies = [orjson.dumps({"id": member.id, "raft": shifted(member.raft, s),
                             "http": member.http}) for s in range(r.count)]
     answers = await _fan_out(r, request, "POST", PATH, bodies)
     return _outcome(r, answers, done=(200,))
@@ -105,15 +107,11 @@ def node_list(r: Router, doc: dict) -> list[dict]:
     (the file's API address for a node it lists at that Raft address: members recorded
     before shard groups kept the public API name a replica's internal one). Otherwise the
     nodes of the file."""
-    files = {n.id: n for n in r.cfg.nodes}
     if not is_full_placement(r.cfg):
         return [{"id": n.id, "raft": n.raft, "http": n.http} for n in r.cfg.nodes]
-    out = []
-    for m in doc["members"]:
-        n = files.get(m.get("id"))
-        http = n.http if n is not None and n.raft == m.get("raft") else m.get("http")
-        out.append({"id": m.get("id"), "raft": m.get("raft"), "http": http})
-    return out
+    shard0 = [Member(str(m.get("id")), str(m.get("raft")), str(m.get("http")))
+              for m in doc["members"]]
+    return [m.to_json() for m in as_nodes(r.cfg, shard0)]
 
 
 def _changeable(r: Router) -> None:
@@ -126,16 +124,11 @@ def _changeable(r: Router) -> None:
 
 
 def _room_for_shard_ports(raft: str, shards: int) -> None:
-    _, port = split_address(raft, "raft")
-    top = port + SHARD_PORT_STEP * (shards - 1) + SHARD_HTTP_OFFSET
+    # the highest port a node uses: its last shard's internal HTTP
+    top = int(internal_http(shifted(raft, shards - 1)).rpartition(":")[2])
     if top > PORT_MAX:
-        raise validate.invalid(f"raft port {port} leaves no room for the ports of {shards} "
-                               f"shards (up to {top})", field="raft")
-
-
-def _shifted(raft: str, shard: int) -> str:
-    host, port = split_address(raft, "raft")
-    return f"{host}:{port + SHARD_PORT_STEP * shard}"
+        raise validate.invalid(f"raft port {split_address(raft, 'raft')[1]} leaves no room "
+                               f"for the ports of {shards} shards (up to {top})", field="raft")
 
 
 async def _fan_out(r: Router, request: web.Request, method: str, path: str,

@@ -145,7 +145,8 @@ def shard_argv(config_path: str, node_id: str, shard: int, log_format: str) -> l
 async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str,
                          join_url: str | None = None) -> int:
     """`cfg`: the node's view of the cluster (shards/joining.node_view). `join_url`: this
-    node joined through it (`--join`): each shard process's first start joins too."""
+    node joined through it (`--join`): each shard process joins too, on every start until it
+    has recorded its members (_joining)."""
     me = cfg.node(node_id)
     shards_mod.stamp_data_dir(cfg, me)
     local = shards_mod.local_shards(cfg, node_id)
@@ -155,20 +156,21 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str,
     stop = asyncio.Event()
     fatal: list[int] = []
 
-    def on_fatal(code: int) -> None:
-        fatal.append(code)
-        stop.set()
-    procs = {s: ShardProcess(s, shard_argv(config_path, node_id, s, log_format), spreader,
-                             on_fatal, _joining(cfg, me, s, join_url)) for s in local}
-    def on_signal() -> None:
+    def halt() -> None:
         # First thing: a signal to the node's process group reaches the shard processes
         # too, and one that exits while the router drains is not started again (it was,
         # with a WARNING, up to SHUTDOWN_S after the stop).
         for p in procs.values():
             p.stopping = True
         stop.set()
+
+    def on_fatal(code: int) -> None:
+        fatal.append(code)
+        halt()
+    procs = {s: ShardProcess(s, shard_argv(config_path, node_id, s, log_format), spreader,
+                             on_fatal, _joining(cfg, me, s, join_url)) for s in local}
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
+        loop.add_signal_handler(sig, halt)
     runs = [loop.create_task(p.run(), name=f"shard-{p.shard}") for p in procs.values()]
     runs.append(loop.create_task(_keep_spread(spreader, procs)))
     upstreams = Upstreams(cfg, node_id, ssl=tls.cluster_client_context(cfg))
@@ -187,8 +189,6 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str,
         await stop.wait()
         log.info("event=stopping")
     finally:
-        for p in procs.values():
-            p.stopping = True
         await runner.cleanup()
         await asyncio.gather(*(p.stop() for p in procs.values()))
         for t in runs:

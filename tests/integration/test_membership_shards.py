@@ -11,7 +11,8 @@ from tests.harness.cluster import Cluster, running
 from tests.harness.waits import wait_until
 from tests.integration.test_membership_cluster import COMPACT_OFTEN, change
 from tests.integration.test_node_faults import Load, assert_all_present
-from tsched.node.shards.layout import shard_of_tenant
+from tsched.node.shards.layout import shard_of_tenant, shifted
+from tsched.node.shards.shape import internal_http
 
 pytestmark = pytest.mark.slow
 
@@ -42,8 +43,7 @@ def ids_of(c: Cluster, via: str, query: str = "") -> list[str] | None:
 def replica_ids(c: Cluster, node: str, shard: int) -> list[str] | None:
     """The members `node`'s own replica of `shard` names (its internal API: a router would
     ask another replica when its own does not answer)."""
-    host, port = c.raft[node].rsplit(":", 1)
-    url = f"http://{host}:{int(port) + 100 * shard + 50}/v1/cluster/members"
+    url = f"http://{internal_http(shifted(c.raft[node], shard))}/v1/cluster/members"
     try:
         r = httpx.get(url, timeout=5)
     except httpx.HTTPError:

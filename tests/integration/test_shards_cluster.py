@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from tsched.client import Client, Worker
-from tsched.node.shards.layout import shard_of_tenant
+from tsched.node.shards.layout import shard_of_tenant, shifted
+from tsched.node.shards.shape import internal_http
 
 from tests.harness.cluster import TSNODE
 from tests.harness.cluster import running as running_cluster
@@ -508,9 +509,10 @@ def test_members_are_the_nodes_and_bad_changes_are_refused(shared_sharded):
     assert {m["id"]: m["raft"] for m in body["members"]}["n1"] == f"{host}:{int(port) + 200}"
     status, err = sharded.call("n2", "GET", f"/v1/cluster/members?shard={SHARDS}")
     assert status == 400 and err["error"]["details"]["field"] == "shard", err
-    # shard 1's replica on n1 (its internal API, 50 above its Raft port) alone: refused
+    # shard 1's replica on n1 (its internal API) alone: refused
     with httpx.Client(timeout=10) as client:
-        r = client.post(f"http://{host}:{int(port) + 150}/v1/cluster/members",
+        r = client.post(f"http://{internal_http(shifted(sharded.raft['n1'], 1))}"
+                        "/v1/cluster/members",
                         json={"id": "n4", "raft": "127.0.0.1:1", "http": "127.0.0.1:2"})
     assert r.status_code == 409 and r.json()["error"]["details"]["reason"] == "sharded", r.text
     status, err = sharded.call("n2", "POST", "/v1/cluster/members",

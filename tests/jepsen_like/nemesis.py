@@ -15,6 +15,8 @@ from collections import Counter
 import aiohttp
 
 from tsched.node.raft.rejoin import MARKER_NAME
+from tsched.node.shards.layout import shifted
+from tsched.node.shards.shape import internal_http
 
 from .cluster import Cluster
 from .history import OK, History
@@ -325,8 +327,8 @@ class Nemesis:
         c = self.cluster
         if c.shards == 1:
             return [c.url(nid) + "/healthz"]
-        host, port = c.raft[nid].rsplit(":", 1)     # shard s answers at + 100 s + 50
-        return [f"http://{host}:{int(port) + 100 * s + 50}/healthz" for s in range(c.shards)]
+        return [f"http://{internal_http(shifted(c.raft[nid], s))}/healthz"
+                for s in range(c.shards)]
 
     async def _answers_200(self, url: str) -> bool:
         try:
