@@ -2,6 +2,7 @@
 blocks of whole clusters (`node_addresses`)."""
 from __future__ import annotations
 
+import os
 import random
 import socket
 
@@ -42,15 +43,30 @@ def free_shard_ports(nodes: int, shards: int) -> tuple[list[int], list[int]]:
     last shard. All below the ephemeral range: a sharded node makes many outgoing
     connections, and one of them must not take a killed node's port before it restarts."""
     span = 100 * shards + nodes
-    high = _ephemeral_low() - span - 1
+    low, high = _worker_range(PORTS_FLOOR, _ephemeral_low() - 1, span)
     for _ in range(500):
-        base = random.randint(PORTS_FLOOR, high)
+        base = random.randint(low, high)
         rafts = [base + k for k in range(nodes)]
         https = [base + 100 * shards + k for k in range(nodes)]
         ports = [p + 100 * s + off for p in rafts for s in range(shards) for off in (0, 50)]
         if all(_is_free(p) for p in ports + https):
             return rafts, https
     raise RuntimeError("no free block of shard ports on loopback")
+
+
+def _worker_range(low: int, top: int, span: int) -> tuple[int, int]:
+    """The bases this test process may give a block of `span` ports, all within its own
+    slice of [low, top]. A block is
+    checked free, then bound when its nodes start: two pytest-xdist workers checking at
+    the same moment could pick overlapping blocks, and one cluster's poller then spoke
+    HTTP to the other's Raft port (seen in a test run). Each worker picks from its own."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or not worker[2:].isdigit() or count <= 1:
+        return low, top - span
+    size = (top - low + 1) // count
+    start = low + int(worker[2:]) % count * size
+    return start, start + size - 1 - span
 
 
 def _is_free(port: int) -> bool:

@@ -13,3 +13,16 @@ def test_every_file_run_first_exists() -> None:
     missing = [p for p in LONGEST_FILES_FIRST if not (ROOT / p).is_file()]
     assert missing == []
     assert len(set(LONGEST_FILES_FIRST)) == len(LONGEST_FILES_FIRST)
+
+
+def test_each_worker_gives_its_clusters_ports_of_its_own(monkeypatch):
+    """Blocks of different pytest-xdist workers never overlap (tests/harness/ports.py)."""
+    from tests.harness.ports import _worker_range
+    span, used = 303, []
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+    for w in range(3):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{w}")
+        low, high = _worker_range(10_000, 32_767, span)
+        used.append((low, high + span - 1))      # the lowest and highest port of a block
+    assert all(a[1] < b[0] for a, b in zip(used, used[1:])), used
+    assert used[0][0] == 10_000 and used[-1][1] <= 32_767
