@@ -32,7 +32,7 @@ BATCH = 500
 def run(n: int, lag: int, seed: int = 7, render: bool = False) -> int:
     rnd = random.Random(seed)
     if render:
-        from tsched.node.api.present import result as present
+        from tsched.node.present import result as present
 
     def rid() -> str:
         return "%024x" % rnd.getrandbits(96)

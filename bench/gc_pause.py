@@ -1,5 +1,5 @@
 """Garbage-collection pauses while a state machine grows to N tasks, with and without the
-node's policy (node/ops/gcpolicy.py: freeze the survivors of full collections).
+node's policy (node/gcpolicy.py: freeze the survivors of full collections).
 
 Prints (asserts nothing): how many collections of the middle and old generations ran, the
 longest pause among them, the pause of one more full collection at the end (what the next
@@ -18,7 +18,7 @@ import os
 import time
 
 from bench.lib.machine import describe
-from tsched.node.ops.gcpolicy import GcPolicy
+from tsched.node.gcpolicy import GcPolicy
 from tsched.statemachine import StateMachine
 from tsched.statemachine import commands as c
 

@@ -191,7 +191,7 @@ async def metric_sums(api: Api, urls: list[str], pattern: re.Pattern,
     return sums
 
 
-# Each generation's longest garbage-collection pause (node/ops/gcpolicy.py), in seconds.
+# Each generation's longest garbage-collection pause (node/gcpolicy.py), in seconds.
 _GC_PAUSES = re.compile(r'^tsched_gc_pause_seconds_max\{generation="(\d)"\} (\S+)$', re.M)
 
 

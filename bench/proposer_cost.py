@@ -20,8 +20,8 @@ import time
 from types import SimpleNamespace
 
 from bench.apply_cost import print_cpu_figure
-from tsched.node.api.present import minimal_result as render_minimal
-from tsched.node.api.present import result as render
+from tsched.node.present import minimal_result as render_minimal
+from tsched.node.present import result as render
 from tsched.node.raft.proposer import Proposer
 from tsched.statemachine import StateMachine, codec
 from tsched.statemachine import commands as c

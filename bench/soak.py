@@ -8,7 +8,7 @@ those levels page a person) and `/metrics` for Raft entries re-sent and log trun
 they would not: Raft ticks later than half an election timeout (the watchdog's lines and
 `/metrics`), the longest gap between ticks, apply slices cut (`node/raft/apply_budget.py`), the
 highest term (1 + the elections) and each generation's longest garbage-collection pause
-on any node (`node/ops/gcpolicy.py`).
+on any node (`node/gcpolicy.py`).
 
     python -m bench.soak                      # 10 minutes, 3 nodes
     python -m bench.soak --duration-s 60      # a short look

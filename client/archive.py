@@ -1,6 +1,6 @@
 """Reading the audit archive's files (DESIGN 14.3): `tsctl archive search` and tests.
 
-The files are written by the nodes (node/ops/archive.py) in the format of
+The files are written by the nodes (node/ops/archiver.py) in the format of
 statemachine/archive_format.py: `tasks-YYYY-MM-DD.jsonl.gz`, gzip members of JSON lines
 `{"v": 1, "archived_at": ..., "task": {...}}`. `search` reads every
 file of a directory, oldest day first; a file that is not gzip, is truncated or holds a

@@ -21,10 +21,10 @@ from tsched.statemachine.limits import API_LIMITS
 
 from tsched.node import config as config_mod
 from tsched.node import tls
-from tsched.node.api.services import Node
+from tsched.node.services import Node
 from tsched.node.api.app import make_app
 from tsched.node.clock import Clock
-from tsched.node.ops.gcpolicy import GcPolicy
+from tsched.node.gcpolicy import GcPolicy
 from tsched.node.ops.sd_notify import Notifier
 from tsched.node.raft.handoff import hand_over
 from tsched.node.raft.journal import CorruptStorage, fatal_corruption
@@ -59,7 +59,7 @@ STOP_STACKS_AFTER_S = 12.0
                    "this node's [[node]]")
 def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
         rejoin_empty: bool, restore_from: str | None, join_url: str | None) -> None:
-    from tsched.node.shards import layout as shards
+    from tsched.node import topology as shards
     try:
         cfg = config_mod.load(config_path)
         me = cfg.node(node_id)
@@ -99,11 +99,11 @@ def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
 def _membership(cfg, me, join_url: str | None):
     """The cluster's members: recorded beside the log, or asked of `--join URL` (join.py;
     a sharded node's supervisor: shards/joining.py)."""
-    from tsched.node import join
-    from tsched.node.shards import layout as shards
+    from tsched.node.raft import join_group as join
+    from tsched.node import topology as shards
     token, ssl = os.environ.get("TSCHED_JOIN_TOKEN"), tls.cluster_client_context(cfg)
     if not shards.is_single_group(cfg):
-        from tsched.node.shards.joining import node_view
+        from tsched.node.shards.join_all_groups import node_view
         return node_view(cfg, me, join_url, token, ssl)
     if join_url is None:
         return join.effective_config(cfg, me)
@@ -113,8 +113,8 @@ def _membership(cfg, me, join_url: str | None):
 def _shard_membership(cfg, node_id: str, shard: int, join_url: str | None):
     """A shard replica's process: its group's nodes at its shard's addresses; where every
     node holds every shard, its group's recorded members, or `--join`'s (join.py)."""
-    from tsched.node import join
-    from tsched.node.shards import layout as shards
+    from tsched.node.raft import join_group as join
+    from tsched.node import topology as shards
     full = shards.is_full_placement(cfg)
     cfg, me = shards.shard_process_config(cfg, node_id, shard)
     if not full:
@@ -144,7 +144,7 @@ def _discard_local_data(cfg, me, shard: int | None) -> None:
     replica's (each child then starts as a rejoining replica)."""
     from pathlib import Path
 
-    from tsched.node.shards import layout as shards
+    from tsched.node import topology as shards
     from tsched.node.raft.rejoin import discard_data
     if shard is not None or shards.is_single_group(cfg):
         discard_data(Path(me.data_dir))
@@ -228,7 +228,7 @@ async def serve(cfg, node_id: str, clock: Clock, log_context=None,
     if log_context is not None:
         log_context.term_of = lambda: replica.term
     if cfg.archive_dir is not None:   # before start: the log's replay archives too
-        from tsched.node.ops.archive import Archive, archive_dir
+        from tsched.node.ops.archiver import Archive, archive_dir
         where = archive_dir(cfg.archive_dir, me.data_dir)
         replica.add_apply_listener(Archive(where).on_apply)
         log.info("event=archive_enabled dir=%s", where)

@@ -18,8 +18,8 @@ from tsched.statemachine.reshard import reshard
 
 from tsched.node.config import ClusterConfig, NodeConfig
 from tsched.node.raft.seed import check_section, seed
-from tsched.node.shards import layout as shards
-from tsched.node.shards.shape import shards_of
+from tsched.node import topology as shards
+from tsched.node.config import shards_of
 
 READ_BYTES = 1 << 20
 # A restored cluster's fencing tokens start this far above the backup's counter. The old

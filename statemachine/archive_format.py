@@ -1,5 +1,5 @@
 """The audit archive's file format (DESIGN 14.3), shared by the nodes that write it
-(node/ops/archive.py) and the readers (client/archive.py: `tsctl archive search`).
+(node/ops/archiver.py) and the readers (client/archive.py: `tsctl archive search`).
 
 Files are named by the UTC day of the Tick that evicted their tasks,
 `tasks-YYYY-MM-DD.jsonl.gz`; each holds gzip members of JSON lines

@@ -11,7 +11,7 @@ roll is the hash of the snapshot's bytes (`digest.roll_from_blob`): replicas tha
 the same snapshot agree.
 
 The garbage collector is the node's business (node/raft/replica.py restores with collections
-paused and the result frozen, node/ops/gcpolicy.py): nothing here touches it.
+paused and the result frozen, node/gcpolicy.py): nothing here touches it.
 """
 from __future__ import annotations
 

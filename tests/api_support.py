@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tsched.node.api.services import Node
+from tsched.node.services import Node
 
 
 class Api:

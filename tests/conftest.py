@@ -20,7 +20,7 @@ from tests.api_support import Api
 from tests.harness.ports import free_port
 from tests.harness.raft_options import FAST
 from tests.harness.waits import wait_until
-from tsched.node.api.services import Node
+from tsched.node.services import Node
 from tsched.node.api.app import make_app
 from tsched.node.clock import Clock
 from tsched.node.config import ClusterConfig, NodeConfig

@@ -43,7 +43,7 @@ def http_json(method: str, url: str, body: Any = None, timeout_s: float = 5.0) -
 def spread_tenants(shards: int, per_shard: int = 2) -> list[str]:
     """Tenant names, `per_shard` on each shard, in shard order (a sharded run's work is
     spread evenly; one shard only when there is one)."""
-    from tsched.node.shards.layout import shard_of_tenant
+    from tsched.node.topology import shard_of_tenant
     out: dict[int, list[str]] = {s: [] for s in range(shards)}
     i = 0
     while any(len(v) < per_shard for v in out.values()):

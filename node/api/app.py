@@ -13,17 +13,18 @@ from aiohttp import web
 
 from tsched.statemachine.tiers import DEFAULT_TIERS
 
-from tsched.node.api import (archive, audit, auth, backup, cluster, members, ops, present,
+from tsched.node.api import (archive, audit, auth, backup, cluster, members, monitoring,
                              schedules, tasks, tenants, workers)
 from tsched.node.api.admission import ADMISSION, Admission
 from tsched.node.api.forward import Forwarder
 from tsched.node.api.jsonio import error_response
-from tsched.node.api.services import NODE, Node
+from tsched.node import present
+from tsched.node.services import NODE, Node
 from tsched.node.errors import ApiError
 from tsched.node.raft.proposer import Proposer
 from tsched.node.scheduling.claims import ClaimHub, enables_claims
 from tsched.node.scheduling.timer import LeaderTimer
-from tsched.node.shards.layout import shard_tag_middleware
+from tsched.node.api.shard_tag import shard_tag_middleware
 from tsched.node.tls import cluster_client_context
 
 log = logging.getLogger("tsched.node.http")
@@ -44,7 +45,7 @@ def make_app(node: Node) -> web.Application:
     app.cleanup_ctx.append(_services)
     for module in (tasks, workers, tenants, cluster, members, schedules, archive, audit, backup):
         app.router.add_routes(module.routes)
-    ops.setup(app)    # metrics, health, stats, OpenAPI, dashboard (and its middleware)
+    monitoring.setup(app)    # metrics, health, stats, OpenAPI, dashboard (and its middleware)
     auth.setup(app)   # parses [auth] once; its middleware runs inside the error shape
     return app
 

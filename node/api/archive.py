@@ -20,10 +20,10 @@ from tsched.statemachine.archive_format import DAY_MS, day_start_ms
 
 from tsched.node.api import validate
 from tsched.node.api.jsonio import respond
-from tsched.node.api.services import Node, node_of
+from tsched.node.services import Node, node_of
 from tsched.node.errors import ApiError
 from tsched.node.ops import archive_search as arch
-from tsched.node.ops.archive import archive_dir
+from tsched.node.ops.archiver import archive_dir
 
 routes = web.RouteTableDef()
 

@@ -12,11 +12,12 @@ from aiohttp import web
 
 from tsched.statemachine.limits import API_LIMITS, LIMITS
 
-from tsched.node.api import present, validate
+from tsched.node import present
+from tsched.node.api import validate
 from tsched.node.api.jsonio import respond
 from tsched.node.api.reads import before_read
 from tsched.node.api.scope import tenant_scope
-from tsched.node.api.services import node_of
+from tsched.node.services import node_of
 
 routes = web.RouteTableDef()
 

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from aiohttp import web
 
 from tsched.node.api.scope import ACTOR_KEY, SCOPE_KEY
-from tsched.node.api.services import NODE
+from tsched.node.services import NODE
 from tsched.node.errors import ApiError
 
 log = logging.getLogger("tsched.node.auth")

@@ -11,10 +11,11 @@ from tsched.node.api import validate
 from tsched.node.config import NodeConfig
 from tsched.node.api.forward import FORWARDED_HEADER
 from tsched.node.api.jsonio import json_body, respond
-from tsched.node.api.proposing import propose_one, request_id
+from tsched.node.api.idempotency import request_id
+from tsched.node.raft.commit import propose_one
 from tsched.node.api.reads import relay_to_leader
 from tsched.node.api.scope import actor_of
-from tsched.node.api.services import Node, node_of
+from tsched.node.services import Node, node_of
 from tsched.node.raft.handoff import transfer_to
 from tsched.node.errors import ApiError
 from tsched.statemachine import tiers

@@ -15,13 +15,13 @@ from tsched.node import config as config_mod
 from tsched.node.api import validate
 from tsched.node.api.forward import FORWARDED_HEADER
 from tsched.node.api.jsonio import json_body, respond
-from tsched.node.api.proposing import propose_one, request_id
+from tsched.node.api.idempotency import request_id
+from tsched.node.raft.commit import propose_one
 from tsched.node.api.scope import actor_of
-from tsched.node.api.services import Node, node_of
+from tsched.node.services import Node, node_of
 from tsched.node.errors import ApiError, invalid
 from tsched.node.raft.handoff import HANDOFF_S, transfer_to
-from tsched.node.raft.membership import MEMBERS_MIN, Member
-from tsched.node.shards.shape import internal_http
+from tsched.node.raft.membership import MEMBERS_MIN, Member, nodes_for
 from tsched.node.raft.security import RaftSecurityError, check_raft_security
 from tsched.statemachine import commands as c
 
@@ -230,36 +230,3 @@ def apply_members(node: Node, members) -> None:
     cfg = node.config
     node.config = dataclasses.replace(cfg, nodes=nodes_for(cfg, node.node_id, members,
                                                            sharded=node.shard is not None))
-
-
-def at_replicas(members) -> list[Member]:
-    """A shard group's members at their replicas' internal addresses (sorted)."""
-    return sorted(Member(m.id, m.raft, internal_http(m.raft)) for m in members)
-
-
-def nodes_for(cfg, self_id: str, members, sharded: bool = False) -> tuple:
-    """The config's nodes for these members: a listed node as the file has it, another
-    as its addresses (served over HTTPS when this node is). `sharded`: the members of a
-    shard group, whose `http` is their node's public API: a replica's own internal
-    address follows from its Raft address (shape.internal_http)."""
-    api_of = {m.id: m.http for m in members
-              if sharded and m.http and m.http != internal_http(m.raft)}
-    if sharded:
-        members = at_replicas(members)
-    by_id = {n.id: n for n in cfg.nodes}
-    me = by_id.get(self_id)
-    cert = me.tls_cert if me is not None else None
-    out = []
-    # A file that lists every member keeps its order (a shard's nodes are listed in its
-    # placement order, DESIGN 13); otherwise the membership's order.
-    order = {n.id: i for i, n in enumerate(cfg.nodes)}
-    if all(m.id in order for m in members):
-        members = sorted(members, key=lambda m: order[m.id])
-    for m in members:
-        n = by_id.get(m.id)
-        same = n is not None and n.raft == m.raft and m.http in ("", n.http)
-        if n is None or not (same or m.id == self_id):
-            n = config_mod.NodeConfig(id=m.id, raft=m.raft, http=m.http or m.raft, data_dir="",
-                                      tls_cert=cert, api=api_of.get(m.id))
-        out.append(n)
-    return tuple(out)

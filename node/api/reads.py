@@ -6,8 +6,8 @@ from aiohttp import web
 
 from tsched.node.api import validate
 from tsched.node.api.forward import FORWARDED_HEADER
-from tsched.node.api.proposing import propose_one
-from tsched.node.api.services import Node
+from tsched.node.raft.commit import propose_one
+from tsched.node.services import Node
 from tsched.node.errors import ApiError
 from tsched.node.ids import new_id
 

@@ -16,11 +16,13 @@ from tsched.statemachine import commands as c
 from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
 
 from tsched.node.scheduling import cron, firing
-from tsched.node.api import present, submission, validate
+from tsched.node import present
+from tsched.node.api import submission, validate
 from tsched.node.api.jsonio import json_body, respond
-from tsched.node.api.proposing import propose_one, request_id
+from tsched.node.api.idempotency import request_id
+from tsched.node.raft.commit import propose_one
 from tsched.node.api.reads import before_read
-from tsched.node.api.services import node_of
+from tsched.node.services import node_of
 from tsched.node.api.scope import actor_of, tenant_scope
 from tsched.node.errors import ApiError, invalid
 

@@ -5,12 +5,14 @@ from aiohttp import web
 
 from tsched.statemachine import commands as c
 
-from tsched.node.api import present, submission, validate
+from tsched.node import present
+from tsched.node.api import submission, validate
 from tsched.node.api.admission import Place, admission_of
 from tsched.node.api.jsonio import json_body, prefers_minimal, respond
-from tsched.node.api.proposing import propose, propose_one, request_id, request_ids
+from tsched.node.api.idempotency import request_id, request_ids
+from tsched.node.raft.commit import propose, propose_one
 from tsched.node.api.reads import before_read
-from tsched.node.api.services import node_of
+from tsched.node.services import node_of
 from tsched.node.api.scope import actor_of, tenant_scope
 from tsched.node.errors import ApiError
 

@@ -10,8 +10,9 @@ from tsched.statemachine import commands as c
 from tsched.node.scheduling import claims
 from tsched.node.api import validate
 from tsched.node.api.jsonio import json_body, prefers_minimal, respond
-from tsched.node.api.proposing import propose, propose_one, request_id, request_ids
-from tsched.node.api.services import node_of
+from tsched.node.api.idempotency import request_id, request_ids
+from tsched.node.raft.commit import propose, propose_one
+from tsched.node.services import node_of
 from tsched.node.api.scope import tenant_scope
 
 routes = web.RouteTableDef()

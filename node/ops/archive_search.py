@@ -1,7 +1,7 @@
 """Searching this node's audit archive (DESIGN 14.3, `GET /v1/archive`).
 
 Blocking file reading: the handler (node/api/archive.py) runs `search` in a thread. The
-files are those node/ops/archive.py writes, `tasks-YYYY-MM-DD.jsonl.gz`, each a series of
+files are those node/ops/archiver.py writes, `tasks-YYYY-MM-DD.jsonl.gz`, each a series of
 gzip members (one per evicting Tick) of JSON lines; names, line parsing and matching are
 statemachine/archive_format.py's, which `tsctl archive search --dir` shares.
 

@@ -17,6 +17,7 @@ from typing import Iterable, NamedTuple
 
 from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, FAIL_REASON
 
+from tsched.node.config import NodeConfig, internal_http
 from tsched.node.raft import journal as journal_mod
 from tsched.node.raft.transport import DialNode
 
@@ -185,3 +186,36 @@ class Membership:
         node = DialNode(member.raft, None, name=member.id, http=member.http)
         change = obj.addNodeToCluster if kind == "add" else obj.removeNodeFromCluster
         change(node, callback=answered)
+
+
+def at_replicas(members) -> list[Member]:
+    """A shard group's members at their replicas' internal addresses (sorted)."""
+    return sorted(Member(m.id, m.raft, internal_http(m.raft)) for m in members)
+
+
+def nodes_for(cfg, self_id: str, members, sharded: bool = False) -> tuple:
+    """The config's nodes for these members: a listed node as the file has it, another
+    as its addresses (served over HTTPS when this node is). `sharded`: the members of a
+    shard group, whose `http` is their node's public API: a replica's own internal
+    address follows from its Raft address (config.internal_http)."""
+    api_of = {m.id: m.http for m in members
+              if sharded and m.http and m.http != internal_http(m.raft)}
+    if sharded:
+        members = at_replicas(members)
+    by_id = {n.id: n for n in cfg.nodes}
+    me = by_id.get(self_id)
+    cert = me.tls_cert if me is not None else None
+    out = []
+    # A file that lists every member keeps its order (a shard's nodes are listed in its
+    # placement order, DESIGN 13); otherwise the membership's order.
+    order = {n.id: i for i, n in enumerate(cfg.nodes)}
+    if all(m.id in order for m in members):
+        members = sorted(members, key=lambda m: order[m.id])
+    for m in members:
+        n = by_id.get(m.id)
+        same = n is not None and n.raft == m.raft and m.http in ("", n.http)
+        if n is None or not (same or m.id == self_id):
+            n = NodeConfig(id=m.id, raft=m.raft, http=m.http or m.raft, data_dir="",
+                                      tls_cert=cert, api=api_of.get(m.id))
+        out.append(n)
+    return tuple(out)

@@ -36,7 +36,7 @@ from tsched.node.raft.membership import Member, Membership
 from tsched.node.raft.options import RaftOptions, options_from_cluster, sync_obj_conf
 from tsched.node.raft.poller import TimedPoller, Waker
 from tsched.node.raft.prevote import PreVote
-from tsched.node.raft.proposed import ProposedBatches
+from tsched.node.raft.pending_proposals import ProposedBatches
 from tsched.node.raft.raft_object import RaftObject
 from tsched.node.raft.rejoin import RejoinGate
 from tsched.node.raft.replication import ReplicationStats

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from tsched.node.ops.gcpolicy import GcPolicy
+from tsched.node.gcpolicy import GcPolicy
 from tsched.node.raft.transport import DialNode
 from tsched.node.raft import journal as journal_mod
 from tsched.node.raft.snapshot_file import read_snapshot

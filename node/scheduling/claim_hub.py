@@ -14,6 +14,7 @@ from tsched.statemachine import commands as c
 
 from tsched.node.errors import ApiError
 from tsched.node.ids import new_id as _new_id
+from tsched.node.raft.commit import propose
 from tsched.node.scheduling.waiters import (READY, WAITERS_MAX, Completions, NotLeader, Waiter,
                                             WaiterTable)
 
@@ -294,7 +295,6 @@ def _uncarried(w: Waiter) -> bool:
 async def _propose_all(node, cmds: list, minimal: bool | list[bool] = False
                        ) -> tuple[list, int | None]:
     """One answer per command; a failed proposal answers each with its error."""
-    from tsched.node.api.proposing import propose
     try:
         return await propose(node, cmds, minimal=minimal)
     except ApiError as e:
@@ -317,7 +317,6 @@ def _kind(w: Waiter) -> tuple:
 
 async def release(node, tasks: list[tuple[str, int]]) -> None:
     """Give claimed tasks back because nobody will receive them."""
-    from tsched.node.api.proposing import propose
     now = node.clock.now_ms()
     cmds = [c.Release(request_id=_new_id(), now_ms=now, task_id=tid, fencing_token=tok)
             for tid, tok in tasks]

@@ -69,7 +69,7 @@ async def claim(node, request, params: dict, tenant: str | None, body: bytes,
 async def _claim(node, request, params: dict, tenant: str | None, body: bytes,
                  completions: Completions | None, minimal: bool
                  ) -> tuple[list[dict], int]:
-    from tsched.node.api.proposing import request_id
+    from tsched.node.api.idempotency import request_id
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params["wait_s"]
     forwarded = bool(request.headers.get("X-Tsched-Forwarded"))

@@ -16,6 +16,7 @@ from tsched.statemachine import commands as c
 from tsched.node.scheduling import firing
 from tsched.node.errors import ApiError
 from tsched.node.ids import new_id as _new_id
+from tsched.node.raft.commit import propose
 
 log = logging.getLogger("tsched.node.timer")
 
@@ -137,7 +138,6 @@ class LeaderTimer:
         return await self._propose(cmds) if cmds else True
 
     async def _propose(self, cmds: list) -> bool:
-        from tsched.node.api.proposing import propose
         try:
             await propose(self.node, cmds)
             return True

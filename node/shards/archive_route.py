@@ -8,7 +8,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from tsched.node.api.archive import decode_cursor
-from tsched.node.shards import layout as shards_mod
+from tsched.node import topology as shards_mod
 from tsched.node.shards.router import ROUTER, as_response
 
 routes = web.RouteTableDef()

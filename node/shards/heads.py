@@ -54,7 +54,7 @@ def reads_heads(body: dict, priorities: tuple[int, int], shards: list[int]) -> b
 
 
 class Asks(Protocol):
-    """What ask_in_order needs of a claim (node/shards/claims.py)."""
+    """What ask_in_order needs of a claim (node/shards/claim_fanout.py)."""
 
     async def ask(self, shard: int, sub: dict) -> int: ...     # tasks it gave
     def take(self, shard: int, doc: Any) -> None: ...          # an answer with tasks anyway

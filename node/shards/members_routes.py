@@ -26,10 +26,10 @@ from tsched.node.api.members import FAN_OUT_HEADER, RELAY_S, parse_member
 from tsched.node.config import split_address
 from tsched.node.errors import ApiError
 from tsched.node.raft.membership import Member
-from tsched.node.shards.joining import as_nodes
-from tsched.node.shards.layout import shifted
+from tsched.node.shards.join_all_groups import as_nodes
+from tsched.node.topology import shifted
 from tsched.node.shards.router import ROUTER, Relayed, Router, as_response, json_response
-from tsched.node.shards.shape import PORT_MAX, REPLICAS_MAX, internal_http, is_full_placement
+from tsched.node.config import PORT_MAX, REPLICAS_MAX, internal_http, is_full_placement
 from tsched.node.shards.upstream import Answer
 
 routes = web.RouteTableDef()

@@ -18,7 +18,7 @@ from collections import OrderedDict
 import orjson
 from aiohttp import web
 
-from tsched.node.shards import layout as shards_mod
+from tsched.node import topology as shards_mod
 from tsched.node.api import validate
 from tsched.node.api.auth import parse as parse_auth
 from tsched.node.errors import ApiError

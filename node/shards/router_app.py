@@ -12,10 +12,10 @@ from aiohttp import web
 from tsched.node.api.jsonio import error_response
 from tsched.node.errors import ApiError
 from tsched.node.shards import archive_route
-from tsched.node.shards import claims as router_claims
+from tsched.node.shards import claim_fanout as router_claims
 from tsched.node.shards import members_routes
 from tsched.node.shards import merge as router_merge
-from tsched.node.shards import routes as router_routes
+from tsched.node.shards import keyed_routes as router_routes
 from tsched.node.shards.router import ROUTER, Relayed, Router, as_response
 
 log = logging.getLogger("tsched.node.router")

@@ -27,9 +27,9 @@ from aiohttp import web
 
 from tsched.statemachine.limits import API_LIMITS
 
-from tsched.node.shards import layout as shards_mod
+from tsched.node import topology as shards_mod
 from tsched.node import tls
-from tsched.node.ops.gcpolicy import settle_router
+from tsched.node.gcpolicy import settle_router
 from tsched.node.shards.leader_spread import SPREAD_CHECK_S, Spreader
 from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
 from tsched.node.raft.membership import members_path

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
-from tsched.node.shards import layout as shards_mod
+from tsched.node import topology as shards_mod
 from tsched.node.config import ClusterConfig
 from tsched.node.errors import ApiError
 

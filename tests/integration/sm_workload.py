@@ -13,7 +13,7 @@ import sys
 
 import orjson
 
-from tsched.node.api.present import result as present
+from tsched.node.present import result as present
 from tsched.statemachine import StateMachine
 from tsched.statemachine import commands as c
 

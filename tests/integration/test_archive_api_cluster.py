@@ -15,7 +15,7 @@ from tests.harness.cluster import running
 from tests.harness.waits import wait_until
 from tsched.client import Client
 from tsched.client.cli import cli
-from tsched.node.shards.layout import shard_of_tenant
+from tsched.node.topology import shard_of_tenant
 
 pytestmark = pytest.mark.slow
 ADMIN, BANK = "archive-admin-token", "bank-tenant-token"

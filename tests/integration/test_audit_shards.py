@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from tsched.client import Client
 from tsched.client.cli import cli
-from tsched.node.shards.layout import shard_of_tenant
+from tsched.node.topology import shard_of_tenant
 
 from tests.harness.cluster import running
 from tests.harness.waits import wait_until

@@ -233,7 +233,7 @@ def _shard_digests(c: Cluster, timeout_s: float = 30) -> dict[int, str]:
 
 
 def test_a_single_group_backup_restores_into_three_shards(tmp_path):
-    from tsched.node.shards.layout import shard_of_tenant
+    from tsched.node.topology import shard_of_tenant
     backup = tmp_path / "one.backup"
     tenants = [f"tenant-{i}" for i in range(9)]
     with Cluster(_dir(tmp_path, "src")) as src:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tsched.node.shards.layout import shard_of_tenant
+from tsched.node.topology import shard_of_tenant
 
 from tests.harness.cluster import Cluster
 from .test_dashboard import browser_page, needs_chromium, until

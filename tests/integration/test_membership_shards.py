@@ -11,8 +11,8 @@ from tests.harness.cluster import Cluster, running
 from tests.harness.waits import wait_until
 from tests.integration.test_membership_cluster import COMPACT_OFTEN, change
 from tests.integration.test_node_faults import Load, assert_all_present
-from tsched.node.shards.layout import shard_of_tenant, shifted
-from tsched.node.shards.shape import internal_http
+from tsched.node.topology import shard_of_tenant, shifted
+from tsched.node.config import internal_http
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tsched.client import Client, RetryLater, Worker
-from tsched.node.shards.layout import shard_of_tenant
+from tsched.node.topology import shard_of_tenant
 
 from tests.harness.cluster import Cluster
 from tests.harness.waits import wait_until

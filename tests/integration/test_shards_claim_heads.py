@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tsched.node.shards.layout import shard_of_tenant
+from tsched.node.topology import shard_of_tenant
 
 from tests.harness.cluster import Cluster, running
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from tsched.client import Client, Worker
-from tsched.node.shards.layout import shard_of_tenant, shifted
-from tsched.node.shards.shape import internal_http
+from tsched.node.topology import shard_of_tenant, shifted
+from tsched.node.config import internal_http
 
 from tests.harness.cluster import TSNODE
 from tests.harness.cluster import running as running_cluster

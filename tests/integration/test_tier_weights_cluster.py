@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from tsched.client import Client
-from tsched.node.shards.layout import shard_of_tenant
+from tsched.node.topology import shard_of_tenant
 
 from tests.harness.cluster import Cluster
 

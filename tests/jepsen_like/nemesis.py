@@ -15,8 +15,8 @@ from collections import Counter
 import aiohttp
 
 from tsched.node.raft.rejoin import MARKER_NAME
-from tsched.node.shards.layout import shifted
-from tsched.node.shards.shape import internal_http
+from tsched.node.topology import shifted
+from tsched.node.config import internal_http
 
 from .cluster import Cluster
 from .history import OK, History

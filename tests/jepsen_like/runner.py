@@ -298,7 +298,7 @@ async def _run(out_dir: str, duration_s: float, seed: int, n_nodes: int,
 def tenants_for(shards: int) -> dict[str, int]:
     """The workload's tenants and caps; with shards, unlimited tenants are added until
     every shard has one, so every shard's guarantees are exercised."""
-    from tsched.node.shards.layout import shard_of_tenant
+    from tsched.node.topology import shard_of_tenant
     caps = dict(TENANT_CAPS)
     i = len(caps)
     while {shard_of_tenant(t, shards) for t in caps} != set(range(shards)):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tsched.node import join
+from tsched.node.raft import join_group as join
 from tsched.node.config import ClusterConfig, ConfigError, NodeConfig
 from tsched.node.raft.membership import Member, read_members
 from tsched.node.raft.membership import write_members as _write

@@ -9,7 +9,7 @@ import pytest
 SM_DIR = Path(__file__).resolve().parents[3] / "statemachine"
 FORBIDDEN_MODULES = {"time", "random", "uuid", "os", "asyncio", "threading", "socket",
                      "subprocess", "lmdb", "pysyncobj", "aiohttp", "secrets", "multiprocessing",
-                     "gc"}   # the garbage collector is the node's business (node/ops/gcpolicy.py)
+                     "gc"}   # the garbage collector is the node's business (node/gcpolicy.py)
 FORBIDDEN_CALLS = {"now", "utcnow", "today"}
 
 

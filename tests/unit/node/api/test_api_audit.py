@@ -7,7 +7,7 @@ import uuid
 from tests.api_support import Api, assert_error
 from tsched.node.api.app import make_app
 from tsched.node.api.auth import digest_of
-from tsched.node.api.services import Node
+from tsched.node.services import Node
 from tsched.node.clock import Clock
 from tsched.node.config import ClusterConfig, NodeConfig
 

@@ -73,7 +73,7 @@ async def test_the_cluster_never_shrinks_below_three(api: Api):
 async def test_with_auth_only_an_admin_token_reads_or_changes_members(replica, aiohttp_client):
     from tsched.node.api.app import make_app
     from tsched.node.api.auth import digest_of
-    from tsched.node.api.services import Node
+    from tsched.node.services import Node
     from tsched.node.clock import Clock
     from tsched.node.config import ClusterConfig, NodeConfig
     auth = {"admin_token_sha256": [digest_of("root-t")],

@@ -11,7 +11,7 @@ import pytest
 from tests.api_support import Api, assert_error, until
 from tsched.node.scheduling import waiters
 from tsched.node.api import validate
-from tsched.node.api.services import Node
+from tsched.node.services import Node
 from tsched.node.api.app import BODY_BYTES_MAX, make_app
 from tsched.node.api.auth import digest_of
 from tsched.node.clock import Clock

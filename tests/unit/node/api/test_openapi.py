@@ -6,7 +6,7 @@ import re
 import orjson
 
 from tsched.node.api import openapi
-from tsched.node.api.services import Node
+from tsched.node.services import Node
 from tsched.node.api.app import make_app
 from tsched.node.errors import STATUS_BY_CODE
 

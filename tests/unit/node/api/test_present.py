@@ -1,11 +1,11 @@
-"""Rendering state objects as API JSON (node/api/present.py): its caches never change an answer."""
+"""Rendering state objects as API JSON (node/present.py): its caches never change an answer."""
 from __future__ import annotations
 
 import datetime as dt
 
 import orjson
 
-from tsched.node.api import present
+from tsched.node import present
 from tsched.node.api.validate import json_text
 from tsched.statemachine import commands as c
 

@@ -6,7 +6,7 @@ import gzip
 
 from tests.unit.statemachine.sm_support import T0, Driver
 from tsched.client.archive import Query, search
-from tsched.node.ops.archive import Archive
+from tsched.node.ops.archiver import Archive
 from tsched.statemachine import commands as c
 from tsched.statemachine.archive_format import file_name
 

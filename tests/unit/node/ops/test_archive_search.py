@@ -29,7 +29,7 @@ def task(tid: str, tenant: str = "acme", done_ms: int = T0, **extra) -> dict:
 
 
 def write(directory, now_ms: int, tasks: list[dict]) -> None:
-    """One gzip member, as node/ops/archive.py appends for one evicting Tick."""
+    """One gzip member, as node/ops/archiver.py appends for one evicting Tick."""
     lines = b"".join(orjson.dumps({"v": 1, "archived_at": stamp(now_ms), "task": t}) + b"\n"
                      for t in tasks)
     with open(directory / file_name(now_ms), "ab") as f:

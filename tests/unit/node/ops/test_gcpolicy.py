@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from tsched.node.ops.gcpolicy import GC_THRESHOLDS, MIDDLE_PER_FULL, GcPolicy
+from tsched.node.gcpolicy import GC_THRESHOLDS, MIDDLE_PER_FULL, GcPolicy
 
 
 class Node:
@@ -143,7 +143,7 @@ def _rss_bytes() -> int:
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
                     reason="malloc_trim is glibc's")
 def test_freed_malloc_pages_go_back_to_the_system():
-    from tsched.node.ops.gcpolicy import TRIM_HEAP
+    from tsched.node.gcpolicy import TRIM_HEAP
     assert TRIM_HEAP is not None
     # 64 KiB blocks come from malloc's heap (under its mmap threshold), not from pymalloc;
     # freeing every other one leaves holes that the heap keeps until it is trimmed
@@ -155,7 +155,7 @@ def test_freed_malloc_pages_go_back_to_the_system():
 
 
 def test_a_router_freezes_what_start_up_made_and_nothing_after():
-    from tsched.node.ops.gcpolicy import settle_router
+    from tsched.node.gcpolicy import settle_router
     saved = gc.get_threshold()
     try:
         made_before = Node()

@@ -10,8 +10,8 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from tsched.node.api import ops as api_ops
-from tsched.node.api.services import NODE, Node
+from tsched.node.api import monitoring as api_ops
+from tsched.node.services import NODE, Node
 from tsched.node.api.app import error_middleware
 from tsched.node.ops.attempts import AttemptTracker
 from tsched.node.ops.counters import OTHER_LABEL

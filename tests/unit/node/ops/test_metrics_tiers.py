@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tsched.node.api.services import Node
+from tsched.node.services import Node
 from tsched.node.ops.metrics import NodeMetrics
 from tsched.statemachine import commands as c
 from tsched.statemachine.limits import Limits

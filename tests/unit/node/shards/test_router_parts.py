@@ -75,7 +75,7 @@ def test_the_client_keeps_sequences_per_shard():
 def test_claims_ask_the_shard_that_last_gave_work_first_but_every_fourth_rotates():
     from types import SimpleNamespace
 
-    from tsched.node.shards.claims import ROTATE_EVERY, _order, _remember_productive
+    from tsched.node.shards.claim_fanout import ROTATE_EVERY, _order, _remember_productive
     r = SimpleNamespace(count=4, rotation=0, productive={})
     kind = ("w", ("t",), 30_000, 0, None)
     assert [_order(r, kind)[0] for _ in range(4)] == [0, 1, 2, 3]   # nothing known: in turn
@@ -89,7 +89,7 @@ def test_claims_ask_the_shard_that_last_gave_work_first_but_every_fourth_rotates
 def test_open_watches_are_counted_per_work_and_shard_whichever_worker_opened_them():
     from types import SimpleNamespace
 
-    from tsched.node.shards.claims import _count_watch, _watched
+    from tsched.node.shards.claim_fanout import _count_watch, _watched
     r = SimpleNamespace(watching={})
     a, b = ("w-a", ("t",), 30_000, 0, None), ("w-b", ("t",), 60_000, 0, None)
     other = ("w-a", ("u",), 30_000, 0, None)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tsched.node import config
-from tsched.node.shards import layout as shards
-from tsched.node.shards import shape
+from tsched.node import topology as shards
+from tsched.node import config as shape
 
 
 def cluster_toml(tmp_path: Path, nodes: int = 3, extra: str = "") -> str:

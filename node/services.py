@@ -14,7 +14,7 @@ if TYPE_CHECKING:   # types only: these modules import the api at run time
     from tsched.node.api.forward import Forwarder
     from tsched.node.clock import Clock
     from tsched.node.config import ClusterConfig
-    from tsched.node.ops.gcpolicy import GcPolicy
+    from tsched.node.gcpolicy import GcPolicy
     from tsched.node.raft.proposer import Proposer
     from tsched.node.raft.replica import Replica
     from tsched.node.scheduling.claims import ClaimHub
@@ -48,7 +48,7 @@ class Node:
         node routes the id (DESIGN.md section 13)."""
         if self.shard is None:
             return new_id()
-        from tsched.node.shards.layout import task_id_in
+        from tsched.node.topology import task_id_in
         return task_id_in(self.shard, new_id())
 
     @property

@@ -19,7 +19,7 @@ from tsched.node.ops import timeseries
 from tsched.node.api.admission import ADMISSION
 from tsched.node.api.jsonio import respond
 from tsched.node.api.reads import before_read
-from tsched.node.api.services import NODE
+from tsched.node.services import NODE
 from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError, invalid
 from tsched.statemachine.tiers import DEFAULT_TIERS

@@ -1,13 +1,13 @@
-"""A replica applies the batches it proposed from the commands it encoded (node/raft/proposed.py):
+"""A replica applies the batches it proposed from the commands it encoded (node/raft/pending_proposals.py):
 only for exactly those bytes, and those commands are what decoding would give, field by
 field and type by type."""
 from __future__ import annotations
 
 import dataclasses
 
-from tsched.node.raft import proposed
+from tsched.node.raft import pending_proposals
 from tsched.node.api import submission, validate
-from tsched.node.raft.proposed import ProposedBatches
+from tsched.node.raft.pending_proposals import ProposedBatches
 from tsched.statemachine import codec
 from tsched.statemachine import commands as c
 
@@ -33,7 +33,7 @@ def test_a_kept_batch_is_taken_once_for_its_exact_bytes_and_only_them():
 def test_bytes_with_a_kept_batchs_head_but_other_contents_are_decoded():
     kept = ProposedBatches(c.Batch.of)
     cmds, blob = _batch(10)
-    assert len(blob) > proposed.HEAD_BYTES
+    assert len(blob) > pending_proposals.HEAD_BYTES
     kept.keep(blob, cmds)
     forged = blob[:-1] + bytes([blob[-1] ^ 1])          # same length and head
     assert kept.take(forged) is None and len(kept) == 0
@@ -41,10 +41,10 @@ def test_bytes_with_a_kept_batchs_head_but_other_contents_are_decoded():
 
 def test_kept_batches_are_bounded_and_leave_oldest_first():
     kept = ProposedBatches(c.Batch.of)
-    batches = [_batch(1, rid=f"b{i}") for i in range(proposed.ENTRIES_MAX + 10)]
+    batches = [_batch(1, rid=f"b{i}") for i in range(pending_proposals.ENTRIES_MAX + 10)]
     for cmds, blob in batches:
         kept.keep(blob, cmds)
-    assert len(kept) == proposed.ENTRIES_MAX
+    assert len(kept) == pending_proposals.ENTRIES_MAX
     assert kept.take(batches[0][1]) is None             # gone: decoded when applied
     assert kept.take(batches[-1][1]) == batches[-1][0]
 

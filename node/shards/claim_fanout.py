@@ -31,7 +31,7 @@ from tsched.node.scheduling.claims import WATCH_HEADER
 from tsched.node.shards import heads
 from tsched.node.shards.router import (PREFERENCE_APPLIED, ROUTER, Relayed, Router, applied_preferences,
                      json_response)
-from tsched.node.shards.routes import group_by_task, split_by_task
+from tsched.node.shards.keyed_routes import group_by_task, split_by_task
 
 log = logging.getLogger("tsched.node.router")
 

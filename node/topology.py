@@ -3,7 +3,7 @@ replicas live, their ports and data folders (DESIGN.md section 13).
 
 Pure functions of the configuration: the supervisor, the router and the shard processes
 all compute the same answers from the same `cluster.toml`. The shape itself (limits,
-placement, port steps) is shards/shape.py, which config.py checks a file with.
+placement, port steps) is in config.py, which checks a file with it.
 """
 from __future__ import annotations
 
@@ -14,11 +14,9 @@ import json
 import os
 from pathlib import Path
 
-from aiohttp import web
-
-from tsched.node.config import ClusterConfig, ConfigError, NodeConfig, split_address
-from tsched.node.shards.shape import (SHARD_PORT_STEP, internal_http, is_full_placement,
-                                      is_single_group, placement, replicas_of, shards_of)
+from tsched.node.config import (SHARD_PORT_STEP, ClusterConfig, ConfigError, NodeConfig,
+                                internal_http, is_full_placement, is_single_group, placement,
+                                replicas_of, shards_of, split_address)
 
 STAMP_FILE = "shards.json"      # in a node's data_dir: the shape its data was made with
 # What a data dir made by a single group (shards = 1, today's layout) holds at its top.
@@ -192,25 +190,5 @@ def resharded_from(node: NodeConfig) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
-# --- a shard process's answers name their shard ---------------------------------------------
-
+# A shard process's answers name their shard (api/shard_tag.py adds it).
 SHARD_HEADER = "X-Tsched-Shard"
-
-
-def shard_tag_middleware(shard: int):
-    """Every JSON object a shard process answers gains `"shard": s` (and a header), so a
-    client keeps its read-your-writes sequence per shard. Spliced into the bytes: the body
-    is not parsed again."""
-    head = b'{"shard":%d,' % shard
-    empty = b'{"shard":%d}' % shard
-
-    @web.middleware
-    async def tag(request: web.Request, handler) -> web.StreamResponse:
-        resp = await handler(request)
-        if isinstance(resp, web.Response) and resp.content_type == "application/json":
-            body = resp.body
-            if isinstance(body, bytes) and body[:1] == b"{":
-                resp.body = empty if body == b"{}" else head + body[1:]
-            resp.headers[SHARD_HEADER] = str(shard)
-        return resp
-    return tag

@@ -17,11 +17,11 @@ import dataclasses
 import time
 from pathlib import Path
 
-from tsched.node import join
+from tsched.node.raft import join_group as join
 from tsched.node.config import ClusterConfig, ConfigError, NodeConfig
 from tsched.node.raft.membership import Member
-from tsched.node.shards.layout import shard_data_dir
-from tsched.node.shards.shape import is_full_placement, shards_of
+from tsched.node.topology import shard_data_dir
+from tsched.node.config import is_full_placement, shards_of
 
 # Each try of a sharded join may wait for a change's commit in every group (10 s each, at
 # once); several tries fit, for groups that elect a leader meanwhile.

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 from tsched.node.config import ClusterConfig, ConfigError, NodeConfig
-from tsched.node.raft.membership import Member, describe, read_members
+from tsched.node.raft.membership import Member, at_replicas, describe, nodes_for, read_members
 
 log = logging.getLogger("tsched.node")
 
@@ -43,7 +43,6 @@ def with_members(cfg: ClusterConfig, me: NodeConfig, members: list[Member],
                  where: str, sharded: bool = False) -> ClusterConfig:
     """`sharded`: `members` are a shard group's, whose `http` is their node's public API;
     compared by id and Raft address (a replica's internal HTTP follows from the latter)."""
-    from tsched.node.api.members import at_replicas, nodes_for
     raw = members
     if sharded:
         members = at_replicas(members)
