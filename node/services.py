@@ -3,22 +3,20 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from tsched.node.api.seq_watcher import SeqWatcher
+from tsched.node.clock import Clock
+from tsched.node.config import ClusterConfig
+from tsched.node.forwarding import Forwarder
+from tsched.node.gcpolicy import GcPolicy
 from tsched.node.ids import new_id
-
-if TYPE_CHECKING:   # types only: these modules import the api at run time
-    from tsched.node.api.forward import Forwarder
-    from tsched.node.clock import Clock
-    from tsched.node.config import ClusterConfig
-    from tsched.node.gcpolicy import GcPolicy
-    from tsched.node.raft.proposer import Proposer
-    from tsched.node.raft.replica import Replica
-    from tsched.node.scheduling.claims import ClaimHub
-    from tsched.node.scheduling.timer import LeaderTimer
+from tsched.node.raft.proposer import Proposer
+from tsched.node.raft.replica import Replica
+from tsched.node.raft.seq_watcher import SeqWatcher
+from tsched.node.scheduling.claims import ClaimHub
+from tsched.node.scheduling.timer import LeaderTimer
+from tsched.node.topology import task_id_in
 
 PROPOSE_TIMEOUT_S = 10.0      # a write waiting for its commit gives up after this (504)
 
@@ -48,7 +46,6 @@ class Node:
         node routes the id (DESIGN.md section 13)."""
         if self.shard is None:
             return new_id()
-        from tsched.node.topology import task_id_in
         return task_id_in(self.shard, new_id())
 
     @property

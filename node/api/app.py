@@ -16,7 +16,7 @@ from tsched.statemachine.tiers import DEFAULT_TIERS
 from tsched.node.api import (archive, audit, auth, backup, cluster, members, monitoring,
                              schedules, tasks, tenants, workers)
 from tsched.node.api.admission import ADMISSION, Admission
-from tsched.node.api.forward import Forwarder
+from tsched.node.forwarding import Forwarder
 from tsched.node.api.jsonio import error_response
 from tsched.node import present
 from tsched.node.services import NODE, Node

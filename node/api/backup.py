@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 
 from tsched.node.api import validate
-from tsched.node.api.forward import FORWARDED_HEADER
+from tsched.node.forwarding import FORWARDED_HEADER
 from tsched.node.services import Node, node_of
 from tsched.node.errors import ApiError
 from tsched.node.raft.snapshot_file import SNAPSHOT_MAGIC, read_open_snapshot_header

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from tsched.node.api import validate
 from tsched.node.config import NodeConfig
-from tsched.node.api.forward import FORWARDED_HEADER
+from tsched.node.forwarding import FORWARDED_HEADER
 from tsched.node.api.jsonio import json_body, respond
 from tsched.node.api.idempotency import request_id
 from tsched.node.raft.commit import propose_one

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from tsched.node.api import validate
-from tsched.node.api.forward import FORWARDED_HEADER
+from tsched.node.forwarding import FORWARDED_HEADER
 from tsched.node.raft.commit import propose_one
 from tsched.node.services import Node
 from tsched.node.errors import ApiError
