@@ -21,7 +21,7 @@ from tests.harness.ports import free_port
 from tests.harness.raft_options import FAST
 from tests.harness.waits import wait_until
 from tsched.node.services import Node
-from tsched.node.api.app import make_app
+from tsched.node.assembly import node_app
 from tsched.node.clock import Clock
 from tsched.node.config import ClusterConfig, NodeConfig
 from tsched.node.raft.replica import Replica
@@ -68,7 +68,7 @@ async def api(replica, aiohttp_client):
     me = NodeConfig(id="n1", raft=replica.self_raft, http="127.0.0.1:1", data_dir="/nonexistent")
     node = Node(node_id="n1", config=ClusterConfig(name="t", nodes=(me,)), replica=replica,
                 clock=Clock())
-    client = await aiohttp_client(make_app(node))
+    client = await aiohttp_client(node_app(node))
     yield Api(client, node)
 
 

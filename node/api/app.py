@@ -16,16 +16,10 @@ from tsched.statemachine.tiers import DEFAULT_TIERS
 from tsched.node.api import (archive, audit, auth, backup, cluster, members, monitoring,
                              schedules, tasks, tenants, workers)
 from tsched.node.api.admission import ADMISSION, Admission
-from tsched.node.forwarding import Forwarder
 from tsched.node.api.jsonio import error_response
-from tsched.node import present
 from tsched.node.services import NODE, Node
 from tsched.node.errors import ApiError
-from tsched.node.raft.proposer import Proposer
-from tsched.node.scheduling.claims import ClaimHub, enables_claims
-from tsched.node.scheduling.timer import LeaderTimer
 from tsched.node.api.shard_tag import shard_tag_middleware
-from tsched.node.tls import cluster_client_context
 
 log = logging.getLogger("tsched.node.http")
 
@@ -42,7 +36,6 @@ def make_app(node: Node) -> web.Application:
     app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=middlewares)
     app[NODE] = node
     app[ADMISSION] = Admission(tiers=getattr(node.config, "tiers", DEFAULT_TIERS))
-    app.cleanup_ctx.append(_services)
     for module in (tasks, workers, tenants, cluster, members, schedules, archive, audit, backup):
         app.router.add_routes(module.routes)
     monitoring.setup(app)    # metrics, health, stats, OpenAPI, dashboard (and its middleware)
@@ -73,46 +66,3 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
                       request.method, request.path)
         return error_response(ApiError("internal", "internal error (a bug; see the node log)"),
                               None)
-
-
-async def _services(app: web.Application):
-    node = app[NODE]
-    loop = asyncio.get_running_loop()
-    proposer = node.proposer = Proposer(node.replica, loop, render=present.result,
-                                        render_minimal=present.minimal_result)
-    forwarder = node.forwarder = Forwarder(node.node_id, ssl=cluster_client_context(node.config))
-    await forwarder.start()
-    claims = node.claims = ClaimHub(node)
-    timer = node.timer = LeaderTimer(node)
-    closed = False
-
-    def on_applied(seq: int, wake: bool) -> None:
-        if closed:
-            return
-        node.seqs.on_applied(seq)
-        if wake:
-            claims.wake()
-        timer.state_changed()
-
-    def listener(seq, cmds, results) -> None:  # on the Raft thread, under the lock
-        if closed:
-            return
-        try:
-            loop.call_soon_threadsafe(on_applied, seq, enables_claims(cmds))
-        except RuntimeError:
-            pass  # the loop is closed: the node is stopping
-
-    node.replica.add_apply_listener(listener)
-    members.follow_membership(node, loop)
-    claims.start()
-    timer.start()
-    yield
-    closed = True
-    await timer.close()
-    await claims.close()
-    close = getattr(proposer, "close", None)
-    if close is not None:
-        result = close()
-        if asyncio.iscoroutine(result):
-            await result
-    await forwarder.close()

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULE_LINES_MAX = 400
 FUNCTION_LINES_MAX = 60
 CLASS_LINES_MAX = 400
-LOOSE_NODE_MODULES_MAX = 14
+LOOSE_NODE_MODULES_MAX = 15
 # path -> (ceiling in lines, why it may be longer than the rule)
 MODULE_EXCEPTIONS: dict[str, tuple[int, str]] = {
     "node/api/openapi.py": (700, "the OpenAPI document: one literal per path, read top to bottom"),

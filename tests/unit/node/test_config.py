@@ -133,7 +133,7 @@ def test_log_lines_carry_node_and_term_in_both_formats(capsys):
     import json
     import logging
 
-    from tsched.node.main import setup_logging
+    from tsched.node.ops.log_format import setup_logging
     root = logging.getLogger()
     saved = root.handlers[:], root.level
     try:

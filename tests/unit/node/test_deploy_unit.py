@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tsched.node.main import SHUTDOWN_S, STOP_STACKS_AFTER_S
+from tsched.node.assembly import SHUTDOWN_S, STOP_STACKS_AFTER_S
 from tsched.node.raft.handoff import HANDOFF_S
 from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
 

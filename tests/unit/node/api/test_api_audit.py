@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from tests.api_support import Api, assert_error
-from tsched.node.api.app import make_app
+from tsched.node.assembly import node_app
 from tsched.node.api.auth import digest_of
 from tsched.node.services import Node
 from tsched.node.clock import Clock
@@ -19,7 +19,7 @@ async def _authed(replica, aiohttp_client) -> Api:
     me = NodeConfig(id="n1", raft=replica.self_raft, http="127.0.0.1:1", data_dir="/x")
     node = Node(node_id="n1", config=ClusterConfig(name="t", nodes=(me,), auth=auth),
                 replica=replica, clock=Clock())
-    return Api(await aiohttp_client(make_app(node)), node)
+    return Api(await aiohttp_client(node_app(node)), node)
 
 
 ADMIN = {"Authorization": "Bearer root-t"}

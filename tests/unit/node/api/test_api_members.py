@@ -71,7 +71,7 @@ async def test_the_cluster_never_shrinks_below_three(api: Api):
 
 
 async def test_with_auth_only_an_admin_token_reads_or_changes_members(replica, aiohttp_client):
-    from tsched.node.api.app import make_app
+    from tsched.node.assembly import node_app
     from tsched.node.api.auth import digest_of
     from tsched.node.services import Node
     from tsched.node.clock import Clock
@@ -81,7 +81,7 @@ async def test_with_auth_only_an_admin_token_reads_or_changes_members(replica, a
     me = NodeConfig(id="n1", raft=replica.self_raft, http="127.0.0.1:1", data_dir="/x")
     node = Node(node_id="n1", config=ClusterConfig(name="t", nodes=(me,), auth=auth),
                 replica=replica, clock=Clock())
-    api = Api(await aiohttp_client(make_app(node)), node)
+    api = Api(await aiohttp_client(node_app(node)), node)
     tenant = {"Authorization": "Bearer acme-t"}
     body = {"id": "n9", "raft": "127.0.0.1:1", "http": "127.0.0.1:2"}
     for method, path, sent in (("GET", "/v1/cluster/members", None),

@@ -12,7 +12,8 @@ from tests.api_support import Api, assert_error, until
 from tsched.node.scheduling import waiters
 from tsched.node.api import validate
 from tsched.node.services import Node
-from tsched.node.api.app import BODY_BYTES_MAX, make_app
+from tsched.node.api.app import BODY_BYTES_MAX
+from tsched.node.assembly import node_app
 from tsched.node.api.auth import digest_of
 from tsched.node.clock import Clock
 from tsched.node.config import ClusterConfig, NodeConfig
@@ -145,7 +146,7 @@ async def test_waiting_claims_per_tenant_token_are_bounded(replica, aiohttp_clie
     me = NodeConfig(id="n1", raft=replica.self_raft, http="127.0.0.1:1", data_dir="/x")
     node = Node(node_id="n1", config=ClusterConfig(name="t", nodes=(me,), auth=auth),
                 replica=replica, clock=Clock())
-    api = Api(await aiohttp_client(make_app(node)), node)
+    api = Api(await aiohttp_client(node_app(node)), node)
     kind = "none-" + uuid.uuid4().hex[:8]
     acme = {"Authorization": "Bearer acme-t"}
     polls = [await _fill_waiting_room(api, 1, {"worker_id": f"w{i}", "task_types": [kind],
