@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -22,7 +23,7 @@ TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 class Response:
     __slots__ = ("status_code", "headers", "content")
 
-    def __init__(self, status_code: int, headers, content: bytes) -> None:
+    def __init__(self, status_code: int, headers: Mapping[str, str], content: bytes) -> None:
         self.status_code = status_code
         self.headers = headers          # case-insensitive, like httpx's
         self.content = content

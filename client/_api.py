@@ -41,20 +41,21 @@ def _task_fields(task_type: str, payload: Any, fields: dict[str, Any]) -> dict[s
 
 
 class ApiCalls:
-    """Mixin: requires `_run(call, post)`."""
+    """Mixin: requires `_run(call, post)`. A call returns what `_run` does, the answer
+    (Client) or a coroutine of it (AsyncClient): hence `Any`."""
 
-    def _run(self, call: Call, post: Callable[[Any], Any] | None = None):  # pragma: no cover
+    def _run(self, call: Call, post: Callable[[Any], Any] | None = None) -> Any:  # pragma: no cover
         raise NotImplementedError
 
     # --- tasks ---------------------------------------------------------------------
-    def submit(self, task_type: str, payload: Any = None, **fields: Any):
+    def submit(self, task_type: str, payload: Any = None, **fields: Any) -> Any:
         """Submit one task. `fields`: tenant, priority, run_at (datetime, RFC 3339 or epoch
         seconds), delay_s, timeout_s, max_retries, retry, idempotency_key. Returns the task
         (with `duplicate`)."""
         return self._run(Call("POST", "/v1/tasks", body=_task_fields(task_type, payload, fields),
                               write=True))
 
-    def submit_many(self, tasks: list[dict[str, Any]], minimal: bool = False):
+    def submit_many(self, tasks: list[dict[str, Any]], minimal: bool = False) -> Any:
         """Submit a batch in one request (one Raft entry). Each dict has the submit fields.
         `minimal`: each created task is answered `{"task_id", "state", "duplicate"}` only
         (less for the cluster to render and send)."""
@@ -65,18 +66,18 @@ class ApiCalls:
                               minimal=minimal),
                          _key("tasks"))
 
-    def get(self, task_id: str, consistency: str | None = None):
+    def get(self, task_id: str, consistency: str | None = None) -> Any:
         return self._run(Call("GET", f"/v1/tasks/{_seg(task_id)}",
                               params={"consistency": consistency}))
 
-    def cancel(self, task_id: str):
+    def cancel(self, task_id: str) -> Any:
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/cancel", write=True))
 
-    def replay(self, task_id: str):
+    def replay(self, task_id: str) -> Any:
         """Send a dead-lettered task back to `pending`."""
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/replay", write=True))
 
-    def discard(self, task_id: str):
+    def discard(self, task_id: str) -> Any:
         """Discard a dead-lettered task: it stays, `discarded`, for audit until retention."""
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/discard", write=True))
 
@@ -85,7 +86,7 @@ class ApiCalls:
               wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,
               key: str | None = None, minimal: bool = False,
               priorities: tuple[int, int] | None = None,
-              tier_weights: dict[str, int] | None = None):
+              tier_weights: dict[str, int] | None = None) -> Any:
         """Long-poll for up to `max_tasks` tasks. Returns the list of claimed tasks.
         `minimal`: each task has only what a worker needs to run it (its id, tenant, type,
         state, payload, run_at, attempt, max_retries, timeout_s, execution_id, schedule_id,
@@ -106,7 +107,7 @@ class ApiCalls:
                            wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,
                            key: str | None = None, minimal: bool = False,
                            priorities: tuple[int, int] | None = None,
-                           tier_weights: dict[str, int] | None = None):
+                           tier_weights: dict[str, int] | None = None) -> Any:
         """A claim carrying completions (the items of `completions()`), applied before it
         in one Raft entry: returns `{"tasks": [...], "completions": [result, ...]}`.
         `minimal`: each completion that applied is answered `{"task_id", "state"}` only,
@@ -118,22 +119,22 @@ class ApiCalls:
                               read_timeout_s=wait_s + CLAIM_SLACK_S, minimal=minimal,
                               to_leader=True))
 
-    def heartbeat(self, task_id: str, fencing_token: int, lease_s: float | None = None):
+    def heartbeat(self, task_id: str, fencing_token: int, lease_s: float | None = None) -> Any:
         body = {"fencing_token": fencing_token, "lease_s": lease_s}
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/heartbeat",
                               body={k: v for k, v in body.items() if v is not None}, write=True))
 
-    def heartbeats(self, items: list[dict[str, Any]], deadline_s: float | None = None):
+    def heartbeats(self, items: list[dict[str, Any]], deadline_s: float | None = None) -> Any:
         """Batch: [{"task_id", "fencing_token", "lease_s"}] -> results in order."""
         return self._run(Call("POST", "/v1/heartbeats", body={"heartbeats": items}, write=True,
                               deadline_s=deadline_s), _key("results"))
 
-    def complete(self, task_id: str, fencing_token: int, result: Any = None):
+    def complete(self, task_id: str, fencing_token: int, result: Any = None) -> Any:
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/complete",
                               body={"fencing_token": fencing_token, "result": result}, write=True))
 
     def fail(self, task_id: str, fencing_token: int, error: str = "", retryable: bool = True,
-             retry_after_s: float | None = None):
+             retry_after_s: float | None = None) -> Any:
         body: dict[str, Any] = {"fencing_token": fencing_token, "error": error,
                                 "retryable": retryable}
         if retry_after_s is not None:
@@ -142,21 +143,21 @@ class ApiCalls:
                               write=True))
 
     def completions(self, items: list[dict[str, Any]], key: str | None = None,
-                    deadline_s: float | None = None, minimal: bool = False):
+                    deadline_s: float | None = None, minimal: bool = False) -> Any:
         """Batch complete/fail -> results (task or error object) in order. Pass the same `key`
         when repeating a batch whose outcome is unknown. `minimal`: a result that applied
         is `{"task_id", "state"}`, not the whole task (less for the cluster to send)."""
         return self._run(Call("POST", "/v1/completions", body={"completions": items}, write=True,
                               key=key, deadline_s=deadline_s, minimal=minimal), _key("results"))
 
-    def release(self, task_id: str, fencing_token: int):
+    def release(self, task_id: str, fencing_token: int) -> Any:
         """Give a claimed task back without using up a retry (a stopping worker)."""
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/release",
                               body={"fencing_token": fencing_token}, write=True))
 
     # --- schedules -----------------------------------------------------------------
     def put_schedule(self, schedule_id: str, cron: str, task_type: str, payload: Any = None,
-                     timezone: str | None = None, tenant: str | None = None, **fields: Any):
+                     timezone: str | None = None, tenant: str | None = None, **fields: Any) -> Any:
         """Create or replace a schedule. Task template `fields`: priority, timeout_s,
         max_retries, retry; schedule `fields`: overlap, misfire, catchup_window_s, paused,
         start_at, end_at, jitter_s."""
@@ -176,53 +177,54 @@ class ApiCalls:
                 body[name] = to_time(value) if name in ("start_at", "end_at") else value
         return self._run(Call("PUT", f"/v1/schedules/{_seg(schedule_id)}", body=body, write=True))
 
-    def get_schedule(self, schedule_id: str, tenant: str | None = None):
+    def get_schedule(self, schedule_id: str, tenant: str | None = None) -> Any:
         return self._run(Call("GET", f"/v1/schedules/{_seg(schedule_id)}",
                               params={"tenant": tenant}))
 
-    def delete_schedule(self, schedule_id: str, tenant: str | None = None):
+    def delete_schedule(self, schedule_id: str, tenant: str | None = None) -> Any:
         return self._run(Call("DELETE", f"/v1/schedules/{_seg(schedule_id)}",
                               params={"tenant": tenant}, write=True))
 
-    def _schedule_action(self, schedule_id: str, action: str, tenant: str | None):
+    def _schedule_action(self, schedule_id: str, action: str, tenant: str | None) -> Any:
         return self._run(Call("POST", f"/v1/schedules/{_seg(schedule_id)}/{action}",
                               params={"tenant": tenant}, write=True))
 
-    def pause_schedule(self, schedule_id: str, tenant: str | None = None):
+    def pause_schedule(self, schedule_id: str, tenant: str | None = None) -> Any:
         return self._schedule_action(schedule_id, "pause", tenant)
 
-    def resume_schedule(self, schedule_id: str, tenant: str | None = None):
+    def resume_schedule(self, schedule_id: str, tenant: str | None = None) -> Any:
         return self._schedule_action(schedule_id, "resume", tenant)
 
-    def trigger_schedule(self, schedule_id: str, tenant: str | None = None):
+    def trigger_schedule(self, schedule_id: str, tenant: str | None = None) -> Any:
         return self._schedule_action(schedule_id, "trigger", tenant)
 
     def cron_preview(self, cron: str, timezone: str | None = None, from_: Any = None,
-                     count: int | None = None):
+                     count: int | None = None) -> Any:
         """The next fire times (RFC 3339 in the zone) of an expression."""
         params = {"cron": cron, "timezone": timezone, "from": to_time(from_), "count": count}
         return self._run(Call("GET", "/v1/cron/preview", params=params, replica_read=False),
                          _key("fires"))
 
     # --- tenants -------------------------------------------------------------------
-    def set_tenant(self, tenant: str, max_running: int | None = None, weight: int | None = None):
+    def set_tenant(self, tenant: str, max_running: int | None = None,
+                   weight: int | None = None) -> Any:
         pairs = (("max_running", max_running), ("weight", weight))
         body = {k: v for k, v in pairs if v is not None}
         return self._run(Call("PUT", f"/v1/tenants/{_seg(tenant)}", body=body, write=True))
 
-    def get_tenant(self, tenant: str):
+    def get_tenant(self, tenant: str) -> Any:
         return self._run(Call("GET", f"/v1/tenants/{_seg(tenant)}"))
 
-    def list_tenants(self):
+    def list_tenants(self) -> Any:
         return self._run(Call("GET", "/v1/tenants"), _key("tenants"))
 
-    def stats(self, tenant: str | None = None):
+    def stats(self, tenant: str | None = None) -> Any:
         """Queue counts (by state, priority, tenant; with shards, `by_shard` too)."""
         return self._run(Call("GET", "/v1/stats", params={"tenant": tenant}))
 
     def archive_page(self, task_id: str | None = None, tenant: str | None = None,
                      from_: Any = None, to: Any = None, limit: int | None = None,
-                     cursor: str | None = None):
+                     cursor: str | None = None) -> Any:
         """One page of `GET /v1/archive` (DESIGN 14.3): the answering node's archived task
         records of one task id or tenant; `from_`/`to` bound completed_at (RFC 3339, epoch
         seconds or YYYY-MM-DD). Follow `next_cursor` on the same client."""
@@ -231,23 +233,23 @@ class ApiCalls:
             "cursor": cursor}))
 
     # --- cluster -------------------------------------------------------------------
-    def cluster_status(self):
+    def cluster_status(self) -> Any:
         return self._run(Call("GET", "/v1/cluster", replica_read=False))
 
-    def transfer_leadership(self, to: str | None = None):
+    def transfer_leadership(self, to: str | None = None) -> Any:
         body = {"to": to} if to else {}
         return self._run(Call("POST", "/v1/cluster/transfer-leadership", body=body, write=True))
 
-    def members(self):
+    def members(self) -> Any:
         """The cluster's members: {"members": [{"id", "raft", "http"}], "leader"}."""
         return self._run(Call("GET", "/v1/cluster/members", replica_read=False))
 
-    def add_member(self, node_id: str, raft: str, http: str):
+    def add_member(self, node_id: str, raft: str, http: str) -> Any:
         """Add a member (admin; DESIGN 6.2); answers the members once it is committed."""
         return self._run(Call("POST", "/v1/cluster/members", write=True,
                               body={"id": node_id, "raft": raft, "http": http}))
 
-    def remove_member(self, node_id: str):
+    def remove_member(self, node_id: str) -> Any:
         """Remove a member (the leader hands over first when it is the one removed)."""
         return self._run(Call("DELETE", f"/v1/cluster/members/{_seg(node_id)}", write=True))
 

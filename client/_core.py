@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Iterator, Protocol
 
 import httpx
 
@@ -109,7 +109,7 @@ class Rotation:
         self.current = 0
         self.leader: str | None = None   # where claims go first: a claim answer named it
 
-    def attempts(self, to_leader: bool = False):
+    def attempts(self, to_leader: bool = False) -> Iterator[tuple[str, float]]:
         """Yields (url, delay_s before this attempt) forever; the caller enforces the deadline.
         `to_leader` (claims): from the leader's URL when one of ours was named."""
         n = len(self.urls)

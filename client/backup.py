@@ -11,6 +11,7 @@ import os
 import ssl
 import tempfile
 import time
+from typing import NoReturn
 
 import httpx
 
@@ -91,7 +92,7 @@ def _fetch_from(http: httpx.Client, url: str, shard: int, spool: str) -> dict:
                 "raft_term": int(h["X-Tsched-Raft-Term"]), "file": spool}
 
 
-def _raise_error(resp: httpx.Response):
+def _raise_error(resp: httpx.Response) -> NoReturn:
     try:
         err = resp.json()["error"]
         code, message = err["code"], err.get("message", "")

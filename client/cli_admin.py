@@ -1,6 +1,8 @@
 """tsctl verbs for schedules, tenants, the cluster and `dev` (registered on `cli`)."""
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from tsched.statemachine.limits import API_LIMITS, LIMITS
@@ -17,14 +19,14 @@ MISFIRES = ["run_all", "run_once", "skip"]
 
 
 @cli.group()
-def schedules():
+def schedules() -> None:
     """Cron schedules."""
 
 
 @schedules.command(name="list")
 @click.option("--tenant")
 @pass_state
-def schedules_list(st: State, tenant):
+def schedules_list(st: State, tenant: str | None) -> None:
     """List schedules."""
     items = list(st.client.list_schedules(tenant=tenant))
     st.show(items, render.table(items, render.SCHEDULE_COLUMNS))
@@ -51,19 +53,20 @@ def schedules_list(st: State, tenant):
 @click.option("--start-at", callback=time_option, help="No fire before: RFC 3339 or epoch s.")
 @click.option("--end-at", callback=time_option, help="No fire after: RFC 3339 or epoch s.")
 @pass_state
-def put(st: State, schedule_id, cron, timezone, task_type, payload, tenant, **policies):
+def put(st: State, schedule_id: str, cron: str, timezone: str | None, task_type: str,
+        payload: Any, tenant: str | None, **policies: float | str | None) -> None:
     """Create or replace a schedule."""
     sched = st.client.put_schedule(schedule_id, cron, task_type, payload, timezone=timezone,
                                    tenant=tenant, **policies)
     st.show(sched, render.schedule_detail(sched))
 
 
-def _schedule_verb(name: str, method: str, doc: str):
+def _schedule_verb(name: str, method: str, doc: str) -> click.Command:
     @schedules.command(name=name, help=doc)
     @click.argument("schedule_id")
     @click.option("--tenant")
     @pass_state
-    def verb(st: State, schedule_id, tenant):
+    def verb(st: State, schedule_id: str, tenant: str | None) -> None:
         sched = getattr(st.client, method)(schedule_id, tenant=tenant)
         st.show(sched, render.schedule_detail(sched))
     # `verb` is a click Command by now, which declares no __name__: set as any attribute.
@@ -83,20 +86,20 @@ schedules_delete = _schedule_verb("delete", "delete_schedule", "Delete a schedul
 @click.option("--tz", "timezone", help="IANA time zone (default UTC).")
 @click.option("--count", type=click.IntRange(1, API_LIMITS.cron_preview_fires_max), default=5, show_default=True)
 @pass_state
-def preview(st: State, expr, timezone, count):
+def preview(st: State, expr: str, timezone: str | None, count: int) -> None:
     """Show the next fire times of a cron expression."""
     fires = st.client.cron_preview(expr, timezone=timezone, count=count) or []
     st.show({"fires": fires}, "\n".join(fires))
 
 
 @cli.group()
-def tenants():
+def tenants() -> None:
     """Tenants: running caps and weights."""
 
 
 @tenants.command(name="list")
 @pass_state
-def tenants_list(st: State):
+def tenants_list(st: State) -> None:
     """List tenants with running/pending counts."""
     items = st.client.list_tenants() or []
     st.show(items, render.table(items, render.TENANT_COLUMNS))
@@ -108,7 +111,7 @@ def tenants_list(st: State):
               help="0 = unlimited.")
 @click.option("--weight", type=click.IntRange(1, LIMITS.tenant_weight_max))
 @pass_state
-def tenants_set(st: State, tenant, max_running, weight):
+def tenants_set(st: State, tenant: str, max_running: int | None, weight: int | None) -> None:
     """Set a tenant's running cap and/or fair-share weight."""
     if max_running is None and weight is None:
         raise click.UsageError("give --max-running and/or --weight")
@@ -117,13 +120,13 @@ def tenants_set(st: State, tenant, max_running, weight):
 
 
 @cli.group()
-def cluster():
+def cluster() -> None:
     """Cluster status, leadership and members."""
 
 
 @cluster.command()
 @pass_state
-def status(st: State):
+def status(st: State) -> None:
     """Nodes, roles, leader and term."""
     info = st.client.cluster_status()
     by_shard = None
@@ -135,7 +138,7 @@ def status(st: State):
 @cluster.command()
 @click.option("--to", "to", help="Node id (default: any other node).")
 @pass_state
-def transfer(st: State, to):
+def transfer(st: State, to: str | None) -> None:
     """Ask the leader to hand leadership over."""
     answer = st.client.transfer_leadership(to)
     st.show(answer, "leadership transfer requested" + (f" to {to}" if to else ""))
@@ -152,7 +155,7 @@ def _show_members(st: State, answer: dict, headline: str) -> None:
 
 @cluster.command()
 @pass_state
-def members(st: State):
+def members(st: State) -> None:
     """The cluster's members (id, Raft and HTTP addresses)."""
     _show_members(st, st.client.members(), "")
 
@@ -162,7 +165,7 @@ def members(st: State):
 @click.option("--raft", "raft", required=True, help="The new node's Raft address, host:port.")
 @click.option("--http", "http", required=True, help="Its HTTP API address, host:port.")
 @pass_state
-def add_node(st: State, node_id, raft, http):
+def add_node(st: State, node_id: str, raft: str, http: str) -> None:
     """Add a member (then start it with `tsnode --join`). One change at a time."""
     _show_members(st, st.client.add_member(node_id, raft, http), f"added {node_id}\n")
 
@@ -170,7 +173,7 @@ def add_node(st: State, node_id, raft, http):
 @cluster.command(name="remove-node")
 @click.argument("node_id")
 @pass_state
-def remove_node(st: State, node_id):
+def remove_node(st: State, node_id: str) -> None:
     """Remove a member (a leader hands over first); then stop that node for good."""
     _show_members(st, st.client.remove_member(node_id), f"removed {node_id}\n")
 
@@ -180,7 +183,7 @@ def remove_node(st: State, node_id):
               help="Cluster file (default: ./cluster.toml or the repository root's).")
 @click.option("--shards", type=click.IntRange(1, 64), default=None,
               help="Run the file's nodes with this many shards (data in folders of their own).")
-def dev(config, shards):
+def dev(config: str | None, shards: int | None) -> None:
     """Run every node of the cluster file here until Ctrl-C."""
     try:
         code = run_dev(config, click.echo, shards)
@@ -192,7 +195,7 @@ def dev(config, shards):
 @cli.command(name="backup")
 @click.argument("path", metavar="FILE", type=click.Path(dir_okay=False, writable=True))
 @pass_state
-def backup_cmd(st: State, path):
+def backup_cmd(st: State, path: str) -> None:
     """Write a consistent backup of every shard to FILE (admin token)."""
     from .backup import take_backup
     head = take_backup(st.urls, st.token, path, ca_file=st.ca_file, timeout_s=st.timeout_s)

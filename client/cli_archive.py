@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
+from typing import cast
 
 import click
 
@@ -23,7 +24,7 @@ PAGE_SIZE = 1_000
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-def archive_time(ctx, param, value: str | None) -> str | None:
+def archive_time(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """RFC 3339 with an offset, epoch seconds or YYYY-MM-DD (checked; kept as given)."""
     if value is None:
         return None
@@ -58,7 +59,7 @@ def _ms(value: str | None, end_of_day: bool = False) -> int | None:
 
 
 @cli.group()
-def archive():
+def archive() -> None:
     """The audit archive of evicted tasks."""
 
 
@@ -75,7 +76,8 @@ def archive():
               help="completed_at before: RFC 3339, epoch s, or YYYY-MM-DD (to its end).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines, one archived task each.")
 @click.pass_context
-def search(ctx, directory, task_id, tenant, task_type, from_, to, as_json):
+def search(ctx: click.Context, directory: str | None, task_id: str | None, tenant: str | None,
+           task_type: str | None, from_: str | None, to: str | None, as_json: bool) -> None:
     """Find archived tasks. A corrupt or truncated file is reported and skipped."""
     as_json = as_json or bool(ctx.find_root().params.get("as_json"))
     if directory is not None:
@@ -86,7 +88,9 @@ def search(ctx, directory, task_id, tenant, task_type, from_, to, as_json):
     else:
         if (task_id is None) == (tenant is None):
             raise click.UsageError("without --dir, give exactly one of --task-id and --tenant")
-        records, skipped = _from_node(ctx.find_object(State), task_id, tenant, from_, to)
+        # the root command (cli_common.cli) always sets the State
+        records, skipped = _from_node(cast(State, ctx.find_object(State)), task_id, tenant,
+                                      from_, to)
         records = [r for r in records if task_type is None or r["task"].get("task_type")
                    == task_type]
     for item in skipped:
@@ -98,7 +102,8 @@ def search(ctx, directory, task_id, tenant, task_type, from_, to, as_json):
         click.echo(render.table([r["task"] for r in records], ARCHIVE_COLUMNS))
 
 
-def _from_node(state: State, task_id, tenant, from_, to) -> tuple[list[dict], list[dict]]:
+def _from_node(state: State, task_id: str | None, tenant: str | None, from_: str | None,
+               to: str | None) -> tuple[list[dict], list[dict]]:
     """Every page of GET /v1/archive, repeats dropped by task id (the last wins)."""
     by_id: dict[str, dict] = {}
     skipped: list[dict] = []

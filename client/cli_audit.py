@@ -24,7 +24,8 @@ AUDIT_LIMIT_MAX = 100_000     # entries one command prints (a shard keeps at mos
               help="At most this many entries.")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines, one entry each.")
 @pass_state
-def audit(st: State, since, actor, action, target, limit, as_json):
+def audit(st: State, since: float | str | None, actor: str | None, action: str | None,
+          target: str | None, limit: int, as_json: bool) -> None:
     """Who cancelled, replayed, discarded or changed what: newest first."""
     for name, value, bound in (("actor", actor, LIMITS.audit_actor_chars_max),
                                ("action", action, API_LIMITS.audit_action_chars_max),

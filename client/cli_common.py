@@ -58,14 +58,14 @@ pass_state = click.make_pass_decorator(State)
 
 
 # --- option parsers -----------------------------------------------------------------
-def urls_option(ctx, param, value: str) -> list[str]:
+def urls_option(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
     try:
         return parse_urls(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
 
 
-def json_option(ctx, param, value: str | None) -> Any:
+def json_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     if value is None:
         return None
     try:
@@ -74,7 +74,7 @@ def json_option(ctx, param, value: str | None) -> Any:
         raise click.BadParameter(f"not JSON: {exc}") from exc
 
 
-def time_option(ctx, param, value: str | None) -> Any:
+def time_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     """RFC 3339 with an offset, or epoch seconds."""
     if value is None:
         return None
@@ -103,7 +103,7 @@ def time_option(ctx, param, value: str | None) -> Any:
               show_default=True, help="Seconds to keep trying the nodes.")
 @click.pass_context
 def cli(ctx: click.Context, url: list[str], token: str | None, ca_file: str | None,
-        as_json: bool, timeout_s: float):
+        as_json: bool, timeout_s: float) -> None:
     """tsched admin CLI."""
     ctx.obj = State(url, token, as_json, timeout_s, ca_file)
     ctx.call_on_close(ctx.obj.close)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
+from typing import IO, Any
 
 import click
 
@@ -36,8 +38,9 @@ STATES = ["pending", "retrying", "running", "completed", "cancelled", "dead_lett
 @click.option("--file", "file", type=click.File("r"),
               help="Bulk submit: JSON lines, one task object each.")
 @pass_state
-def submit(st: State, task_type, payload, tenant, priority, run_at, delay, max_retries,
-           idempotency_key, file):
+def submit(st: State, task_type: str | None, payload: Any, tenant: str | None,
+           priority: int | None, run_at: float | str | None, delay: float | None,
+           max_retries: int | None, idempotency_key: str | None, file: IO[str] | None) -> None:
     """Submit a task (or many with --file)."""
     if file is not None:
         if task_type or payload is not None or run_at is not None or delay is not None:
@@ -55,7 +58,7 @@ def submit(st: State, task_type, payload, tenant, priority, run_at, delay, max_r
     st.show(task, f"{task.get('task_id')}  {task.get('state')}{dup}")
 
 
-def _read_tasks(file, tenant, priority) -> list[dict]:
+def _read_tasks(file: IO[str], tenant: str | None, priority: int | None) -> list[dict]:
     tasks: list[dict] = []
     for lineno, line in enumerate(file, 1):
         if not line.strip():
@@ -75,7 +78,7 @@ def _read_tasks(file, tenant, priority) -> list[dict]:
     return tasks
 
 
-def _submit_file(st: State, file, tenant, priority) -> None:
+def _submit_file(st: State, file: IO[str], tenant: str | None, priority: int | None) -> None:
     tasks = _read_tasks(file, tenant, priority)
     done: list[dict] = []
     with click.progressbar(length=len(tasks), label="submitting", file=sys.stderr) as bar:
@@ -93,7 +96,7 @@ def _submit_file(st: State, file, tenant, priority) -> None:
 @click.option("--wait-timeout", type=click.FloatRange(0.1, 86400), default=300.0, show_default=True,
               help="Seconds --wait waits at most.")
 @pass_state
-def get(st: State, task_id, wait, wait_timeout):
+def get(st: State, task_id: str, wait: bool, wait_timeout: float) -> None:
     """Show one task with its attempts."""
     task = st.client.get(task_id)
     if wait and task.get("state") not in TERMINAL_STATES:
@@ -104,7 +107,7 @@ def get(st: State, task_id, wait, wait_timeout):
 def _wait_terminal(st: State, task_id: str, task: dict, timeout_s: float) -> dict:
     deadline = time.monotonic() + timeout_s
 
-    def states():
+    def states() -> Iterator[str | None]:
         nonlocal task
         while task.get("state") not in TERMINAL_STATES:
             if time.monotonic() >= deadline:
@@ -126,7 +129,8 @@ def _wait_terminal(st: State, task_id: str, task: dict, timeout_s: float) -> dic
 @click.option("--type", "task_type")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @pass_state
-def list_(st: State, state, tenant, task_type, limit):
+def list_(st: State, state: str | None, tenant: str | None, task_type: str | None,
+          limit: int) -> None:
     """List tasks, newest first."""
     tasks = list(st.client.list(limit=limit, state=state, tenant=tenant, task_type=task_type))
     st.show(tasks, render.table(tasks, render.TASK_COLUMNS))
@@ -135,7 +139,7 @@ def list_(st: State, state, tenant, task_type, limit):
 @cli.command()
 @click.argument("task_id")
 @pass_state
-def cancel(st: State, task_id):
+def cancel(st: State, task_id: str) -> None:
     """Cancel a task (running ones cooperatively)."""
     task = st.client.cancel(task_id)
     st.show(task, f"{task.get('task_id')}  {task.get('state')}"
@@ -144,7 +148,7 @@ def cancel(st: State, task_id):
 
 # --- dead letters -------------------------------------------------------------------
 @cli.group()
-def dlq():
+def dlq() -> None:
     """Dead-lettered tasks."""
 
 
@@ -152,7 +156,7 @@ def dlq():
 @click.option("--tenant")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @pass_state
-def dlq_list(st: State, tenant, limit):
+def dlq_list(st: State, tenant: str | None, limit: int) -> None:
     """List dead-lettered tasks."""
     tasks = list(st.client.dlq_list(tenant=tenant, limit=limit))
     st.show(tasks, render.table(tasks, render.TASK_COLUMNS + [("last_error", "LAST_ERROR")]))
@@ -161,7 +165,7 @@ def dlq_list(st: State, tenant, limit):
 @dlq.command()
 @click.argument("task_id")
 @pass_state
-def replay(st: State, task_id):
+def replay(st: State, task_id: str) -> None:
     """Send a dead-lettered task back to pending."""
     task = st.client.replay(task_id)
     st.show(task, f"{task.get('task_id')}  {task.get('state')}")
@@ -170,7 +174,7 @@ def replay(st: State, task_id):
 @dlq.command()
 @click.argument("task_id")
 @pass_state
-def discard(st: State, task_id):
+def discard(st: State, task_id: str) -> None:
     """Discard a dead-lettered task (kept as `discarded` for audit until retention)."""
     task = st.client.discard(task_id)
     st.show(task, f"{task.get('task_id')}  discarded")

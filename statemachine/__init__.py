@@ -6,6 +6,7 @@ can be imported alone (by `tsctl`) without loading the machine and msgpack.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 _WHERE = {
     "StateMachine": "machine", "Limits": "limits", "Task": "model", "Attempt": "model",
@@ -18,7 +19,7 @@ __all__ = ["StateMachine", "Limits", "codec", "commands", "errors", "Task", "Att
            "Schedule", "FireRecord", "TenantView", "TABLE", "STATES", "TERMINAL", "decide"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _MODULES:
         return importlib.import_module(f"{__name__}.{name}")
     where = _WHERE.get(name)

@@ -24,6 +24,7 @@ from .results import DONE, Answer
 from .validate import Rejected
 
 if TYPE_CHECKING:
+    from .limits import Limits
     from .machine import StateMachine
     from .model import Schedule, Task
 
@@ -98,7 +99,7 @@ def restore(trail: Trail, seq: Any, records: Any) -> None:
 
 # --- recording ------------------------------------------------------------------------------
 
-def check_actor(cmd: Any, lim) -> None:
+def check_actor(cmd: Any, lim: Limits) -> None:
     V.string("actor", cmd.actor, lim.audit_actor_chars_max, optional=True)
 
 

@@ -40,7 +40,7 @@ class BackupFormatError(ValueError):
         self.reason = reason
 
 
-def new_hash():
+def new_hash() -> hashlib._Hash:
     return hashlib.sha256()
 
 
@@ -77,7 +77,7 @@ def parse_head(raw: bytes) -> dict:
     return head
 
 
-def check_head(head) -> None:
+def check_head(head: object) -> None:
     """The head's shape: its keys, one section per shard in order, sizes that are ints."""
     if not isinstance(head, dict) or sorted(head) != sorted(_HEAD_KEYS):
         raise BackupFormatError("head", f"head must have exactly the keys {list(_HEAD_KEYS)}")
@@ -100,5 +100,5 @@ def content_bytes(prefix_len: int, head: dict) -> int:
     return prefix_len + sum(sec["bytes"] for sec in head["sections"])
 
 
-def _is_int(v) -> bool:
+def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
+from collections.abc import Callable
 from itertools import islice
+from typing import Any
 
 import msgpack
 
@@ -47,7 +49,7 @@ _TEMPLATE_FIELDS = tuple(f.name for f in dataclasses.fields(c.TaskTemplate))
 
 # --- commands --------------------------------------------------------------------------------
 
-def _plain(value):
+def _plain(value: object) -> object:
     if isinstance(value, c.RetryPolicy):
         return {n: getattr(value, n) for n in _RETRY_FIELDS}
     if isinstance(value, c.TaskTemplate):
@@ -107,13 +109,13 @@ def _drop_defaults(item: list, added: list) -> None:
         item.pop()
 
 
-def _need(value, kind: type, name: str) -> None:
+def _need(value: object, kind: type, name: str) -> None:
     """Refuse at encoding what decoding would refuse: such an entry must not reach a log."""
     if not isinstance(value, kind):
         raise TypeError(f"{name} must be a {kind.__name__}, not {type(value).__name__}")
 
 
-def _retry(value) -> c.RetryPolicy:
+def _retry(value: object) -> c.RetryPolicy:
     if not isinstance(value, dict) or not value.keys() <= _RETRY_FIELD_SET:
         raise DecodeError("retry must be a map of RetryPolicy fields")
     if not all(type(v) is int or type(v) is str for v in value.values()):
@@ -128,7 +130,7 @@ def _retry(value) -> c.RetryPolicy:
     return policy
 
 
-def _template(value) -> c.TaskTemplate:
+def _template(value: object) -> c.TaskTemplate:
     if not isinstance(value, dict) or not set(value) <= set(_TEMPLATE_FIELDS) \
             or "task_type" not in value:
         raise DecodeError("template must be a map of TaskTemplate fields")
@@ -138,7 +140,7 @@ def _template(value) -> c.TaskTemplate:
     return c.TaskTemplate(**fields)
 
 
-def _command(item) -> c.Command:
+def _command(item: object) -> c.Command:
     if not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], dict):
         raise DecodeError("a command is [type, {fields}]")
     tag, fields = item
@@ -172,7 +174,7 @@ _TIMEOUTS_SHARED_MAX = 256
 _timeouts: dict[int, int] = {}
 
 
-def _shared_timeout(value):
+def _shared_timeout(value: object) -> object:
     if type(value) is not int:
         return value
     shared = _timeouts.get(value)
@@ -204,14 +206,14 @@ def decode_batch(blob: bytes) -> c.Batch:
     return batch
 
 
-def _maker(cls):
+def _maker(cls: type[c.Command]) -> Callable[[list[Any]], Any]:
     """A function that builds a `cls` from a format 2 item (its values after the tag) by
     setting its slots, as the dataclass __init__ would (no command has __post_init__)."""
     names = _FIELDS[cls]
     setters = {f"_set{i}": inspect.getattr_static(cls, n).__set__ for i, n in enumerate(names)}
     body = "".join(f"    _set{i}(o, item[{i + 1}])\n" for i in range(len(names)))
     src = f"def make(item):\n    o = _new(_cls)\n{body}    return o\n"
-    scope = {"_new": object.__new__, "_cls": cls, **setters}
+    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, **setters}
     exec(src, scope)   # noqa: S102 - generated from the dataclass's own field names
     return scope["make"]
 
@@ -228,7 +230,7 @@ _ADDED_LATER: dict[type, list] = {
     c.Claim: [0, 10, []], c.Fail: [0]}
 
 
-def _positional(item) -> c.Command:
+def _positional(item: object) -> c.Command:
     if not isinstance(item, list) or not item:
         raise DecodeError("a command is [type, value, ...]")
     tag = item[0]
@@ -257,7 +259,7 @@ def _positional(item) -> c.Command:
     return cmd
 
 
-def _triples(value):
+def _triples(value: object) -> object:
     """A claim's tier weights as decoded (lists) -> a tuple of tuples; anything else is
     left as it is, for apply-time validation to refuse."""
     if not isinstance(value, list):
@@ -268,7 +270,7 @@ def _triples(value):
 _retry_by_record: dict[tuple, c.RetryPolicy] = {}
 
 
-def _retry_positional(value) -> c.RetryPolicy:
+def _retry_positional(value: object) -> c.RetryPolicy:
     if not isinstance(value, list) or len(value) != len(_RETRY_FIELDS):
         raise DecodeError("retry must be [backoff, base_ms, max_ms, multiplier_milli, "
                           "jitter_permille]")
@@ -284,6 +286,6 @@ def _retry_positional(value) -> c.RetryPolicy:
     return policy
 
 
-def pack(record) -> bytes:
+def pack(record: object) -> bytes:
     """The canonical encoding of a record (what the digest hashes)."""
     return msgpack.packb(record, use_bin_type=True)

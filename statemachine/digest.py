@@ -39,12 +39,14 @@ the digest its writer's replicas did after the same commands.)
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from . import audit, codec
 
 if TYPE_CHECKING:
     from .machine import StateMachine
+    from .model import Schedule, Task, TenantView
 
 DIGEST_FORMAT = 2          # of the state digest
 ROLLING_FORMAT = 3         # of `hexdigest` (the rolling digest)
@@ -62,13 +64,13 @@ _blake2b = hashlib.blake2b
 _GIL_KEPT_BYTES = 2_047
 
 
-def _update(h, data: bytes) -> None:
+def _update(h: hashlib.blake2b, data: bytes) -> None:
     view = memoryview(data)
     for i in range(0, len(view), _GIL_KEPT_BYTES):
         h.update(view[i:i + _GIL_KEPT_BYTES])
 
 
-def roll_step(roll: bytes, raw: bytes, codes) -> bytes:
+def roll_step(roll: bytes, raw: bytes, codes: Iterable[str]) -> bytes:
     """The roll after a batch: its bytes as committed and the result code of each command
     (a code is a short ASCII name, errors.py; joined with NUL, which no code contains)."""
     h = _blake2b(roll, digest_size=16)
@@ -78,7 +80,7 @@ def roll_step(roll: bytes, raw: bytes, codes) -> bytes:
     return h.digest()
 
 
-def roll_from_blob(version: int, blob) -> bytes:
+def roll_from_blob(version: int, blob: bytes | bytearray | memoryview) -> bytes:
     """The roll of a state restored from a snapshot that carried none (formats 1-3)."""
     return _blake2b(b"tsched snapshot v%d" % version + bytes(blob), digest_size=16).digest()
 
@@ -90,20 +92,20 @@ def hexdigest(sm: StateMachine) -> str:
     return hashlib.sha256(codec.pack(head)).hexdigest()
 
 
-def item_hash(encoded) -> int:
+def item_hash(encoded: bytes | memoryview) -> int:
     """128-bit hash of one canonical record (bytes or a memoryview of them)."""
     return int.from_bytes(hashlib.sha256(encoded).digest()[:16], "big")
 
 
-def task_hash(task) -> int:
+def task_hash(task: Task) -> int:
     return item_hash(codec.pack(codec.task_record(task)))
 
 
-def tenant_hash(view) -> int:
+def tenant_hash(view: TenantView) -> int:
     return item_hash(codec.pack(codec.tenant_record(view)))
 
 
-def schedule_hash(sched) -> int:
+def schedule_hash(sched: Schedule) -> int:
     return item_hash(codec.pack(codec.schedule_record(sched)))
 
 

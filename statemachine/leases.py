@@ -113,7 +113,7 @@ def release(sm: StateMachine, cmd: c.Release) -> Answer:
     return task_answer(task.task_id)
 
 
-def tick(sm: StateMachine, cmd: c.Tick):
+def tick(sm: StateMachine, cmd: c.Tick) -> Answer:
     """The clock: expire leases and timeouts that ended by now, then evict old tasks (the
     answer lists them, for the node's archive)."""
     _expire(sm)

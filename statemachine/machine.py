@@ -26,7 +26,7 @@ its result codes, digest.py). Everything else is derived (the store) and rebuilt
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import codec
@@ -100,7 +100,7 @@ class StateMachine:
         self._queue = self.store.queue    # read by the node's metrics
 
     # --- applying commands ----------------------------------------------------------------
-    def apply_batch(self, cmds) -> list[Result]:
+    def apply_batch(self, cmds: Sequence[c.Command]) -> list[Result]:
         """`cmds` as `codec.decode_batch` returns them (a `Batch` that keeps its bytes for
         the roll), or any list of commands (encoded here for the roll)."""
         apply = self._apply_untidy
@@ -114,13 +114,13 @@ class StateMachine:
                                 [r.code for r in results])
         return results
 
-    def apply(self, cmd) -> Result:
+    def apply(self, cmd: V.Unchecked) -> Result:
         """One command, without advancing seq (tests)."""
         result = self._apply_untidy(cmd)
         self.store.tidy()
         return result
 
-    def _apply_untidy(self, cmd) -> Result:
+    def _apply_untidy(self, cmd: V.Unchecked) -> Result:
         handler = HANDLERS.get(type(cmd))
         if handler is None:
             return Result(INVALID_ARGUMENT, "not a command", None, {})
@@ -159,15 +159,16 @@ class StateMachine:
     def get_task(self, task_id: str, tenant: str | None = None) -> Task | None:
         return reads.get_task(self, task_id, tenant)
 
-    def list_tasks(self, state=None, tenant=None, task_type=None, schedule_id=None,
-                   cursor=None, limit=100) -> tuple[list[Task], str | None]:
+    def list_tasks(self, state: str | None = None, tenant: str | None = None,
+                   task_type: str | None = None, schedule_id: str | None = None,
+                   cursor: object = None, limit: int = 100) -> tuple[list[Task], str | None]:
         return reads.list_tasks(self, state, tenant, task_type, schedule_id, cursor, limit)
 
     def get_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
         return self.schedules.get((tenant, schedule_id))
 
-    def list_schedules(self, tenant=None, cursor=None,
-                       limit=100) -> tuple[list[Schedule], str | None]:
+    def list_schedules(self, tenant: str | None = None, cursor: object = None,
+                       limit: int = 100) -> tuple[list[Schedule], str | None]:
         return reads.list_schedules(self, tenant, cursor, limit)
 
     def get_tenant(self, tenant: str) -> TenantView | None:
@@ -176,7 +177,7 @@ class StateMachine:
     def list_tenants(self) -> list[TenantView]:
         return reads.list_tenants(self)
 
-    def audit_page(self, **query) -> tuple[list, int | None]:
+    def audit_page(self, **query: Any) -> tuple[list, int | None]:
         """Audit entries, newest first (audit.page)."""
         return audit.page(self, **query)
 
@@ -184,7 +185,8 @@ class StateMachine:
         """A command with this request id was applied (and its result is still recorded)."""
         return request_id in self.requests
 
-    def has_claimable(self, task_types, tenant, prefetch_ms, now_ms,
+    def has_claimable(self, task_types: Sequence[str], tenant: str | None, prefetch_ms: int,
+                      now_ms: int,
                       priorities: tuple[int, int] = (0, 10),
                       tier_weights: tuple[tuple[int, int, int], ...] = ()) -> bool:
         """A claim of this kind would find work; with `tier_weights`, in any named tier."""
@@ -195,13 +197,14 @@ class StateMachine:
         return queue.has_claimable(task_types, tenant, self.tenants, now, prefetch_ms,
                                    priorities)
 
-    def claim_head(self, task_types, tenant, prefetch_ms, now_ms,
+    def claim_head(self, task_types: Sequence[str], tenant: str | None, prefetch_ms: int,
+                   now_ms: int,
                    priorities: tuple[int, int] = (0, 10)) -> int | None:
         """The effective priority of the most urgent task such a claim would take (heads.py)."""
         return heads.claim_head(self.store.queue, task_types, tenant, self.tenants,
                                 max(now_ms, self.now_ms), prefetch_ms, priorities)
 
-    def next_due_ms(self, task_types, tenant=None) -> int | None:
+    def next_due_ms(self, task_types: Sequence[str], tenant: str | None = None) -> int | None:
         """Earliest run_at of a pending task of those types; a due one reads as now_ms."""
         return self.store.queue.next_due_ms(task_types, tenant, self.now_ms)
 
@@ -238,7 +241,7 @@ class StateMachine:
         return D.full_hexdigest(self)
 
 
-def _bytes_of(cmds) -> bytes:
+def _bytes_of(cmds: Sequence[c.Command]) -> bytes:
     """The bytes of a batch given as commands (tests, tools): as a log would hold them, or,
     for what no log can hold (junk a fuzz test applies directly), their repr."""
     try:

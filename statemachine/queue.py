@@ -27,7 +27,7 @@ rebuilt from the tasks; the choice never depends on a heap's layout (keys are un
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from heapq import heapify, heappop, heappush
 
 from . import bands
@@ -132,7 +132,7 @@ class ClaimQueue:
                 bands.push(bucket, (key, run_at, seq, qver, task), task.priority, key)
         self._clean(bucket)
 
-    def _buckets(self, task_types, tenant: str | None) -> list[Bucket]:
+    def _buckets(self, task_types: Iterable[str], tenant: str | None) -> list[Bucket]:
         found: list[Bucket] = []
         for task_type in dict.fromkeys(task_types):   # duplicates once, in the given order
             buckets = self.by_type.get(task_type)
@@ -334,7 +334,8 @@ class ClaimQueue:
         return task
 
     # --- peeks (reads: no mutation) -------------------------------------------------------
-    def has_claimable(self, task_types, tenant: str | None, tenants: dict[str, TenantView],
+    def has_claimable(self, task_types: Iterable[str], tenant: str | None,
+                      tenants: dict[str, TenantView],
                       now_ms: int, prefetch_ms: int,
                       priorities: tuple[int, int] = (0, 10)) -> bool:
         horizon = now_ms + max(0, prefetch_ms)
@@ -356,7 +357,7 @@ class ClaimQueue:
                 return True
         return False
 
-    def next_due_ms(self, task_types, tenant: str | None, now_ms: int) -> int | None:
+    def next_due_ms(self, task_types: Iterable[str], tenant: str | None, now_ms: int) -> int | None:
         """Earliest run_at among pending tasks of these types, clamped up to `now_ms`: a
         due task reads as now (ready heaps are ordered by priority, not run_at)."""
         best = None

@@ -36,8 +36,9 @@ def status(task: Task) -> str:
     return RETRYING if retrying(task) else task.state
 
 
-def list_tasks(sm: StateMachine, state=None, tenant=None, task_type=None, schedule_id=None,
-               cursor=None, limit=100) -> tuple[list[Task], str | None]:
+def list_tasks(sm: StateMachine, state: str | None = None, tenant: str | None = None,
+               task_type: str | None = None, schedule_id: str | None = None,
+               cursor: object = None, limit: int = 100) -> tuple[list[Task], str | None]:
     """Newest first. `cursor` is the opaque `next_cursor` of the previous page; a malformed
     one raises ValueError (callers answer invalid_argument). The smallest of the state /
     tenant indexes is walked; other filters are checked per task. `state` may be the view
@@ -69,7 +70,7 @@ def list_tasks(sm: StateMachine, state=None, tenant=None, task_type=None, schedu
     return page, None
 
 
-def _parse_cursor(cursor) -> int | None:
+def _parse_cursor(cursor: object) -> int | None:
     if cursor is None:
         return None
     if type(cursor) is not str or not cursor.isdigit() or len(cursor) > 20:
@@ -77,8 +78,8 @@ def _parse_cursor(cursor) -> int | None:
     return int(cursor)
 
 
-def list_schedules(sm: StateMachine, tenant=None, cursor=None,
-                   limit=100) -> tuple[list[Schedule], str | None]:
+def list_schedules(sm: StateMachine, tenant: str | None = None, cursor: object = None,
+                   limit: int = 100) -> tuple[list[Schedule], str | None]:
     """Sorted by (tenant, schedule_id); the cursor is the last key of the page."""
     after = None
     if cursor is not None:

@@ -8,7 +8,8 @@ per-chunk tables, so that a restore makes a fresh object only for what is unique
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 from . import commands as c
 from .errors import DecodeError
@@ -18,7 +19,7 @@ def retry_record(p: c.RetryPolicy) -> list:
     return [p.backoff, p.base_ms, p.max_ms, p.multiplier_milli, p.jitter_permille]
 
 
-def retry_from(r, cache: dict) -> c.RetryPolicy:
+def retry_from(r: Sequence[Any], cache: dict) -> c.RetryPolicy:
     key = r if type(r) is tuple else tuple(r)
     policy = cache.get(key)
     if policy is None:
@@ -50,7 +51,8 @@ _new_task = _blank_task if hasattr(Task, "__mypyc_attrs__") else Task.__new__
 _STATES = {state: state for state in STATES}   # one string object per state, not per task
 
 
-def task_from(r, cache: dict, intern=lambda s: s) -> Task:
+def task_from(r: Sequence[Any], cache: dict,
+              intern: Callable[[str], str] = lambda s: s) -> Task:
     """A Task from its record (a list or tuple), slot by slot: restore builds a million.
     Equal times and timeouts share one int object (a decoded int is a fresh 32-byte object
     per field, and created_at/run_at are mostly equal), as they do in a node that applied
@@ -93,9 +95,10 @@ def task_from(r, cache: dict, intern=lambda s: s) -> Task:
 
 
 _SHARED_INTS_MAX = 4096
+_V = TypeVar("_V")
 
 
-def _share(cache: dict, value):
+def _share(cache: dict, value: _V) -> _V:
     """`value` as the object kept for it in `cache` (bounded: cleared when full). Only
     exact ints are shared: True == 1 but must stay a bool."""
     if type(value) is not int:
@@ -143,7 +146,7 @@ def task_chunk(tasks: list[Task]) -> list:
     return [list(strs), [[v for _, v in key] for key in retries], rows]
 
 
-def tasks_of_chunk(chunk, cache: dict, intern) -> list[Task]:
+def tasks_of_chunk(chunk: Any, cache: dict, intern: Callable[[str], str]) -> list[Task]:
     """The Tasks of one format 3 chunk, slot by slot (a restore builds a million). It
     repeats `task_from`'s slot assignments on purpose, with the chunk's tables looked up in
     place: calling a helper per task would add a million calls to a 1M-task restore."""
@@ -195,7 +198,7 @@ def tasks_of_chunk(chunk, cache: dict, intern) -> list[Task]:
         raise DecodeError(f"snapshot task rows: {exc.__class__.__name__}") from None
 
 
-def _bad(value):
+def _bad(value: object) -> NoReturn:
     raise DecodeError(f"snapshot strings: {type(value).__name__}")
 
 

@@ -76,7 +76,7 @@ DONE: Answer = (OK, "", None, None, None)   # success with no value (Tick, Barri
 
 # --- rendering: a row (fresh or restored) -> Result ------------------------------------------
 
-def render(sm: StateMachine, row) -> Result:
+def render(sm: StateMachine, row: tuple) -> Result:
     code, message, details, kind, data = row
     if code != OK:
         return Result(code, message, None, dict(details or {}))
@@ -90,11 +90,11 @@ def render(sm: StateMachine, row) -> Result:
     return _RENDER[kind](sm, data)
 
 
-def _done(sm: StateMachine, data) -> Result:
+def _done(sm: StateMachine, data: Any) -> Result:
     return Result(OK, "", None, {})
 
 
-def _task(sm: StateMachine, data) -> Result:
+def _task(sm: StateMachine, data: Any) -> Result:
     task = sm.tasks.get(data[0])
     if task is None:
         return Result(NOT_FOUND, f"task {data[0]} is no longer retained", None,
@@ -105,32 +105,32 @@ def _task(sm: StateMachine, data) -> Result:
     return Result(OK, "", value, {})
 
 
-def _tasks(sm: StateMachine, data) -> Result:
+def _tasks(sm: StateMachine, data: Any) -> Result:
     tasks = sm.tasks
     return Result(OK, "", {"tasks": [tasks[t] for t in data if t in tasks]}, {})
 
 
-def _lease(sm: StateMachine, data) -> Result:
+def _lease(sm: StateMachine, data: Any) -> Result:
     return Result(OK, "", {"lease_expires_at_ms": data[0], "cancel_requested": data[1]}, {})
 
 
-def _tenant(sm: StateMachine, data) -> Result:
+def _tenant(sm: StateMachine, data: Any) -> Result:
     return Result(OK, "", {"tenant": sm.tenants[data]}, {})
 
 
-def _gone_task(sm: StateMachine, data) -> Result:
+def _gone_task(sm: StateMachine, data: Any) -> Result:
     return Result(OK, "", {"task": codec.task_from(data, {})}, {})
 
 
-def _evicted(sm: StateMachine, data) -> Result:
+def _evicted(sm: StateMachine, data: Any) -> Result:
     return Result(OK, "", {"evicted": data}, {})
 
 
-def _gone_schedule(sm: StateMachine, data) -> Result:
+def _gone_schedule(sm: StateMachine, data: Any) -> Result:
     return Result(OK, "", {"schedule": codec.schedule_from(data, {})}, {})
 
 
-def _schedule(sm: StateMachine, data) -> Result:
+def _schedule(sm: StateMachine, data: Any) -> Result:
     sched = sm.schedules.get((data[0], data[1]))
     if sched is None:
         return Result(NOT_FOUND, f"schedule {data[1]} no longer exists", None,
@@ -138,7 +138,7 @@ def _schedule(sm: StateMachine, data) -> Result:
     return Result(OK, "", {"schedule": sched}, {})
 
 
-def _fire(sm: StateMachine, data) -> Result:
+def _fire(sm: StateMachine, data: Any) -> Result:
     result = _schedule(sm, data)
     if result.ok:
         result.value["task"] = sm.tasks.get(data[2]) if data[2] is not None else None

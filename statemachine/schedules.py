@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .machine import StateMachine
 
 
-def find(sm: StateMachine, cmd) -> Schedule:
+def find(sm: StateMachine, cmd: V.Unchecked) -> Schedule:
     """The command's schedule."""
     V.schedule_ref(cmd, sm.limits)
     sched = sm.schedules.get((cmd.tenant, cmd.schedule_id))
@@ -68,7 +68,8 @@ def put_schedule(sm: StateMachine, cmd: c.PutSchedule) -> Answer:
     return _answer(sched)
 
 
-def _audit(sm: StateMachine, cmd, action: str, sched: Schedule, change: dict | None) -> None:
+def _audit(sm: StateMachine, cmd: c.Command, action: str, sched: Schedule,
+           change: dict | None) -> None:
     audit.record(sm, cmd, action, sched.tenant, f"{sched.tenant}/{sched.schedule_id}", change)
 
 

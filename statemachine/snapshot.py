@@ -16,11 +16,12 @@ paused and the result frozen, node/gcpolicy.py): nothing here touches it.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from . import audit, codec, request_table, snapshot_format
 from .digest import full_hexdigest, roll_from_blob
-from .model import STATES
+from .model import STATES, Task
 from .reads import list_tenants
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def snapshot(sm: StateMachine) -> bytes:
                                            sm.request_times.as_runs())
 
 
-def restore(sm: StateMachine, blob: bytes):
+def restore(sm: StateMachine, blob: bytes) -> StateMachine:
     """Fills `sm`, a new StateMachine, from `blob`."""
     top, tasks, requests, times = snapshot_format.decode_snapshot(blob, sys.intern)
     sm.seq, sm.now_ms = top["seq"], top["now_ms"]
@@ -82,7 +83,7 @@ def _restore_times(sm: StateMachine, runs: list) -> None:
         raise codec.DecodeError("snapshot: the request times do not match the table")
 
 
-def _index_tasks(sm: StateMachine, chunks) -> None:
+def _index_tasks(sm: StateMachine, chunks: Iterable[snapshot_format.TaskChunk]) -> None:
     """Tasks in seq order from a snapshot, chunk by chunk, through the store's `index` in
     bulk mode."""
     store, now_ms, index = sm.store, sm.now_ms, sm.store.index
@@ -102,10 +103,10 @@ class _Sized:
 
     __slots__ = ("it", "n")
 
-    def __init__(self, it, n: int) -> None:
+    def __init__(self, it: Iterator[Task], n: int) -> None:
         self.it, self.n = it, n
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Task]:
         return self.it
 
     def __len__(self) -> int:

@@ -13,21 +13,36 @@ roll, and the request records are followed by their item hashes, one bin of 16 b
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 import msgpack
 
 from .codec import pack
 from .errors import DecodeError
+from .model import Task
 from .records import request_record, task_chunk, task_from, tasks_of_chunk
 
 SNAPSHOT_VERSION = 6
 SNAPSHOT_VERSIONS_READ = (1, 2, 3, 4, 5, 6)   # 1: tasks a list inside the map; 2: one by one
 TASK_CHUNK = 4096                    # task records per array in a format 3, 4 or 5 snapshot
 _first = operator.itemgetter(0)   # mapped lazily: compiled, a returned genexp becomes a list
+# A record's canonical bytes as read from a format 1 or 2 snapshot.
+Encoded = bytes | memoryview
+# What decoding yields per chunk: Tasks in seq order, and their encodings (formats 1, 2).
+TaskChunk = tuple[list[Task], list[Encoded] | None]
 
 
-def encode_snapshot(head: dict, tasks, requests, request_times: list) -> bytes:
+class SizedTasks(Protocol):
+    """Tasks in seq order, counted up front (a list, snapshot.py's `_Sized`)."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Task]: ...
+
+
+def encode_snapshot(head: dict, tasks: SizedTasks, requests: Mapping[str, tuple],
+                    request_times: list) -> bytes:
     """`head`: {"v", "seq", "now_ms", "cluster_token", "task_seq", "tenants", "schedules",
     "roll", "state_digest"} with record lists in canonical order; `tasks`: a sized iterable
     of Tasks in seq order; `requests`: the request table (an ordered mapping);
@@ -50,8 +65,8 @@ def encode_snapshot(head: dict, tasks, requests, request_times: list) -> bytes:
     return packer.bytes()
 
 
-def decode_snapshot(blob: bytes, intern=lambda s: s
-                    ) -> tuple[dict, Iterator, Iterator, list]:
+def decode_snapshot(blob: bytes, intern: Callable[[str], str] = lambda s: s
+                    ) -> tuple[dict, Iterator[TaskChunk], Iterator[Any], list]:
     """(head, tasks, requests, request_times): two iterators, to be consumed in that order,
     and a list of runs [ms, count] that holds the request table's times once `requests` is
     consumed (format 5; empty for the older ones). `tasks` yields
@@ -94,7 +109,8 @@ def decode_snapshot(blob: bytes, intern=lambda s: s
     return head, tasks, map(_first, _records(unpacker, view, counts[1], True)), times
 
 
-def _chunks(unpacker, count: int, cache: dict, intern):
+def _chunks(unpacker: msgpack.Unpacker, count: int, cache: dict,
+            intern: Callable[[str], str]) -> Iterator[TaskChunk]:
     left = count
     while left > 0:
         try:
@@ -108,7 +124,8 @@ def _chunks(unpacker, count: int, cache: dict, intern):
         yield tasks, None
 
 
-def _requests(unpacker, count: int, hashed: bool, times: list | None):
+def _requests(unpacker: msgpack.Unpacker, count: int, hashed: bool,
+              times: list | None) -> Iterator[Any]:
     """The request records; with `times` (format 5), their runs are read into it."""
     try:
         records = unpacker.unpack()
@@ -126,7 +143,7 @@ def _requests(unpacker, count: int, hashed: bool, times: list | None):
     yield from records
 
 
-def _runs(runs, count: int) -> list:
+def _runs(runs: object, count: int) -> list:
     """The request table's times, checked: runs [ms, count > 0], ms ascending, `count` in
     all (apply relies on it: the oldest entry first)."""
     out: list = []
@@ -142,7 +159,7 @@ def _runs(runs, count: int) -> list:
     return out
 
 
-def _left(unpacker) -> bool:
+def _left(unpacker: msgpack.Unpacker) -> bool:
     try:
         unpacker.unpack()
     except msgpack.OutOfData:
@@ -152,7 +169,8 @@ def _left(unpacker) -> bool:
     return True
 
 
-def _chunked(records, cache: dict, intern):
+def _chunked(records: Iterable[tuple[Any, Encoded]], cache: dict,
+             intern: Callable[[str], str]) -> Iterator[TaskChunk]:
     """Format 1 and 2 records, one by one, as Tasks in chunks with their encodings."""
     tasks, encodings = [], []
     for record, encoded in records:
@@ -165,7 +183,8 @@ def _chunked(records, cache: dict, intern):
         yield tasks, encodings
 
 
-def _records(unpacker, view: memoryview, count: int, last: bool):
+def _records(unpacker: msgpack.Unpacker, view: memoryview, count: int,
+             last: bool) -> Iterator[tuple[Any, memoryview]]:
     start = unpacker.tell()
     for _ in range(count):
         try:
@@ -179,6 +198,6 @@ def _records(unpacker, view: memoryview, count: int, last: bool):
         raise DecodeError("trailing bytes after the snapshot's records")
 
 
-def _records_v1(records):
+def _records_v1(records: Iterable[Any]) -> Iterator[tuple[Any, bytes]]:
     for record in records:
         yield record, pack(record)

@@ -83,7 +83,7 @@ def cancel(sm: StateMachine, cmd: c.Cancel) -> Answer:
     return task_answer(task.task_id)
 
 
-def _audit(sm: StateMachine, cmd, action: str, task: Task, before: str) -> None:
+def _audit(sm: StateMachine, cmd: c.Command, action: str, task: Task, before: str) -> None:
     audit.record(sm, cmd, action, task.tenant, task.task_id, audit.task_change(before, task))
 
 

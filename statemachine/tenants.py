@@ -14,6 +14,7 @@ from .results import Answer, tenant_answer
 from .validate import Rejected
 
 if TYPE_CHECKING:
+    from .limits import Limits
     from .machine import StateMachine
 
 
@@ -41,7 +42,7 @@ def check_capacity(sm: StateMachine, name: str) -> None:
                        limit=lim.live_tasks_per_tenant_max)
 
 
-def shed_at(limits) -> int:
+def shed_at(limits: Limits) -> int:
     """Live tasks from which low-priority submits are shed (integers only: deterministic)."""
     return limits.live_tasks_max * limits.shed_above_permille // 1000
 

@@ -26,7 +26,7 @@ MISFIRES = ("run_all", "run_once", "skip")
 class Rejected(Exception):
     """A command is refused; nothing has been changed."""
 
-    def __init__(self, code: str, message: str, **details) -> None:
+    def __init__(self, code: str, message: str, **details: Any) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -42,7 +42,7 @@ def _utf8(name: str, value: str) -> None:
         raise Rejected(INVALID_ARGUMENT, f"{name} is not valid UTF-8 text", field=name) from None
 
 
-def string(name: str, value, chars_max: int, *, optional: bool = False) -> None:
+def string(name: str, value: Unchecked, chars_max: int, *, optional: bool = False) -> None:
     if value is None and optional:
         return
     if type(value) is not str or not 0 < len(value) <= chars_max:
@@ -55,25 +55,25 @@ def string(name: str, value, chars_max: int, *, optional: bool = False) -> None:
 FIRE_SHARD_MAX = 0xFF    # a Fire's shard is two hex digits of its occurrence's task id
 
 
-def integer(name: str, value, lo: int, hi: int, *, optional: bool = False) -> None:
+def integer(name: str, value: Unchecked, lo: int, hi: int, *, optional: bool = False) -> None:
     if value is None and optional:
         return
     if type(value) is not int or not lo <= value <= hi:
         raise Rejected(INVALID_ARGUMENT, f"{name} must be an integer in {lo}..{hi}", field=name)
 
 
-def boolean(name: str, value) -> None:
+def boolean(name: str, value: Unchecked) -> None:
     if type(value) is not bool:
         raise Rejected(INVALID_ARGUMENT, f"{name} must be true or false", field=name)
 
 
-def choice(name: str, value, allowed: tuple[str, ...]) -> None:
+def choice(name: str, value: Unchecked, allowed: tuple[str, ...]) -> None:
     if type(value) is not str or value not in allowed:
         raise Rejected(INVALID_ARGUMENT, f"{name} must be one of {', '.join(allowed)}",
                        field=name)
 
 
-def sized(name: str, value, bytes_max: int) -> None:
+def sized(name: str, value: Unchecked, bytes_max: int) -> None:
     """Text whose UTF-8 size is limited: too big is `too_large`, not text is invalid."""
     if type(value) is not str:
         raise Rejected(INVALID_ARGUMENT, f"{name} must be a string", field=name)
