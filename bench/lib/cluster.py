@@ -1,5 +1,5 @@
 """Real tsnode clusters on free loopback ports, for benchmarks (ports and cluster.toml from
-the test harness, tests/harness/).
+the product's launcher, tsched.client.launcher).
 
 Each node is its own process (`python -m tsched.node.main`), with its data and log in a
 temporary folder that is removed on stop (unless `keep=True`). Durability is the node's
@@ -19,10 +19,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-# The suite's harness owns ports and config writing for tests and benchmarks alike: one
+# The product's launcher owns ports and config writing for tests and benchmarks alike: one
 # port-block rule (below the ephemeral range, every shard's ports checked) for both.
-from tests.harness.config import cluster_toml
-from tests.harness.ports import node_addresses
+from tsched.client.launcher import cluster_toml, node_addresses
 
 
 def http_json(method: str, url: str, body: Any = None, timeout_s: float = 5.0) -> tuple[int, Any]:
