@@ -1,5 +1,6 @@
 """The product's local-cluster launcher (tsched.client.launcher): ports, the cluster file,
-and `Nodes` with a stand-in for `tsnode` (a small Python script)."""
+and `Nodes` with a stand-in for `tsnode` (a small Python script), plus `tsctl dev` when
+every node exits at once."""
 from __future__ import annotations
 
 import signal
@@ -9,9 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from tests.harness.waits import wait_until
 from tsched.client import launcher
+from tsched.client.cli import cli
 from tsched.client.launcher import LaunchError, Nodes, cluster_toml, leader_of, wait_leader
 
 # A stand-in node: says its arguments, then waits for a signal (SIGTERM: exit 0; with
@@ -121,3 +124,13 @@ def test_waiting_for_a_leader_ends_when_every_node_exits_or_when_told(tmp_path: 
     told.set()
     assert wait_leader(nodes, [], timeout_s=30, stop=told) is None
 
+
+def test_dev_says_so_when_every_node_exits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    monkeypatch.setattr(launcher, "NODE_COMMAND", (sys.executable, "-c", "raise SystemExit(3)"))
+    (tmp_path / "cluster.toml").write_text(cluster_toml(
+        "t", {"n1": "127.0.0.1:9"}, {"n1": "127.0.0.1:9"}, {"n1": "data/n1"}))
+    result = CliRunner().invoke(cli, ["dev", "--config", str(tmp_path / "cluster.toml")])
+    assert result.exit_code == 1, result.output
+    assert "every node exited; see" in result.output and "stopped every node." in result.output
+    assert (tmp_path / ".tsched" / "logs" / "n1.log").is_file()
