@@ -5,7 +5,8 @@ harness (tests/harness/cluster.py) and the benchmarks (bench/lib/cluster.py).
 
 - ports: `free_port`, `free_ports`, and checked port blocks of whole clusters
   (`free_shard_ports`, `node_addresses`), below the ephemeral range;
-- the file: `cluster_toml`, the text of a local cluster's cluster.toml;
+- the file: `cluster_toml`, the text of a local cluster's cluster.toml, and
+  `write_cluster_file`, which writes it for some or all of the nodes;
 - the processes: `Nodes`, one `tsnode` process per node, each in a session of its own
   with its output in `<log_dir>/<id>.log` (start, signal, kill, stop one, stop all with
   SIGTERM then SIGKILL, close), and `wait_leader`, until every shard has a leader.
@@ -125,6 +126,22 @@ def cluster_toml(name: str, raft: dict[str, str], http: dict[str, str],
         lines += ["", "[[node]]", f'id = "{i}"', f'raft = "{raft[i]}"',
                   f'http = "{http[i]}"', f'data_dir = "{data_dirs[i]}"']
     return "\n".join(lines) + "\n" + extra_toml
+
+
+def write_cluster_file(path: Path | str, name: str, raft: Mapping[str, str],
+                       http: Mapping[str, str], data_dir: str = "data/{id}", *,
+                       ids: Sequence[str] | None = None, shards: int = 1,
+                       secret: str | None = None, extra_toml: str = "") -> Path:
+    """Write the cluster file of `ids` (default: every node of `raft`, in its order) to
+    `path`; each node's data dir is `data_dir` with `{id}` replaced by its id (a relative
+    one is read from the file's folder). Returns the path."""
+    ids = list(raft) if ids is None else list(ids)
+    out = Path(path)
+    out.write_text(cluster_toml(
+        name, {i: raft[i] for i in ids}, {i: http[i] for i in ids},
+        {i: data_dir.replace("{id}", i) for i in ids}, shards=shards, secret=secret,
+        extra_toml=extra_toml))
+    return out
 
 
 class Nodes:

@@ -21,7 +21,7 @@ from typing import Any
 
 # The product's launcher owns ports and config writing for tests and benchmarks alike: one
 # port-block rule (below the ephemeral range, every shard's ports checked) for both.
-from tsched.client.launcher import Nodes, cluster_toml, node_addresses
+from tsched.client.launcher import Nodes, node_addresses, write_cluster_file
 
 
 def http_json(method: str, url: str, body: Any = None, timeout_s: float = 5.0) -> tuple[int, Any]:
@@ -66,12 +66,8 @@ class LocalCluster:
         self.launcher = Nodes(self.root)
         self.procs = self.launcher.procs
         self.config_path = os.path.join(self.root, "cluster.toml")
-        self._write_config()
-
-    def _write_config(self) -> None:
-        with open(self.config_path, "w") as f:
-            f.write(cluster_toml("bench", self.raft, self.http,
-                                 {i: f"{self.root}/{i}" for i in self.ids}, shards=self.shards))
+        write_cluster_file(self.config_path, "bench", self.raft, self.http,
+                           f"{self.root}/{{id}}", shards=self.shards)
 
     def url(self, node_id: str) -> str:
         return f"http://{self.http[node_id]}"

@@ -20,7 +20,7 @@ timing run with the node's defaults.
 Every process is in its own session and is killed (SIGKILL) on close, whatever happened.
 This is the suite's one real-cluster helper: the fault harness (tests/jepsen_like/cluster.py)
 builds on it, adding its proxies and clocks. Its processes, ports and cluster file are the
-product's launcher's (tsched.client.launcher: `Nodes`, `node_addresses`, `cluster_toml`),
+product's launcher's (tsched.client.launcher: `Nodes`, `node_addresses`, `write_cluster_file`),
 which `tsctl dev` and the benchmarks' LocalCluster (bench/lib/cluster.py) run too; the
 harness adds its waits, its HTTP helpers, pausing and its per-xdist-worker port slices.
 """
@@ -37,9 +37,8 @@ from typing import Any
 
 import httpx
 
-from tsched.client.launcher import LaunchError, Nodes
+from tsched.client.launcher import LaunchError, Nodes, write_cluster_file
 
-from .config import cluster_toml
 from .ports import node_addresses
 from .raft_options import timeouts_toml
 
@@ -90,9 +89,8 @@ class Cluster:
     # --- setup -----------------------------------------------------------------------------
 
     def _write_config(self, secret: str | None, extra_toml: str) -> None:
-        self.config_path.write_text(cluster_toml(
-            self.name, self.raft, self.http, {i: f"data/{i}" for i in self.ids},
-            shards=self.shards, secret=secret, extra_toml=extra_toml))
+        write_cluster_file(self.config_path, self.name, self.raft, self.http, ids=self.ids,
+                           shards=self.shards, secret=secret, extra_toml=extra_toml)
 
     def add_node(self, node_id: str, join_via: str, *args: str,
                  ports: tuple[str, str] | None = None) -> None:
@@ -103,21 +101,17 @@ class Cluster:
             raft, http = node_addresses([node_id], self.shards)
             ports = (raft[node_id], http[node_id])
         self.raft[node_id], self.http[node_id] = ports
-        path = self.config_paths[node_id] = self.dir / f"{node_id}.toml"
-        path.write_text(cluster_toml(
-            self.name, {node_id: ports[0]}, {node_id: ports[1]},
-            {node_id: f"data/{node_id}"}, shards=self.shards, secret=self._secret,
-            extra_toml=self._extra_toml))
+        self.config_paths[node_id] = write_cluster_file(
+            self.dir / f"{node_id}.toml", self.name, self.raft, self.http, ids=[node_id],
+            shards=self.shards, secret=self._secret, extra_toml=self._extra_toml)
         if node_id not in self.ids:
             self.ids.append(node_id)
         self.start_node(node_id, "--join", self.url(join_via), *args)
 
     def rewrite_config(self) -> None:
         """cluster.toml lists the current `ids` (after membership changes: DESIGN 6.2)."""
-        self.config_path.write_text(cluster_toml(
-            self.name, {i: self.raft[i] for i in self.ids}, {i: self.http[i] for i in self.ids},
-            {i: f"data/{i}" for i in self.ids}, shards=self.shards, secret=self._secret,
-            extra_toml=self._extra_toml))
+        write_cluster_file(self.config_path, self.name, self.raft, self.http, ids=self.ids,
+                           shards=self.shards, secret=self._secret, extra_toml=self._extra_toml)
 
     def forget(self, node_id: str) -> None:
         """`node_id` is no longer a member: no wait looks at it (its process, if any, is

@@ -134,3 +134,14 @@ def test_dev_says_so_when_every_node_exits(tmp_path: Path, monkeypatch: pytest.M
     assert result.exit_code == 1, result.output
     assert "every node exited; see" in result.output and "stopped every node." in result.output
     assert (tmp_path / ".tsched" / "logs" / "n1.log").is_file()
+
+
+def test_the_cluster_file_of_some_nodes_or_all(tmp_path: Path) -> None:
+    raft, http = {"n1": "h:1", "n2": "h:2"}, {"n1": "h:3", "n2": "h:4"}
+    path = launcher.write_cluster_file(tmp_path / "c.toml", "x", raft, http, shards=2)
+    assert path.read_text() == cluster_toml("x", raft, http, {"n1": "data/n1", "n2": "data/n2"},
+                                            shards=2)
+    one = launcher.write_cluster_file(tmp_path / "n2.toml", "x", raft, http, "/d/{id}-x",
+                                      ids=["n2"], extra_toml="[a]\n")
+    assert one.read_text() == cluster_toml("x", {"n2": "h:2"}, {"n2": "h:4"},
+                                           {"n2": "/d/n2-x"}, extra_toml="[a]\n")
