@@ -2,29 +2,28 @@
 
 Nodes run as `tsnode` subprocesses in their own sessions, so a Ctrl-C in the terminal
 reaches only this process, which then stops every node in order and waits for them.
-Each node's output goes to `.tsched/logs/<id>.log` next to the config file.
+Each node's output goes to `.tsched/logs/<id>.log` next to the config file. The processes
+and the leader wait are the product's launcher's (launcher.py), which the test harness and
+the benchmarks run too; this module reads the cluster file and talks to the terminal.
 """
 from __future__ import annotations
 
 import re
 import signal
-import subprocess
-import sys
 import threading
-import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from .launcher import LaunchError, Nodes, wait_leader
 
 LEADER_WAIT_S = 60.0   # every shard elects; a loaded laptop may take a while: wait, then give up
 STOP_WAIT_S = 10.0          # per node, after SIGTERM, before SIGKILL
 POLL_S = 0.2                # how often the leader wait asks the nodes
 
 
-class DevError(Exception):
-    """The cluster file is unusable or the cluster did not come up."""
+# The cluster file is unusable or the cluster did not come up (the launcher's error).
+DevError = LaunchError
 
 
 @dataclass(frozen=True)
@@ -97,64 +96,27 @@ def with_shards(path: Path, shards: int) -> Path:
 class DevCluster:
     def __init__(self, config: Path, nodes: list[DevNode]) -> None:
         self.config, self.nodes = config, nodes
-        self.procs: dict[str, subprocess.Popen] = {}
         # A derived file (--shards) lives in .tsched/ itself: its logs go in the same place.
         home = config.parent.parent if config.parent.name == ".tsched" else config.parent
         self.log_dir = home / ".tsched" / "logs"
+        self.launcher = Nodes(self.log_dir, cwd=config.parent)
+        self.procs = self.launcher.procs
 
     def start(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         for node in self.nodes:
-            log = open(self.log_dir / f"{node.id}.log", "ab")
-            cmd = [sys.executable, "-m", "tsched.node.main", "--config", str(self.config),
-                   "--id", node.id]
-            self.procs[node.id] = subprocess.Popen(
-                cmd, cwd=self.config.parent, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
-            log.close()   # the child holds its own descriptor
+            self.launcher.start(node.id, self.config)
 
     def wait_leader(self, stop: threading.Event, timeout_s: float = LEADER_WAIT_S) -> str | None:
         """The leader's id; None when asked to stop while waiting."""
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=1.0) as http:
-            while time.monotonic() < deadline and not stop.is_set():
-                for node in self.nodes:
-                    leader = self._ask_leader(http, node)
-                    if leader:
-                        return leader
-                dead = [i for i, p in self.procs.items() if p.poll() is not None]
-                if len(dead) == len(self.procs):
-                    raise DevError(f"every node exited; see {self.log_dir}")
-                stop.wait(POLL_S)
-        if stop.is_set():
-            return None
-        raise DevError(f"no leader within {timeout_s:.0f} s; see {self.log_dir}")
-
-    @staticmethod
-    def _ask_leader(http: httpx.Client, node: DevNode) -> str | None:
-        """Shard 0's leader once every shard has one (a single group: its leader)."""
-        try:
-            resp = http.get(node.url + "/v1/cluster")
-            body = resp.json() if resp.status_code == 200 else {}
-            if any(s.get("leader") is None for s in body.get("shards") or ()):
-                return None
-            return body.get("leader")
-        except (httpx.HTTPError, ValueError, AttributeError):
-            return None
+        return wait_leader(self.launcher, [n.url for n in self.nodes], timeout_s, stop, POLL_S)
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(STOP_WAIT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        """SIGTERM to each node's main process (a sharded node stops its shards in order),
+        SIGKILL to those still up after STOP_WAIT_S."""
+        self.launcher.stop_all(STOP_WAIT_S, group=False)
 
     def exited(self) -> list[str]:
-        return [i for i, p in self.procs.items() if p.poll() is not None]
+        return self.launcher.exited()
 
 
 def run_dev(config: str | None, echo, shards: int | None = None) -> int:

@@ -1,5 +1,6 @@
-"""Real tsnode clusters on free loopback ports, for benchmarks (ports and cluster.toml from
-the test harness, tests/harness/).
+"""Real tsnode clusters on free loopback ports, for benchmarks: the product's launcher
+(tsched.client.launcher: ports, cluster.toml, the processes and their stop loop), which the
+test harness and `tsctl dev` run too, plus the benchmarks' own waits and measurements.
 
 Each node is its own process (`python -m tsched.node.main`), with its data and log in a
 temporary folder that is removed on stop (unless `keep=True`). Durability is the node's
@@ -11,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,10 +19,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-# The suite's harness owns ports and config writing for tests and benchmarks alike: one
+# The product's launcher owns ports and config writing for tests and benchmarks alike: one
 # port-block rule (below the ephemeral range, every shard's ports checked) for both.
-from tests.harness.config import cluster_toml
-from tests.harness.ports import node_addresses
+from tsched.client.launcher import Nodes, node_addresses, write_cluster_file
 
 
 def http_json(method: str, url: str, body: Any = None, timeout_s: float = 5.0) -> tuple[int, Any]:
@@ -64,14 +63,11 @@ class LocalCluster:
         self.shards = shards
         self.env = env     # e.g. PYTHONPATH of another checkout, for an A/B in one run
         self.raft, self.http = node_addresses(self.ids, shards)
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.launcher = Nodes(self.root)
+        self.procs = self.launcher.procs
         self.config_path = os.path.join(self.root, "cluster.toml")
-        self._write_config()
-
-    def _write_config(self) -> None:
-        with open(self.config_path, "w") as f:
-            f.write(cluster_toml("bench", self.raft, self.http,
-                                 {i: f"{self.root}/{i}" for i in self.ids}, shards=self.shards))
+        write_cluster_file(self.config_path, "bench", self.raft, self.http,
+                           f"{self.root}/{{id}}", shards=self.shards)
 
     def url(self, node_id: str) -> str:
         return f"http://{self.http[node_id]}"
@@ -81,12 +77,7 @@ class LocalCluster:
         return [self.url(i) for i in self.ids]
 
     def start_node(self, node_id: str) -> None:
-        log = open(os.path.join(self.root, f"{node_id}.log"), "a")
-        self.procs[node_id] = subprocess.Popen(
-            [sys.executable, "-m", "tsched.node.main", "--config", self.config_path, "--id", node_id],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, **self.env} if self.env else None)
-        log.close()
+        self.launcher.start(node_id, self.config_path, env=self.env)
 
     def start(self) -> "LocalCluster":
         for i in self.ids:
@@ -94,8 +85,7 @@ class LocalCluster:
         return self
 
     def alive(self, node_id: str) -> bool:
-        p = self.procs.get(node_id)
-        return p is not None and p.poll() is None
+        return self.launcher.alive(node_id)
 
     def readiness(self, node_id: str, timeout_s: float = 2.0) -> dict | None:
         """{"ready", "leader", "applied_seq"} from the node's /readyz, or None if it does not
@@ -172,8 +162,7 @@ class LocalCluster:
     def kill(self, node_id: str, sig: int = signal.SIGKILL) -> None:
         p = self.procs[node_id]
         p.killed = True  # type: ignore[attr-defined]
-        os.killpg(p.pid, sig)
-        p.wait(timeout=30)
+        self.launcher.kill(node_id, sig, timeout_s=30)
 
     def pid(self, node_id: str) -> int:
         return self.procs[node_id].pid
@@ -187,18 +176,7 @@ class LocalCluster:
         raise RuntimeError("no VmRSS")
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=15)
+        self.launcher.stop_all(15.0)
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -6,7 +6,7 @@ import subprocess
 import tempfile
 import time
 
-from tests.harness.ports import free_port
+from tsched.client.launcher import free_port
 
 INSTALL_HINT = "redis-server is not installed: `apt-get install redis-server` (Debian/Ubuntu)"
 

@@ -1,9 +1,12 @@
-"""The test suite's harness, shared with the benchmarks (bench/lib/cluster.py):
+"""The test suite's harness, on the product's local-cluster launcher (tsched.client.launcher,
+which `tsctl dev` and the benchmarks' bench/lib/cluster.py run too):
 
-- `ports`: `free_port`, and checked port blocks of whole clusters (`node_addresses`);
-- `config`: `cluster_toml`, the text of a local cluster's config;
-- `cluster`: `Cluster`, real `tsnode` processes (start, stop, kill, pause, restart, wait
-  for a leader or an applied seq) and `running`, its fixture form;
+- `ports`: the launcher's `free_port` and checked port blocks of whole clusters
+  (`node_addresses`), each pytest-xdist worker's from a slice of the range of its own;
+- `config`: `cluster_toml`, the launcher's text of a local cluster's config;
+- `cluster`: `Cluster`, real `tsnode` processes through the launcher's `Nodes` (start,
+  stop, kill, pause, restart, wait for a leader or an applied seq) and `running`, its
+  fixture form;
 - `waits`: `wait_until`, the one polling helper (a bound and a message);
 - `raft_options`: `FAST`, the one Raft option set of in-process replicas.
 

@@ -19,12 +19,13 @@ timing run with the node's defaults.
 `node_env={"n1": {...}}` to one node; `command` is what starts a node (default: `tsnode`).
 Every process is in its own session and is killed (SIGKILL) on close, whatever happened.
 This is the suite's one real-cluster helper: the fault harness (tests/jepsen_like/cluster.py)
-builds on it, adding its proxies and clocks; the benchmarks' LocalCluster (bench/lib/cluster.py)
-shares its ports and config writer.
+builds on it, adding its proxies and clocks. Its processes, ports and cluster file are the
+product's launcher's (tsched.client.launcher: `Nodes`, `node_addresses`, `write_cluster_file`),
+which `tsctl dev` and the benchmarks' LocalCluster (bench/lib/cluster.py) run too; the
+harness adds its waits, its HTTP helpers, pausing and its per-xdist-worker port slices.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -36,7 +37,8 @@ from typing import Any
 
 import httpx
 
-from .config import cluster_toml
+from tsched.client.launcher import LaunchError, Nodes, write_cluster_file
+
 from .ports import node_addresses
 from .raft_options import timeouts_toml
 
@@ -57,13 +59,13 @@ class Cluster:
                  name: str = "test", shards: int = 1, fast_raft: bool = True) -> None:
         self.dir = Path(tmp_path)
         self.name = name
-        self.command = [TSNODE]
+        self.launcher = Nodes(self.dir, [TSNODE])
         self.ids = [f"n{i + 1}" for i in range(size)]
         self.shards = shards
         self.raft, self.http = node_addresses(self.ids, shards)
         self.env = dict(env or {})
         self.node_env = {k: dict(v) for k, v in (node_env or {}).items()}
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen] = self.launcher.procs
         self.paused: set[str] = set()   # stopped with SIGSTOP, not yet resumed
         self.config_path = self.dir / "cluster.toml"
         self.config_paths: dict[str, Path] = {}   # nodes that joined: a file of their own
@@ -75,12 +77,20 @@ class Cluster:
         # With [auth] in extra_toml: the token the helper's own status checks use.
         self.status_token = status_token
 
+    @property
+    def command(self) -> list[str]:
+        """What starts a node (`--config FILE --id ID` follow it)."""
+        return self.launcher.command
+
+    @command.setter
+    def command(self, value: list[str]) -> None:
+        self.launcher.command = list(value)
+
     # --- setup -----------------------------------------------------------------------------
 
     def _write_config(self, secret: str | None, extra_toml: str) -> None:
-        self.config_path.write_text(cluster_toml(
-            self.name, self.raft, self.http, {i: f"data/{i}" for i in self.ids},
-            shards=self.shards, secret=secret, extra_toml=extra_toml))
+        write_cluster_file(self.config_path, self.name, self.raft, self.http, ids=self.ids,
+                           shards=self.shards, secret=secret, extra_toml=extra_toml)
 
     def add_node(self, node_id: str, join_via: str, *args: str,
                  ports: tuple[str, str] | None = None) -> None:
@@ -91,21 +101,17 @@ class Cluster:
             raft, http = node_addresses([node_id], self.shards)
             ports = (raft[node_id], http[node_id])
         self.raft[node_id], self.http[node_id] = ports
-        path = self.config_paths[node_id] = self.dir / f"{node_id}.toml"
-        path.write_text(cluster_toml(
-            self.name, {node_id: ports[0]}, {node_id: ports[1]},
-            {node_id: f"data/{node_id}"}, shards=self.shards, secret=self._secret,
-            extra_toml=self._extra_toml))
+        self.config_paths[node_id] = write_cluster_file(
+            self.dir / f"{node_id}.toml", self.name, self.raft, self.http, ids=[node_id],
+            shards=self.shards, secret=self._secret, extra_toml=self._extra_toml)
         if node_id not in self.ids:
             self.ids.append(node_id)
         self.start_node(node_id, "--join", self.url(join_via), *args)
 
     def rewrite_config(self) -> None:
         """cluster.toml lists the current `ids` (after membership changes: DESIGN 6.2)."""
-        self.config_path.write_text(cluster_toml(
-            self.name, {i: self.raft[i] for i in self.ids}, {i: self.http[i] for i in self.ids},
-            {i: f"data/{i}" for i in self.ids}, shards=self.shards, secret=self._secret,
-            extra_toml=self._extra_toml))
+        write_cluster_file(self.config_path, self.name, self.raft, self.http, ids=self.ids,
+                           shards=self.shards, secret=self._secret, extra_toml=self._extra_toml)
 
     def forget(self, node_id: str) -> None:
         """`node_id` is no longer a member: no wait looks at it (its process, if any, is
@@ -124,7 +130,7 @@ class Cluster:
         return self.dir / "data" / node_id
 
     def log_path(self, node_id: str) -> Path:
-        return self.dir / f"{node_id}.log"
+        return self.launcher.log_path(node_id)
 
     def log(self, node_id: str, tail_chars: int = 4000) -> str:
         p = self.log_path(node_id)
@@ -139,47 +145,29 @@ class Cluster:
 
     def start_node(self, node_id: str, *args: str) -> None:
         """Start one node; `args` are extra tsnode options (e.g. "--rejoin-empty")."""
-        assert node_id not in self.procs or self.procs[node_id].poll() is not None, node_id
-        env = {**os.environ, **self.env, **self.node_env.get(node_id, {})}
-        out = open(self.log_path(node_id), "ab")
-        self.procs[node_id] = subprocess.Popen(
-            [*self.command, "--config", str(self.config_paths.get(node_id, self.config_path)),
-             "--id", node_id, *args],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        out.close()
+        assert not self.alive(node_id), node_id
+        self.launcher.start(node_id, self.config_paths.get(node_id, self.config_path), *args,
+                         env={**self.env, **self.node_env.get(node_id, {})})
         self.paused.discard(node_id)
 
     def alive(self, node_id: str) -> bool:
-        p = self.procs.get(node_id)
-        return p is not None and p.poll() is None
+        return self.launcher.alive(node_id)
 
     def signal(self, node_id: str, sig: int) -> None:
         """`sig` to the node's process group, if it runs (a race with its exit is fine)."""
-        if self.alive(node_id):
-            try:
-                os.killpg(self.procs[node_id].pid, sig)
-            except ProcessLookupError:
-                pass
+        self.launcher.signal(node_id, sig)
 
     def kill(self, node_id: str) -> None:
         """SIGKILL: the node dies without any cleanup."""
-        self.signal(node_id, signal.SIGKILL)
-        if node_id in self.procs:
-            self.procs[node_id].wait(timeout=10)
+        self.launcher.kill(node_id)
         self.paused.discard(node_id)
 
     def stop(self, node_id: str, timeout_s: float = 15) -> int:
         """SIGTERM and wait; returns the exit status."""
-        p = self.procs[node_id]
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
         try:
-            return p.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(timeout=10)
-            raise AssertionError(f"{node_id} did not stop within {timeout_s}s:\n"
-                                 f"{self.log(node_id)}") from None
+            return self.launcher.stop(node_id, timeout_s)
+        except LaunchError as exc:
+            raise AssertionError(f"{exc}:\n{self.log(node_id)}") from None
 
     def pause(self, node_id: str) -> None:
         self.signal(node_id, signal.SIGSTOP)
@@ -192,16 +180,8 @@ class Cluster:
     def stop_all(self, timeout_s: float = 10) -> None:
         """SIGTERM to every node at once (resumed first), SIGKILL to those still up after
         `timeout_s`."""
-        for i in self.procs:     # nodes no longer members too
-            self.resume(i)
-            self.signal(i, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for i, p in self.procs.items():
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.signal(i, signal.SIGKILL)
-                p.wait(timeout=10)
+        self.paused.clear()      # resumed first, nodes no longer members too
+        self.launcher.stop_all(timeout_s)
 
     def exited_unexpectedly(self) -> dict[str, int]:
         """Nodes that exited by themselves with an error (not 0, not our SIGKILL)."""
@@ -214,17 +194,7 @@ class Cluster:
         self.start_node(node_id)
 
     def close(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        self.launcher.close()
         self.client.close()
 
     def __enter__(self) -> "Cluster":
