@@ -12,6 +12,7 @@ import re
 import signal
 import threading
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,7 +120,8 @@ class DevCluster:
         return self.launcher.exited()
 
 
-def run_dev(config: str | None, echo, shards: int | None = None) -> int:
+def run_dev(config: str | None, echo: Callable[..., object],
+            shards: int | None = None) -> int:
     """Start, wait for a leader, print addresses, block until SIGINT/SIGTERM, stop. Exit code."""
     path = find_config(config)
     if shards is not None:
@@ -150,7 +152,7 @@ def run_dev(config: str | None, echo, shards: int | None = None) -> int:
         echo("stopped every node.")
 
 
-def _watch(cluster: DevCluster, stop: threading.Event, echo) -> None:
+def _watch(cluster: DevCluster, stop: threading.Event, echo: Callable[..., object]) -> None:
     """Block until asked to stop, saying once when a node exits on its own."""
     reported: set[str] = set()
     while not stop.wait(0.5):
