@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import click
@@ -26,6 +26,7 @@ from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine.limits import API_LIMITS
 
 from tsched.node import config as config_mod
+from tsched.node.config import ClusterConfig, NodeConfig
 from tsched.node import present, tls
 from tsched.node import topology as shards
 from tsched.node.api import members
@@ -36,7 +37,7 @@ from tsched.node.failpoints import Failpoints
 from tsched.node.forwarding import Forwarder
 from tsched.node.gcpolicy import GcPolicy
 from tsched.node.ops.archiver import Archive, archive_dir
-from tsched.node.ops.log_format import setup_logging
+from tsched.node.ops.log_format import LogContext, setup_logging
 from tsched.node.ops.sd_notify import Notifier
 from tsched.node.raft import join_group as join
 from tsched.node.raft.handoff import hand_over
@@ -104,7 +105,7 @@ def run(config_path: str, node_id: str, log_format: str, shard: int | None,
     return asyncio.run(serve(cfg, node_id, clock, log_context, gc_policy, shard=shard))
 
 
-def _membership(cfg, me, join_url: str | None):
+def _membership(cfg: ClusterConfig, me: NodeConfig, join_url: str | None) -> ClusterConfig:
     """The cluster's members: recorded beside the log, or asked of `--join URL` (join.py;
     a sharded node's supervisor: shards/joining.py)."""
     token, ssl = os.environ.get("TSCHED_JOIN_TOKEN"), tls.cluster_client_context(cfg)
@@ -115,7 +116,8 @@ def _membership(cfg, me, join_url: str | None):
     return join.join(cfg, me, join_url, token, ssl)
 
 
-def _shard_membership(cfg, node_id: str, shard: int, join_url: str | None):
+def _shard_membership(cfg: ClusterConfig, node_id: str, shard: int, join_url: str | None
+                      ) -> tuple[ClusterConfig, NodeConfig]:
     """A shard replica's process: its group's nodes at its shard's addresses; where every
     node holds every shard, its group's recorded members, or `--join`'s (join.py)."""
     full = shards.is_full_placement(cfg)
@@ -130,7 +132,7 @@ def _shard_membership(cfg, node_id: str, shard: int, join_url: str | None):
     return cfg, cfg.node(node_id)
 
 
-def _restore(cfg, me, backup: str) -> None:
+def _restore(cfg: ClusterConfig, me: NodeConfig, backup: str) -> None:
     """`--restore`: seed the data dir (node/restore.py); a refusal exits 2 with its reason."""
     try:
         head = restore(cfg, me, backup, limits=_limits(cfg))
@@ -141,7 +143,7 @@ def _restore(cfg, me, backup: str) -> None:
                f"shard(s), taken {head['created_at']}) into {me.data_dir}", err=True)
 
 
-def _discard_local_data(cfg, me, shard: int | None) -> None:
+def _discard_local_data(cfg: ClusterConfig, me: NodeConfig, shard: int | None) -> None:
     """`--rejoin-empty`: this replica's data, or, on a supervisor, every local shard
     replica's (each child then starts as a rejoining replica)."""
 
@@ -152,7 +154,7 @@ def _discard_local_data(cfg, me, shard: int | None) -> None:
         discard_data(Path(shards.shard_data_dir(cfg, me, s)))
 
 
-def _check_http_exposure(cfg, me) -> None:
+def _check_http_exposure(cfg: ClusterConfig, me: NodeConfig) -> None:
     parse_auth(cfg.auth)   # a malformed [auth] stops the node here, with the reason
     if cfg.auth is None and not config_mod.is_loopback(me.http_host):
         raise config_mod.ConfigError(
@@ -169,7 +171,7 @@ def _use_uvloop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-def build_replica(cfg, node_id: str):
+def build_replica(cfg: ClusterConfig, node_id: str) -> Replica:
     failpoints, limits = Failpoints.from_env(), _limits(cfg)
     kit = {"machine": diverging_kit(limits)} if failpoints.on("diverge_apply") else {}
     return Replica.from_config(cfg, node_id, failpoints=failpoints, limits=limits,
@@ -179,11 +181,11 @@ def build_replica(cfg, node_id: str):
 RAFT_DIAL_ENV = "TSCHED_RAFT_DIAL"
 
 
-def raft_dial_from_env(environ=os.environ) -> dict[str, str]:
+def raft_dial_from_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """`TSCHED_RAFT_DIAL="127.0.0.1:8801=127.0.0.1:9901,..."`: Raft address -> address
     actually dialled. Fault-injection tests put a proxy on each link this way; the peer
     keeps its identity (DESIGN.md section 6)."""
-    out = {}
+    out: dict[str, str] = {}
     for item in filter(None, (i.strip() for i in environ.get(RAFT_DIAL_ENV, "").split(","))):
         addr, sep, dial = item.partition("=")
         if not sep:
@@ -194,7 +196,7 @@ def raft_dial_from_env(environ=os.environ) -> dict[str, str]:
     return out
 
 
-def _limits(cfg):
+def _limits(cfg: ClusterConfig) -> Limits | None:
     if not cfg.limits:
         return None
     fields = dict(cfg.limits)
@@ -206,7 +208,7 @@ def _limits(cfg):
         raise config_mod.ConfigError(f"[limits]: {e}") from None
 
 
-def _shed_permille(value) -> int:
+def _shed_permille(value: object) -> int:
     """`[limits] shed_above` (a fraction of live_tasks_max, 0 < f <= 1) as the state
     machine's integer permille (DESIGN 14.2)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
@@ -215,7 +217,8 @@ def _shed_permille(value) -> int:
     return round(value * 1000)
 
 
-async def serve(cfg, node_id: str, clock: Clock, log_context=None,
+async def serve(cfg: ClusterConfig, node_id: str, clock: Clock,
+                log_context: LogContext | None = None,
                 gc_policy: GcPolicy | None = None, shard: int | None = None) -> int:
     me = cfg.node(node_id)
     replica = build_replica(cfg, node_id)
@@ -279,7 +282,7 @@ def _state_machine_build() -> str:
     return "compiled" if hasattr(StateMachine, "__mypyc_attrs__") else "python"
 
 
-async def _watch_role(node) -> None:
+async def _watch_role(node: Node) -> None:
     """Log leadership changes as they are seen."""
     last = None
     while True:
@@ -318,7 +321,8 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             claims.wake()
         timer.state_changed()
 
-    def listener(seq, cmds, results) -> None:  # on the Raft thread, under the lock
+    def listener(seq: int, cmds: Sequence[object], results: Sequence[object]) -> None:
+        # on the Raft thread, under the lock
         if closed:
             return
         try:

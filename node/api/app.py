@@ -10,6 +10,7 @@ import asyncio
 import logging
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from tsched.statemachine.tiers import DEFAULT_TIERS
 
@@ -44,7 +45,7 @@ def make_app(node: Node) -> web.Application:
 
 
 @web.middleware
-async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     node = request.app[NODE]
     try:
         return await handler(request)

@@ -5,17 +5,18 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 
 import orjson
 
 
-class _Context(logging.Filter):
+class LogContext(logging.Filter):
     """Stamps every record with the node id and the current Raft term."""
 
     def __init__(self, node_id: str) -> None:
         super().__init__()
         self.node_id = node_id
-        self.term_of = lambda: None
+        self.term_of: Callable[[], int | None] = lambda: None   # serve() sets the replica's
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.node = self.node_id
@@ -30,7 +31,7 @@ class _Json(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
                + f".{int(record.msecs):03d}Z", "level": record.levelname.lower(),
-               # node and term: set on every record by the handler's _Context filter
+               # node and term: set on every record by the handler's LogContext filter
                "logger": record.name, "node": record.node,  # type: ignore[attr-defined]
                "term": record.term,  # type: ignore[attr-defined]
                "msg": record.getMessage()}
@@ -40,7 +41,7 @@ class _Json(logging.Formatter):
 
 
 _TEXT = "%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s node=%(node)s term=%(term)s %(message)s"
-def setup_logging(node_id: str, fmt: str = "text", level: int = logging.INFO) -> _Context:
+def setup_logging(node_id: str, fmt: str = "text", level: int = logging.INFO) -> LogContext:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(_Json())
@@ -48,7 +49,7 @@ def setup_logging(node_id: str, fmt: str = "text", level: int = logging.INFO) ->
         f = logging.Formatter(_TEXT, datefmt="%Y-%m-%dT%H:%M:%S")
         f.converter = time.gmtime
         handler.setFormatter(f)
-    context = _Context(node_id)
+    context = LogContext(node_id)
     handler.addFilter(context)
     root = logging.getLogger()
     root.handlers[:] = [handler]
