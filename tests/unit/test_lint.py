@@ -1,5 +1,5 @@
-"""ruff (pyproject.toml's small rule set) over the whole project, and mypy over node/ and
-client/ as their installed packages (`tsched.node`, `tsched.client`)."""
+"""ruff (pyproject.toml's small rule set) over the whole project, and mypy (every function
+annotated) over statemachine/, node/ and client/ as their installed packages."""
 from __future__ import annotations
 
 import shutil
@@ -26,11 +26,11 @@ def test_ruff_finds_nothing() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_node_and_client_type_check(tmp_path: Path) -> None:
+def test_the_packages_type_check(tmp_path: Path) -> None:
     """mypy reads the packages through links laid out as they are installed (an editable
     install maps them at import time, which mypy cannot follow)."""
     tree = build_tree(tmp_path, link=True, init=False)
     out = _run([sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir=/dev/null",
-                f"--config-file={ROOT / 'pyproject.toml'}", "-p", "tsched.node", "-p",
-                "tsched.client"], tree)
+                f"--config-file={ROOT / 'pyproject.toml'}", "-p", "tsched.statemachine",
+                "-p", "tsched.node", "-p", "tsched.client"], tree)
     assert out.returncode == 0, out.stdout + out.stderr
