@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 
 OFFSET_ENV = "TSCHED_CLOCK_OFFSET_MS"
 OFFSET_FILE_ENV = "TSCHED_CLOCK_OFFSET_FILE"
@@ -23,7 +24,7 @@ class Clock:
         self._file_read_at_ns: int | None = None
 
     @classmethod
-    def from_env(cls, environ=os.environ) -> "Clock":
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Clock:
         raw = environ.get(OFFSET_ENV, "").strip()
         try:
             return cls(int(raw) if raw else 0, environ.get(OFFSET_FILE_ENV) or None)

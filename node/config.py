@@ -13,6 +13,9 @@ from typing import Any, Mapping
 
 from tsched.statemachine.tiers import DEFAULT_TIERS, Tier, TierError, parse_tiers
 
+# A TOML table as tomllib reads it; each value is narrowed with isinstance where it is parsed.
+Table = Mapping[str, object]
+
 # --- the shape of a sharded cluster (DESIGN.md section 13): how many shards and replicas it
 # may have, which nodes hold each shard, and how far apart a node's shard ports are.
 
@@ -112,8 +115,9 @@ class ClusterConfig:
     secret: str | None = None
     timeouts: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     compaction: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    auth: Mapping[str, Any] | None = None       # kept for the auth layer
-    limits: Mapping[str, Any] | None = None     # kept for state machine limits
+    auth: Table | None = None                   # kept for the auth layer (api/auth.parse)
+    # kept for state machine limits: `Limits(**limits)` checks the values (node/main.py)
+    limits: Mapping[str, Any] | None = None
     archive_dir: str | None = None   # [archive] dir: relative to each node's data_dir
     path: str | None = None
     ca_file: str | None = None   # CA bundle (absolute path) for HTTPS between nodes
@@ -162,7 +166,7 @@ def load(path: str) -> ClusterConfig:
 REQUEST_WINDOW_S_BOUNDS = (30.0, 86_400.0)
 
 
-def _limits(table: dict) -> dict:
+def _limits(table: Table) -> dict[str, object]:
     """`[limits]` as `Limits` fields: `request_window_s` becomes `request_window_ms`; the
     other keys are `Limits` field names already (node/main.py builds them)."""
     out = dict(table)
@@ -177,7 +181,7 @@ def _limits(table: dict) -> dict:
     return out
 
 
-def _archive_dir(table: Any) -> str | None:
+def _archive_dir(table: object) -> str | None:
     """`[archive] dir = "archive"` (DESIGN 14.3); no table: no archive."""
     if table is None:
         return None
@@ -192,7 +196,7 @@ def _archive_dir(table: Any) -> str | None:
     return value
 
 
-def _tiers(table: Any) -> tuple[Tier, ...]:
+def _tiers(table: object) -> tuple[Tier, ...]:
     """`[priority]` with `[[priority.tiers]]` (DESIGN 5.1); no table: the default five."""
     if table is None:
         return DEFAULT_TIERS
@@ -204,7 +208,7 @@ def _tiers(table: Any) -> tuple[Tier, ...]:
         raise ConfigError(str(e)) from None
 
 
-def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> ClusterConfig:
+def parse(doc: Table, *, base_dir: str, path: str | None = None) -> ClusterConfig:
     unknown = sorted(set(doc) - {"cluster", "node", "auth", "limits", "archive", "priority"})
     if unknown:
         raise ConfigError(f"unknown top-level keys: {', '.join(unknown)}")
@@ -218,11 +222,7 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
     if extra:
         raise ConfigError(f"[cluster] unknown keys: {', '.join(extra)}")
     nodes = _nodes(doc.get("node"), base_dir)
-    auth = doc.get("auth")
-    limits = doc.get("limits")
-    for key, value in (("auth", auth), ("limits", limits)):
-        if value is not None and not isinstance(value, dict):
-            raise ConfigError(f"[{key}] must be a table")
+    auth, limits = _optional_table(doc, "auth"), _optional_table(doc, "limits")
     cfg = ClusterConfig(
         name=name, nodes=nodes, secret=secret,
         timeouts=MappingProxyType(_timeouts(cluster.get("timeouts"))),
@@ -236,6 +236,13 @@ def parse(doc: Mapping[str, Any], *, base_dir: str, path: str | None = None) -> 
     _check_raft_security(cfg)
     check_shape(cfg)
     return cfg
+
+
+def _optional_table(doc: Table, key: str) -> Table | None:
+    value = doc.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise ConfigError(f"[{key}] must be a table")
+    return value
 
 
 def check_shape(cfg: ClusterConfig) -> None:
@@ -273,7 +280,7 @@ def _unchecked(raft: str, shard: int, offset: int) -> tuple[str, int]:
     return host, port + SHARD_PORT_STEP * shard + offset
 
 
-def _shards(cluster: Mapping[str, Any]) -> int:
+def _shards(cluster: Table) -> int:
     value = cluster.get("shards", 1)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= SHARDS_MAX:
         raise ConfigError(f"[cluster] shards must be an integer in 1..{SHARDS_MAX}, "
@@ -281,7 +288,7 @@ def _shards(cluster: Mapping[str, Any]) -> int:
     return value
 
 
-def _replicas(cluster: Mapping[str, Any]) -> int | None:
+def _replicas(cluster: Table) -> int | None:
     value = cluster.get("replicas")
     if value is None:
         return None
@@ -291,7 +298,7 @@ def _replicas(cluster: Mapping[str, Any]) -> int | None:
     return value
 
 
-def _nodes(raw: Any, base_dir: str) -> tuple[NodeConfig, ...]:
+def _nodes(raw: object, base_dir: str) -> tuple[NodeConfig, ...]:
     if not isinstance(raw, list) or not raw:
         raise ConfigError("at least one [[node]] table is required")
     if len(raw) > NODES_MAX:
@@ -305,7 +312,7 @@ def _nodes(raw: Any, base_dir: str) -> tuple[NodeConfig, ...]:
     return tuple(nodes)
 
 
-def _node(t: Any, index: int, base_dir: str) -> NodeConfig:
+def _node(t: object, index: int, base_dir: str) -> NodeConfig:
     where = f"[[node]] #{index + 1}"
     if not isinstance(t, dict):
         raise ConfigError(f"{where} must be a table")
@@ -327,19 +334,19 @@ def _node(t: Any, index: int, base_dir: str) -> NodeConfig:
                       tls_key=key)
 
 
-def _path(t: Mapping[str, Any], key: str, where: str, base_dir: str) -> str | None:
+def _path(t: Table, key: str, where: str, base_dir: str) -> str | None:
     """An optional file path, relative to the config file's folder."""
     if key not in t:
         return None
     return os.path.normpath(os.path.join(base_dir, _str(t, key, where)))
 
 
-def _timeouts(raw: Any) -> dict[str, float]:
+def _timeouts(raw: object) -> dict[str, float]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise ConfigError("[cluster.timeouts] must be a table")
-    out = {}
+    out: dict[str, float] = {}
     for key, value in raw.items():
         if key not in TIMEOUT_KEYS:
             raise ConfigError(f"[cluster.timeouts] unknown key {key!r} "
@@ -350,12 +357,12 @@ def _timeouts(raw: Any) -> dict[str, float]:
     return out
 
 
-def _compaction(raw: Any) -> dict[str, float]:
+def _compaction(raw: object) -> dict[str, float]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise ConfigError("[cluster.compaction] must be a table")
-    out = {}
+    out: dict[str, float] = {}
     for key, value in raw.items():
         if key not in COMPACTION_BOUNDS:
             raise ConfigError(f"[cluster.compaction] unknown key {key!r} "
@@ -378,14 +385,14 @@ def _check_raft_security(cfg: ClusterConfig) -> None:
                           "set [cluster] secret (and keep the Raft network private)")
 
 
-def _table(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+def _table(doc: Table, key: str, where: str) -> Table:
     t = doc.get(key)
     if not isinstance(t, dict):
         raise ConfigError(f"{where} table is required")
     return t
 
 
-def _str(t: Mapping[str, Any], key: str, where: str) -> str:
+def _str(t: Table, key: str, where: str) -> str:
     v = t.get(key)
     if not isinstance(v, str) or not v:
         raise ConfigError(f"{where}: {key} must be a non-empty string")

@@ -43,7 +43,8 @@ class Forwarder:
             raise ApiError("unavailable", f"the leader at {base_url} did not answer: "
                            f"{type(e).__name__}", {"leader_url": base_url}) from None
 
-    async def get_json(self, url: str, timeout_s: float, headers: dict | None = None):
+    async def get_json(self, url: str, timeout_s: float,
+                       headers: dict[str, str] | None = None) -> object:
         """GET url -> parsed JSON, or None if it cannot be had in time."""
         assert self._session is not None
         try:

@@ -2,22 +2,25 @@
 
 Times are RFC 3339 UTC with milliseconds and `Z`; durations are seconds; payloads and
 results are JSON values. Called under the replica lock, straight after apply or during a
-read, because the objects are live.
+read, because the objects are live. An answer is a `Json` object: its values are what
+orjson serialises (str, numbers, None, lists, dicts, `orjson.Fragment`).
 """
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any
 
 import orjson
 
 from tsched.statemachine import commands as c
-from tsched.statemachine.model import RETRYING
+from tsched.statemachine.audit import AuditEntry
+from tsched.statemachine.errors import Result
+from tsched.statemachine.model import RETRYING, Attempt, Schedule, Task, TenantView
 from tsched.statemachine.reads import status
 
-from tsched.node.errors import from_result
+from tsched.node.errors import ApiError, from_result
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+Json = dict[str, object]   # one JSON object of an answer
 
 
 _SECONDS_CACHED_MAX = 4096
@@ -66,10 +69,10 @@ def json_fragment(text: str | None) -> orjson.Fragment | None:
 
 
 _RETRIES_CACHED_MAX = 1024
-_retry: dict[int, tuple[Any, dict[str, Any]]] = {}   # id(policy) -> (policy, rendered)
+_retry: dict[int, tuple[c.RetryPolicy, Json]] = {}   # id(policy) -> (policy, rendered)
 
 
-def retry(policy) -> dict[str, Any]:
+def retry(policy: c.RetryPolicy) -> Json:
     """A retry policy as the API shows it. Tasks share their policy objects (the state
     machine decodes one per distinct policy), so renderings are cached by identity; the
     cache holds the policy, so an id is not reused while cached."""
@@ -81,7 +84,7 @@ def retry(policy) -> dict[str, Any]:
     return dict(hit[1])
 
 
-def _retry_fields(policy) -> dict[str, Any]:
+def _retry_fields(policy: c.RetryPolicy) -> Json:
     return {
         "backoff": policy.backoff,
         "base_s": seconds(policy.base_ms),
@@ -119,7 +122,7 @@ def error_line(text: str | None) -> str | None:
     return f"{detail['type']}: {detail['message']}" if detail["message"] else detail["type"]
 
 
-def attempt(a) -> dict[str, Any]:
+def attempt(a: Attempt) -> Json:
     return {
         "attempt": a.attempt,
         "worker_id": a.worker_id,
@@ -135,14 +138,14 @@ def attempt(a) -> dict[str, Any]:
 # A task answer's fields, in the contract's order. Each answer starts as a copy of this
 # (one presized table) and has its values set: a dict display this long is built key by key
 # with several resizes, about a sixth of rendering a task.
-_TASK_FIELDS = dict.fromkeys((
+_TASK_FIELDS: Json = dict.fromkeys((
     "task_id", "tenant", "task_type", "state", "status", "next_retry_at", "payload", "priority",
     "run_at", "attempt", "max_retries", "retry", "timeout_s", "idempotency_key", "execution_id",
     "schedule_id", "lease_expires_at", "fencing_token", "worker_id", "cancel_requested",
     "last_error", "result", "created_at", "started_at", "completed_at", "attempts"))
 
 
-def task(t, *, duplicate: bool | None = None) -> dict[str, Any]:
+def task(t: Task, *, duplicate: bool | None = None) -> Json:
     out = _TASK_FIELDS.copy()
     out["task_id"] = t.task_id
     out["tenant"] = t.tenant
@@ -176,18 +179,18 @@ def task(t, *, duplicate: bool | None = None) -> dict[str, Any]:
     return out
 
 
-def tenant(v) -> dict[str, Any]:
+def tenant(v: TenantView) -> Json:
     return {"tenant": v.tenant, "max_running": v.max_running, "weight": v.weight,
             "running": v.running, "pending": v.pending}
 
 
-def template(t) -> dict[str, Any]:
+def template(t: c.TaskTemplate) -> Json:
     return {"task_type": t.task_type, "payload": json_fragment(t.payload_json),
             "priority": t.priority, "timeout_s": seconds(t.timeout_ms),
             "max_retries": t.max_retries, "retry": retry(t.retry)}
 
 
-def schedule(s) -> dict[str, Any]:
+def schedule(s: Schedule) -> Json:
     return {
         "schedule_id": s.schedule_id,
         "tenant": s.tenant,
@@ -209,7 +212,7 @@ def schedule(s) -> dict[str, Any]:
     }
 
 
-def result(cmd, res):
+def result(cmd: c.Command, res: Result) -> Json | list[Json] | ApiError | None:
     """A command's result as the API shows it: a dict/list, None, or an errors.ApiError.
 
     The Proposer calls this on the Raft thread under the replica lock, straight after
@@ -219,13 +222,14 @@ def result(cmd, res):
     v = res.value
     if v is None:
         return None
-    if "lease_expires_at_ms" in v:
-        return {"task_id": cmd.task_id, "lease_expires_at": rfc3339(v["lease_expires_at_ms"]),
+    if "lease_expires_at_ms" in v:   # a Heartbeat's answer: the command names its task
+        return {"task_id": cmd.task_id,  # type: ignore[attr-defined]
+                "lease_expires_at": rfc3339(v["lease_expires_at_ms"]),
                 "cancel_requested": bool(v.get("cancel_requested"))}
     if "tasks" in v:
         return [task(t) for t in v["tasks"]]
     if "schedule" in v:
-        out = {"schedule": schedule(v["schedule"])}
+        out: Json = {"schedule": schedule(v["schedule"])}
         if "task" in v:
             out["task"] = None if v["task"] is None else task(v["task"])
         return out
@@ -237,7 +241,7 @@ def result(cmd, res):
     return None
 
 
-def claimed(t) -> dict[str, Any]:
+def claimed(t: Task) -> Json:
     """A claimed task as a worker needs it to run it (`Prefer: return=minimal` on a claim):
     no attempt history, result or other stages' times, which were most of rendering,
     sending and parsing a claim's answer."""
@@ -253,7 +257,7 @@ def claimed(t) -> dict[str, Any]:
 MINIMAL_COMMANDS = (c.SubmitTask, c.Complete, c.Fail)   # a producer's and a worker's writes
 
 
-def minimal_result(cmd, res):
+def minimal_result(cmd: c.Command, res: Result) -> Json | list[Json] | ApiError | None:
     """`result`, but a submit, completion or failure that applied is answered by the task's
     id and state only (and a submit's `duplicate`), and a claim's tasks as a worker needs
     them (`claimed`): `Prefer: return=minimal`, DESIGN.md section 7. A producer or worker
@@ -272,7 +276,7 @@ def minimal_result(cmd, res):
     return result(cmd, res)
 
 
-def audit_entry(e) -> dict:
+def audit_entry(e: AuditEntry) -> Json:
     """An audit trail entry (DESIGN 14.6), as GET /v1/audit and the archive show it."""
     return {"id": e.id, "at": rfc3339(e.at_ms), "actor": e.actor, "action": e.action,
             "tenant": e.tenant, "target": e.target, "request_id": e.request_id,

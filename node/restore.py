@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 import tsched.statemachine.backup_format as fmt
 from tsched.statemachine import Limits, StateMachine
@@ -119,7 +120,7 @@ def read_head(backup: str) -> tuple[dict, list[int]]:
     return head, offsets
 
 
-def _verify_checksum(f, prefix: bytes, size: int) -> None:
+def _verify_checksum(f: BinaryIO, prefix: bytes, size: int) -> None:
     """The trailer's SHA-256 over every byte before it, read a megabyte at a time."""
     h = fmt.new_hash()
     h.update(prefix)

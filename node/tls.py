@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ssl
 
-from tsched.node.config import ConfigError
+from tsched.node.config import ClusterConfig, ConfigError, NodeConfig
 
 TLS_VERSION_MIN = ssl.TLSVersion.TLSv1_2
 
@@ -41,7 +41,7 @@ def client_context(ca_file: str | None) -> ssl.SSLContext:
     return ctx
 
 
-def node_server_context(node) -> ssl.SSLContext | None:
+def node_server_context(node: NodeConfig) -> ssl.SSLContext | None:
     """For a `config.NodeConfig`: its server context, or None when it serves plain HTTP."""
     cert, key = getattr(node, "tls_cert", None), getattr(node, "tls_key", None)
     if not cert:
@@ -50,7 +50,7 @@ def node_server_context(node) -> ssl.SSLContext | None:
     return server_context(cert, key)
 
 
-def cluster_client_context(cluster) -> ssl.SSLContext | None:
+def cluster_client_context(cluster: ClusterConfig) -> ssl.SSLContext | None:
     """For a `config.ClusterConfig`: the context for node-to-node HTTPS, or None when no
     node serves TLS (plain HTTP needs none)."""
     if not any(getattr(n, "tls_cert", None) for n in cluster.nodes):

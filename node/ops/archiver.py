@@ -19,12 +19,17 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Iterable
+from typing import TypeVar
 
 import orjson
 
 from tsched.statemachine.archive_format import AUDIT_FILE_PREFIX, FORMAT_VERSION, file_name
+from tsched.statemachine.audit import AuditEntry
+from tsched.statemachine.commands import Command
+from tsched.statemachine.errors import Result
+from tsched.statemachine.model import Task
 
 from tsched.node import present
 from tsched.node.raft.journal import STORAGE_ERROR_EXIT_CODE
@@ -34,6 +39,7 @@ log = logging.getLogger("tsched.node.archive")
 # A storage failure, like a failed log write (journal.py): stop rather than lose audit
 # records; a shard's supervisor stops the whole node on it too.
 ARCHIVE_FAILURE_EXIT_CODE = STORAGE_ERROR_EXIT_CODE
+R = TypeVar("R")   # a record: an evicted Task or AuditEntry
 
 
 def archive_dir(config_dir: str, data_dir: str | os.PathLike) -> Path:
@@ -49,7 +55,7 @@ class Archive:
         self.archived = 0          # task lines written (metrics, tests)
         self.audit_archived = 0    # audit entry lines written
 
-    def on_apply(self, seq: int, cmds: list, results: list) -> None:
+    def on_apply(self, seq: int, cmds: Sequence[Command], results: Sequence[Result]) -> None:
         for cmd, res in zip(cmds, results):
             value = res.value if res.ok else None
             if isinstance(value, dict) and value.get("evicted"):
@@ -58,7 +64,8 @@ class Archive:
                 self._or_stop(self.write_audit, cmd.now_ms, res.details["audit_evicted"],
                               "audit entries")
 
-    def _or_stop(self, write, now_ms: int, records: list, what: str) -> None:
+    def _or_stop(self, write: Callable[[int, list[R]], None], now_ms: int, records: list[R],
+                 what: str) -> None:
         try:
             write(now_ms, records)
         except OSError:
@@ -69,14 +76,14 @@ class Archive:
             logging.shutdown()
             os._exit(ARCHIVE_FAILURE_EXIT_CODE)
 
-    def write(self, now_ms: int, tasks: Iterable) -> None:
+    def write(self, now_ms: int, tasks: Iterable[Task]) -> None:
         """Append the tasks as one gzip member, durable when this returns."""
         stamp = present.rfc3339(now_ms)
         lines = b"".join(orjson.dumps({"v": FORMAT_VERSION, "archived_at": stamp,
                                        "task": present.task(t)}) + b"\n" for t in tasks)
         self.archived += self._append(file_name(now_ms), lines)
 
-    def write_audit(self, now_ms: int, entries: Iterable) -> None:
+    def write_audit(self, now_ms: int, entries: Iterable[AuditEntry]) -> None:
         """Append evicted audit entries (DESIGN 14.6) to the day's audit file, durably."""
         stamp = present.rfc3339(now_ms)
         lines = b"".join(orjson.dumps({"v": FORMAT_VERSION, "archived_at": stamp,

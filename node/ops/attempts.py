@@ -3,7 +3,8 @@ and find lease expirations, which a Tick's result does not list (see AttemptTrac
 from __future__ import annotations
 
 import heapq
-from typing import Any
+
+from tsched.statemachine.model import Task
 
 
 class AttemptTracker:
@@ -31,13 +32,13 @@ class AttemptTracker:
     HEAP_SLACK = 1_024
 
     def __init__(self) -> None:
-        self._live: dict[tuple[str, int], Any] = {}
+        self._live: dict[tuple[str, int], Task] = {}
         self._heap: list[tuple[int, int, str]] = []
 
     def __len__(self) -> int:
         return len(self._live)
 
-    def started(self, task) -> bool:
+    def started(self, task: Task) -> bool:
         """A claimed task; False when this attempt is known already (a repeated answer)."""
         key = (task.task_id, task.fencing_token)
         if key in self._live:
@@ -61,9 +62,10 @@ class AttemptTracker:
         """A completion or failure; False when its attempt was not running (a repeat)."""
         return self._live.pop((task_id, token), None) is not None
 
-    def expired(self, clock_ms: int) -> list:
+    def expired(self, clock_ms: int) -> list[Task]:
         """Tasks whose attempt a tick ended by lease expiry or timeout, up to `clock_ms`."""
-        out, later = [], []
+        out: list[Task] = []
+        later: list[tuple[int, int, str]] = []
         heap = self._heap
         while heap and heap[0][0] <= clock_ms:
             deadline, token, task_id = heapq.heappop(heap)
@@ -87,11 +89,11 @@ class AttemptTracker:
         return out
 
 
-def _heap_entry(task) -> tuple[int, int, str]:
+def _heap_entry(task: Task) -> tuple[int, int, str]:
     return (task.lease_expires_at_ms or 0, task.fencing_token, task.task_id)
 
 
-def _attempt_outcome(task, token: int) -> str | None:
+def _attempt_outcome(task: Task, token: int) -> str | None:
     for attempt in reversed(task.attempts):
         if attempt.fencing_token == token:
             return attempt.outcome

@@ -24,20 +24,27 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from tsched.node.gcpolicy import GcPolicy
 from tsched.node.ops.attempts import AttemptTracker
 from tsched.node.ops.counters import (TASK_TYPE_LABELS_MAX, BucketHistogram, EventCounts,
                                       LabelledHistograms, TierHistograms)
 from tsched.node.ops.queue_view import QueueView, queue_view
-from tsched.node.ops.scrape import ScrapeCollector
+from tsched.node.ops.scrape import ScrapeCollector, Shedding
 from tsched.statemachine import commands as c
-from tsched.statemachine.errors import OVERLOADED
+from tsched.statemachine.errors import OVERLOADED, Result
 from tsched.statemachine.limits import Limits
+from tsched.statemachine.model import Task
 from tsched.statemachine.tiers import DEFAULT_TIERS, Tier, tier_of
+
+if TYPE_CHECKING:   # raft/ never imports ops/: no cycle, and no pysyncobj for the types
+    from tsched.node.raft.replica import Replica
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -58,6 +65,40 @@ RUN_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
                  120.0, 300.0, 600.0, 1800.0, 3600.0)
 
 
+class Waiting(Protocol):
+    """The leader's claim hub (scheduling/claim_hub.py) as metrics count it."""
+
+    @property
+    def waiting(self) -> int: ...
+
+
+class Attachable(Protocol):
+    """What metrics read of the node they attach to (services.Node)."""
+
+    @property
+    def replica(self) -> Replica: ...
+
+    @property
+    def claims(self) -> Waiting | None: ...
+
+    @property
+    def gc_policy(self) -> GcPolicy | None: ...
+
+
+class Applied(TypedDict, total=False):
+    """The value of an applied command's Result, as far as the counted events read it."""
+
+    task: Task
+    tasks: list[Task]
+    duplicate: bool
+
+
+class Fired(TypedDict, total=False):
+    """A Fire's value: its task is None when the occurrence was skipped or missed."""
+
+    task: Task | None
+
+
 class NodeMetrics:
     """The metrics of one node. `attach(node)` connects the sources."""
 
@@ -65,8 +106,8 @@ class NodeMetrics:
                  tiers: tuple[Tier, ...] = DEFAULT_TIERS) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
-        self._node: Any = None
-        self.admission: Any = None          # admission.Admission, bound with the node
+        self._node: Attachable | None = None
+        self.admission: Shedding | None = None   # api/admission.Admission, bound with the node
         self._lock = threading.Lock()      # scrape-time bookkeeping
         self._state_clock_ms = 0           # running max of applied commands' now_ms
         self._leader_term = -1
@@ -107,7 +148,8 @@ class NodeMetrics:
 
     # --- wiring --------------------------------------------------------------------------
 
-    def attach(self, node: Any) -> Callable[[int, list, list], None]:
+    def attach(self, node: Attachable) -> Callable[[int, Sequence[c.Command],
+                                                    Sequence[Result]], None]:
         """Bind the scrape-time sources and return the apply listener to register.
 
         Call it, and register the listener, under the replica lock: the attempts already
@@ -131,7 +173,7 @@ class NodeMetrics:
 
     # --- the apply listener (Raft thread, under the replica lock) ------------------------
 
-    def on_apply(self, seq: int, cmds: list, results: list) -> None:
+    def on_apply(self, seq: int, cmds: Sequence[c.Command], results: Sequence[Result]) -> None:
         if not cmds:
             return
         self.apply_commands.observe(len(cmds))
@@ -153,16 +195,16 @@ class NodeMetrics:
         request is answered with the task as it is, stamped earlier.)"""
         return stamp_ms is not None and stamp_ms >= self._state_clock_ms
 
-    def _on_submit(self, cmd, value) -> None:
+    def _on_submit(self, cmd: c.SubmitTask, value: Applied) -> None:
         if not value.get("duplicate") and self._now(value["task"].created_at_ms):
             self.events.submitted += 1
 
-    def _on_fire(self, cmd, value) -> None:
+    def _on_fire(self, cmd: c.Fire, value: Fired) -> None:
         task = value.get("task")
         if task is not None and self._now(task.created_at_ms):
             self.events.submitted += 1
 
-    def _on_claim(self, cmd, value) -> None:
+    def _on_claim(self, cmd: c.Claim, value: Applied) -> None:
         started, of_priority = self.attempts.started, self.lateness.of_priority
         now, aging = cmd.now_ms, self.aging_interval_ms
         for task in value["tasks"]:
@@ -176,7 +218,7 @@ class NodeMetrics:
                 eff = task.priority - wait // aging if wait > 0 else task.priority
                 of_priority[eff if eff > 0 else 0].observe(max(0, at - task.run_at_ms) / 1000)
 
-    def _on_complete(self, cmd, value) -> None:
+    def _on_complete(self, cmd: c.Complete, value: Applied) -> None:
         if self.attempts.ended(cmd.task_id, cmd.fencing_token):
             self.events.completed += 1
             task = value["task"]
@@ -184,28 +226,28 @@ class NodeMetrics:
                 self.run_time.observe(task.task_type,
                                       max(0, task.completed_at_ms - task.started_at_ms) / 1000)
 
-    def _on_fail(self, cmd, value) -> None:
+    def _on_fail(self, cmd: c.Fail, value: Applied) -> None:
         if self.attempts.ended(cmd.task_id, cmd.fencing_token):
             self.events.failed += 1
             self._count_outcome(value["task"].state)
 
-    def _on_release(self, cmd, value) -> None:
+    def _on_release(self, cmd: c.Release, value: Applied) -> None:
         self.attempts.ended(cmd.task_id, cmd.fencing_token)
 
-    def _on_cancel(self, cmd, value) -> None:
+    def _on_cancel(self, cmd: c.Cancel, value: Applied) -> None:
         task = value["task"]
         if task.state == "cancelled" and self._now(task.completed_at_ms):
             self.events.cancelled += 1
 
-    def _on_replay(self, cmd, value) -> None:
+    def _on_replay(self, cmd: c.Replay, value: Applied) -> None:
         self.events.replayed += 1
 
-    def _on_tick(self, cmd, value) -> None:
+    def _on_tick(self, cmd: c.Tick, value: Applied) -> None:
         for task in self.attempts.expired(self._state_clock_ms):
             self.events.expired += 1
             self._count_outcome(task.state)
 
-    def _on_barrier(self, cmd, value) -> None:
+    def _on_barrier(self, cmd: c.Barrier, value: Applied) -> None:
         term = _barrier_term(cmd.request_id)
         if term is not None and term > self._leader_term:
             self._leader_term = term
@@ -221,8 +263,14 @@ class NodeMetrics:
 
     # --- scrape time ---------------------------------------------------------------------
 
+    def replica(self) -> Replica | None:
+        return getattr(self._node, "replica", None)
+
+    def gc_policy(self) -> GcPolicy | None:
+        return getattr(self._node, "gc_policy", None)
+
     def _collect_snapshots(self) -> None:
-        replica = getattr(self._node, "replica", None)
+        replica = self.replica()
         stalls = getattr(replica, "snapshot_stalls_ms", None)
         if stalls is None:
             return
@@ -233,7 +281,7 @@ class NodeMetrics:
             self.snapshot_stall.observe(ms / 1000)
 
     def queue_view(self) -> QueueView | None:
-        replica = getattr(self._node, "replica", None)
+        replica = self.replica()
         if replica is None:
             return None
         with replica.read() as sm:
@@ -244,7 +292,8 @@ class NodeMetrics:
         return None if claims is None else int(claims.waiting)
 
 
-_EVENTS: dict[type, Callable] = {
+# Each handler takes its own command class: (metrics, command, its result's value).
+_EVENTS: dict[type[c.Command], Callable[..., None]] = {
     c.SubmitTask: NodeMetrics._on_submit,
     c.Fire: NodeMetrics._on_fire,
     c.Claim: NodeMetrics._on_claim,
@@ -285,7 +334,7 @@ def route_of(request: web.Request) -> str:
 
 
 @web.middleware
-async def middleware(request: web.Request, handler) -> web.StreamResponse:
+async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     metrics = request.app[METRICS]
     started = time.perf_counter()
     status = 500

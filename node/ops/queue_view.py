@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tsched.statemachine.machine import StateMachine
+
 STATES = ("pending", "running", "completed", "cancelled", "dead_letter", "discarded")
 PRIORITIES = tuple(range(11))
 
@@ -21,7 +23,7 @@ class QueueView:
     oldest_due_age_s_by_tenant: dict[str, float] = field(default_factory=dict)  # due ones only
 
 
-def queue_view(sm, now_ms: int) -> QueueView:
+def queue_view(sm: StateMachine, now_ms: int) -> QueueView:
     """Counts from `sm.stats()` plus the lag; the caller holds the replica lock."""
     stats = sm.stats()
     by_state = {s: int(stats["tasks_by_state"].get(s, 0)) for s in STATES}
@@ -35,7 +37,7 @@ def queue_view(sm, now_ms: int) -> QueueView:
                      ages)
 
 
-def _oldest_due_ms(sm, now_ms: int) -> dict[str, int]:
+def _oldest_due_ms(sm: StateMachine, now_ms: int) -> dict[str, int]:
     """Per tenant, the earliest run_at among the due tasks at the head of each of its
     (tenant, task type) queues: how long the tenant's next task has waited for a worker.
 

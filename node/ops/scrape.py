@@ -1,44 +1,85 @@
 """The families computed when Prometheus scrapes a node: event counters and histograms as
 they stand, Raft and replication gauges from the Replica's properties, queue gauges from
 `sm.stats()` (queue_view.py), GC and claim-hub gauges. Label values stay bounded: per-tenant
-series for the tenants that matter most, the others folded into OTHER_LABEL."""
+series for the tenants that matter most, the others folded into OTHER_LABEL.
+
+The collector reads its sources through `ScrapeSource`, which metrics.NodeMetrics
+satisfies: metrics.py registers the collector, and this module never imports it back."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from tsched.node.ops.counters import OTHER_LABEL, TENANT_LABELS_MAX, UNKNOWN_TIER
+from tsched.node.gcpolicy import GcPolicy
+from tsched.node.ops.counters import (OTHER_LABEL, TENANT_LABELS_MAX, UNKNOWN_TIER,
+                                      BucketHistogram, EventCounts, LabelledHistograms,
+                                      TierHistograms)
 from tsched.node.ops.queue_view import PRIORITIES, STATES, QueueView
+from tsched.statemachine.tiers import Tier
 
-if TYPE_CHECKING:
-    from tsched.node.ops.metrics import NodeMetrics
+if TYPE_CHECKING:   # raft/ never imports ops/: no cycle, and no pysyncobj for the types
+    from tsched.node.raft.replica import Replica
+    from tsched.node.raft.replication import ReplicationStats
+
+V = TypeVar("V")
+
+
+class Shedding(Protocol):
+    """The submits a node refused itself (api/admission.py's `Admission`)."""
+
+    @property
+    def shed(self) -> dict[tuple[str, str], int]: ...
+
+
+class ScrapeSource(Protocol):
+    """What the collector reads at scrape time (metrics.NodeMetrics)."""
+
+    events: EventCounts
+    tiers: tuple[Tier, ...]
+    shed_priority: dict[str, int]
+    admission: Shedding | None
+    lateness: TierHistograms
+    run_time: LabelledHistograms
+    apply_latency: BucketHistogram
+    apply_commands: BucketHistogram
+
+    def replica(self) -> Replica | None: ...
+
+    def gc_policy(self) -> GcPolicy | None: ...
+
+    def queue_view(self) -> QueueView | None: ...
+
+    def waiting_claims(self) -> int | None: ...
 
 
 class ScrapeCollector(Collector):
     """Gauges computed at scrape time from the replica and the claim hub."""
 
-    def __init__(self, metrics: NodeMetrics) -> None:
+    def __init__(self, metrics: ScrapeSource) -> None:
         self.m = metrics
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []   # computed families: nothing to check at registration
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         m = self.m
         yield from m.events.families()
-        yield _shed_family(m.tiers, m.shed_priority, getattr(m.admission, "shed", {}))
+        shed = m.admission.shed if m.admission is not None else {}
+        yield _shed_family(m.tiers, m.shed_priority, shed)
         for histogram in (m.lateness, m.run_time, m.apply_latency, m.apply_commands):
             yield histogram.family()
-        replica = getattr(m._node, "replica", None)
+        replica = m.replica()
         if replica is None:
             return
         yield from _raft_families(replica)
         view = self.m.queue_view()
         if view is not None:
             yield from _queue_families(view)
-        policy = getattr(m._node, "gc_policy", None)
+        policy = m.gc_policy()
         if policy is not None:
             yield from _gc_families(policy)
         waiting = self.m.waiting_claims()
@@ -48,7 +89,7 @@ class ScrapeCollector(Collector):
                                     value=waiting)
 
 
-def _shed_family(tiers, priority: dict[str, int],
+def _shed_family(tiers: tuple[Tier, ...], priority: dict[str, int],
                  at_node: dict[tuple[str, str], int]) -> CounterMetricFamily:
     """Submits answered 429 `overloaded` (DESIGN 14.2), by reason and tier (5.1): shed by the
     state machine for their priority (the same on every node; per task, its tier), refused
@@ -66,7 +107,7 @@ def _shed_family(tiers, priority: dict[str, int],
     return family
 
 
-def _gc_families(policy) -> Iterable:
+def _gc_families(policy: GcPolicy) -> Iterator[Metric]:
     yield GaugeMetricFamily("tsched_gc_frozen_objects",
                             "Objects kept out of full garbage collections (see gcpolicy.py)",
                             value=policy.frozen_objects())
@@ -87,7 +128,7 @@ def _gc_families(policy) -> Iterable:
     yield pause
 
 
-def _raft_families(replica) -> Iterable:
+def _raft_families(replica: Replica) -> Iterator[Metric]:
     def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
         return GaugeMetricFamily(name, doc, value=value)
 
@@ -123,7 +164,7 @@ def _raft_families(replica) -> Iterable:
             "with committed entries left (applied by the next ticks)", value=cut)
 
 
-def _replication_families(stats) -> Iterable:
+def _replication_families(stats: ReplicationStats) -> Iterator[Metric]:
     """Replication waste (node/raft/replication.py): all zero in normal operation."""
     for name, doc, value in (
             ("resent_entries", "Log entries the leader sent again to a peer", stats.resent_entries),
@@ -137,7 +178,7 @@ def _replication_families(stats) -> Iterable:
         yield CounterMetricFamily(f"tsched_raft_{name}", doc, value=value)
 
 
-def _queue_families(view: QueueView) -> Iterable:
+def _queue_families(view: QueueView) -> Iterator[Metric]:
     by_state = GaugeMetricFamily("tsched_tasks", "Retained tasks by state", labels=["state"])
     for state in STATES:
         by_state.add_metric([state], view.by_state.get(state, 0))
@@ -170,8 +211,9 @@ def _queue_families(view: QueueView) -> Iterable:
                             value=view.oldest_claimable_age_s or 0.0)
 
 
-def bounded_tenants(values: dict, rank: Callable, fold: Callable,
-                    limit: int = TENANT_LABELS_MAX) -> list[tuple[str, Any]]:
+def bounded_tenants(values: dict[str, V], rank: Callable[[V], float],
+                    fold: Callable[[Iterable[V]], V],
+                    limit: int = TENANT_LABELS_MAX) -> list[tuple[str, V]]:
     """(tenant, value) for the `limit` tenants ranking highest (ties by name), then the
     others folded into one (OTHER_LABEL, value), so a family has at most limit + 1 series."""
     ranked = sorted(values.items(), key=lambda kv: (-rank(kv[1]), kv[0]))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from array import array
-from typing import Any, Callable
+from collections.abc import Callable
 
 from tsched.node.ops.metrics import LATENESS_BUCKETS_S, NodeMetrics
 
@@ -66,10 +66,10 @@ class TimeSeries:
         for ring in self._rings.values():
             ring.add(now_s, deltas, late, queue_depth, by_tier)
 
-    def read(self, now_s: int, step_s: int = 1) -> dict[str, Any]:
+    def read(self, now_s: int, step_s: int = 1) -> dict[str, object]:
         """The points of the last `points_max` seconds up to `now_s`, per `step_s` (aligned
         to it), from the first one sampled. Seconds the sampler missed count nothing."""
-        out: dict[str, Any] = {"step_s": step_s, "points_max": self.points_max // step_s}
+        out: dict[str, object] = {"step_s": step_s, "points_max": self.points_max // step_s}
         out.update(self._rings[step_s].read(now_s, self.points_max))
         return out
 
@@ -139,12 +139,12 @@ class _Ring:
             p99 = quantile_ms(list(late[t * _BUCKETS:(t + 1) * _BUCKETS]), 0.99)
             self.tier_p99[i * n + t] = _or_nan(p99)
 
-    def read(self, now_s: int, span_s: int) -> dict[str, Any]:
+    def read(self, now_s: int, span_s: int) -> dict[str, object]:
         step, stamp = self.step_s, self.stamp
         lo = now_s - span_s + 1
         sampled = [t for t in stamp if t != NOT_SAMPLED and lo - step < t <= now_s]
         first = max(min(sampled), -(-lo // step) * step) if sampled else now_s + 1
-        out: dict[str, Any] = {"start": first if sampled else None}
+        out: dict[str, object] = {"start": first if sampled else None}
         slots = [t // step % self.slots if stamp[t // step % self.slots] == t else None
                  for t in range(first, now_s + 1, step)]
         for i in slots:

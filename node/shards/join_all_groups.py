@@ -14,6 +14,7 @@ file that disagrees stops the node once, with exit 2, before any shard process s
 from __future__ import annotations
 
 import dataclasses
+import ssl
 import time
 from pathlib import Path
 
@@ -30,7 +31,7 @@ RETRY_S = 1.0
 
 
 def node_view(cfg: ClusterConfig, me: NodeConfig, join_url: str | None, token: str | None,
-              ssl_context=None) -> ClusterConfig:
+              ssl_context: ssl.SSLContext | None = None) -> ClusterConfig:
     """`cfg` with the nodes of the cluster's current membership (unchanged when none is
     recorded yet, or when placement is partial)."""
     if not is_full_placement(cfg):
@@ -66,7 +67,8 @@ def as_nodes(cfg: ClusterConfig, shard0: list[Member]) -> list[Member]:
     return sorted(out)
 
 
-def _joined(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None, ssl_context,
+def _joined(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None,
+            ssl_context: ssl.SSLContext | None,
             restarted: bool) -> tuple[list[Member], str]:
     """The nodes, from URL's router; this node added first when it is not a member yet
     (the router makes the change in every shard group)."""
@@ -81,7 +83,7 @@ def _joined(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None, ssl
 
 
 def _ask_every_shard(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None,
-                     ssl_context) -> list[Member]:
+                     ssl_context: ssl.SSLContext | None) -> list[Member]:
     """POST this node until every shard group names it. A group that had no leader, or did
     not answer in time, or is still committing an earlier change, is asked again (an add
     repeated where it was made answers 200). A group whose commit needs this very node (a
@@ -108,7 +110,8 @@ def _ask_every_shard(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | 
         time.sleep(RETRY_S)
 
 
-def _named(me: NodeConfig, url: str, shard: int, token: str | None, ssl_context) -> bool:
+def _named(me: NodeConfig, url: str, shard: int, token: str | None,
+           ssl_context: ssl.SSLContext | None) -> bool:
     try:
         doc = join.call(url, "GET", f"/v1/cluster/members?shard={shard}", None, token,
                         ssl_context)

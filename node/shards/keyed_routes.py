@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
 
 from tsched.node.api import validate
+from tsched.node.api.backup import H_SHARDS, relay_stream
 from tsched.node.errors import ApiError
+from tsched.node.tls import cluster_client_context
 from tsched.node.shards.router import (DEFAULT_TENANT, ROUTER, Router, applied_preferences, as_response,
                      json_response)
 
@@ -21,7 +23,7 @@ def _router(request: web.Request) -> Router:
     return request.app[ROUTER]
 
 
-def loads(raw: bytes):
+def loads(raw: bytes) -> object:
     """The parsed body; None when it is not JSON (a shard answers the error)."""
     try:
         return orjson.loads(raw) if raw.strip() else None
@@ -37,7 +39,7 @@ async def to_any_shard(request: web.Request) -> web.StreamResponse:
 
 # --- by tenant -------------------------------------------------------------------------------
 
-def _tenant_of(r: Router, request: web.Request, item) -> str:
+def _tenant_of(r: Router, request: web.Request, item: object) -> str:
     tenant = item.get("tenant") if isinstance(item, dict) else None
     return tenant if tenant is not None else (r.scope(request) or DEFAULT_TENANT)
 
@@ -47,8 +49,8 @@ async def submit(request: web.Request) -> web.Response:
     r = _router(request)
     raw = await request.read()
     body = loads(raw)
-    items = body.get("tasks") if isinstance(body, dict) else None
-    if not isinstance(items, list) or not items or len(body) != 1:
+    items = body.get("tasks") if isinstance(body, dict) and len(body) == 1 else None
+    if not isinstance(items, list) or not items:
         return await r.relay(request, r.tenant_shard(_tenant_of(r, request, body)), raw)
     if len(items) > validate.BATCH_MAX:
         raise ApiError("too_large", f"at most {validate.BATCH_MAX} tasks per batch",
@@ -77,7 +79,7 @@ async def split_batch(request: web.Request, r: Router, groups: dict[int, list[in
     results: list = [None] * len(items)
     seqs: dict[str, int] = {}
     for s, a in zip(order, sent):
-        parts: list[dict[str, Any]] | None
+        parts: list[object] | None
         if isinstance(a, BaseException):
             if not isinstance(a, ApiError):
                 raise a
@@ -165,7 +167,7 @@ async def split_by_task(request: web.Request, r: Router, groups: dict[int, list[
     return resp
 
 
-def _batch_route(key: str):
+def _batch_route(key: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(request: web.Request) -> web.Response:
         r = _router(request)
         raw = await request.read()
@@ -223,8 +225,6 @@ async def readyz(request: web.Request) -> web.Response:
 async def backup(request: web.Request) -> web.StreamResponse:
     """One shard's backup section (`?shard=s`, default 0), streamed from the replica on the
     node its leader was last seen on (that replica relays to its leader if it moved on)."""
-    from tsched.node.api.backup import H_SHARDS, relay_stream
-    from tsched.node.tls import cluster_client_context
     r = _router(request)
     validate.query(request.query, ("shard",))
     shard = validate.query_int(request.query, "shard", 0, r.count - 1, 0)

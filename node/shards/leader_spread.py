@@ -18,6 +18,8 @@ import sys
 
 import orjson
 
+from tsched.node.services import Node
+
 log = logging.getLogger("tsched.node.spread")
 
 STATUS_S = 1.0              # how often a shard process reports its role
@@ -27,7 +29,7 @@ STATUS_LINE_BYTES_MAX = 4096
 
 # --- in a shard process ----------------------------------------------------------------------
 
-async def shard_channel(node, stop: asyncio.Event) -> None:
+async def shard_channel(node: Node, stop: asyncio.Event) -> None:
     """Report this replica's role on stdout; obey `transfer` lines on stdin; stop at EOF."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=STATUS_LINE_BYTES_MAX)
@@ -45,7 +47,7 @@ async def shard_channel(node, stop: asyncio.Event) -> None:
         report.cancel()
 
 
-def _command(node, words: list[str]) -> None:
+def _command(node: Node, words: list[str]) -> None:
     if len(words) == 2 and words[0] == "transfer":
         if node.replica.is_ready_leader():
             try:
@@ -55,7 +57,7 @@ def _command(node, words: list[str]) -> None:
                 log.warning("event=leadership_transfer_refused reason=%s", e)
 
 
-async def _report(node, stop: asyncio.Event) -> None:
+async def _report(node: Node, stop: asyncio.Event) -> None:
     while not stop.is_set():
         leader = node.replica.leader_id()
         line = {"role": "leader" if node.replica.is_ready_leader() else "other",

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import binascii
 import heapq
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
 
 import orjson
@@ -19,6 +20,8 @@ routes = web.RouteTableDef()
 
 CURSOR_CHARS_MAX = 8192
 CURSOR_PREFIX = "m1."
+# A listing item (a shard's JSON object) -> its place in the merged order.
+SortKey = Callable[[dict], tuple[str | int | float, ...]]
 
 
 async def _gather(r: Router, request: web.Request, paths: dict[int, str]) -> dict[int, dict]:
@@ -34,7 +37,7 @@ async def _gather(r: Router, request: web.Request, paths: dict[int, str]) -> dic
     return out
 
 
-def _query(request: web.Request, shard: int, drop: tuple[str, ...] = (), **extra) -> str:
+def _query(request: web.Request, shard: int, drop: tuple[str, ...] = (), **extra: object) -> str:
     params = [(k, v) for k, v in request.query.items() if k not in ("min_seq",) + drop]
     seq = min_seq_for(request, shard)
     if seq:
@@ -76,7 +79,7 @@ def _decode_cursor(text: str | None, count: int) -> list:
         raise validate.invalid(f"bad cursor: {e}", field="cursor") from None
 
 
-async def merged_listing(request: web.Request, path: str, key: str, sort_key,
+async def merged_listing(request: web.Request, path: str, key: str, sort_key: SortKey,
                          newest_first: bool) -> web.Response:
     """One page merged from every shard's pages, in the listing's order.
 
@@ -128,7 +131,7 @@ async def merged_listing(request: web.Request, path: str, key: str, sort_key,
                           "applied_seqs": _seqs(docs)})
 
 
-def _order(key, sign: int):
+def _order(key: tuple[str | int | float, ...], sign: int) -> tuple[object, ...]:
     return tuple(sign * k if isinstance(k, (int, float)) else _Desc(k) if sign < 0 else k
                  for k in key)
 
@@ -138,13 +141,13 @@ class _Desc:
 
     __slots__ = ("v",)
 
-    def __init__(self, v) -> None:
+    def __init__(self, v: str) -> None:
         self.v = v
 
     def __lt__(self, other: "_Desc") -> bool:
         return self.v > other.v
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, _Desc) and self.v == other.v
 
 
@@ -152,7 +155,8 @@ def _single_tenant(r: Router, request: web.Request) -> str | None:
     return request.query.get("tenant") or r.scope(request)
 
 
-def _listing(path: str, key: str, sort_key, newest_first: bool):
+def _listing(path: str, key: str, sort_key: SortKey,
+             newest_first: bool) -> Callable[[web.Request], Awaitable[web.Response]]:
     """One tenant's listing goes to its shard as it is; any other merges the shards."""
     async def handler(request: web.Request) -> web.Response:
         r: Router = request.app[ROUTER]
@@ -226,7 +230,7 @@ def _add(into: dict, more: dict) -> None:
         into[k] = into.get(k, 0) + v if isinstance(v, (int, float)) else v
 
 
-def _sum_nested(a, b):
+def _sum_nested(a: object, b: object) -> object:
     if a is None:
         return b
     if isinstance(a, dict) and isinstance(b, dict):

@@ -21,6 +21,7 @@ from aiohttp import web
 from tsched.node import topology as shards_mod
 from tsched.node.api import validate
 from tsched.node.api.auth import parse as parse_auth
+from tsched.node.config import ClusterConfig
 from tsched.node.errors import ApiError
 from tsched.node.shards.upstream import PASS_REQUEST_HEADERS, Answer, Upstreams
 
@@ -34,7 +35,7 @@ ID_CACHE_MAX = 100_000
 class Router:
     """What the router's handlers share; one per app, held under ROUTER."""
 
-    def __init__(self, cfg, node_id: str, upstreams: Upstreams) -> None:
+    def __init__(self, cfg: ClusterConfig, node_id: str, upstreams: Upstreams) -> None:
         self.cfg, self.node_id, self.up = cfg, node_id, upstreams
         self.count = upstreams.count
         self.auth = parse_auth(cfg.auth)
@@ -59,7 +60,7 @@ class Router:
         identity = self.auth.identify(header[7:].strip())
         return identity.tenant if identity is not None and identity.kind == "tenant" else None
 
-    def tenant_shard(self, tenant) -> int:
+    def tenant_shard(self, tenant: object) -> int:
         if not isinstance(tenant, str):
             return 0      # not a tenant name: any shard answers the validation error
         return shards_mod.shard_of_tenant(tenant, self.count)
@@ -162,7 +163,7 @@ def json_response(body: dict, status: int = 200, headers: dict | None = None) ->
 PREFERENCE_APPLIED = "Preference-Applied"
 
 
-def applied_preferences(*parts) -> dict[str, str]:
+def applied_preferences(*parts: object) -> dict[str, str]:
     """`Preference-Applied` for an answer joined from others (shards' `Answer`s, or the
     router's own responses; a failed part has no headers): what they applied."""
     for part in parts:

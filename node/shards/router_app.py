@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from tsched.node.api.jsonio import error_response
 from tsched.node.errors import ApiError
@@ -24,7 +26,7 @@ BODY_BYTES_MAX = 1024 * 1024
 
 
 @web.middleware
-async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except Relayed as e:
@@ -56,7 +58,7 @@ def make_router_app(router: Router) -> web.Application:
     app.router.add_routes(members_routes.routes)
     app.router.add_route("*", "/{tail:.*}", router_routes.to_any_shard)
 
-    async def lifecycle(app: web.Application):
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await router.up.start()
         yield
         await router.up.close()

@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -29,6 +30,7 @@ from tsched.statemachine.limits import API_LIMITS
 
 from tsched.node import topology as shards_mod
 from tsched.node import tls
+from tsched.node.config import ClusterConfig, NodeConfig
 from tsched.node.gcpolicy import settle_router
 from tsched.node.shards.leader_spread import SPREAD_CHECK_S, Spreader
 from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
@@ -54,7 +56,7 @@ class ShardProcess:
     """One local shard replica's process, started again whenever it dies."""
 
     def __init__(self, shard: int, argv: list[str], spreader: Spreader | None = None,
-                 on_fatal=None, joining: tuple[list[str], Path] | None = None) -> None:
+                 on_fatal: Callable[[int], None] | None = None, joining: tuple[list[str], Path] | None = None) -> None:
         self.shard, self.argv = shard, argv
         # (`--join URL`, the replica's members.json): added to every start until the file
         # exists. A replica that stopped before it recorded its members must not start
@@ -104,10 +106,12 @@ class ShardProcess:
             await asyncio.sleep(backoff)   # a stop that came meanwhile ends the loop
             backoff = min(RESTART_BACKOFF_MAX_S, backoff * 2)
 
-    async def _read_status(self, proc) -> None:
+    async def _read_status(self, proc: asyncio.subprocess.Process) -> None:
+        stdout = proc.stdout
+        assert stdout is not None, "shard processes start with stdout=PIPE"
         while True:
             try:
-                line = await proc.stdout.readline()
+                line = await stdout.readline()
             except ValueError:      # a line longer than the stream's limit: not ours
                 continue
             if not line:
@@ -142,7 +146,7 @@ def shard_argv(config_path: str, node_id: str, shard: int, log_format: str) -> l
             "--id", node_id, "--shard", str(shard), "--log-format", log_format]
 
 
-async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str,
+async def run_supervisor(cfg: ClusterConfig, node_id: str, config_path: str, log_format: str,
                          join_url: str | None = None) -> int:
     """`cfg`: the node's view of the cluster (shards/joining.node_view). `join_url`: this
     node joined through it (`--join`): each shard process joins too, on every start until it
@@ -198,7 +202,7 @@ async def run_supervisor(cfg, node_id: str, config_path: str, log_format: str,
     return fatal[0] if fatal else 0
 
 
-def _joining(cfg, me, shard: int, join_url: str | None) -> tuple[list[str], Path] | None:
+def _joining(cfg: ClusterConfig, me: NodeConfig, shard: int, join_url: str | None) -> tuple[list[str], Path] | None:
     """A joining node's shard replicas join through this node's own router, which reaches
     the other members' replicas (the URL the node joined through may be gone by then)."""
     if join_url is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ssl as ssl_mod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import orjson
@@ -37,7 +38,7 @@ class Answer:
     content_type: str
     headers: dict
 
-    def json(self):
+    def json(self) -> Any:   # a shard's JSON answer, whatever it holds; None if not JSON
         try:
             return orjson.loads(self.body)
         except orjson.JSONDecodeError:
