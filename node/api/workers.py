@@ -8,7 +8,7 @@ from aiohttp import web
 from tsched.statemachine import commands as c
 
 from tsched.node.scheduling import claims
-from tsched.node.api import validate
+from tsched.node.api import claim_parsing, validate
 from tsched.node.api.jsonio import json_body, prefers_minimal, respond
 from tsched.node.api.idempotency import request_id, request_ids
 from tsched.node.raft.commit import propose, propose_one
@@ -24,7 +24,7 @@ async def claim(request: web.Request) -> web.Response:
     validate.query(request.query, ())
     raw = await request.read()
     body = await json_body(request)
-    params = validate.claim(body, node.config.tiers)   # tier names: the cluster's table
+    params = claim_parsing.claim(body, node.config.tiers)   # tier names: the cluster's table
     items = params.pop("completions")
     if items and claims.is_watch(request):
         raise validate.invalid("a watch (X-Tsched-Claim-Watch) carries no completions")
@@ -96,7 +96,7 @@ def _current_token(node, task_id: str, token: int) -> int:
 async def heartbeat(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
-    item = validate.heartbeat(await json_body(request) or {})
+    item = claim_parsing.heartbeat(await json_body(request) or {})
     item["task_id"] = validate.task_id(request.match_info["task_id"])
     out, seq = await propose_one(node, _heartbeat_builder(request)(item, request_id(request)))
     return respond(out, seq)
@@ -106,7 +106,7 @@ def _single_completion(failing: bool):
     async def handler(request: web.Request) -> web.Response:
         node = node_of(request)
         validate.query(request.query, ())
-        item = validate.completion(await json_body(request) or {}, failing=failing)
+        item = claim_parsing.completion(await json_body(request) or {}, failing=failing)
         item["task_id"] = validate.task_id(request.match_info["task_id"])
         cmd = _completion_builder(request)(item, request_id(request))
         minimal = prefers_minimal(request)
@@ -125,7 +125,7 @@ async def release(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
     f = validate.Fields(await json_body(request) or {})
-    token = validate.fencing_token(f.get("fencing_token"))
+    token = claim_parsing.fencing_token(f.get("fencing_token"))
     f.done()
     cmd = c.Release(request_id=request_id(request), now_ms=node.clock.now_ms(),
                     task_id=validate.task_id(request.match_info["task_id"]),
@@ -136,12 +136,12 @@ async def release(request: web.Request) -> web.Response:
 
 @routes.post("/v1/completions")
 async def completions(request: web.Request) -> web.Response:
-    return await _batch(request, "completions", validate.completion, _completion_builder)
+    return await _batch(request, "completions", claim_parsing.completion, _completion_builder)
 
 
 @routes.post("/v1/heartbeats")
 async def heartbeats(request: web.Request) -> web.Response:
-    return await _batch(request, "heartbeats", validate.heartbeat, _heartbeat_builder)
+    return await _batch(request, "heartbeats", claim_parsing.heartbeat, _heartbeat_builder)
 
 
 async def _batch(request: web.Request, key: str, parse, builder) -> web.Response:

@@ -25,7 +25,7 @@ import logging
 import orjson
 from aiohttp import web
 
-from tsched.node.api import validate
+from tsched.node.api import claim_parsing, validate
 from tsched.node.errors import ApiError
 from tsched.node.scheduling.claims import WATCH_HEADER
 from tsched.node.shards import heads
@@ -85,7 +85,7 @@ async def claim(request: web.Request) -> web.Response:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise validate.invalid(f"body is not valid JSON: {e}") from None
-    params = validate.claim(body, r.cfg.tiers)   # refused before any shard is asked
+    params = claim_parsing.claim(body, r.cfg.tiers)   # refused before any shard is asked
     carried = body.pop("completions", None)
     headers: dict[str, str] = {}
     if carried:
