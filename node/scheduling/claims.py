@@ -34,7 +34,7 @@ import asyncio
 
 import orjson
 
-from tsched.node.errors import STATUS_BY_CODE, ApiError
+from tsched.node.errors import ERROR_CODES, ApiError
 from tsched.node.scheduling.claim_hub import ClaimHub, enables_claims, release, render_item
 from tsched.node.scheduling.waiters import READY, Completions, NotLeader
 
@@ -156,7 +156,7 @@ async def _forward(node, leader: str, params: dict, remaining: float, body: byte
             return [], node.replica.applied_seq
         return tasks, seq
     err = data.get("error") if isinstance(data, dict) else None
-    if status >= 500 or not isinstance(err, dict) or err.get("code") not in STATUS_BY_CODE:
+    if status >= 500 or not isinstance(err, dict) or err.get("code") not in ERROR_CODES:
         return None
     raise ApiError(err["code"], str(err.get("message") or "the leader refused"),
                    err.get("details") if isinstance(err.get("details"), dict) else {})
