@@ -27,7 +27,8 @@ from aiohttp import web
 
 from tsched.node.api import claim_parsing, validate
 from tsched.node.errors import ApiError
-from tsched.node.scheduling.claims import WATCH_HEADER
+from tsched.node.api.claim_parsing import WATCH_HEADER
+from tsched.node.scheduling.claim_request import ClaimRequest
 from tsched.node.shards import heads
 from tsched.node.shards.router import (PREFERENCE_APPLIED, ROUTER, Relayed, Router, applied_preferences,
                      json_response)
@@ -85,7 +86,7 @@ async def claim(request: web.Request) -> web.Response:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise validate.invalid(f"body is not valid JSON: {e}") from None
-    params = claim_parsing.claim(body, r.cfg.tiers)   # refused before any shard is asked
+    req = claim_parsing.claim(body, r.cfg.tiers)   # refused before any shard is asked
     carried = body.pop("completions", None)
     headers: dict[str, str] = {}
     if carried:
@@ -96,15 +97,15 @@ async def claim(request: web.Request) -> web.Response:
         carried = orjson.loads(done.body)["results"]
         headers = applied_preferences(done)
     scope = r.scope(request)
-    kind = _kind(params, scope)
+    kind = _kind(req, scope)
     shards = [r.tenant_shard(scope)] if scope is not None else _order(r, kind)
-    got = Gathered(params["max_tasks"])
+    got = Gathered(req.max_tasks)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + params["wait_s"]
+    deadline = loop.time() + req.wait_s
     # without waiting, one shard after another, the most urgent first (heads.py); not
     # where a watch of this work is still open (no work there yet)
     asks = [s for s in shards if not _watched(r, kind, s)]
-    await heads.ask_in_order(r, request, asks, body, params["priorities"],
+    await heads.ask_in_order(r, request, asks, body, req,
                              _Asks(r, request, kind, got), read=scope is None)
     while not got.tasks and loop.time() < deadline and not _gone(request):
         round_start = loop.time()
@@ -132,7 +133,7 @@ async def _carried(r: Router, request: web.Request, items: list) -> web.Response
     asked for work (as `POST /v1/completions` would apply them), answered in their order.
     Validated already, so every item has a task id."""
     grouped = await group_by_task(r, request, items)
-    assert grouped is not None, "validate.claim checked every completion"
+    assert grouped is not None, "claim_parsing.claim checked every completion"
     groups, missing = grouped
     return await split_by_task(request, r, groups, missing, "completions", items,
                                path="/v1/completions")
@@ -215,10 +216,9 @@ class Poll:
         self.taken = False      # its answer went to a claim
 
 
-def _kind(params: dict, scope: str | None) -> tuple:
-    return (params["worker_id"], params["task_types"], params["lease_ms"],
-            params["prefetch_ms"], scope, params.get("priorities", (0, 10)),
-            params.get("tier_weights", ()))
+def _kind(req: ClaimRequest, scope: str | None) -> tuple:
+    return (req.worker_id, req.task_types, req.lease_ms, req.prefetch_ms, scope,
+            req.priorities, req.tier_weights)
 
 
 def _work(kind: tuple) -> tuple:
