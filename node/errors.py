@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tsched.statemachine.errors import Result
 from tsched.statemachine.limits import API_LIMITS
 
 # Every code an ApiError may carry; api/jsonio.py maps each to its HTTP status.
@@ -46,7 +47,7 @@ def error_body(code: str, message: str, details: dict | None = None) -> dict[str
     return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
-def from_result(result) -> ApiError:
+def from_result(result: Result) -> ApiError:
     """A state machine rejection (statemachine.errors.Result) as an ApiError. A shed
     submit (`overloaded`) says when to retry (details and the Retry-After header)."""
     code = result.code if result.code in ERROR_CODES else "invalid_state"

@@ -63,7 +63,7 @@ class Gathered:
     def room(self) -> int:
         return self.max_tasks - len(self.tasks)
 
-    def take(self, r: Router, shard: int, doc) -> None:
+    def take(self, r: Router, shard: int, doc: object) -> None:
         if not isinstance(doc, dict):
             return
         if "applied_seq" in doc:
@@ -151,7 +151,7 @@ class _Asks:
         self.take(shard, await _ask(self.r, self.request, shard, sub, self.got.room, 0))
         return len(self.got.tasks) - had
 
-    def take(self, shard: int, doc) -> None:
+    def take(self, shard: int, doc: object) -> None:
         _take_claimed(self.r, self.kind, self.got, shard, doc)
 
     def room(self) -> int:
@@ -184,8 +184,8 @@ def _gone(request: web.Request) -> bool:
     return request.transport is None or request.transport.is_closing()
 
 
-async def _ask(r: Router, request, shard: int, body: dict, room: int, wait_s: float,
-               watch: bool = False):
+async def _ask(r: Router, request: web.Request, shard: int, body: dict, room: int, wait_s: float,
+               watch: bool = False) -> object:
     sub = dict(body, max_tasks=room, wait_s=round(wait_s, 3))
     try:
         a = await r.send(request, shard, "POST", "/v1/claims", orjson.dumps(sub),
@@ -242,7 +242,7 @@ def _count_watch(r: Router, kind: tuple, shard: int, delta: int) -> None:
             del r.watching[_work(kind)]
 
 
-async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gathered,
+async def _wait_all(r: Router, request: web.Request, shards: list[int], body: dict, got: Gathered,
                     wait_s: float, kind: tuple) -> None:
     """Watch every shard at once (adopting this kind's polls still open) and claim at a
     shard whose watch says ready, until tasks come or the round ends; polls still open
@@ -276,7 +276,7 @@ async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gath
                 p.owner = None
 
 
-def _watch(r: Router, request, shard: int, body: dict, got: Gathered, wait_s: float,
+def _watch(r: Router, request: web.Request, shard: int, body: dict, got: Gathered, wait_s: float,
            kind: tuple) -> Poll:
     """This kind's open watch of `shard` (adopted by `got`), or a new one."""
     open_polls = r.polls.setdefault(kind, [])
@@ -294,7 +294,7 @@ def _watch(r: Router, request, shard: int, body: dict, got: Gathered, wait_s: fl
     return poll
 
 
-def _take_claimed(r: Router, kind: tuple, got: Gathered, shard: int, doc) -> None:
+def _take_claimed(r: Router, kind: tuple, got: Gathered, shard: int, doc: object) -> None:
     had = len(got.tasks)
     got.take(r, shard, doc)
     if len(got.tasks) > had:
@@ -314,13 +314,13 @@ def _take_done(r: Router, polls: list[Poll], got: Gathered, kind: tuple) -> list
     return ready
 
 
-def _result(future: asyncio.Future):
+def _result(future: asyncio.Future[object]) -> object:
     if future.cancelled() or future.exception() is not None:
         return None
     return future.result()
 
 
-def _poll_done(r: Router, kind: tuple, poll: Poll, request) -> None:
+def _poll_done(r: Router, kind: tuple, poll: Poll, request: web.Request) -> None:
     """A poll ended: forget it; release what it brought if no claim holds it."""
     _count_watch(r, kind, poll.shard, -1)
     polls = r.polls.get(kind)
@@ -337,7 +337,7 @@ def _poll_done(r: Router, kind: tuple, poll: Poll, request) -> None:
             asyncio.ensure_future(_release(r, request, late.surplus))
 
 
-async def _release(r: Router, request, tasks: list[tuple[int, dict]]) -> None:
+async def _release(r: Router, request: web.Request, tasks: list[tuple[int, dict]]) -> None:
     async def one(shard: int, t: dict) -> None:
         path = f"/v1/tasks/{t['task_id']}/release"
         try:
