@@ -1,5 +1,5 @@
 """JSON in and out: the request body parsed and bounded, answers with the applied seq, the
-error shape, and the `Prefer: return=minimal` preference."""
+error shape and each error code's HTTP status, and the `Prefer: return=minimal` preference."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,7 +10,41 @@ from aiohttp import web
 from tsched.statemachine.limits import API_LIMITS
 
 from tsched.node.api import validate
-from tsched.node.errors import ApiError
+from tsched.node.errors import ERROR_CODES, ApiError
+
+# The HTTP status of every error code: the one table (DESIGN.md section 7).
+STATUS_BY_CODE: dict[str, int] = {
+    "invalid_argument": 400,
+    "unauthenticated": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "archive_not_configured": 404,   # GET /v1/archive on a node without [archive] (14.3)
+    "method_not_allowed": 405,
+    "stale_token": 409,
+    "conflict": 409,
+    "invalid_state": 409,
+    "request_expired": 409,     # the cluster moved past the id's window: final, as stale_token
+    "too_large": 413,
+    "tenant_limit": 429,
+    "overloaded": 429,          # shed or a full proposal queue: comes with Retry-After
+    "internal": 500,
+    "no_leader": 503,
+    "unavailable": 503,
+    "timeout": 504,
+}
+assert set(STATUS_BY_CODE) == ERROR_CODES, "every error code has its status"
+
+
+def status_of(err: ApiError) -> int:
+    return STATUS_BY_CODE[err.code]
+
+
+def error_status(e: Exception) -> int:
+    """The status an exception a handler raised is answered with (for the metrics)."""
+    if isinstance(e, ApiError):
+        return STATUS_BY_CODE[e.code]
+    status = getattr(e, "status", 500)
+    return status if isinstance(status, int) else 500
 
 
 async def json_body(request: web.Request) -> Any:
@@ -71,5 +105,5 @@ def error_response(err: ApiError, seq: int | None) -> web.Response:
     if seq is not None:
         body["applied_seq"] = seq
         headers["X-Applied-Seq"] = str(seq)
-    return web.Response(body=orjson.dumps(body), status=err.status,
+    return web.Response(body=orjson.dumps(body), status=status_of(err),
                         content_type="application/json", headers=headers)

@@ -17,7 +17,7 @@ from tsched.node.ops import metrics as metrics_mod
 from tsched.node.api import openapi, validate
 from tsched.node.ops import timeseries
 from tsched.node.api.admission import ADMISSION
-from tsched.node.api.jsonio import respond
+from tsched.node.api.jsonio import error_status, respond
 from tsched.node.api.reads import before_read
 from tsched.node.services import NODE
 from tsched.node.api.scope import tenant_scope
@@ -175,6 +175,7 @@ def setup(app: web.Application) -> None:
     # The lateness histogram's `tier` label uses the cluster's tier table (DESIGN 5.1).
     tiers = getattr(app[NODE].config, "tiers", None) if NODE in app else None
     app[metrics_mod.METRICS] = metrics_mod.NodeMetrics(tiers=tiers or DEFAULT_TIERS)
+    app[metrics_mod.ERROR_STATUS] = error_status
     app.middlewares.append(metrics_mod.middleware)
     served = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource}
     # A route another module already serves stays theirs (aiohttp refuses duplicates).

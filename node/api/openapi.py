@@ -18,7 +18,7 @@ from tsched.node.api import schedules as schedules_api
 from tsched.node.api.openapi_archive import archive_paths
 from tsched.node.scheduling import cron
 from tsched.node.api import validate as v
-from tsched.node.errors import STATUS_BY_CODE
+from tsched.node.api.jsonio import STATUS_BY_CODE
 
 OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1"

@@ -9,7 +9,7 @@ from tsched.statemachine.audit import ACTIONS
 from tsched.statemachine.limits import API_LIMITS, LIMITS
 
 from tsched.node.api import validate
-from tsched.node.errors import STATUS_BY_CODE
+from tsched.node.api.jsonio import STATUS_BY_CODE
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _TIME = {"type": "string", "format": "date-time", "description": "RFC 3339, UTC"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tsched.node.config import NODE_ID_LEN_MAX
-from tsched.node.errors import STATUS_BY_CODE
+from tsched.node.api.jsonio import STATUS_BY_CODE
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _ADDRESS = {"type": "string", "minLength": 1, "maxLength": 255, "description": "host:port"}

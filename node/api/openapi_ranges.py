@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tsched.node.api.validate_ranges import PRIORITY_MAX, RETRY_AFTER_S_MAX, TIER_WEIGHT_MAX
+from tsched.node.api.claim_parsing import PRIORITY_MAX, RETRY_AFTER_S_MAX, TIER_WEIGHT_MAX
 
 CLAIM_RANGE: dict[str, Any] = {
     "priority_min": {"type": "integer", "minimum": 0, "maximum": PRIORITY_MAX, "default": 0,

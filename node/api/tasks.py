@@ -1,6 +1,8 @@
 """Task endpoints: submit, read, list, cancel, replay, discard (DESIGN.md section 7)."""
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 
 from tsched.statemachine import commands as c
@@ -62,7 +64,7 @@ async def _submit(request: web.Request, place: Place) -> web.Response:
                    seq, status=201, minimal=minimal)
 
 
-def _scoped(item, scope: str | None):
+def _scoped(item: object, scope: str | None) -> object:
     """A tenant token's submit without `tenant` is for the token's tenant."""
     if scope is not None and isinstance(item, dict) and item.get("tenant") is None:
         return {**item, "tenant": scope}
@@ -106,7 +108,8 @@ async def list_tasks(request: web.Request) -> web.Response:
     return respond({"tasks": out, "next_cursor": cursor}, seq)
 
 
-def _action(command_type):
+def _action(command_type: type[c.Cancel] | type[c.Replay] | type[c.Discard]
+            ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(request: web.Request) -> web.Response:
         node = node_of(request)
         validate.query(request.query, ())

@@ -2,8 +2,8 @@
 
 Every field is type-checked and bounded here, before anything is proposed; unknown fields
 are refused. The state machine checks again at apply time (its limits are authoritative).
-Here: the bounds, the field checks, the workers' and tenants' bodies and the query strings;
-a task submission's body is submission.py's.
+Here: the bounds, the field checks, the tenants' bodies and the query strings; a task
+submission's body is submission.py's, the workers' bodies claim_parsing.py's.
 """
 from __future__ import annotations
 
@@ -15,10 +15,8 @@ from typing import Any, Mapping, overload
 import orjson
 
 from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
-from tsched.statemachine.tiers import DEFAULT_TIERS, Tier
 
 from tsched.node.errors import ApiError, invalid
-from tsched.node.api.validate_ranges import claim_tiers, retry_after_ms
 
 # Every bound comes from statemachine/limits.py (one place): the state machine's own bounds
 # (LIMITS), converted to the API's units, so that what the state machine would refuse is
@@ -235,86 +233,6 @@ def task_id(value: str) -> str:
 
 
 # --- bodies --------------------------------------------------------------------------------
-
-def lease_ms(value: Any) -> int:
-    return seconds_ms(value, "lease_s", LEASE_S_MIN, LEASE_S_MAX, 30_000)
-
-
-def claim(body: Any, tiers: tuple[Tier, ...] = DEFAULT_TIERS) -> dict[str, Any]:
-    """A claim's parameters; `tiers`, the cluster's table, names tier_weights' tiers."""
-    f = Fields(body)
-    types = f.get("task_types")
-    if not isinstance(types, list) or not 1 <= len(types) <= TASK_TYPES_MAX:
-        raise invalid(f"task_types must be a list of 1..{TASK_TYPES_MAX} task types",
-                      field="task_types")
-    out = {
-        "worker_id": name(f.get("worker_id"), "worker_id"),
-        "task_types": tuple(sorted({name(t, "task_types[]", TASK_TYPE_CHARS_MAX)
-                                    for t in types})),
-        "max_tasks": integer(f.get("max_tasks"), "max_tasks", 1, CLAIM_TASKS_MAX, default=1),
-        "wait_s": number(f.get("wait_s"), "wait_s", 0, WAIT_S_MAX, default=0),
-        "lease_ms": lease_ms(f.get("lease_s")),
-        "prefetch_ms": integer(f.get("prefetch_ms"), "prefetch_ms", 0, PREFETCH_MS_MAX,
-                               default=0),
-        "completions": claim_completions(f.get("completions")),
-        **claim_tiers(f.get("priority_min"), f.get("priority_max"), f.get("tier_weights"),
-                      tiers),
-    }
-    f.done()
-    return out
-
-
-def claim_completions(items: Any) -> list[dict[str, Any]] | None:
-    """A claim's `completions` (those of `POST /v1/completions`); None when absent, and
-    an empty list allowed (a worker with nothing to report sends the same shape)."""
-    if items is None:
-        return None
-    if not isinstance(items, list):
-        raise invalid("completions must be a list", field="completions")
-    if len(items) > BATCH_MAX:
-        raise ApiError("too_large", f"at most {BATCH_MAX} completions per request",
-                       {"field": "completions", "limit": BATCH_MAX})
-    return [completion(it, f"completions[{i}]") for i, it in enumerate(items)]
-
-
-def fencing_token(value: Any) -> int:
-    if value is None:
-        raise invalid("fencing_token is required", field="fencing_token")
-    return integer(value, "fencing_token", 0, FENCING_TOKEN_MAX)
-
-
-def heartbeat(body: Any, where: str = "body") -> dict[str, Any]:
-    f = Fields(body, where)
-    out: dict[str, Any] = {"fencing_token": fencing_token(f.get("fencing_token")),
-                           "lease_ms": lease_ms(f.get("lease_s"))}
-    if where != "body":
-        out["task_id"] = task_id(f.get("task_id"))
-    f.done()
-    return out
-
-
-def completion(body: Any, where: str = "body", *, failing: bool | None = None) -> dict[str, Any]:
-    """complete ({fencing_token, result}) or fail ({fencing_token, error, retryable}).
-
-    `failing` None (batch items) decides by the fields present."""
-    f = Fields(body, where)
-    if failing is None:
-        failing = "error" in body or "retryable" in body or "retry_after_s" in body
-        if failing and "result" in body:
-            raise invalid(f"{where} has both result and error", field="result")
-    out: dict[str, Any] = {"fencing_token": fencing_token(f.get("fencing_token")),
-                           "failing": failing}
-    if where != "body":
-        out["task_id"] = task_id(f.get("task_id"))
-    if failing:
-        out["error"] = error_text(f.get("error"))
-        out["retryable"] = boolean(f.get("retryable"), "retryable", True)
-        out["retry_after_ms"] = retry_after_ms(f.get("retry_after_s"))
-    else:
-        out["result_json"] = json_text(f.get("result"), "result", RESULT_BYTES_MAX)
-    f.done()
-    return out
-
 
 def batch(body: Any, key: str) -> list[Any]:
     f = Fields(body)

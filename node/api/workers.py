@@ -1,18 +1,24 @@
-"""Worker endpoints: long-poll claims, heartbeats, completions (DESIGN.md section 7)."""
+"""Worker endpoints: long-poll claims, heartbeats, completions (DESIGN.md section 7).
+
+Each reads: parse (api/claim_parsing.py: one typed request from the body and headers),
+decide (scheduling/: claims.py, reports.py), render (one function per kind of answer)."""
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from tsched.statemachine import commands as c
 
-from tsched.node.scheduling import claims
-from tsched.node.api import validate
+from tsched.node.scheduling import claims, reports
+from tsched.node.scheduling.claim_request import ClaimOutcome, ClaimRequest, Reports
+from tsched.node.api import claim_parsing, validate
+from tsched.node.api.claim_forwarding import claim_forward, head_forward, is_gone
 from tsched.node.api.jsonio import json_body, prefers_minimal, respond
 from tsched.node.api.idempotency import request_id, request_ids
-from tsched.node.raft.commit import propose, propose_one
-from tsched.node.services import node_of
+from tsched.node.raft.commit import propose_one
+from tsched.node.services import Node, node_of
 from tsched.node.api.scope import tenant_scope
 
 routes = web.RouteTableDef()
@@ -24,94 +30,50 @@ async def claim(request: web.Request) -> web.Response:
     validate.query(request.query, ())
     raw = await request.read()
     body = await json_body(request)
-    params = validate.claim(body, node.config.tiers)   # tier names: the cluster's table
-    items = params.pop("completions")
-    if items and claims.is_watch(request):
-        raise validate.invalid("a watch (X-Tsched-Claim-Watch) carries no completions")
-    if claims.is_head(request):     # the router's head read (DESIGN 13): nothing leased
-        if items:
-            raise validate.invalid("a head read (X-Tsched-Claim-Head) carries no completions",
-                                   field="completions")
-        found, seq = await claims.head(node, request, params, tenant_scope(request), raw)
-        return respond({"tasks": [], "head": found}, seq)
-    minimal = prefers_minimal(request)   # claimed tasks and carried completions
-    done = None
-    if items is not None:
-        # Built here even when forwarded (the leader builds its own from the body): the
-        # same checks, and `done.results` is where the answer's per-item results land.
-        build, rid = _completion_builder(request), request_ids(request)
-        cmds = [build(it, rid(f"#c{i}")) for i, it in enumerate(items)]
-        done = claims.Completions(cmds, results=None if cmds else [], minimal=minimal)
-    tasks, seq = await claims.claim(node, request, params, tenant_scope(request), raw, done,
-                                    minimal)
-    out: dict[str, Any] = {"tasks": tasks}
-    if tasks is claims.READY:
-        out["ready"] = True
-    if done is not None:
-        out["completions"] = done.results
+    req = claim_parsing.parse_claim(request, body, node.config.tiers)  # the cluster's tiers
+    if req.head:     # the router's head read (DESIGN 13): nothing leased
+        out = await claims.head(node, req, head_forward(node, request, raw))
+    else:
+        out = await claims.claim(node, req, lambda: is_gone(request),
+                                 claim_forward(node, request, req, body))
+    return render_claim(node, req, out)
+
+
+def render_claim(node: Node, req: ClaimRequest, out: ClaimOutcome) -> web.Response:
+    """A claim's answer: its tasks (a watch's `ready`), a head read's `head`, the carried
+    completions' results."""
+    if req.head:
+        return respond({"tasks": [], "head": out.head}, out.seq)
+    answer: dict[str, object] = {"tasks": out.tasks}
+    if out.ready:
+        answer["ready"] = True
+    if out.completions is not None:
+        answer["completions"] = out.completions
     # The leader's URL: a worker sends its next claim there, where a follower would only
     # forward it (each claim answered twice).
-    return respond(out, seq, minimal=minimal, leader_url=node.leader_url())
+    return respond(answer, out.seq, minimal=req.minimal, leader_url=node.leader_url())
 
 
-# A builder makes the commands of one request's items: what every item shares (the clock
-# reading, the caller's scope, the failpoint) is read once per request, not once per item.
-def _heartbeat_builder(request):
-    now, scope = node_of(request).clock.now_ms(), tenant_scope(request)
-
-    def build(item: dict, rid: str) -> c.Heartbeat:
-        return c.Heartbeat(request_id=rid, now_ms=now, task_id=item["task_id"],
-                           fencing_token=item["fencing_token"], lease_ms=item["lease_ms"],
-                           tenant=scope)
-    return build
-
-
-def _completion_builder(request):
-    node = node_of(request)
-    now, scope = node.clock.now_ms(), tenant_scope(request)
-    stale = node.replica.failpoints.on("accept_stale_tokens")
-
-    def build(item: dict, rid: str):
-        token = item["fencing_token"]
-        if stale:
-            token = _current_token(node, item["task_id"], token)
-        if item["failing"]:
-            return c.Fail(request_id=rid, now_ms=now, task_id=item["task_id"],
-                          fencing_token=token, error=item["error"],
-                          retryable=item["retryable"], tenant=scope,
-                          retry_after_ms=item["retry_after_ms"])
-        return c.Complete(request_id=rid, now_ms=now, task_id=item["task_id"],
-                          fencing_token=token, result_json=item["result_json"], tenant=scope)
-    return build
-
-
-def _current_token(node, task_id: str, token: int) -> int:
-    """The failpoint `accept_stale_tokens` (failpoints.py): the token the task holds now."""
-    with node.replica.read() as sm:
-        task = sm.get_task(task_id)
-        return task.fencing_token if task is not None and task.fencing_token else token
-
+# --- heartbeats, completions and failures: one, or a batch ---------------------------------
 
 @routes.post("/v1/tasks/{task_id}/heartbeat")
 async def heartbeat(request: web.Request) -> web.Response:
-    node = node_of(request)
     validate.query(request.query, ())
-    item = validate.heartbeat(await json_body(request) or {})
-    item["task_id"] = validate.task_id(request.match_info["task_id"])
-    out, seq = await propose_one(node, _heartbeat_builder(request)(item, request_id(request)))
-    return respond(out, seq)
+    item = claim_parsing.heartbeat(await json_body(request) or {},
+                                   path_task_id=request.match_info["task_id"])
+    parsed = Reports(heartbeats=(item,), request_ids=(request_id(request),),
+                     tenant=tenant_scope(request))
+    return render_reports(parsed, *await reports.report(node_of(request), parsed))
 
 
-def _single_completion(failing: bool):
+def _single_completion(failing: bool) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(request: web.Request) -> web.Response:
-        node = node_of(request)
         validate.query(request.query, ())
-        item = validate.completion(await json_body(request) or {}, failing=failing)
-        item["task_id"] = validate.task_id(request.match_info["task_id"])
-        cmd = _completion_builder(request)(item, request_id(request))
-        minimal = prefers_minimal(request)
-        task, seq = await propose_one(node, cmd, minimal=minimal)
-        return respond(task, seq, minimal=minimal)
+        item = claim_parsing.completion(await json_body(request) or {}, failing=failing,
+                                        path_task_id=request.match_info["task_id"])
+        parsed = Reports(completions=(item,), request_ids=(request_id(request),),
+                         tenant=tenant_scope(request), minimal=prefers_minimal(request))
+        return render_reports(parsed, *await reports.report(node_of(request), parsed))
     return handler
 
 
@@ -125,7 +87,7 @@ async def release(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
     f = validate.Fields(await json_body(request) or {})
-    token = validate.fencing_token(f.get("fencing_token"))
+    token = claim_parsing.fencing_token(f.get("fencing_token"))
     f.done()
     cmd = c.Release(request_id=request_id(request), now_ms=node.clock.now_ms(),
                     task_id=validate.task_id(request.match_info["task_id"]),
@@ -136,22 +98,37 @@ async def release(request: web.Request) -> web.Response:
 
 @routes.post("/v1/completions")
 async def completions(request: web.Request) -> web.Response:
-    return await _batch(request, "completions", validate.completion, _completion_builder)
+    parsed = await parse_batch(request, "completions")
+    return render_reports(parsed, *await reports.report(node_of(request), parsed))
 
 
 @routes.post("/v1/heartbeats")
 async def heartbeats(request: web.Request) -> web.Response:
-    return await _batch(request, "heartbeats", validate.heartbeat, _heartbeat_builder)
+    parsed = await parse_batch(request, "heartbeats")
+    return render_reports(parsed, *await reports.report(node_of(request), parsed))
 
 
-async def _batch(request: web.Request, key: str, parse, builder) -> web.Response:
-    """A batch endpoint: each item validated, one command each (request ids `#i` under the
-    request's own), all proposed together, and one result or error object per item."""
-    node = node_of(request)
+async def parse_batch(request: web.Request, key: str) -> Reports:
+    """A batch endpoint's request: each item checked, request ids `#i` under the
+    request's own."""
     validate.query(request.query, ())
     items = validate.batch(await json_body(request), key)
-    build, rid = builder(request), request_ids(request)
-    cmds = [build(parse(it, f"{key}[{i}]"), rid(f"#{i}")) for i, it in enumerate(items)]
-    minimal = builder is _completion_builder and prefers_minimal(request)
-    answers, seq = await propose(node, cmds, minimal=minimal)
-    return respond({"results": [claims.render_item(a) for a in answers]}, seq, minimal=minimal)
+    rid = request_ids(request)
+    ids = tuple(rid(f"#{i}") for i in range(len(items)))
+    scope = tenant_scope(request)
+    if key == "heartbeats":
+        return Reports(heartbeats=tuple(claim_parsing.heartbeat(it, f"{key}[{i}]")
+                                        for i, it in enumerate(items)),
+                       request_ids=ids, tenant=scope, batch=True)
+    return Reports(completions=tuple(claim_parsing.completion(it, f"{key}[{i}]")
+                                     for i, it in enumerate(items)),
+                   request_ids=ids, tenant=scope, batch=True, minimal=prefers_minimal(request))
+
+
+def render_reports(parsed: Reports, answers: list[Any], seq: int) -> web.Response:
+    """One item's answer (its task, or its heartbeat's), or a batch's `results` in order:
+    one result or error object per item."""
+    if not parsed.batch:
+        return respond(answers[0], seq, minimal=parsed.minimal)
+    return respond({"results": [claims.render_item(a) for a in answers]}, seq,
+                   minimal=parsed.minimal)

@@ -320,6 +320,8 @@ def _barrier_term(request_id: str) -> int | None:
 # --- HTTP ------------------------------------------------------------------------------------
 
 METRICS = web.AppKey("metrics", NodeMetrics)
+# The HTTP status an exception a handler raised is answered with (the API maps its errors).
+ERROR_STATUS: web.AppKey[Callable[[Exception], int]] = web.AppKey("error_status")
 # Label values come from this list (and route templates): a client cannot mint new series.
 HTTP_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"))
 
@@ -349,7 +351,7 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
         status = 499   # the client went away (nginx's convention)
         raise
     except Exception as e:
-        status = getattr(e, "status", 500)
+        status = request.app[ERROR_STATUS](e) if ERROR_STATUS in request.app else 500
         raise
     finally:
         route = route_of(request)

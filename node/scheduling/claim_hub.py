@@ -8,13 +8,17 @@ import asyncio
 import itertools
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Iterable
+from typing import Any, Callable, Protocol
 
 from tsched.statemachine import commands as c
 
+from tsched.node.clock import Clock
 from tsched.node.errors import ApiError
 from tsched.node.ids import new_id as _new_id
-from tsched.node.raft.commit import propose
+from tsched.node.raft.commit import Proposing, propose
+from tsched.node.raft.replica import Replica
+from tsched.node.scheduling.claim_request import ClaimRequest, JsonObject
 from tsched.node.scheduling.waiters import (READY, WAITERS_MAX, Completions, NotLeader, Waiter,
                                             WaiterTable)
 
@@ -34,7 +38,24 @@ _ENABLING = (c.SubmitTask, c.Fail, c.Release, c.Replay, c.Complete, c.Cancel, c.
              c.SetTenant)
 
 
-def enables_claims(cmds) -> bool:
+class Rearming(Protocol):
+    def state_changed(self) -> None: ...
+
+
+class HubServices(Proposing, Protocol):
+    """What the claims need of the node's services (`services.Node` is one)."""
+
+    node_id: str
+    replica: Replica
+    clock: Clock
+    claims: ClaimHub | None
+    timer: Any    # a LeaderTimer (timer.py) or None: only its `state_changed()` is used
+
+
+Kind = tuple[tuple[str, ...], str | None, int, tuple[int, int], tuple[tuple[int, int, int], ...]]
+
+
+def enables_claims(cmds: Iterable[object]) -> bool:
     return any(isinstance(cmd, _ENABLING) for cmd in cmds)
 
 
@@ -45,13 +66,13 @@ class _Stats:
 
 
 class ClaimHub:
-    def __init__(self, node) -> None:
+    def __init__(self, node: HubServices) -> None:
         self.node = node
         self._waiters = WaiterTable()
         self._ids = itertools.count(1)
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._fanout: dict[tuple, int] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._fanout: dict[Kind, int] = {}
         self._unready_since: float | None = None
         self.stats = _Stats()
 
@@ -83,7 +104,7 @@ class ClaimHub:
                 continue
             if not w.future.done():
                 w.future.set_exception(NotLeader())
-            self._waiters.pop(w.id, None)
+            self._waiters.discard(w.id)
 
     def check_leadership(self) -> bool:
         """True if this node may dispatch now; hands the waiters back once it is clearly
@@ -106,26 +127,26 @@ class ClaimHub:
 
     def due_groups(self) -> list[tuple[tuple[str, ...], str | None, int]]:
         """(task_types, tenant, prefetch_ms) of the idle waiters, for the timer."""
-        groups = {_kind(w)[:3] for w in self._waiters.values() if not w.busy}
+        groups = {(w.claim.task_types, w.tenant, w.claim.prefetch_ms)
+                  for w in self._waiters.values() if not w.busy}
         return sorted(groups, key=lambda g: (g[0], g[1] or "", g[2]))
 
     # -- a waiting request --
-    async def wait(self, params: dict, tenant: str | None, is_gone: Callable[[], bool],
-                   completions: Completions | None = None, rid_base: str | None = None,
-                   watch: bool = False, minimal: bool = False
-                   ) -> tuple[list[dict], int | None]:
-        """(claimed tasks, applied seq); `completions.results` is set before it returns.
-        A watch (no completions) leases nothing: its tasks are READY once work is there.
-        `minimal`: the tasks rendered as a worker needs them (present.claimed)."""
-        assert not (watch and completions and completions.cmds), "a watch carries nothing"
+    async def wait(self, claim: ClaimRequest, wait_s: float, is_gone: Callable[[], bool],
+                   completions: Completions | None = None
+                   ) -> tuple[list[JsonObject], int | None]:
+        """(claimed tasks, applied seq) within `wait_s`; `completions.results` is set before
+        it returns. A watch (no completions) leases nothing: its tasks are READY once work
+        is there. `claim.minimal`: the tasks as a worker needs them (present.claimed)."""
+        assert not (claim.watch and completions and completions.cmds), "a watch carries nothing"
         if len(self._waiters) >= WAITERS_MAX:
             raise ApiError("unavailable", f"too many waiting claims (limit {WAITERS_MAX})",
                            {"limit": WAITERS_MAX})
-        self._waiters.check_share(params["worker_id"], tenant)
+        self._waiters.check_share(claim.worker_id, claim.tenant)
         loop = asyncio.get_running_loop()
-        w = Waiter(params, tenant, is_gone, loop.create_future(), id=next(self._ids),
+        w = Waiter(claim, is_gone, loop.create_future(), id=next(self._ids),
                    completions=completions if completions and completions.cmds else None,
-                   rid_base=None if watch else rid_base, watch=watch, minimal=minimal)
+                   rid_base=None if claim.watch else claim.rid_base)
         self._waiters[w.id] = w
         try:
             await self._dispatch([w])  # claimable now: a Claim is on its way even if wait_s is 0
@@ -137,7 +158,7 @@ class ClaimHub:
                 self.node.timer.state_changed()
             # asyncio.wait, not wait_for: in Python 3.11 wait_for can raise TimeoutError for
             # a future that got its result in the same loop iteration, losing claimed tasks.
-            await asyncio.wait({w.future}, timeout=params["wait_s"])
+            await asyncio.wait({w.future}, timeout=wait_s)
             if w.future.done():
                 return w.future.result()     # raises NotLeader if leadership went
             if w.busy:  # its Claim is committing: the answer follows shortly
@@ -146,7 +167,7 @@ class ClaimHub:
             return [], None
         finally:
             if not w.busy:
-                self._waiters.pop(w.id, None)
+                self._waiters.discard(w.id)
 
     # -- the dispatcher --
     async def _run(self) -> None:
@@ -160,18 +181,18 @@ class ClaimHub:
             except Exception:
                 log.exception("event=claim_dispatch_failed")
 
-    def _ready(self, candidates) -> list[Waiter]:
+    def _ready(self, candidates: Iterable[Waiter]) -> list[Waiter]:
         """Idle waiters with claimable work, at most the kind's fan-out of each kind; and
         retried waiters whose next Claim is in the request table (its answer was lost)."""
         candidates = [w for w in candidates if not w.busy and not w.future.done()]
         replays = self._replays(candidates)
-        kinds: dict[tuple, list[Waiter]] = {}
+        kinds: dict[Kind, list[Waiter]] = {}
         for w in candidates:
             if not w.blocked and w not in replays:
                 kinds.setdefault(_kind(w), []).append(w)
         if not kinds:
             return replays
-        in_flight: dict[tuple, int] = {}    # Claims of a kind not yet answered count too
+        in_flight: dict[Kind, int] = {}    # Claims of a kind not yet answered count too
         for w in self._waiters.values():
             if w.busy:
                 in_flight[_kind(w)] = in_flight.get(_kind(w), 0) + 1
@@ -201,13 +222,13 @@ class ClaimHub:
         for w in self._ready(self._waiters.values() if candidates is None else candidates):
             if w.watch:      # work is there: the watch has its answer
                 w.future.set_result((READY, None))
-                self._waiters.pop(w.id, None)
+                self._waiters.discard(w.id)
             else:
                 ready.append(w)
         if not ready:
             return
         now = self.node.clock.now_ms()
-        cmds: list = []
+        cmds: list[c.Command] = []
         minimal: list[bool] = []
         for w in ready:
             if _uncarried(w):
@@ -216,13 +237,13 @@ class ClaimHub:
                 cmds += w.completions.cmds
                 minimal += [w.completions.minimal] * w.carried
             minimal.append(w.minimal)
-            prio = _priorities(w)
+            cl = w.claim
             cmds.append(c.Claim(request_id=w.next_request_id(), now_ms=now,
-                                worker_id=w.params["worker_id"],
-                                task_types=w.params["task_types"], max_tasks=w.params["max_tasks"],
-                                lease_ms=w.params["lease_ms"], prefetch_ms=w.params["prefetch_ms"],
-                                tenant=w.tenant, priority_min=prio[0], priority_max=prio[1],
-                                tier_weights=w.params.get("tier_weights", ())))
+                                worker_id=cl.worker_id, task_types=cl.task_types,
+                                max_tasks=cl.max_tasks, lease_ms=cl.lease_ms,
+                                prefetch_ms=cl.prefetch_ms, tenant=cl.tenant,
+                                priority_min=cl.priorities[0], priority_max=cl.priorities[1],
+                                tier_weights=cl.tier_weights))
             w.busy = True
         self.stats.proposed += len(ready)
         asyncio.get_running_loop().create_task(
@@ -233,10 +254,11 @@ class ClaimHub:
         answers, _ = await _propose_all(self.node, completions.cmds, completions.minimal)
         completions.results = [render_item(a) for a in answers]
 
-    async def _commit(self, ready: list[Waiter], cmds: list, minimal: bool | list[bool]
-                      ) -> None:
+    async def _commit(self, ready: list[Waiter], cmds: list[c.Command],
+                      minimal: bool | list[bool]) -> None:
         all_answers, seq = await _propose_all(self.node, cmds, minimal)
-        answers, pos = [], 0
+        answers: list[Any] = []
+        pos = 0
         for w in ready:       # each waiter's carried completions, then its Claim
             if w.carried:
                 assert w.completions is not None, "a waiter carries only its own completions"
@@ -245,20 +267,20 @@ class ClaimHub:
             answers.append(all_answers[pos])
             pos += 1
         self._maybe_crash_after_claim(answers)
-        releases = []
+        releases: list[tuple[str, int]] = []
         for w, answer in zip(ready, answers):
             w.busy = False
             got = w.still_its(answer) if isinstance(answer, list) else []
             if w.abandoned and not got:
                 if not w.future.done():
                     w.future.set_exception(NotLeader())
-                self._waiters.pop(w.id, None)
+                self._waiters.discard(w.id)
             elif got and (w.future.done() or w.is_gone()):
                 releases += [(t["task_id"], t["fencing_token"]) for t in got]
-                self._waiters.pop(w.id, None)
+                self._waiters.discard(w.id)
             elif got or (w.expired and not w.future.done()):
                 w.future.set_result((got, seq))
-                self._waiters.pop(w.id, None)
+                self._waiters.discard(w.id)
             elif not isinstance(answer, ApiError):
                 w.blocked = True   # has_claimable said yes, the Claim found nothing
         self._adapt_fanout(ready, answers)
@@ -268,18 +290,18 @@ class ClaimHub:
         self.wake(new_work=False)
 
 
-    def _maybe_crash_after_claim(self, answers: list) -> None:
+    def _maybe_crash_after_claim(self, answers: list[Any]) -> None:
         failpoints = self.node.replica.failpoints
         if failpoints.on("crash_after_claim") and any(isinstance(a, list) and a for a in answers):
             failpoints.crash_once("a Claim committed, its answer not sent")
 
-    def _adapt_fanout(self, ready: list[Waiter], answers: list) -> None:
-        tally: dict[tuple, list[int]] = {}     # kind -> [dispatched, full, got any]
+    def _adapt_fanout(self, ready: list[Waiter], answers: list[Any]) -> None:
+        tally: dict[Kind, list[int]] = {}     # kind -> [dispatched, full, got any]
         for w, answer in zip(ready, answers):
             got = len(answer) if isinstance(answer, list) else 0
             t = tally.setdefault(_kind(w), [0, 0, 0])
             t[0] += 1
-            t[1] += got >= w.params["max_tasks"]
+            t[1] += got >= w.claim.max_tasks
             t[2] += got > 0
         for kind, (sent, full, some) in tally.items():
             self._fanout[kind] = min(FANOUT_MAX, 2 * sent) if full == sent else max(1, some)
@@ -292,8 +314,8 @@ def _uncarried(w: Waiter) -> bool:
     return w.completions is not None and w.completions.results is None and not w.carried
 
 
-async def _propose_all(node, cmds: list, minimal: bool | list[bool] = False
-                       ) -> tuple[list, int | None]:
+async def _propose_all(node: Proposing, cmds: list[c.Command],
+                       minimal: bool | list[bool] = False) -> tuple[list[Any], int | None]:
     """One answer per command; a failed proposal answers each with its error."""
     try:
         return await propose(node, cmds, minimal=minimal)
@@ -301,21 +323,16 @@ async def _propose_all(node, cmds: list, minimal: bool | list[bool] = False
         return [e] * len(cmds), None
 
 
-def render_item(answer) -> dict:
+def render_item(answer: JsonObject | ApiError) -> JsonObject:
     """A batch item's answer: the rendered task, or the error object."""
     return answer.body() if isinstance(answer, ApiError) else answer
 
 
-def _priorities(w: Waiter) -> tuple[int, int]:
-    return w.params.get("priorities", (0, 10))
+def _kind(w: Waiter) -> Kind:
+    return w.claim.kind()
 
 
-def _kind(w: Waiter) -> tuple:
-    return (w.params["task_types"], w.tenant, w.params["prefetch_ms"], _priorities(w),
-            w.params.get("tier_weights", ()))
-
-
-async def release(node, tasks: list[tuple[str, int]]) -> None:
+async def release(node: HubServices, tasks: list[tuple[str, int]]) -> None:
     """Give claimed tasks back because nobody will receive them."""
     now = node.clock.now_ms()
     cmds = [c.Release(request_id=_new_id(), now_ms=now, task_id=tid, fencing_token=tok)

@@ -7,8 +7,11 @@ import asyncio
 from dataclasses import dataclass
 from typing import Callable
 
+from tsched.statemachine import commands as c
+
 from tsched.node.errors import ApiError
 from tsched.node.ids import new_id as _new_id
+from tsched.node.scheduling.claim_request import ClaimRequest, JsonObject
 
 WAITERS_MAX = 10_000
 # One worker id keeps a couple of long polls open (the Worker runtime: two); one tenant's
@@ -17,7 +20,7 @@ WAITERS_PER_WORKER_MAX = 16
 WAITERS_PER_TENANT_MAX = 2_500
 
 
-class _Ready(list):
+class _Ready(list[JsonObject]):
     """The answer of a watch whose kind of claim would find work (an empty task list)."""
 
 
@@ -37,17 +40,16 @@ class Completions:
     worker finishing a batch and asking for the next costs one round trip, and mostly one
     Raft entry."""
 
-    cmds: list                       # Complete / Fail commands, in request order
-    results: list | None = None      # one rendered task or error object per command
+    cmds: list[c.Command]                      # Complete / Fail, in request order
+    results: list[JsonObject] | None = None    # one rendered task or error object per command
     minimal: bool = False            # `Prefer: return=minimal`: each answered by id and state
 
 
 @dataclass(eq=False)
 class Waiter:
-    params: dict            # validate.claim() output
-    tenant: str | None
+    claim: ClaimRequest
     is_gone: Callable[[], bool]
-    future: asyncio.Future
+    future: asyncio.Future[tuple[list[JsonObject], int | None]]
     busy: bool = False      # a Claim for it is being committed
     expired: bool = False   # its wait ended while busy: answer whatever the Claim brings
     abandoned: bool = False  # leadership went while its Claim was in flight
@@ -57,8 +59,20 @@ class Waiter:
     carried: int = 0        # completion commands proposed ahead of its Claim in flight
     rid_base: str | None = None   # from the client's Idempotency-Key: retries replay Claims
     claims_made: int = 0
-    watch: bool = False     # answered READY when work is claimable; proposes no Claim
-    minimal: bool = False   # `Prefer: return=minimal`: its tasks as a worker needs them
+
+    @property
+    def tenant(self) -> str | None:
+        return self.claim.tenant
+
+    @property
+    def watch(self) -> bool:
+        """Answered READY when work is claimable; proposes no Claim."""
+        return self.claim.watch
+
+    @property
+    def minimal(self) -> bool:
+        """`Prefer: return=minimal`: its tasks as a worker needs them."""
+        return self.claim.minimal
 
     def peek_request_id(self) -> str:
         return f"{self.rid_base}.{self.claims_made}"
@@ -70,15 +84,15 @@ class Waiter:
         self.claims_made += 1
         return rid
 
-    def still_its(self, tasks: list[dict]) -> list[dict]:
+    def still_its(self, tasks: list[JsonObject]) -> list[JsonObject]:
         """A replayed Claim's tasks that are still leased to this worker id."""
-        me = self.params["worker_id"]
+        me = self.claim.worker_id
         return [t for t in tasks if t.get("state") == "running" and t.get("worker_id") == me]
 
 
-class WaiterTable(dict):
+class WaiterTable(dict[int, Waiter]):
     """Waiters by id, counting them per worker id and per tenant scope as they come and go
-    (only item assignment and `pop` are used on it)."""
+    (only item assignment and `discard` are used on it)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -95,22 +109,21 @@ class WaiterTable(dict):
                            f"{WAITERS_PER_TENANT_MAX} waiting claims",
                            {"limit": WAITERS_PER_TENANT_MAX, "tenant": tenant})
 
-    def __setitem__(self, key: int, w: "Waiter") -> None:
+    def __setitem__(self, key: int, w: Waiter) -> None:
         if key in self:
             raise KeyError(f"waiter {key} is already registered")
         super().__setitem__(key, w)
-        _count(self.by_worker, w.params["worker_id"], 1)
+        _count(self.by_worker, w.claim.worker_id, 1)
         if w.tenant is not None:
             _count(self.by_tenant, w.tenant, 1)
 
-    def pop(self, key: int, *default):
+    def discard(self, key: int) -> None:
         if key not in self:
-            return super().pop(key, *default)
+            return
         w = super().pop(key)
-        _count(self.by_worker, w.params["worker_id"], -1)
+        _count(self.by_worker, w.claim.worker_id, -1)
         if w.tenant is not None:
             _count(self.by_tenant, w.tenant, -1)
-        return w
 
 
 def _count(counts: dict[str, int], key: str, delta: int) -> None:

@@ -25,9 +25,10 @@ import logging
 import orjson
 from aiohttp import web
 
-from tsched.node.api import validate
+from tsched.node.api import claim_parsing, validate
 from tsched.node.errors import ApiError
-from tsched.node.scheduling.claims import WATCH_HEADER
+from tsched.node.api.claim_parsing import WATCH_HEADER
+from tsched.node.scheduling.claim_request import ClaimRequest
 from tsched.node.shards import heads
 from tsched.node.shards.router import (PREFERENCE_APPLIED, ROUTER, Relayed, Router, applied_preferences,
                      json_response)
@@ -62,7 +63,7 @@ class Gathered:
     def room(self) -> int:
         return self.max_tasks - len(self.tasks)
 
-    def take(self, r: Router, shard: int, doc) -> None:
+    def take(self, r: Router, shard: int, doc: object) -> None:
         if not isinstance(doc, dict):
             return
         if "applied_seq" in doc:
@@ -85,7 +86,7 @@ async def claim(request: web.Request) -> web.Response:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise validate.invalid(f"body is not valid JSON: {e}") from None
-    params = validate.claim(body, r.cfg.tiers)   # refused before any shard is asked
+    req = claim_parsing.claim(body, r.cfg.tiers)   # refused before any shard is asked
     carried = body.pop("completions", None)
     headers: dict[str, str] = {}
     if carried:
@@ -96,15 +97,15 @@ async def claim(request: web.Request) -> web.Response:
         carried = orjson.loads(done.body)["results"]
         headers = applied_preferences(done)
     scope = r.scope(request)
-    kind = _kind(params, scope)
+    kind = _kind(req, scope)
     shards = [r.tenant_shard(scope)] if scope is not None else _order(r, kind)
-    got = Gathered(params["max_tasks"])
+    got = Gathered(req.max_tasks)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + params["wait_s"]
+    deadline = loop.time() + req.wait_s
     # without waiting, one shard after another, the most urgent first (heads.py); not
     # where a watch of this work is still open (no work there yet)
     asks = [s for s in shards if not _watched(r, kind, s)]
-    await heads.ask_in_order(r, request, asks, body, params["priorities"],
+    await heads.ask_in_order(r, request, asks, body, req,
                              _Asks(r, request, kind, got), read=scope is None)
     while not got.tasks and loop.time() < deadline and not _gone(request):
         round_start = loop.time()
@@ -132,7 +133,7 @@ async def _carried(r: Router, request: web.Request, items: list) -> web.Response
     asked for work (as `POST /v1/completions` would apply them), answered in their order.
     Validated already, so every item has a task id."""
     grouped = await group_by_task(r, request, items)
-    assert grouped is not None, "validate.claim checked every completion"
+    assert grouped is not None, "claim_parsing.claim checked every completion"
     groups, missing = grouped
     return await split_by_task(request, r, groups, missing, "completions", items,
                                path="/v1/completions")
@@ -150,7 +151,7 @@ class _Asks:
         self.take(shard, await _ask(self.r, self.request, shard, sub, self.got.room, 0))
         return len(self.got.tasks) - had
 
-    def take(self, shard: int, doc) -> None:
+    def take(self, shard: int, doc: object) -> None:
         _take_claimed(self.r, self.kind, self.got, shard, doc)
 
     def room(self) -> int:
@@ -183,8 +184,8 @@ def _gone(request: web.Request) -> bool:
     return request.transport is None or request.transport.is_closing()
 
 
-async def _ask(r: Router, request, shard: int, body: dict, room: int, wait_s: float,
-               watch: bool = False):
+async def _ask(r: Router, request: web.Request, shard: int, body: dict, room: int, wait_s: float,
+               watch: bool = False) -> object:
     sub = dict(body, max_tasks=room, wait_s=round(wait_s, 3))
     try:
         a = await r.send(request, shard, "POST", "/v1/claims", orjson.dumps(sub),
@@ -215,10 +216,9 @@ class Poll:
         self.taken = False      # its answer went to a claim
 
 
-def _kind(params: dict, scope: str | None) -> tuple:
-    return (params["worker_id"], params["task_types"], params["lease_ms"],
-            params["prefetch_ms"], scope, params.get("priorities", (0, 10)),
-            params.get("tier_weights", ()))
+def _kind(req: ClaimRequest, scope: str | None) -> tuple:
+    return (req.worker_id, req.task_types, req.lease_ms, req.prefetch_ms, scope,
+            req.priorities, req.tier_weights)
 
 
 def _work(kind: tuple) -> tuple:
@@ -242,7 +242,7 @@ def _count_watch(r: Router, kind: tuple, shard: int, delta: int) -> None:
             del r.watching[_work(kind)]
 
 
-async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gathered,
+async def _wait_all(r: Router, request: web.Request, shards: list[int], body: dict, got: Gathered,
                     wait_s: float, kind: tuple) -> None:
     """Watch every shard at once (adopting this kind's polls still open) and claim at a
     shard whose watch says ready, until tasks come or the round ends; polls still open
@@ -276,7 +276,7 @@ async def _wait_all(r: Router, request, shards: list[int], body: dict, got: Gath
                 p.owner = None
 
 
-def _watch(r: Router, request, shard: int, body: dict, got: Gathered, wait_s: float,
+def _watch(r: Router, request: web.Request, shard: int, body: dict, got: Gathered, wait_s: float,
            kind: tuple) -> Poll:
     """This kind's open watch of `shard` (adopted by `got`), or a new one."""
     open_polls = r.polls.setdefault(kind, [])
@@ -294,7 +294,7 @@ def _watch(r: Router, request, shard: int, body: dict, got: Gathered, wait_s: fl
     return poll
 
 
-def _take_claimed(r: Router, kind: tuple, got: Gathered, shard: int, doc) -> None:
+def _take_claimed(r: Router, kind: tuple, got: Gathered, shard: int, doc: object) -> None:
     had = len(got.tasks)
     got.take(r, shard, doc)
     if len(got.tasks) > had:
@@ -314,13 +314,13 @@ def _take_done(r: Router, polls: list[Poll], got: Gathered, kind: tuple) -> list
     return ready
 
 
-def _result(future: asyncio.Future):
+def _result(future: asyncio.Future[object]) -> object:
     if future.cancelled() or future.exception() is not None:
         return None
     return future.result()
 
 
-def _poll_done(r: Router, kind: tuple, poll: Poll, request) -> None:
+def _poll_done(r: Router, kind: tuple, poll: Poll, request: web.Request) -> None:
     """A poll ended: forget it; release what it brought if no claim holds it."""
     _count_watch(r, kind, poll.shard, -1)
     polls = r.polls.get(kind)
@@ -337,7 +337,7 @@ def _poll_done(r: Router, kind: tuple, poll: Poll, request) -> None:
             asyncio.ensure_future(_release(r, request, late.surplus))
 
 
-async def _release(r: Router, request, tasks: list[tuple[int, dict]]) -> None:
+async def _release(r: Router, request: web.Request, tasks: list[tuple[int, dict]]) -> None:
     async def one(shard: int, t: dict) -> None:
         path = f"/v1/tasks/{t['task_id']}/release"
         try:

@@ -35,7 +35,8 @@ from typing import Any, Protocol
 import orjson
 
 from tsched.node.errors import ApiError
-from tsched.node.scheduling.claims import HEAD_HEADER
+from tsched.node.api.claim_parsing import HEAD_HEADER
+from tsched.node.scheduling.claim_request import ClaimRequest
 from tsched.node.shards.router import Relayed, Router
 
 log = logging.getLogger("tsched.node.router")
@@ -62,9 +63,11 @@ class Asks(Protocol):
 
 
 async def ask_in_order(r: Router, request: Any, shards: list[int], body: dict,
-                       priorities: tuple[int, int], claim: Asks, read: bool = True) -> None:
+                       req: ClaimRequest, claim: Asks, read: bool = True) -> None:
     """Ask `shards` (in rotation order) for tasks without waiting while the claim has
-    room: most urgent first when `read` and heads can tell (reads_heads), else in turn."""
+    room: most urgent first when `read` and heads can tell (reads_heads), else in turn.
+    `body`: the claim as sent to each shard; `req`: the same, parsed."""
+    priorities = req.priorities
     if not (read and reads_heads(body, priorities, shards)):
         for s in shards:
             if claim.room() <= 0:

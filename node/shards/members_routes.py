@@ -21,7 +21,7 @@ import orjson
 from aiohttp import web
 
 from tsched.node.api import validate
-from tsched.node.api.jsonio import json_body
+from tsched.node.api.jsonio import json_body, status_of
 from tsched.node.api.members import FAN_OUT_HEADER, RELAY_S, parse_member
 from tsched.node.config import split_address
 from tsched.node.errors import ApiError
@@ -140,7 +140,7 @@ async def _fan_out(r: Router, request: web.Request, method: str, path: str,
     out = []
     for result in await asyncio.gather(*sends, return_exceptions=True):
         if isinstance(result, ApiError):      # a shard that did not answer
-            result = Answer(result.status, orjson.dumps(result.body()), "application/json", {})
+            result = Answer(status_of(result), orjson.dumps(result.body()), "application/json", {})
         elif isinstance(result, BaseException):
             raise result
         out.append(result)

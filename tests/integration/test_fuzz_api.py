@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 
 from tsched.node.api import openapi
-from tsched.node.errors import STATUS_BY_CODE
+from tsched.node.api.jsonio import STATUS_BY_CODE
 
 from tests.harness.cluster import Cluster
 

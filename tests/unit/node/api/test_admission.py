@@ -7,6 +7,7 @@ from contextlib import ExitStack
 import pytest
 
 from tsched.node.api.admission import Admission
+from tsched.node.api.jsonio import status_of
 from tsched.node.errors import ApiError
 from tsched.statemachine.limits import API_LIMITS
 
@@ -56,7 +57,7 @@ def test_between_the_bounds_only_a_submit_of_urgent_tasks_is_admitted_after_its_
         with pytest.raises(ApiError) as err, a.submit() as place:
             place.admit([9])
         e = err.value
-        assert (e.code, e.status, e.details["reason"]) == ("overloaded", 429, "busy")
+        assert (e.code, status_of(e), e.details["reason"]) == ("overloaded", 429, "busy")
         assert e.details["in_progress"] == 2 and e.details["in_progress_max"] == 2
         assert e.details["retry_after_s"] == API_LIMITS.busy_retry_after_s
         # a batch with one task that is not urgent is refused whole; counted by its most

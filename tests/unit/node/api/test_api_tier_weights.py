@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from tsched.node.api import validate
+from tsched.node.api import claim_parsing
 from tsched.node.api.openapi import components
 from tsched.statemachine.tiers import Tier
 from tests.api_support import Api, assert_error
@@ -76,10 +76,10 @@ async def test_names_come_from_the_clusters_tier_table(api: Api, tt):
 
 
 def test_weights_resolve_in_table_order() -> None:
-    params = validate.claim({"worker_id": "w", "task_types": ["t"],
-                             "tier_weights": {"later": 1, "urgent": 9}}, CUSTOM)
-    assert params["tier_weights"] == ((0, 4, 9), (5, 10, 1))
-    assert validate.claim({"worker_id": "w", "task_types": ["t"]})["tier_weights"] == ()
+    req = claim_parsing.claim({"worker_id": "w", "task_types": ["t"],
+                               "tier_weights": {"later": 1, "urgent": 9}}, CUSTOM)
+    assert req.tier_weights == ((0, 4, 9), (5, 10, 1))
+    assert claim_parsing.claim({"worker_id": "w", "task_types": ["t"]}).tier_weights == ()
 
 
 def test_openapi_documents_tier_weights() -> None:

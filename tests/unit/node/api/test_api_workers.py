@@ -6,6 +6,7 @@ import asyncio
 import pytest
 
 from tests.api_support import Api, assert_error
+from tsched.node.scheduling.claim_request import ClaimRequest
 
 
 async def test_claim_heartbeat_complete_and_complete_again(api: Api, tt):
@@ -181,9 +182,8 @@ async def test_a_vanished_long_poll_does_not_hold_work(api: Api, tt):
 
 
 async def test_a_claim_committed_for_a_gone_waiter_is_released(api: Api, tt):
-    params = {"worker_id": "gone", "task_types": (tt,), "max_tasks": 1, "wait_s": 30,
-              "lease_ms": 30_000, "prefetch_ms": 0}
-    waiting = asyncio.ensure_future(api.node.claims.wait(params, None, lambda: True))
+    req = ClaimRequest(worker_id="gone", task_types=(tt,), wait_s=30)
+    waiting = asyncio.ensure_future(api.node.claims.wait(req, 30, lambda: True))
     t = await api.submit(task_type=tt)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 10
@@ -227,9 +227,8 @@ async def test_answers_carry_applied_seq_in_body_and_header(api: Api, tt):
 
 async def test_one_submit_wakes_one_of_many_idle_waiters(api: Api, tt):
     hub = api.node.claims
-    params = {"worker_id": "herd", "task_types": (tt,), "max_tasks": 1, "wait_s": 5,
-              "lease_ms": 30_000, "prefetch_ms": 0}
-    waits = [asyncio.ensure_future(hub.wait(params, None, lambda: False)) for _ in range(5)]
+    req = ClaimRequest(worker_id="herd", task_types=(tt,), wait_s=5)
+    waits = [asyncio.ensure_future(hub.wait(req, 5, lambda: False)) for _ in range(5)]
     await asyncio.sleep(0)        # all five register (nothing is claimable yet)
     proposed = hub.stats.proposed
     await api.submit(task_type=tt)
@@ -254,11 +253,10 @@ async def test_an_answer_arriving_with_the_wait_timeout_is_not_lost(api: Api, tt
     timeout; claimed tasks would then sit leased to nobody until the lease expired."""
     import time
     hub = api.node.claims
-    params = {"worker_id": "race-" + tt, "task_types": (tt,), "max_tasks": 1, "wait_s": 0.05,
-              "lease_ms": 30_000, "prefetch_ms": 0}
-    waiting = asyncio.ensure_future(hub.wait(params, None, lambda: False))
+    req = ClaimRequest(worker_id="race-" + tt, task_types=(tt,), wait_s=0.05)
+    waiting = asyncio.ensure_future(hub.wait(req, req.wait_s, lambda: False))
     await asyncio.sleep(0)
-    (waiter,) = [w for w in hub._waiters.values() if w.params["worker_id"] == params["worker_id"]]
+    (waiter,) = [w for w in hub._waiters.values() if w.claim.worker_id == req.worker_id]
     # The answer is due just after the wait's own timeout; the loop stalls past both, so
     # they run in one iteration, the timeout first.
     asyncio.get_running_loop().call_later(0.05, waiter.future.set_result,
@@ -274,11 +272,10 @@ async def test_a_task_falling_due_reaches_a_waiter_whose_last_claim_was_empty(ap
     hub = api.node.claims
     run_at = dt.datetime.fromtimestamp(api.node.clock.now_ms() / 1000 + 0.4, dt.timezone.utc)
     task = await api.submit(task_type=tt, run_at=run_at.isoformat().replace("+00:00", "Z"))
-    params = {"worker_id": "due-" + tt, "task_types": (tt,), "max_tasks": 1, "wait_s": 3,
-              "lease_ms": 30_000, "prefetch_ms": 0}
-    waiting = asyncio.ensure_future(hub.wait(params, None, lambda: False))
+    req = ClaimRequest(worker_id="due-" + tt, task_types=(tt,), wait_s=3)
+    waiting = asyncio.ensure_future(hub.wait(req, req.wait_s, lambda: False))
     await asyncio.sleep(0)
-    (waiter,) = [w for w in hub._waiters.values() if w.params["worker_id"] == params["worker_id"]]
+    (waiter,) = [w for w in hub._waiters.values() if w.claim.worker_id == req.worker_id]
     waiter.blocked = True      # as after a Claim that found nothing
     got, _ = await waiting
     assert [t["task_id"] for t in got] == [task["task_id"]]

@@ -8,7 +8,7 @@ import orjson
 from tsched.node.api import openapi
 from tsched.node.services import Node
 from tsched.node.api.app import make_app
-from tsched.node.errors import STATUS_BY_CODE
+from tsched.node.api.jsonio import STATUS_BY_CODE
 
 METHODS = {"get", "put", "post", "delete", "patch"}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from tsched.node.raft import pending_proposals
-from tsched.node.api import submission, validate
+from tsched.node.api import claim_parsing, submission
 from tsched.node.raft.pending_proposals import ProposedBatches
 from tsched.statemachine import codec
 from tsched.statemachine import commands as c
@@ -68,22 +68,22 @@ def test_the_commands_the_api_builds_decode_to_equal_commands_of_the_same_types(
                              now_ms=5_000, request_id="r1", task_id="t1")
     plain = submission.submit({"task_type": "email"}, now_ms=5_000, request_id="r2",
                             task_id="t2")
-    p = validate.claim({"worker_id": "w", "task_types": ["b", "a"], "max_tasks": 10,
+    p = claim_parsing.claim({"worker_id": "w", "task_types": ["b", "a"], "max_tasks": 10,
                         "lease_s": 12.5, "prefetch_ms": 250})
-    claim = c.Claim(request_id="r3", now_ms=5_001, worker_id=p["worker_id"],
-                    task_types=p["task_types"], max_tasks=p["max_tasks"],
-                    lease_ms=p["lease_ms"], prefetch_ms=p["prefetch_ms"], tenant=None)
-    done = validate.completion({"task_id": "t1", "fencing_token": 3, "result": {"ok": 1}},
+    claim = c.Claim(request_id="r3", now_ms=5_001, worker_id=p.worker_id,
+                    task_types=p.task_types, max_tasks=p.max_tasks,
+                    lease_ms=p.lease_ms, prefetch_ms=p.prefetch_ms, tenant=None)
+    done = claim_parsing.completion({"task_id": "t1", "fencing_token": 3, "result": {"ok": 1}},
                                "completions[0]")
-    failed = validate.completion({"task_id": "t2", "fencing_token": 4, "error": "boom",
+    failed = claim_parsing.completion({"task_id": "t2", "fencing_token": 4, "error": "boom",
                                   "retryable": False}, "completions[1]")
     cmds = [submit, plain, claim,
-            c.Complete(request_id="r4", now_ms=5_002, task_id=done["task_id"],
-                       fencing_token=done["fencing_token"], result_json=done["result_json"],
+            c.Complete(request_id="r4", now_ms=5_002, task_id=done.task_id,
+                       fencing_token=done.fencing_token, result_json=done.result_json,
                        tenant="acme"),
-            c.Fail(request_id="r5", now_ms=5_002, task_id=failed["task_id"],
-                   fencing_token=failed["fencing_token"], error=failed["error"],
-                   retryable=failed["retryable"], tenant=None),
+            c.Fail(request_id="r5", now_ms=5_002, task_id=failed.task_id,
+                   fencing_token=failed.fencing_token, error=failed.error,
+                   retryable=failed.retryable, tenant=None),
             c.Tick(request_id="r6", now_ms=5_003)]
     decoded = codec.decode_batch(codec.encode_batch(cmds))
     assert decoded == cmds and _same_types(list(decoded), cmds)

@@ -7,6 +7,7 @@ import pytest
 
 from tsched.client._core import SeqTracker
 from tsched.node.shards import merge as router_merge
+from tsched.node.api.jsonio import status_of
 from tsched.node.errors import ApiError
 from tsched.node.shards.router import parse_min_seqs
 
@@ -170,5 +171,5 @@ def test_a_partial_placement_lists_the_file_and_refuses_changes(tmp_path):
     assert [m["id"] for m in mr.node_list(r, {"members": []})] == ["n1", "n2", "n3", "n4"]
     with pytest.raises(ApiError) as e:
         mr._changeable(r)
-    assert e.value.status == 409 and e.value.details["reason"] == "partial_placement"
+    assert status_of(e.value) == 409 and e.value.details["reason"] == "partial_placement"
     assert "operations.md" in e.value.message

@@ -6,11 +6,13 @@ import asyncio
 
 import orjson
 
+from tsched.node.scheduling.claim_request import ClaimRequest
 from tsched.node.shards.heads import UNKNOWN, ask_in_order, narrowed, plan, reads_heads
 from tsched.node.shards.upstream import Answer
 
 BODY = {"worker_id": "w", "task_types": ["email"], "max_tasks": 5, "lease_s": 30}
 ALL = (0, 10)
+REQ = ClaimRequest(worker_id="w", task_types=("email",), max_tasks=5, priorities=ALL)
 
 
 def caps(asks) -> list[tuple[int, int | None]]:
@@ -76,7 +78,7 @@ class FakeShards:
 
 def run(shards: FakeShards, order: list[int], body=BODY, max_tasks=10) -> FakeShards:
     shards.max_tasks = max_tasks
-    asyncio.run(ask_in_order(shards, None, order, body, ALL, shards))
+    asyncio.run(ask_in_order(shards, None, order, body, REQ, shards))
     return shards
 
 
@@ -112,7 +114,7 @@ def test_no_shard_that_gave_tasks_is_asked_again_in_one_claim():
 def test_without_heads_the_shards_are_asked_in_turn():
     got = FakeShards({0: [9], 1: [0]})
     got.max_tasks = 1
-    asyncio.run(ask_in_order(got, None, [0, 1], BODY, ALL, got, read=False))
+    asyncio.run(ask_in_order(got, None, [0, 1], BODY, REQ, got, read=False))
     assert got.reads == [] and got.asks == [(0, None)] and got.got == [9]
 
 
