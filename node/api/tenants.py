@@ -1,6 +1,8 @@
 """Tenant endpoints: caps and weights (DESIGN.md section 7)."""
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from tsched.statemachine import commands as c
@@ -26,6 +28,18 @@ def _tenant_param(request: web.Request) -> str:
     return tenant
 
 
+def tenant_settings(body: Any) -> dict[str, Any]:
+    f = validate.Fields(body)
+    out: dict[str, Any] = {"max_running": None, "weight": None}
+    if f.has("max_running"):
+        out["max_running"] = validate.integer(f.get("max_running"), "max_running", 0,
+                                              validate.TENANT_RUNNING_MAX)
+    if f.has("weight"):
+        out["weight"] = validate.integer(f.get("weight"), "weight", 1, validate.TENANT_WEIGHT_MAX)
+    f.done()
+    return out
+
+
 @routes.put("/v1/tenants/{tenant}")
 async def put_tenant(request: web.Request) -> web.Response:
     node = node_of(request)
@@ -33,7 +47,7 @@ async def put_tenant(request: web.Request) -> web.Response:
     tenant = _tenant_param(request)
     if tenant_scope(request) is not None:
         raise ApiError("forbidden", "only an admin token may change tenant settings")
-    settings = validate.tenant_settings(await json_body(request) or {})
+    settings = tenant_settings(await json_body(request) or {})
     cmd = c.SetTenant(request_id=request_id(request), now_ms=node.clock.now_ms(),
                       tenant=tenant, actor=actor_of(request), **settings)
     out, seq = await propose_one(node, cmd)

@@ -2,8 +2,9 @@
 
 Every field is type-checked and bounded here, before anything is proposed; unknown fields
 are refused. The state machine checks again at apply time (its limits are authoritative).
-Here: the bounds, the field checks, the workers' and tenants' bodies and the query strings;
-a task submission's body is submission.py's.
+Here: the bounds, the field checks shared by every resource, the workers' bodies and the
+query strings; a resource's own body is parsed beside its handlers (tenants.py,
+schedules.py, members.py, ...), a task submission's in submission.py.
 """
 from __future__ import annotations
 
@@ -333,26 +334,6 @@ def empty(body: Any) -> None:
     if body is None:
         return
     Fields(body).done()
-
-
-def tenant_settings(body: Any) -> dict[str, Any]:
-    f = Fields(body)
-    out: dict[str, Any] = {"max_running": None, "weight": None}
-    if f.has("max_running"):
-        out["max_running"] = integer(f.get("max_running"), "max_running", 0, TENANT_RUNNING_MAX)
-    if f.has("weight"):
-        out["weight"] = integer(f.get("weight"), "weight", 1, TENANT_WEIGHT_MAX)
-    f.done()
-    return out
-
-
-def transfer(body: Any) -> str | None:
-    if body is None:
-        return None
-    f = Fields(body)
-    to = text(f.get("to"), "to", 64, lo=0) or None
-    f.done()
-    return to
 
 
 # --- query strings -------------------------------------------------------------------------
