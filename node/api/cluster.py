@@ -4,7 +4,6 @@ Health and readiness live with the operations routes (ops.py)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from aiohttp import web
 
@@ -74,7 +73,7 @@ def _public(status: dict) -> dict:
     return {k: status.get(k) for k in keys}
 
 
-def parse_transfer(body: Any) -> str | None:
+def parse_transfer(body: object) -> str | None:
     if body is None:
         return None
     f = validate.Fields(body)

@@ -1,11 +1,12 @@
 """Tenant endpoints: caps and weights (DESIGN.md section 7)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from aiohttp import web
 
 from tsched.statemachine import commands as c
+from tsched.statemachine.limits import LIMITS
 
 from tsched.node import present
 from tsched.node.api import validate
@@ -19,6 +20,9 @@ from tsched.node.errors import ApiError
 
 routes = web.RouteTableDef()
 
+RUNNING_MAX = LIMITS.tenant_running_max
+WEIGHT_MAX = LIMITS.tenant_weight_max
+
 
 def _tenant_param(request: web.Request) -> str:
     tenant = validate.tenant(request.match_info["tenant"])
@@ -28,14 +32,20 @@ def _tenant_param(request: web.Request) -> str:
     return tenant
 
 
-def tenant_settings(body: Any) -> dict[str, Any]:
+class TenantSettings(TypedDict):
+    """A tenant's settings to change (None: keep)."""
+
+    max_running: int | None
+    weight: int | None
+
+
+def tenant_settings(body: object) -> TenantSettings:
     f = validate.Fields(body)
-    out: dict[str, Any] = {"max_running": None, "weight": None}
+    out: TenantSettings = {"max_running": None, "weight": None}
     if f.has("max_running"):
-        out["max_running"] = validate.integer(f.get("max_running"), "max_running", 0,
-                                              validate.TENANT_RUNNING_MAX)
+        out["max_running"] = validate.integer(f.get("max_running"), "max_running", 0, RUNNING_MAX)
     if f.has("weight"):
-        out["weight"] = validate.integer(f.get("weight"), "weight", 1, validate.TENANT_WEIGHT_MAX)
+        out["weight"] = validate.integer(f.get("weight"), "weight", 1, WEIGHT_MAX)
     f.done()
     return out
 

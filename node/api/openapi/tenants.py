@@ -1,7 +1,7 @@
 """The tenants' part of the OpenAPI document: caps and weights (api/tenants.py)."""
 from __future__ import annotations
 
-from tsched.node.api import validate as v
+from tsched.node.api.tenants import RUNNING_MAX, WEIGHT_MAX
 from tsched.node.api.openapi.schema import (
     APPLIED_SEQ, APPLIED_SEQS, READ_PARAMS, SHARD, WRITE_ERRORS, Fragment, Schema, integer, obj,
     op, path_param, ref, string)
@@ -17,8 +17,8 @@ def _tenant() -> Schema:
 
 
 def fragment() -> Fragment:
-    put = obj({"max_running": integer(0, v.TENANT_RUNNING_MAX, "0: unlimited"),
-               "weight": integer(1, v.TENANT_WEIGHT_MAX)}, closed=True)
+    put = obj({"max_running": integer(0, RUNNING_MAX, "0: unlimited"),
+               "weight": integer(1, WEIGHT_MAX)}, closed=True)
     return Fragment({
         "/v1/tenants": {"get": op(
             "List tenants", obj({"tenants": {"type": "array", "items": ref("Tenant")},
