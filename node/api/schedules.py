@@ -38,7 +38,7 @@ JITTER_S_MAX = LIMITS.jitter_ms_max // SECOND_MS
 PREVIEW_COUNT_MAX = API_LIMITS.cron_preview_fires_max
 DEFAULT_TENANT = "default"
 # Read-only fields of a schedule as GET shows it: a PUT of that body back is accepted.
-_ECHOED = ("schedule_id", "next_fire_at", "fires", "created_at", "updated_at", "applied_seq")
+ECHOED = ("schedule_id", "next_fire_at", "fires", "created_at", "updated_at", "applied_seq")
 
 
 # --- request parsing -------------------------------------------------------------------------
@@ -100,7 +100,7 @@ def put_command(body: object, *, schedule_id: str, now_ms: int, request_id: str,
     f = validate.Fields(body)
     if f.has("schedule_id") and f.get("schedule_id") != schedule_id:
         raise invalid("schedule_id in the body differs from the path", field="schedule_id")
-    for key in _ECHOED:
+    for key in ECHOED:
         f.get(key)
     tenant = validate.tenant(f.get("tenant"), default=scope or DEFAULT_TENANT)
     _check_scope(scope, tenant)

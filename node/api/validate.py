@@ -58,7 +58,7 @@ EPOCH_MS_MAX = A.epoch_ms_max
 STATES = ("pending", "running", "completed", "cancelled", "dead_letter", "discarded")
 LISTED_STATES = STATES + ("retrying",)   # `retrying`: a view of pending (DESIGN 14.1)
 
-_TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,%d}$" % TENANT_CHARS_MAX)
+TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,%d}$" % TENANT_CHARS_MAX)
 NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]+$")   # lengths are checked by `text`
 
 
@@ -145,7 +145,7 @@ def text(value: object, name: str, hi: int, *, lo: int = 1, default: str | None 
 
 
 def tenant(value: object, name: str = "tenant", default: str | None = None) -> str:
-    out = text(value, name, TENANT_CHARS_MAX, default=default, pattern=_TENANT_RE)
+    out = text(value, name, TENANT_CHARS_MAX, default=default, pattern=TENANT_RE)
     assert out is not None, "text() answers a missing value by the default or refuses it"
     return out
 

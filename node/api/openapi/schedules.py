@@ -25,7 +25,7 @@ def _schedule_put() -> Schema:
     }, ("task_type",), closed=True)
     # A schedule as GET shows it may be PUT back: its read-only fields are accepted, ignored.
     echoed = {k: {"readOnly": True, "description": "accepted and ignored"}
-              for k in schedules_api._ECHOED}
+              for k in schedules_api.ECHOED}
     return obj({
         "schedule_id": {**NAME, "description": "must equal the path's, when given"},
         "tenant": {**TENANT, "default": "default"},

@@ -106,7 +106,7 @@ TIME_IN = {"oneOf": [{"type": "string", "format": "date-time"}, {"type": "number
            "description": "RFC 3339 with an offset, or epoch seconds"}
 ANY_JSON = {"description": "any JSON value"}
 NAME = string(v.ID_CHARS_MAX, 1)
-TENANT = string(v.TENANT_CHARS_MAX, 1, pattern=v._TENANT_RE.pattern)
+TENANT = string(v.TENANT_CHARS_MAX, 1, pattern=v.TENANT_RE.pattern)
 TASK_TYPE = string(v.TASK_TYPE_CHARS_MAX, 1)
 PRIORITY = {**integer(0, v.PRIORITY_MAX), "default": 5}
 TIMEOUT_S = number(v.TIMEOUT_S_MIN, v.TIMEOUT_S_MAX)
