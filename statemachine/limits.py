@@ -11,7 +11,7 @@ Two frozen dataclasses:
 - `ApiLimits`: bounds that only the HTTP layer has (request sizes, waits, pages). They do
   not decide replicated results, so they are not replica configuration.
 
-The HTTP layer (`node/api/validate.py`), its OpenAPI document (`node/api/openapi.py`) and `tsctl`
+The HTTP layer (`node/api/validate.py`), its OpenAPI document (`node/api/openapi/`) and `tsctl`
 (`client/cli*.py`) take their numbers from `LIMITS` and `API_LIMITS` below, so a request the
 state machine would refuse is refused before anything is proposed: nothing over a limit is
 written to the Raft log. This module imports nothing, so that the client can use it.

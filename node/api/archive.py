@@ -11,7 +11,7 @@ import asyncio
 import base64
 import binascii
 import re
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
 
 import orjson
 from aiohttp import web
@@ -53,7 +53,17 @@ def encode_cursor(node: Node, pos: arch.Position) -> str:
     return base64.urlsafe_b64encode(orjson.dumps(doc)).decode().rstrip("=")
 
 
-def decode_cursor(raw: str) -> dict[str, Any]:
+class Cursor(TypedDict):
+    """A next_cursor's fields: node, shard, day file, offset in it, lines to skip."""
+
+    n: str
+    s: int | None
+    d: str
+    o: int
+    k: int
+
+
+def decode_cursor(raw: str) -> Cursor:
     """The cursor's fields, checked for shape; 400 naming `cursor` when it is not one."""
     bad = validate.invalid("cursor is not a next_cursor of GET /v1/archive", field="cursor")
     if len(raw) > CURSOR_CHARS_MAX:
@@ -68,7 +78,7 @@ def decode_cursor(raw: str) -> dict[str, Any]:
             and all(type(doc[k]) is int and 0 <= doc[k] < 2**62 for k in ints)
             and (doc["s"] is None or (type(doc["s"]) is int and 0 <= doc["s"] < 64))):
         raise bad
-    return doc
+    return Cursor(n=doc["n"], s=doc["s"], d=doc["d"], o=doc["o"], k=doc["k"])
 
 
 def parse(q: Mapping[str, str], node: Node) -> arch.Search:

@@ -6,7 +6,8 @@ lock and may answer fewer entries than `limit` with a `next_cursor` to go on fro
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict
 
 from aiohttp import web
 
@@ -25,9 +26,20 @@ FILTERS = ("since", "actor", "action", "target", "limit", "cursor")
 CURSOR_DIGITS_MAX = 19     # an entry id: at most 2**63
 
 
-def query(q) -> dict[str, Any]:
+class AuditQuery(TypedDict):
+    """The page's query (the keywords of `StateMachine.audit_page`)."""
+
+    actor: str | None
+    action: str | None
+    target: str | None
+    limit: int
+    since_ms: int | None
+    cursor: int | None
+
+
+def query(q: Mapping[str, str]) -> AuditQuery:
     """The page's query, every value checked and bounded."""
-    out: dict[str, Any] = {
+    out: AuditQuery = {
         "actor": validate.text(q.get("actor"), "actor", LIMITS.audit_actor_chars_max, lo=0),
         "action": validate.text(q.get("action"), "action", API_LIMITS.audit_action_chars_max,
                                 lo=0),
@@ -46,7 +58,7 @@ def query(q) -> dict[str, Any]:
 
 
 def _since(raw: str) -> int:
-    value: Any
+    value: float | str
     try:
         value = float(raw)
     except ValueError:

@@ -21,9 +21,10 @@ import hmac
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from tsched.node.api.scope import ACTOR_KEY, SCOPE_KEY
 from tsched.node.services import NODE
@@ -91,7 +92,7 @@ class Auth:
         return found
 
 
-def parse(raw: Mapping[str, Any] | None) -> Auth | None:
+def parse(raw: Mapping[str, object] | None) -> Auth | None:
     """cluster.toml's [auth] table -> Auth (None when there is no [auth])."""
     if raw is None:
         return None
@@ -124,7 +125,7 @@ def parse(raw: Mapping[str, Any] | None) -> Auth | None:
     return Auth(entries=tuple(entries))
 
 
-def _digests(value: Any, where: str) -> list[bytes]:
+def _digests(value: object, where: str) -> list[bytes]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -155,7 +156,7 @@ def setup(app: web.Application) -> None:
 
 
 @web.middleware
-async def middleware(request: web.Request, handler) -> web.StreamResponse:
+async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     auth = request.app[AUTH]
     if auth is None or _is_open(request.path):
         return await handler(request)

@@ -14,6 +14,8 @@ import logging
 import os
 import time
 from pathlib import Path
+from ssl import SSLContext
+from typing import BinaryIO
 
 import aiohttp
 from aiohttp import web
@@ -67,7 +69,7 @@ async def backup(request: web.Request) -> web.StreamResponse:
         node.backup_in_progress = False
 
 
-async def _covering_snapshot(node: Node, index: int):
+async def _covering_snapshot(node: Node, index: int) -> tuple[BinaryIO, list]:
     """This replica's snapshot file, open, once it covers `index` (a snapshot is asked for)."""
     path: Path = node.replica.snapshot_path
     deadline = time.monotonic() + SNAPSHOT_WAIT_S
@@ -89,7 +91,7 @@ async def _covering_snapshot(node: Node, index: int):
         await asyncio.sleep(POLL_S)
 
 
-def _open_header(f, path: Path) -> list | None:
+def _open_header(f: BinaryIO, path: Path) -> list | None:
     """pysyncobj's raft data from the open snapshot file's header; None for a file of the
     older format (TSCHSNP1: the next snapshot is asked for)."""
     if f.read(len(SNAPSHOT_MAGIC)) != SNAPSHOT_MAGIC:
@@ -98,7 +100,7 @@ def _open_header(f, path: Path) -> list | None:
     return read_open_snapshot_header(f, path)["raft"]
 
 
-async def _send_file(request: web.Request, node: Node, f, raft: list,
+async def _send_file(request: web.Request, node: Node, f: BinaryIO, raft: list,
                      shard: int) -> web.StreamResponse:
     size = os.fstat(f.fileno()).st_size
     loop = asyncio.get_running_loop()
@@ -117,8 +119,9 @@ async def _send_file(request: web.Request, node: Node, f, raft: list,
     return resp
 
 
-async def relay_stream(request: web.Request, url: str, ssl, extra: dict,
-                       answer_headers: dict | None = None) -> web.StreamResponse:
+async def relay_stream(request: web.Request, url: str, ssl: SSLContext | None,
+                       extra: dict[str, str],
+                       answer_headers: dict[str, str] | None = None) -> web.StreamResponse:
     """GET `url` + the request's path and query, and pass the answer on as a stream (a
     stream cut short ends the answer short: its Content-Length tells the client)."""
     headers = dict(extra)

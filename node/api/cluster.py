@@ -73,11 +73,20 @@ def _public(status: dict) -> dict:
     return {k: status.get(k) for k in keys}
 
 
+def parse_transfer(body: object) -> str | None:
+    if body is None:
+        return None
+    f = validate.Fields(body)
+    to = validate.text(f.get("to"), "to", 64, lo=0) or None
+    f.done()
+    return to
+
+
 @routes.post("/v1/cluster/transfer-leadership")
 async def transfer(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
-    to = validate.transfer(await json_body(request))
+    to = parse_transfer(await json_body(request))
     if to is not None:
         try:
             node.config.node(to)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Sequence
 
 import orjson
 from aiohttp import web
@@ -52,7 +53,7 @@ async def list_members(request: web.Request) -> web.Response:
     return respond(members_json(node), node.replica.applied_seq)
 
 
-def parse_member(body) -> Member:
+def parse_member(body: object) -> Member:
     f = validate.Fields(body)
     node_id = validate.text(f.get("id"), "id", config_mod.NODE_ID_LEN_MAX) or ""
     if not node_id.replace("-", "").replace("_", "").isalnum() or not node_id.isascii():
@@ -216,7 +217,7 @@ async def _audit(request: web.Request, node: Node, kind: str, member: Member) ->
 
 def follow_membership(node: Node, loop: asyncio.AbstractEventLoop) -> None:
     """`node.config.nodes` becomes the membership whenever the replica applies a change."""
-    def on_change(members) -> None:      # on the Raft thread
+    def on_change(members: Sequence[Member]) -> None:      # on the Raft thread
         try:
             loop.call_soon_threadsafe(apply_members, node, members)
         except RuntimeError:
@@ -226,7 +227,7 @@ def follow_membership(node: Node, loop: asyncio.AbstractEventLoop) -> None:
     apply_members(node, node.replica.membership.members)
 
 
-def apply_members(node: Node, members) -> None:
+def apply_members(node: Node, members: Sequence[Member]) -> None:
     cfg = node.config
     node.config = dataclasses.replace(cfg, nodes=nodes_for(cfg, node.node_id, members,
                                                            sharded=node.shard is not None))

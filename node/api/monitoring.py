@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from importlib import resources
 
 import orjson
@@ -19,6 +20,7 @@ from tsched.node.ops import timeseries
 from tsched.node.api.admission import ADMISSION
 from tsched.node.api.jsonio import error_status, respond
 from tsched.node.api.reads import before_read
+from tsched.node.raft.replica import Replica
 from tsched.node.services import NODE
 from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError, invalid
@@ -66,7 +68,7 @@ async def readyz(request: web.Request) -> web.Response:
                    replica.applied_seq)
 
 
-def not_ready_reason(replica) -> str | None:
+def not_ready_reason(replica: Replica) -> str | None:
     """None when the node serves current data: it sees a leader with a quorum, and has
     applied (nearly) all it knows to be committed; else why not."""
     unhealthy = getattr(replica, "unhealthy_reason", lambda: None)()
@@ -83,7 +85,7 @@ def not_ready_reason(replica) -> str | None:
     return None
 
 
-def _raft_applied_index(replica) -> int | None:
+def _raft_applied_index(replica: Replica) -> int | None:
     # The Raft index last applied, as sampled on the Raft thread's tick (Replica._view).
     # status() would also do, but it takes the replica lock.
     view = getattr(replica, "_view", None)
@@ -186,7 +188,7 @@ def setup(app: web.Application) -> None:
     app.cleanup_ctx.append(_sample_timeseries)
 
 
-async def _sample_timeseries(app: web.Application):
+async def _sample_timeseries(app: web.Application) -> AsyncIterator[None]:
     node = app[NODE]
 
     def queue_depth() -> int | None:
@@ -201,12 +203,12 @@ async def _sample_timeseries(app: web.Application):
         await task
 
 
-async def _bind_metrics(app: web.Application):
+async def _bind_metrics(app: web.Application) -> AsyncIterator[None]:
     node, m = app[NODE], app[metrics_mod.METRICS]
     m.admission = app.get(ADMISSION)        # its `busy` refusals are counted at scrape time
     live = True
 
-    def listener(seq, cmds, results) -> None:   # Raft thread, under the replica lock
+    def listener(seq: int, cmds: list, results: list) -> None:   # Raft thread, replica lock
         if live:
             on_apply(seq, cmds, results)
 

@@ -8,12 +8,14 @@ query parameter; default `default`, or the token's tenant).
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TypedDict
 
 from aiohttp import web
 
 from tsched.statemachine import commands as c
 from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
+from tsched.statemachine.model import Schedule
 
 from tsched.node.scheduling import cron, firing
 from tsched.node import present
@@ -36,7 +38,7 @@ JITTER_S_MAX = LIMITS.jitter_ms_max // SECOND_MS
 PREVIEW_COUNT_MAX = API_LIMITS.cron_preview_fires_max
 DEFAULT_TENANT = "default"
 # Read-only fields of a schedule as GET shows it: a PUT of that body back is accepted.
-_ECHOED = ("schedule_id", "next_fire_at", "fires", "created_at", "updated_at", "applied_seq")
+ECHOED = ("schedule_id", "next_fire_at", "fires", "created_at", "updated_at", "applied_seq")
 
 
 # --- request parsing -------------------------------------------------------------------------
@@ -58,16 +60,16 @@ def _check_scope(scope: str | None, tenant: str | None) -> None:
         raise ApiError("forbidden", f"this token may only act for tenant {scope!r}")
 
 
-def parse_spec(expr: Any, zone: Any, schedule_id: str = "") -> cron.CronSpec:
-    expr = validate.text(expr, "cron", cron.EXPR_CHARS_MAX)
-    zone = validate.text(zone, "timezone", cron.ZONE_CHARS_MAX, default="UTC")
+def parse_spec(expr: object, zone: object, schedule_id: str = "") -> cron.CronSpec:
+    expr_text = validate.required_text(expr, "cron", cron.EXPR_CHARS_MAX)
+    zone_text = validate.text(zone, "timezone", cron.ZONE_CHARS_MAX, default="UTC")
     try:
-        return cron.parse(expr, zone, schedule_id)
+        return cron.parse(expr_text, zone_text, schedule_id)
     except cron.CronError as e:
         raise invalid(str(e), field="timezone" if "time zone" in str(e) else "cron") from None
 
 
-def _template(value: Any) -> c.TaskTemplate:
+def _template(value: object) -> c.TaskTemplate:
     f = validate.Fields(value, "task")
     out = c.TaskTemplate(
         task_type=validate.name(f.get("task_type"), "task.task_type",
@@ -85,20 +87,20 @@ def _template(value: Any) -> c.TaskTemplate:
     return out
 
 
-def _choice(value: Any, name: str, allowed: tuple[str, ...]) -> str:
+def _choice(value: object, name: str, allowed: tuple[str, ...]) -> str:
     if value is None:
         return allowed[0]
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise invalid(f"{name} must be one of {', '.join(allowed)}", field=name)
     return value
 
 
-def put_command(body: Any, *, schedule_id: str, now_ms: int, request_id: str,
+def put_command(body: object, *, schedule_id: str, now_ms: int, request_id: str,
                 scope: str | None, actor: str | None = None) -> c.PutSchedule:
     f = validate.Fields(body)
     if f.has("schedule_id") and f.get("schedule_id") != schedule_id:
         raise invalid("schedule_id in the body differs from the path", field="schedule_id")
-    for key in _ECHOED:
+    for key in ECHOED:
         f.get(key)
     tenant = validate.tenant(f.get("tenant"), default=scope or DEFAULT_TENANT)
     _check_scope(scope, tenant)
@@ -125,7 +127,7 @@ def put_command(body: Any, *, schedule_id: str, now_ms: int, request_id: str,
     return cmd
 
 
-def _flat(out: dict) -> dict:
+def _flat(out: Mapping[str, dict[str, object]]) -> dict[str, object]:
     """A schedule command's rendered result as the API answers it: the schedule itself."""
     body = dict(out["schedule"])
     if "task" in out:  # a trigger: the occurrence it created (None when overlap skipped it)
@@ -197,7 +199,7 @@ async def pause_schedule(request: web.Request) -> web.Response:
 
 @routes.post("/v1/schedules/{schedule_id}/resume")
 async def resume_schedule(request: web.Request) -> web.Response:
-    def command(base: dict, s) -> c.ResumeSchedule:
+    def command(base: ScheduleRef, s: Schedule) -> c.ResumeSchedule:
         spec = parse_spec(s.cron, s.timezone, s.schedule_id)
         nxt = firing.next_in_window(spec, base["now_ms"], s.start_at_ms, s.end_at_ms)
         return c.ResumeSchedule(next_fire_ms=nxt, **base)
@@ -212,7 +214,18 @@ async def trigger_schedule(request: web.Request) -> web.Response:
         fire_ms=base["now_ms"], next_fire_ms=None, manual=True, shard=shard, **base))
 
 
-async def _act(request: web.Request, make) -> web.Response:
+class ScheduleRef(TypedDict):
+    """The fields every command on one schedule has."""
+
+    request_id: str
+    now_ms: int
+    tenant: str
+    schedule_id: str
+    actor: str | None
+
+
+async def _act(request: web.Request,
+               make: Callable[[ScheduleRef, Schedule], c.Command]) -> web.Response:
     """An action on one existing schedule: `make(common fields, schedule) -> command`."""
     node = node_of(request)
     validate.query(request.query, ("tenant",))
@@ -223,7 +236,7 @@ async def _act(request: web.Request, make) -> web.Response:
         s = sm.get_schedule(tenant, sid)
         if s is None:
             raise ApiError("not_found", f"no schedule {sid}", {"schedule_id": sid})
-        base = {"request_id": request_id(request), "now_ms": node.clock.now_ms(),
+        base: ScheduleRef = {"request_id": request_id(request), "now_ms": node.clock.now_ms(),
                 "tenant": tenant, "schedule_id": sid, "actor": actor_of(request)}
         cmd = make(base, s)
     out, seq = await propose_one(node, cmd)
@@ -246,8 +259,9 @@ async def cron_preview(request: web.Request) -> web.Response:
 
 def _query_instant(raw: str, name: str) -> int:
     """RFC 3339 or epoch seconds, as a query string."""
+    value: float | str
     try:
-        value: Any = float(raw)
+        value = float(raw)
     except ValueError:
         value = raw
     return validate.instant_ms(value, name)

@@ -1,9 +1,12 @@
 """Tenant endpoints: caps and weights (DESIGN.md section 7)."""
 from __future__ import annotations
 
+from typing import TypedDict
+
 from aiohttp import web
 
 from tsched.statemachine import commands as c
+from tsched.statemachine.limits import LIMITS
 
 from tsched.node import present
 from tsched.node.api import validate
@@ -17,6 +20,9 @@ from tsched.node.errors import ApiError
 
 routes = web.RouteTableDef()
 
+RUNNING_MAX = LIMITS.tenant_running_max
+WEIGHT_MAX = LIMITS.tenant_weight_max
+
 
 def _tenant_param(request: web.Request) -> str:
     tenant = validate.tenant(request.match_info["tenant"])
@@ -26,6 +32,24 @@ def _tenant_param(request: web.Request) -> str:
     return tenant
 
 
+class TenantSettings(TypedDict):
+    """A tenant's settings to change (None: keep)."""
+
+    max_running: int | None
+    weight: int | None
+
+
+def tenant_settings(body: object) -> TenantSettings:
+    f = validate.Fields(body)
+    out: TenantSettings = {"max_running": None, "weight": None}
+    if f.has("max_running"):
+        out["max_running"] = validate.integer(f.get("max_running"), "max_running", 0, RUNNING_MAX)
+    if f.has("weight"):
+        out["weight"] = validate.integer(f.get("weight"), "weight", 1, WEIGHT_MAX)
+    f.done()
+    return out
+
+
 @routes.put("/v1/tenants/{tenant}")
 async def put_tenant(request: web.Request) -> web.Response:
     node = node_of(request)
@@ -33,7 +57,7 @@ async def put_tenant(request: web.Request) -> web.Response:
     tenant = _tenant_param(request)
     if tenant_scope(request) is not None:
         raise ApiError("forbidden", "only an admin token may change tenant settings")
-    settings = validate.tenant_settings(await json_body(request) or {})
+    settings = tenant_settings(await json_body(request) or {})
     cmd = c.SetTenant(request_id=request_id(request), now_ms=node.clock.now_ms(),
                       tenant=tenant, actor=actor_of(request), **settings)
     out, seq = await propose_one(node, cmd)

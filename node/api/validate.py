@@ -2,15 +2,16 @@
 
 Every field is type-checked and bounded here, before anything is proposed; unknown fields
 are refused. The state machine checks again at apply time (its limits are authoritative).
-Here: the bounds, the field checks, the tenants' bodies and the query strings; a task
-submission's body is submission.py's, the workers' bodies claim_parsing.py's.
+Here: the bounds, the shared field checks and the query strings; each resource parses its
+own body beside its handlers (a task submission's in submission.py, the workers' in
+claim_parsing.py).
 """
 from __future__ import annotations
 
 import datetime as _dt
 import math
 import re
-from typing import Any, Mapping, overload
+from typing import Any, Mapping, TypedDict, overload
 
 import orjson
 
@@ -49,8 +50,6 @@ MULTIPLIER_MIN = L.multiplier_milli_min / 1000
 MULTIPLIER_MAX = L.multiplier_milli_max / 1000
 JITTER_MAX = L.jitter_permille_max / 1000
 FENCING_TOKEN_MAX = L.fencing_token_max
-TENANT_RUNNING_MAX = L.tenant_running_max
-TENANT_WEIGHT_MAX = L.tenant_weight_max
 LIST_LIMIT_MAX = A.list_page_items_max
 CURSOR_CHARS_MAX = A.cursor_chars_max
 JSON_DEPTH_MAX = A.json_depth_max
@@ -58,20 +57,21 @@ EPOCH_MS_MAX = A.epoch_ms_max
 STATES = ("pending", "running", "completed", "cancelled", "dead_letter", "discarded")
 LISTED_STATES = STATES + ("retrying",)   # `retrying`: a view of pending (DESIGN 14.1)
 
-_TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,%d}$" % TENANT_CHARS_MAX)
+TENANT_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,%d}$" % TENANT_CHARS_MAX)
 NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]+$")   # lengths are checked by `text`
 
 
 class Fields:
     """Reads a JSON object field by field and refuses the ones nobody asked for."""
 
-    def __init__(self, body: Any, where: str = "body") -> None:
+    def __init__(self, body: object, where: str = "body") -> None:
         if not isinstance(body, dict):
             raise invalid(f"{where} must be a JSON object")
-        self.body, self.where = body, where
+        self.body: dict[str, object] = body
+        self.where = where
         self.seen: set[str] = set()
 
-    def get(self, key: str) -> Any:
+    def get(self, key: str) -> object:
         self.seen.add(key)
         return self.body.get(key)
 
@@ -90,7 +90,7 @@ class Fields:
 
 # --- scalar checks -------------------------------------------------------------------------
 
-def integer(value: Any, name: str, lo: int, hi: int, default: int | None = None) -> int:
+def integer(value: object, name: str, lo: int, hi: int, default: int | None = None) -> int:
     if value is None and default is not None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
@@ -100,7 +100,7 @@ def integer(value: Any, name: str, lo: int, hi: int, default: int | None = None)
     return value
 
 
-def number(value: Any, name: str, lo: float, hi: float, default: float | None = None) -> float:
+def number(value: object, name: str, lo: float, hi: float, default: float | None = None) -> float:
     if value is None and default is not None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -110,13 +110,13 @@ def number(value: Any, name: str, lo: float, hi: float, default: float | None = 
     return value
 
 
-def seconds_ms(value: Any, name: str, lo_s: float, hi_s: float, default_ms: int) -> int:
+def seconds_ms(value: object, name: str, lo_s: float, hi_s: float, default_ms: int) -> int:
     if value is None:
         return default_ms
     return round(number(value, name, lo_s, hi_s) * 1000)
 
 
-def boolean(value: Any, name: str, default: bool) -> bool:
+def boolean(value: object, name: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
@@ -124,8 +124,14 @@ def boolean(value: Any, name: str, default: bool) -> bool:
     return value
 
 
-def text(value: Any, name: str, hi: int, *, lo: int = 1, default: str | None = None,
-         pattern: re.Pattern | None = None) -> str | None:
+@overload
+def text(value: object, name: str, hi: int, *, lo: int = 1, default: str,
+         pattern: re.Pattern[str] | None = None) -> str: ...
+@overload
+def text(value: object, name: str, hi: int, *, lo: int = 1, default: None = None,
+         pattern: re.Pattern[str] | None = None) -> str | None: ...
+def text(value: object, name: str, hi: int, *, lo: int = 1, default: str | None = None,
+         pattern: re.Pattern[str] | None = None) -> str | None:
     if value is None:
         if default is not None or lo == 0:
             return default
@@ -137,19 +143,25 @@ def text(value: Any, name: str, hi: int, *, lo: int = 1, default: str | None = N
     return value
 
 
-def tenant(value: Any, name: str = "tenant", default: str | None = None) -> str:
-    out = text(value, name, TENANT_CHARS_MAX, default=default, pattern=_TENANT_RE)
+def tenant(value: object, name: str = "tenant", default: str | None = None) -> str:
+    out = text(value, name, TENANT_CHARS_MAX, default=default, pattern=TENANT_RE)
     assert out is not None, "text() answers a missing value by the default or refuses it"
     return out
 
 
-def name(value: Any, field: str, hi: int = ID_CHARS_MAX) -> str:
-    out = text(value, field, hi, pattern=NAME_RE)
+def required_text(value: object, name: str, hi: int, *,
+                  pattern: re.Pattern[str] | None = None) -> str:
+    """A string of 1..hi characters that must be given."""
+    out = text(value, name, hi, pattern=pattern)
     assert out is not None, "text() refuses a missing value without a default (lo is 1)"
     return out
 
 
-def sized_text(value: Any, name: str, bytes_max: int) -> str:
+def name(value: object, field: str, hi: int = ID_CHARS_MAX) -> str:
+    return required_text(value, field, hi, pattern=NAME_RE)
+
+
+def sized_text(value: object, name: str, bytes_max: int) -> str:
     """A string whose UTF-8 size is bounded (as the state machine counts it): too big is
     413 `too_large`."""
     if value is None:
@@ -167,7 +179,7 @@ ERROR_DETAIL_CHARS_MAX = {"type": API_LIMITS.error_type_chars_max,
                           "traceback": API_LIMITS.traceback_chars_max}
 
 
-def error_text(value: Any) -> str:
+def error_text(value: object) -> str:
     """A failure's `error`: a string, or `{type, message, traceback}` (DESIGN 14.1) kept as
     its compact JSON text (keys in that order), so the replicated attempt keeps one string
     bounded by `error_bytes_max`."""
@@ -183,7 +195,7 @@ def error_text(value: Any) -> str:
     return sized_text(orjson.dumps(detail).decode(), "error", ERROR_BYTES_MAX)
 
 
-def json_text(value: Any, name: str, limit: int = PAYLOAD_BYTES_MAX) -> str:
+def json_text(value: object, name: str, limit: int = PAYLOAD_BYTES_MAX) -> str:
     """A JSON value as canonical text (sorted keys), refused if larger than `limit` bytes."""
     try:
         raw = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
@@ -195,7 +207,7 @@ def json_text(value: Any, name: str, limit: int = PAYLOAD_BYTES_MAX) -> str:
     return raw.decode()
 
 
-def json_depth(value: Any, raw: bytes, limit: int = JSON_DEPTH_MAX) -> None:
+def json_depth(value: object, raw: bytes, limit: int = JSON_DEPTH_MAX) -> None:
     """Refuse a parsed document nested deeper than `limit` arrays/objects."""
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return      # it cannot be deeper than its number of brackets: no walk needed
@@ -210,7 +222,7 @@ def json_depth(value: Any, raw: bytes, limit: int = JSON_DEPTH_MAX) -> None:
                 stack.append((child, depth + 1))
 
 
-def instant_ms(value: Any, name: str) -> int:
+def instant_ms(value: object, name: str) -> int:
     """RFC 3339 string (with offset) or epoch seconds -> epoch ms."""
     if isinstance(value, str):
         try:
@@ -228,7 +240,7 @@ def instant_ms(value: Any, name: str) -> int:
     return ms
 
 
-def task_id(value: str) -> str:
+def task_id(value: object) -> str:
     return name(value, "task_id")
 
 
@@ -246,31 +258,11 @@ def batch(body: Any, key: str) -> list[Any]:
     return items
 
 
-def empty(body: Any) -> None:
+def empty(body: object) -> None:
     """Action endpoints (cancel, replay, discard) take no fields."""
     if body is None:
         return
     Fields(body).done()
-
-
-def tenant_settings(body: Any) -> dict[str, Any]:
-    f = Fields(body)
-    out: dict[str, Any] = {"max_running": None, "weight": None}
-    if f.has("max_running"):
-        out["max_running"] = integer(f.get("max_running"), "max_running", 0, TENANT_RUNNING_MAX)
-    if f.has("weight"):
-        out["weight"] = integer(f.get("weight"), "weight", 1, TENANT_WEIGHT_MAX)
-    f.done()
-    return out
-
-
-def transfer(body: Any) -> str | None:
-    if body is None:
-        return None
-    f = Fields(body)
-    to = text(f.get("to"), "to", 64, lo=0) or None
-    f.done()
-    return to
 
 
 # --- query strings -------------------------------------------------------------------------
@@ -303,7 +295,17 @@ def consistency(q: Mapping[str, str]) -> str:
     return value
 
 
-def task_filters(q: Mapping[str, str]) -> dict[str, Any]:
+class TaskFilters(TypedDict):
+    """The task list's query (the keywords of `StateMachine.list_tasks`)."""
+    state: str | None
+    tenant: str | None
+    task_type: str | None
+    schedule_id: str | None
+    cursor: str | None
+    limit: int
+
+
+def task_filters(q: Mapping[str, str]) -> TaskFilters:
     state = q.get("state")
     if state is not None and state not in LISTED_STATES:
         raise invalid(f"state must be one of {', '.join(LISTED_STATES)}", field="state")

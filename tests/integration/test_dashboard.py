@@ -416,7 +416,7 @@ def test_metrics_and_readiness_on_a_real_cluster(tmp_path):
 # --- the OpenAPI document against real answers --------------------------------------------------
 
 def conforms(schema: dict, value, doc: dict, where: str = "$") -> list[str]:
-    """Problems of `value` against a JSON Schema subset (the one openapi.py uses). Objects
+    """Problems of `value` against a JSON Schema subset (the one the OpenAPI document uses). Objects
     that list their properties are closed here: a field the document does not name is
     reported, so the document cannot fall behind the API unnoticed."""
     if "$ref" in schema:

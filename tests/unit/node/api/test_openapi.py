@@ -36,7 +36,7 @@ def documented_routes() -> set[tuple[str, str]]:
 def test_every_served_route_is_documented_and_vice_versa():
     served, documented = served_routes(), documented_routes()
     assert ("get", "/v1/tasks/{}") in served      # the factory really mounted the API
-    assert served - documented == set(), "routes missing from openapi.py"
+    assert served - documented == set(), "routes missing from the OpenAPI document"
     assert documented - served == set(), "documented routes the app does not serve"
 
 

@@ -1,0 +1,61 @@
+"""The whole document: the resources' fragments merged, in this order, into one frame."""
+from __future__ import annotations
+
+import functools
+
+import orjson
+
+from tsched.node.api.openapi import (
+    archive, audit, backup, cluster, members, monitoring, schedules, tasks, tenants, workers)
+from tsched.node.api.openapi.schema import Fragment, Schema, error_schema, merge
+
+OPENAPI_VERSION = "3.1.0"
+API_VERSION = "1"
+FRAGMENTS = (tasks, workers, schedules, tenants, cluster, backup, monitoring, archive, audit,
+             members)
+
+
+def fragments() -> list[Fragment]:
+    return [module.fragment() for module in FRAGMENTS]
+
+
+def build() -> Schema:
+    """A new document, built from the fragments."""
+    doc: Schema = {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "tsched",
+            "version": API_VERSION,
+            "description": "A Raft-replicated distributed task scheduler. Every answer of a "
+                           "read or write carries applied_seq; pass ?min_seq=N to read your "
+                           "writes from any node.",
+        },
+        "paths": {},
+        "components": {
+            "schemas": {"Error": error_schema()},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "admin or tenant-scoped token "
+                                                          "(when [auth] is configured)"}},
+        },
+        "security": [{}, {"bearer": []}],
+    }
+    for fragment in fragments():
+        merge(doc, fragment)
+    return doc
+
+
+def components() -> dict[str, Schema]:
+    """Every schema of the document (a new copy)."""
+    schemas: dict[str, Schema] = build()["components"]["schemas"]
+    return schemas
+
+
+@functools.cache
+def document() -> Schema:
+    """The whole document (built once; callers must not mutate it)."""
+    return build()
+
+
+@functools.cache
+def document_bytes() -> bytes:
+    return orjson.dumps(document())

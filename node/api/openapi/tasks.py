@@ -1,0 +1,172 @@
+"""The tasks' part of the OpenAPI document: submit, read, list, cancel, replay, discard
+(api/tasks.py, api/submission.py) and the schemas of a task."""
+from __future__ import annotations
+
+from tsched.statemachine.limits import API_LIMITS, LIMITS
+
+from tsched.node.api import validate as v
+from tsched.node.api.openapi.schema import (
+    ANY_JSON, APPLIED_SEQ, APPLIED_SEQS, NAME, PRIORITY, READ_PARAMS, SHARD, TASK_TYPE, TENANT,
+    TIME, TIME_IN, TIMEOUT_S, WRITE_ERRORS, Fragment, PathItem, Schema, integer, nullable,
+    number, obj, op, path_param, query, ref, string)
+
+STATES = list(v.STATES)
+LISTED_STATES = list(v.LISTED_STATES)   # and the `retrying` view
+TASK_ID = path_param("task_id", "the task's id")
+PREFER = {"name": "Prefer", "in": "header", "required": False, "schema": string(1024),
+          "description": "`return=minimal` (RFC 7240): each task created, completed or "
+          "failed is answered by `MinimalTask`, each claimed task by `ClaimedTask`, and the "
+          "answer says `Preference-Applied: return=minimal`"}
+ERROR_DETAIL = obj({
+    "type": string(v.ERROR_DETAIL_CHARS_MAX["type"], description="the exception's class name"),
+    "message": string(v.ERROR_DETAIL_CHARS_MAX["message"], 0),
+    "traceback": string(v.ERROR_DETAIL_CHARS_MAX["traceback"], 0,
+                        description="its last characters (where the exception was raised)"),
+}, ("type",), closed=True, description="a failure's detail (DESIGN 14.1); stored as compact "
+                                       f"JSON of at most {v.ERROR_BYTES_MAX} UTF-8 bytes")
+
+
+def _retry() -> Schema:
+    return obj({
+        "backoff": {"type": "string", "enum": ["exponential", "linear", "fixed"]},
+        "base_s": number(0, v.RETRY_S_MAX),
+        "max_s": number(0, v.RETRY_S_MAX),
+        "multiplier": number(v.MULTIPLIER_MIN, v.MULTIPLIER_MAX),
+        "jitter": number(0, v.JITTER_MAX, "fraction of the delay subtracted at most"),
+    }, closed=True)
+
+
+def _task_submit() -> Schema:
+    return obj({
+        "task_type": TASK_TYPE,
+        "payload": {**ANY_JSON, "description": f"JSON, at most {v.PAYLOAD_BYTES_MAX} bytes "
+                    "(larger: 413 too_large)"},
+        "tenant": {**TENANT, "default": "default"},
+        "priority": PRIORITY,
+        "run_at": {**TIME_IN, "description": "RFC 3339 with an offset, or epoch seconds; at "
+                   f"most {v.DELAY_S_MAX} s ahead"},
+        "delay_s": number(0, v.DELAY_S_MAX, "instead of run_at"),
+        "timeout_s": {**TIMEOUT_S, "default": 300},
+        "max_retries": {**integer(0, v.MAX_RETRIES_MAX), "default": 3},
+        "retry": ref("RetryPolicy"),
+        "idempotency_key": string(v.IDEMPOTENCY_KEY_CHARS_MAX),
+    }, ("task_type",), closed=True)
+
+
+def _attempt() -> Schema:
+    return obj({
+        "attempt": integer(1), "worker_id": string(),
+        "fencing_token": integer(0), "started_at": TIME,
+        "ended_at": nullable(TIME),
+        "outcome": nullable({"type": "string", "enum": [
+            "completed", "failed", "lease_expired", "timed_out", "cancelled", "released"]}),
+        "error": nullable(string(description='"Type: message" for a detailed error')),
+        "error_detail": nullable(ERROR_DETAIL),
+    })
+
+
+def task() -> Schema:
+    return obj({
+        "task_id": string(), "tenant": string(), "task_type": string(),
+        "state": {"type": "string", "enum": STATES},
+        "status": {"type": "string", "enum": LISTED_STATES, "description":
+                   "the state, or `retrying` for a pending task whose last attempt failed "
+                   "or expired (a view, not a state)"},
+        "next_retry_at": nullable({**TIME, "description": "a retrying task's run_at: the end "
+                                   "of its backoff"}),
+        "payload": ANY_JSON, "priority": integer(0, 10), "run_at": TIME,
+        "attempt": integer(0, description="claims so far (1 during the first run)"),
+        "max_retries": integer(0), "retry": ref("RetryPolicy"), "timeout_s": {"type": "number"},
+        "idempotency_key": nullable(string()), "execution_id": nullable(string()),
+        "schedule_id": nullable(string()),
+        "lease_expires_at": nullable(TIME),
+        "fencing_token": nullable(integer(0)),
+        "worker_id": nullable(string()),
+        "cancel_requested": {"type": "boolean"},
+        "last_error": nullable(string()),
+        "result": ANY_JSON,
+        "created_at": TIME, "started_at": nullable(TIME), "completed_at": nullable(TIME),
+        "attempts": {"type": "array", "items": ref("Attempt")},
+        "duplicate": {"type": "boolean", "description": "answers to a submit only"},
+        "applied_seq": APPLIED_SEQ, "shard": SHARD,
+    }, ("task_id", "tenant", "task_type", "state", "priority", "run_at", "attempt"))
+
+
+def _schemas() -> dict[str, Schema]:
+    return {
+        "RetryPolicy": _retry(),
+        "TaskSubmit": _task_submit(),
+        "Task": task(),
+        "MinimalTask": obj({"task_id": string(), "state": {"type": "string", "enum": STATES},
+                            "duplicate": {"type": "boolean", "description": "submits only"},
+                            "applied_seq": APPLIED_SEQ, "shard": SHARD},
+                           ("task_id", "state"), closed=True,
+                           description="a task as `Prefer: return=minimal` answers it"),
+        "Attempt": _attempt(),
+        "TaskList": obj({"tasks": {"type": "array", "items": ref("Task")},
+                         "next_cursor": nullable(string()),
+                         "applied_seq": APPLIED_SEQ, "shard": SHARD,
+                         "applied_seqs": APPLIED_SEQS},
+                        ("tasks",)),
+    }
+
+
+def _submit_op() -> Schema:
+    """A submit's 429 `overloaded` says why in `details.reason` (DESIGN 14.2)."""
+    task, brief = ref("Task"), ref("MinimalTask")
+    submit = {"oneOf": [ref("TaskSubmit"), obj({"tasks": {
+        "type": "array", "items": ref("TaskSubmit"), "minItems": 1, "maxItems": v.BATCH_MAX}},
+        ("tasks",), closed=True)]}
+    submitted = {"oneOf": [task, brief, obj({"tasks": {"type": "array", "items": {
+                                                "oneOf": [task, brief, ref("Error")]}},
+                                      "applied_seq": APPLIED_SEQ, "shard": SHARD,
+                                      "applied_seqs": APPLIED_SEQS},
+                               ("tasks",))]}
+    out = op("Submit tasks", submitted, status=201, body=submit, errors=WRITE_ERRORS,
+             params=[PREFER])
+    out["responses"]["429"]["description"] = (
+        "`tenant_limit`, or `overloaded` with Retry-After and `details.reason`: "
+        "`priority` (live tasks at or above the cluster's shed threshold and the priority "
+        f"greater than `shed_priority_above`, default {LIMITS.shed_priority_above}; "
+        f"Retry-After {API_LIMITS.shed_retry_after_s}), `queue_full` (this node waits for "
+        f"the commit of {API_LIMITS.proposals_waiting_max} commands) or `busy` (this node "
+        f"has {API_LIMITS.submits_in_progress_max} submit requests in progress or its "
+        f"oldest has waited {API_LIMITS.submit_wait_ms_max} ms); `queue_full` and `busy` "
+        f"proposed nothing (Retry-After {API_LIMITS.busy_retry_after_s}, same Idempotency-Key);"
+        f" a submit of priorities <= {API_LIMITS.urgent_priority_max} only at "
+        f"{API_LIMITS.urgent_bound_factor}x those bounds")
+    return out
+
+
+def _action(summary: str, tag: str = "tasks") -> Schema:
+    """cancel, replay, discard: an action on one task, with no fields."""
+    return op(summary, ref("Task"), body=obj({}, closed=True), body_required=False,
+              params=[TASK_ID], errors=WRITE_ERRORS, tag=tag)
+
+
+def _paths() -> dict[str, PathItem]:
+    task = ref("Task")
+    return {
+        "/v1/tasks": {
+            "post": _submit_op(),
+            "get": op("List tasks", ref("TaskList"), params=[
+                query("state", {"type": "string", "enum": LISTED_STATES},
+                      "`retrying`: the pending tasks whose last attempt failed or expired"),
+                query("tenant", TENANT), query("task_type", NAME), query("schedule_id", NAME),
+                query("limit", {**integer(1, v.LIST_LIMIT_MAX), "default": 100}),
+                query("cursor", string(512), "next_cursor of the previous page"),
+                *READ_PARAMS], errors=(503, 504)),
+        },
+        "/v1/tasks/{task_id}": {
+            "get": op("Get a task", task, params=[TASK_ID, *READ_PARAMS], errors=(404, 503, 504)),
+        },
+        "/v1/tasks/{task_id}/cancel": {"post": _action("Cancel a task")},
+        "/v1/tasks/{task_id}/replay": {
+            "post": _action("Replay a dead-lettered task", tag="dead letters")},
+        "/v1/tasks/{task_id}/discard": {
+            "post": _action("Discard a dead-lettered task", tag="dead letters")},
+    }
+
+
+def fragment() -> Fragment:
+    return Fragment(_paths(), _schemas())
