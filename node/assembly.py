@@ -52,8 +52,7 @@ from tsched.node.scheduling.timer import LeaderTimer
 from tsched.node.services import NODE, Node
 from tsched.node.shards.join_all_groups import node_view
 from tsched.node.shards.leader_spread import shard_channel
-from tsched.node.shards.supervisor import (SUPERVISOR_PID_ENV, die_with_parent, run_supervisor,
-                                           watch_parent)
+from tsched.node.shards.parent_link import SUPERVISOR_PID_ENV, die_with_parent, watch_parent
 from tsched.node.tls import cluster_client_context
 
 log = logging.getLogger("tsched.node")
@@ -95,6 +94,9 @@ def run(config_path: str, node_id: str, log_format: str, shard: int | None,
         if rejoin_empty:
             _discard_local_data(cfg, me, shard)
         _use_uvloop()
+        # Imported here: only a sharded node's supervisor process runs it, and its router
+        # app and handlers cost a single-group node or a shard process ~23 ms at start.
+        from tsched.node.shards.supervisor import run_supervisor
         return asyncio.run(run_supervisor(cfg, node_id, config_path, log_format, join_url))
     log_context = setup_logging(node_id if shard is None else f"{node_id}/s{shard}", log_format)
     if rejoin_empty:

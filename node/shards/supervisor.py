@@ -16,7 +16,6 @@ that code, loudly, as a single-group node does, so that an operator repairs it (
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import signal
@@ -33,6 +32,7 @@ from tsched.node import tls
 from tsched.node.config import ClusterConfig, NodeConfig
 from tsched.node.gcpolicy import settle_router
 from tsched.node.shards.leader_spread import SPREAD_CHECK_S, Spreader
+from tsched.node.shards.parent_link import SUPERVISOR_PID_ENV
 from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
 from tsched.node.raft.membership import members_path
 from tsched.node.shards.router import Router
@@ -45,10 +45,7 @@ RESTART_BACKOFF_FIRST_S = 0.5
 RESTART_BACKOFF_MAX_S = 10.0
 RESTART_RESET_S = 30.0          # a process that ran this long restarts without delay growth
 STOP_WAIT_S = 10.0              # per shard process, after SIGTERM, before SIGKILL
-PARENT_CHECK_S = 1.0
-SUPERVISOR_PID_ENV = "TSCHED_SUPERVISOR_PID"
 SHUTDOWN_S = 3.0
-_PR_SET_PDEATHSIG = 1
 FATAL_EXIT_CODES = (STORAGE_ERROR_EXIT_CODE, STORAGE_CORRUPT_EXIT_CODE)
 
 
@@ -219,31 +216,3 @@ async def _keep_spread(spreader: Spreader, procs: dict[int, ShardProcess]) -> No
             shard, to = move
             log.info("event=leader_spread shard=%d to=%s", shard, to)
             procs[shard].send(f"transfer {to}")
-
-
-# --- in a shard process ----------------------------------------------------------------------
-
-def die_with_parent() -> None:
-    """Ask Linux to send SIGTERM to this process when its parent (the supervisor) dies."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass     # the parent-pid watch below still ends the process
-
-
-async def watch_parent(stop: asyncio.Event) -> None:
-    """Stop when the supervisor that started this process is gone (re-parented)."""
-    want = os.environ.get(SUPERVISOR_PID_ENV)
-    if not want:
-        return
-    if os.getppid() != int(want):
-        stop.set()
-        return
-    while not stop.is_set():
-        await asyncio.sleep(PARENT_CHECK_S)
-        if os.getppid() != int(want):
-            log.warning("event=supervisor_gone shard_process_stopping=true")
-            stop.set()
