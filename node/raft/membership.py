@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
-from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, FAIL_REASON
+from pysyncobj.syncobj import _COMMAND_TYPE, FAIL_REASON
 
 from tsched.node.config import NodeConfig, internal_http
 from tsched.node.raft import journal as journal_mod
+from tsched.node.raft.syncobj_adapter import LEADER, raft_state
 from tsched.node.raft.transport import DialNode
 
 MEMBERS_FILE = "members.json"
@@ -174,7 +175,7 @@ class Membership:
         node leads and no change is in progress. `done(outcome)`: "success" once committed
         and applied, "in_progress", "not_leader", or pysyncobj's failure name."""
         now = time.monotonic()
-        if obj is None or obj._SyncObj__raftState != _RAFT_STATE.LEADER:
+        if obj is None or raft_state(obj) != LEADER:
             return done("not_leader")
         if self.busy(journal, obj.raftLastApplied, now):
             return done("in_progress")

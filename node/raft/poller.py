@@ -9,6 +9,8 @@ from pysyncobj.monotonic import monotonic as monotonicTime
 from pysyncobj.poller import POLL_EVENT_TYPE
 
 from tsched.node.raft.options import RaftOptions
+from tsched.node.raft.syncobj_adapter import (
+    LEADER, election_deadline, next_append_entries_at, raft_state)
 
 
 class Waker:
@@ -65,10 +67,10 @@ class TimedPoller:
         obj = self._obj
         if obj.cut:
             return 0.0     # committed entries left over from a cut apply slice
-        if obj._SyncObj__raftState == 2:
-            due = obj._SyncObj__newAppendEntriesTime
+        if raft_state(obj) == LEADER:
+            due = next_append_entries_at(obj)
         else:
-            due = obj._SyncObj__raftElectionDeadline
+            due = election_deadline(obj)
         return min(self._max_s, max(self._min_s, due - monotonicTime()))
 
     def poll(self, _timeout) -> None:

@@ -20,6 +20,9 @@ LOOSE_NODE_MODULES_MAX = 14
 # path -> (ceiling in lines, why it may be longer than the rule)
 MODULE_EXCEPTIONS: dict[str, tuple[int, str]] = {
     "node/api/openapi.py": (700, "the OpenAPI document: one literal per path, read top to bottom"),
+    # Temporary, until the 400-line rule is dropped: the compaction figures, a mixin only to
+    # keep the module under 400 lines, are back in the Replica they describe.
+    "node/raft/replica.py": (440, "the Replica in one piece: its figures are no mixin"),
 }
 # "path:function" -> (ceiling in lines, why)
 FUNCTION_EXCEPTIONS: dict[str, tuple[int, str]] = {}
@@ -166,3 +169,11 @@ def test_pysyncobj_stays_inside_raft() -> None:
         bad = sorted(m for m in imported(path) if m.split(".")[0] == "pysyncobj")
         assert bad == [], _rel(path)
         assert "_SyncObj__" not in path.read_text(), _rel(path)
+
+
+def test_one_adapter_owns_pysyncobjs_private_names() -> None:
+    """pysyncobj's name-mangled internals (`_SyncObj__x`) are read, written, called and
+    overridden in node/raft/syncobj_adapter.py alone: a pysyncobj upgrade reads one module."""
+    for path in _modules("node", "client"):
+        if _rel(path) != "node/raft/syncobj_adapter.py":
+            assert "_SyncObj__" not in path.read_text(), _rel(path)
