@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from tsched.statemachine.commands import Command
 from tsched.statemachine.limits import API_LIMITS
 
 from tsched.node.errors import ApiError
@@ -39,8 +40,10 @@ async def propose(node: Proposing, cmds: list, *, sheddable: bool = False, urgen
                        ) from None
 
 
-async def propose_one(node: Proposing, cmd, *, sheddable: bool = False, urgent: bool = False,
+async def propose_one(node: Proposing, cmd: Command, *, sheddable: bool = False, urgent: bool = False,
                       minimal: bool = False) -> tuple[Any, int]:
+    """Commit one command: (its rendered result, applied seq). Any: the rendering is the
+    proposer's `render` (the API's JSON documents)."""
     (value,), seq = await propose(node, [cmd], sheddable=sheddable, urgent=urgent,
                                   minimal=minimal)
     if isinstance(value, ApiError):

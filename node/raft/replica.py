@@ -296,7 +296,7 @@ class Replica:
     def encode_batch(self, cmds: list) -> bytes:
         return self._kit.encode_batch(cmds)
 
-    def propose_blob(self, blob: bytes, on_error: Callable[[str], None] | None = None,
+    def propose_blob(self, blob: bytes, on_error: Callable[[str], object] | None = None,
                      cmds: list | None = None) -> None:
         """Hand one encoded batch to Raft without waiting. `on_error(reason)` is called (on
         the Raft thread) when pysyncobj reports a failure: the entry may or may not commit,

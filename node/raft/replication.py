@@ -44,7 +44,7 @@ class ReplicationStats:
         """A new leadership sends from the follower's reply, not from what an earlier term sent."""
         self._sent_max_idx.clear()
 
-    def on_sent(self, peer: Node, entries: Sequence[Entry]) -> None:
+    def on_sent(self, peer: Node, entries: Sequence[Entry] | None) -> None:
         if not entries:
             return
         first, last = entries[0][1], entries[-1][1]

@@ -6,6 +6,7 @@ import hashlib
 import os
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 import crc32c
 import msgpack
@@ -45,7 +46,7 @@ def write_snapshot(path: Path, raft_data: list, state: bytes) -> Path:
 SNAPSHOT_SYNC_BYTES = 8 << 20
 
 
-def _write_synced(f, data: bytes) -> None:
+def _write_synced(f: BinaryIO, data: bytes) -> None:
     view = memoryview(data)
     for start in range(0, len(view), SNAPSHOT_SYNC_BYTES):
         f.write(view[start:start + SNAPSHOT_SYNC_BYTES])
@@ -89,7 +90,7 @@ def read_snapshot_header(path: Path) -> dict:
         return read_open_snapshot_header(f, path)
 
 
-def read_open_snapshot_header(f, path: Path) -> dict:
+def read_open_snapshot_header(f: BinaryIO, path: Path) -> dict:
     """The header of the snapshot file open as `f` (read from its current position)."""
     head = f.read(len(SNAPSHOT_MAGIC) + 2 * _U32.size)
     if len(head) < len(SNAPSHOT_MAGIC) + 2 * _U32.size:
