@@ -27,7 +27,7 @@ from tsched.node.clock import Clock
 from tsched.node.gcpolicy import GcPolicy
 from tsched.node.ops.sd_notify import Notifier
 from tsched.node.raft.handoff import hand_over
-from tsched.node.raft.journal import CorruptStorage, fatal_corruption
+from tsched.node.raft.storage_faults import CorruptStorage, fatal_corruption
 
 log = logging.getLogger("tsched.node")
 

@@ -27,7 +27,7 @@ import orjson
 from tsched.statemachine.archive_format import AUDIT_FILE_PREFIX, FORMAT_VERSION, file_name
 
 from tsched.node import present
-from tsched.node.raft.journal import STORAGE_ERROR_EXIT_CODE
+from tsched.node.raft.storage_faults import STORAGE_ERROR_EXIT_CODE
 
 log = logging.getLogger("tsched.node.archive")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from tsched.statemachine.commands import Command
 from tsched.statemachine.errors import Result
@@ -24,8 +24,10 @@ from tsched.node.raft.options import RaftOptions
 
 log = logging.getLogger(__name__)
 
-# render(cmd, result) -> what `propose` answers for it (the API's rendering).
-Render = Callable[[Command, Result], object]
+# What `propose` answers for a command: its result as `render` made it (the API's JSON
+# documents; any value the renderer chooses).
+Rendered = Any
+Render = Callable[[Command, Result], Rendered]
 
 
 class ProposerReplica(Protocol):
@@ -96,7 +98,7 @@ class _Answers:
         m = self.minimal
         return m if isinstance(m, bool) else bool(m[i])
 
-    def answer(self, i: int, value: object, seq: int) -> None:
+    def answer(self, i: int, value: Rendered, seq: int) -> None:
         if self.values[i] is not _UNANSWERED:
             return
         self.values[i] = value
@@ -141,7 +143,7 @@ class Proposer:
 
     async def propose(self, cmds: list, timeout_s: float, *, sheddable: bool = False,
                       urgent: bool = False,
-                      minimal: bool | Sequence[bool] = False) -> tuple[list, int]:
+                      minimal: bool | Sequence[bool] = False) -> tuple[list[Rendered], int]:
         """Commit and apply `cmds`; return (one result per command, applied seq).
 
         `minimal` (every command, or per command): answered by `render_minimal` (RFC 7240
@@ -269,7 +271,7 @@ class Proposer:
 
     def _on_apply(self, seq: int, cmds: list, results: list) -> None:
         waiters = self._waiters
-        answers: list[tuple[str, object]] = []
+        answers: list[tuple[str, Rendered]] = []
         for cmd, result in zip(cmds, results):
             rid: str | None = getattr(cmd, "request_id", None)
             if rid is None:
@@ -281,7 +283,7 @@ class Proposer:
         if answers:
             self._loop.call_soon_threadsafe(self._resolve, answers, seq)
 
-    def _resolve(self, answers: list[tuple[str, object]], seq: int) -> None:
+    def _resolve(self, answers: list[tuple[str, Rendered]], seq: int) -> None:
         waiters = self._waiters
         for rid, value in answers:
             for waiting, i in waiters.get(rid, ()):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pysyncobj import SyncObj
 
-from tsched.node.raft.journal import fsync_dir as _fsync_dir
+from tsched.node.raft.storage_faults import fsync_dir as _fsync_dir
 from tsched.node.raft.syncobj_adapter import leader_commit_index, set_current_term, voted_for
 
 log = logging.getLogger(__name__)

@@ -107,8 +107,8 @@ class Replica:
     @classmethod
     def from_config(cls, cluster: ClusterConfig, node_id: str, **kwargs: Any) -> Replica:
         """From `config.ClusterConfig`: its node, peers, secret, timeouts and compaction.
-        `kwargs`: `Replica`'s other keyword arguments, checked there (Any: callers build
-        them as dicts); `options`, if given, is the base the cluster's settings go over."""
+        `kwargs`: `Replica`'s other keyword arguments, checked there (untyped: callers
+        build them as dicts); `options`, if given, is the base the cluster's settings go over."""
         node = cluster.node(node_id)
         options = options_from_cluster(cluster, kwargs.pop("options", None))
         return cls(self_id=node_id, self_raft=node.raft, peers=cluster.peers_of(node_id),

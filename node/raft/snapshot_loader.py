@@ -15,8 +15,9 @@ from pysyncobj.node import Node
 
 from tsched.node.gcpolicy import GcPolicy
 from tsched.node.raft.transport import DialNode
-from tsched.node.raft import journal as journal_mod
 from tsched.node.raft.snapshot_file import read_snapshot
+from tsched.node.raft.storage_faults import (
+    CorruptStorage, fatal_corruption, fatal_storage_error, fsync_dir)
 from tsched.node.raft.syncobj_adapter import Entry
 from tsched.node.raft.watchdog import Watchdog
 
@@ -33,7 +34,7 @@ def make_durable(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    journal_mod.fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def restore_frozen(restore: Callable[[bytes], State], state: bytes,
@@ -72,12 +73,12 @@ def load(path: Path, watchdog: Watchdog,
             sm = restore(state)
         log.info("raft: snapshot at index %d restored in %.2f s (%d bytes)",
                  raft_data[1][1], time.perf_counter() - started, len(state))
-    except journal_mod.CorruptStorage as exc:
+    except CorruptStorage as exc:
         watchdog.mark_fatal(str(exc))
-        journal_mod.fatal_corruption(exc)
+        fatal_corruption(exc)
     except Exception as exc:
         # pysyncobj would log this and carry on with an empty state: never do that.
-        journal_mod.fatal_storage_error(f"loading snapshot {path}", exc)
+        fatal_storage_error(f"loading snapshot {path}", exc)
     last, prev, cluster = raft_data
     return (_entry(last), _entry(prev), {_member_node(m) for m in cluster}), sm
 
