@@ -11,7 +11,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE, Poller
 
 from tsched.node.raft.options import RaftOptions
 from tsched.node.raft.syncobj_adapter import (
-    LEADER, election_deadline, next_append_entries_at, raft_state)
+    LEADER, election_deadline_s, next_append_entries_at_s, raft_state)
 
 
 class Ticking(Protocol):
@@ -76,9 +76,9 @@ class TimedPoller:
         if obj.cut:
             return 0.0     # committed entries left over from a cut apply slice
         if raft_state(obj) == LEADER:
-            due = next_append_entries_at(obj)
+            due = next_append_entries_at_s(obj)
         else:
-            due = election_deadline(obj)
+            due = election_deadline_s(obj)
         return min(self._max_s, max(self._min_s, due - monotonicTime()))
 
     def poll(self, _timeout: float) -> None:

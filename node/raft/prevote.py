@@ -29,8 +29,8 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.node import Node
 
 from tsched.node.raft.syncobj_adapter import (
-    FOLLOWER, LEADER, election_deadline, forget_leader, new_election_timeout_s, other_nodes,
-    raft_log, raft_state, send_message, set_current_term, set_election_deadline, set_state,
+    FOLLOWER, LEADER, election_deadline_s, forget_leader, new_election_timeout_s, other_nodes,
+    raft_log, raft_state, send_message, set_current_term, set_election_deadline_s, set_state,
     transfer_in_progress)
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class PreVote:
         was just won (then let it campaign) or the leader asked for it (a transfer)."""
         if raft_state(obj) == LEADER or transfer_in_progress(obj):
             return
-        if election_deadline(obj) >= monotonic_time():
+        if election_deadline_s(obj) >= monotonic_time():
             return
         if self._won:
             self._won = False                    # campaign now, in this tick
@@ -99,7 +99,7 @@ class PreVote:
 
     def _start_round(self, obj: SyncObj) -> None:
         # Wait a whole new election timeout before trying again (or campaigning).
-        set_election_deadline(obj, monotonic_time() + new_election_timeout_s(obj))
+        set_election_deadline_s(obj, monotonic_time() + new_election_timeout_s(obj))
         self._round_term = obj.raftCurrentTerm + 1
         self._granted = set()
         self.rounds += 1
@@ -120,7 +120,7 @@ class PreVote:
         if (len(self._granted) + 1) * 2 > voters:
             self._round_term = None
             self._won = True
-            set_election_deadline(obj, 0)     # pysyncobj campaigns on the next tick
+            set_election_deadline_s(obj, 0)     # pysyncobj campaigns on the next tick
 
     def _grants(self, obj: SyncObj, message: dict) -> bool:
         if not self._may_vote() or message["term"] <= obj.raftCurrentTerm:

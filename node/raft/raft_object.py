@@ -18,7 +18,7 @@ from tsched.node.raft.rejoin import RejoinGate
 from tsched.node.raft.replication import ReplicationStats, WastelessAppendEntries
 from tsched.node.raft.stall_clock import forgive_stall
 from tsched.node.raft.syncobj_adapter import (
-    LEADER, RaftLog, raft_state, send_append_entries, set_election_deadline)
+    LEADER, RaftLog, raft_state, send_append_entries, set_election_deadline_s)
 from tsched.node.raft.transport import DialNode, GuardedTransport
 from tsched.node.raft.watchdog import Watchdog
 
@@ -82,7 +82,7 @@ class RaftObject(BoundedApply, WastelessAppendEntries):
         once caught up); any other asks for a pre-vote before it campaigns."""
         host = self._host
         if host.rejoin.rejoining or host.leaving:
-            set_election_deadline(self, monotonicTime() + host.options.raft_max_timeout_s)
+            set_election_deadline_s(self, monotonicTime() + host.options.raft_max_timeout_s)
             host.rejoin.check_caught_up(self)
         elif host.prevote is not None:
             host.prevote.before_tick(self)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pysyncobj import SyncObj
 
-from tsched.node.raft.syncobj_adapter import LEADER, last_response_times, raft_state
+from tsched.node.raft.syncobj_adapter import LEADER, last_response_times_s, raft_state
 
 
 def forgive_stall(obj: SyncObj, gap_s: float, heartbeat_s: float, now: float) -> float:
@@ -26,7 +26,7 @@ def forgive_stall(obj: SyncObj, gap_s: float, heartbeat_s: float, now: float) ->
     excess_s = gap_s - 2 * heartbeat_s
     if excess_s <= 0 or raft_state(obj) != LEADER:
         return 0.0
-    times = last_response_times(obj)
+    times = last_response_times_s(obj)
     for node in list(times):
         times[node] = min(now, times[node] + excess_s)
     return excess_s

@@ -13,19 +13,19 @@ Read (state of a replica):
   held-entry check of replication.py.
 - `__otherNodes`, `__getCurrentLogIndex()`: `other_nodes`, `current_log_index`; pre-vote's
   voters, membership's view of the configuration.
-- `__raftElectionDeadline`, `__newAppendEntriesTime`: `election_deadline`,
-  `next_append_entries_at`; the poller sleeps until the next one.
+- `__raftElectionDeadline`, `__newAppendEntriesTime`: `election_deadline_s`,
+  `next_append_entries_at_s`; the poller sleeps until the next one.
 - `__transferInProgress`: `transfer_in_progress`; a TimeoutNow election needs no pre-vote.
 - `__leaderCommitIndex`, `__votedForNodeId`: `leader_commit_index`, `voted_for`; the rejoin
   gate's caught-up test and its vote for the leader it follows.
-- `__raftNextIndex`, `__lastResponseTime`: `next_index`, `last_response_times` (dicts
+- `__raftNextIndex`, `__lastResponseTime`: `next_index`, `last_response_times_s` (dicts
   changed in place); stale acks (replication.py) and the stall clock's forgiveness.
 - `__raftCommitIndex`, `__raftLastApplied`, `__conf`, `__commandsWaitingCommit`,
   `__getEntries()`, `__doApplyCommand()`: `unapplied_count`, `entries_from`,
   `apply_log_entry`, `appends_in_batches`; the slice-at-a-time apply (apply_budget.py).
 
 Written or called:
-- `__raftElectionDeadline`: `set_election_deadline` (pre-vote rounds, the rejoin gate).
+- `__raftElectionDeadline`: `set_election_deadline_s` (pre-vote rounds, the rejoin gate).
 - `__setCurrentTerm()`, `__setState()`, `__raftLeader`: `set_current_term`, `set_state`,
   `forget_leader` (pre-vote takes a higher term; the rejoin gate records its vote).
 - `__generateRaftTimeout()`: `new_election_timeout_s`.
@@ -39,6 +39,11 @@ Overridden (pysyncobj calls these on `self`, so a subclass replaces them by mang
 `__applyLogEntries`, `__onMessageReceived`, `__deleteEntriesFrom`, routed by `SyncObjHooks`
 to `apply_committed`, `on_raft_message` and `delete_entries_from`, whose defaults here are
 pysyncobj's own (`BoundedApply` and `WastelessAppendEntries` change them).
+
+Elsewhere in raft/, and also to re-read on an upgrade: `transport.BoundedConnection`
+replaces `TcpConnection`'s private framing (`_TcpConnection__...`, a subclass of that class,
+on every message sent and read); `journal_hook.py` replaces `syncobj.createJournal`; the
+replica uses the single-underscore `_poller`, `_onTick`, `_isLeader` and `_getLeader`.
 
 Hot paths: these are plain functions (one call, one attribute) and the overrides are bound
 to the mangled names once, when a subclass is created, so routing adds no call per message
@@ -83,11 +88,11 @@ def current_log_index(obj: SyncObj) -> int:
     return obj._SyncObj__getCurrentLogIndex()   # type: ignore[no-any-return]
 
 
-def election_deadline(obj: SyncObj) -> float:
+def election_deadline_s(obj: SyncObj) -> float:
     return obj._SyncObj__raftElectionDeadline   # type: ignore[no-any-return]
 
 
-def next_append_entries_at(obj: SyncObj) -> float:
+def next_append_entries_at_s(obj: SyncObj) -> float:
     """When a leader sends its next heartbeat (monotonic seconds)."""
     return obj._SyncObj__newAppendEntriesTime   # type: ignore[no-any-return]
 
@@ -109,15 +114,15 @@ def next_index(obj: SyncObj) -> dict[Node, int]:
     return obj._SyncObj__raftNextIndex   # type: ignore[no-any-return]
 
 
-def last_response_times(obj: SyncObj) -> dict[Node, float]:
+def last_response_times_s(obj: SyncObj) -> dict[Node, float]:
     """A leader's time of each peer's last answer (the dict itself)."""
     return obj._SyncObj__lastResponseTime   # type: ignore[no-any-return]
 
 
 # --- writes and calls ----------------------------------------------------------------------
 
-def set_election_deadline(obj: SyncObj, deadline: float) -> None:
-    obj._SyncObj__raftElectionDeadline = deadline
+def set_election_deadline_s(obj: SyncObj, deadline_s: float) -> None:
+    obj._SyncObj__raftElectionDeadline = deadline_s
 
 
 def set_current_term(obj: SyncObj, term: int, voted_for_id: str | None) -> None:
