@@ -19,8 +19,8 @@ class MachineKit:
     decode_batch: Callable[[bytes], list]
     barrier: Callable[[str, int], object]      # (request_id, now_ms) -> command
     # (cmds, blob) -> what decode_batch(blob) returns, for blob = encode_batch(cmds): a
-    # replica applies the batches it proposed without decoding them (proposed.py); None:
-    # it decodes every entry.
+    # replica applies the batches it proposed without decoding them (pending_proposals.py).
+    # None: it decodes every entry.
     as_batch: Callable[[list, bytes], list] | None = None
 
 

@@ -302,7 +302,7 @@ class Replica:
         the Raft thread) when pysyncobj reports a failure: the entry may or may not commit,
         except for "missing_leader" / "queue_full" / "not_leader" (it never entered a log
         of this term through this call). `cmds`: the commands `blob` encodes, applied
-        as they are if this replica applies exactly these bytes (proposed.py)."""
+        as they are if this replica applies exactly these bytes (pending_proposals.py)."""
         if len(blob) > self.options.entry_bytes_max:
             raise ValueError(f"batch of {len(blob)} bytes exceeds {self.options.entry_bytes_max}")
         obj = self._obj
