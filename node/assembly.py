@@ -41,7 +41,7 @@ from tsched.node.ops.log_format import LogContext, setup_logging
 from tsched.node.ops.sd_notify import Notifier
 from tsched.node.raft import join_group as join
 from tsched.node.raft.handoff import hand_over
-from tsched.node.raft.journal import CorruptStorage, fatal_corruption
+from tsched.node.raft.storage_faults import CorruptStorage, fatal_corruption
 from tsched.node.raft.machine_kit import diverging_kit
 from tsched.node.raft.proposer import Proposer
 from tsched.node.raft.rejoin import discard_data

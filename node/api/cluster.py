@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 from aiohttp import web
 
 from tsched.node.api import validate
@@ -18,6 +19,7 @@ from tsched.node.api.scope import actor_of
 from tsched.node.services import Node, node_of
 from tsched.node.raft.handoff import transfer_to
 from tsched.node.errors import ApiError
+from tsched.statemachine import commands as c
 from tsched.statemachine import tiers
 
 routes = web.RouteTableDef()
@@ -107,9 +109,6 @@ async def transfer(request: web.Request) -> web.Response:
 async def _audit_transfer(request: web.Request, node: Node, to: str | None) -> None:
     """The audit entry of a transfer (DESIGN 14.6), committed before it is asked for: a
     transfer is no state machine command, so an audit-only one records it."""
-    import orjson
-
-    from tsched.statemachine import commands as c
     change = orjson.dumps({"from": node.node_id, "to": to}).decode()
     await propose_one(node, c.AuditNote(
         request_id=request_id(request), now_ms=node.clock.now_ms(), actor=actor_of(request),

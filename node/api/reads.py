@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from tsched.statemachine import commands as c
+
 from tsched.node.api import validate
 from tsched.node.forwarding import FORWARDED_HEADER
 from tsched.node.raft.commit import propose_one
@@ -28,7 +30,6 @@ async def before_read(request: web.Request, node: Node, extra: tuple[str, ...] =
     if mode == "linearizable":
         if not node.replica.is_ready_leader():
             return await relay_to_leader(request, node)
-        from tsched.statemachine import commands as c
         _, seq = await propose_one(node, c.Barrier(request_id=new_id(),
                                                    now_ms=node.clock.now_ms()))
         min_seq = max(min_seq, seq)

@@ -32,7 +32,7 @@ from tsched.statemachine.errors import Result
 from tsched.statemachine.model import Task
 
 from tsched.node import present
-from tsched.node.raft.journal import STORAGE_ERROR_EXIT_CODE
+from tsched.node.raft.storage_faults import STORAGE_ERROR_EXIT_CODE
 
 log = logging.getLogger("tsched.node.archive")
 

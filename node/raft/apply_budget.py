@@ -18,49 +18,36 @@ each once: only the point where a tick stops changes.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 
-from pysyncobj.syncobj import FAIL_REASON
-
-if TYPE_CHECKING:
-    from pysyncobj import SyncObjConf
+from tsched.node.raft.syncobj_adapter import (
+    Entry, SyncObjHooks, appends_in_batches, apply_log_entry, entries_from, unapplied_count)
 
 # Entries read from the journal per slice; a slice stops at whichever comes first.
 ENTRIES_PER_READ = 64
 
 
-class BoundedApply:
-    """A mixin for `SyncObj`: overrides its private `__applyLogEntries`."""
+class BoundedApply(SyncObjHooks):
+    """A mixin of `RaftObject`: replaces pysyncobj's private `__applyLogEntries`."""
 
     apply_budget_s: float = 0.2    # `options.apply_budget_s(RaftOptions)` sets it
     slices_cut = 0        # ticks that stopped applying with committed entries left
     cut = False           # the last tick did: the next one must not wait
     clock = staticmethod(time.monotonic)
 
-    if TYPE_CHECKING:   # the private state of the SyncObj this is mixed into
-        _SyncObj__raftCommitIndex: int
-        _SyncObj__raftLastApplied: int
-        _SyncObj__conf: SyncObjConf
-        _SyncObj__commandsWaitingCommit: dict[int, list]
-
-        def _SyncObj__getEntries(self, fromIDx: int, count: int) -> list: ...
-
-        def _SyncObj__doApplyCommand(self, command: bytes) -> Any: ...
-
     def _unapplied(self) -> int:
-        return self._SyncObj__raftCommitIndex - self._SyncObj__raftLastApplied
+        return unapplied_count(self)
 
-    def _committed_entries(self):
+    def _committed_entries(self) -> Iterator[Entry]:
         """The committed entries not applied yet, read from the log a chunk at a time (the
         applied index moves as the caller applies them)."""
-        while self._unapplied() > 0:
-            count = min(self._unapplied(), ENTRIES_PER_READ)
-            entries = self._SyncObj__getEntries(self._SyncObj__raftLastApplied + 1, count)
+        while unapplied_count(self) > 0:
+            entries = entries_from(self, min(unapplied_count(self), ENTRIES_PER_READ))
             if not entries:
                 return   # not in the log (a snapshot is being installed): nothing to apply
             yield from entries
 
-    def _SyncObj__applyLogEntries(self) -> bool:
+    def apply_committed(self) -> bool:
         deadline = self.clock() + self.apply_budget_s
         applied_any = self.cut = False
         for entry in self._committed_entries():
@@ -68,21 +55,7 @@ class BoundedApply:
                 self.slices_cut += 1
                 self.cut = True
                 break
-            self._apply_entry(entry)
+            apply_log_entry(self, entry)
             applied_any = True
         # pysyncobj answers True only with appendEntriesUseBatch off, which we never set.
-        return applied_any and not self._SyncObj__conf.appendEntriesUseBatch
-
-    def _apply_entry(self, entry) -> None:
-        """pysyncobj's loop body: apply, then answer the proposer's callbacks. A code
-        version switch (`SyncObjExceptionWrongVer`, never proposed here) is not caught: the
-        tick fails and the watchdog stops the node, where pysyncobj logged it and went on
-        to the next entry with its applied index left behind."""
-        subscribers = self._SyncObj__commandsWaitingCommit.pop(entry[1], [])
-        res = self._SyncObj__doApplyCommand(entry[0])
-        for term, callback in subscribers:
-            if term == entry[2]:
-                callback(res, FAIL_REASON.SUCCESS)
-            else:
-                callback(None, FAIL_REASON.DISCARDED)
-        self._SyncObj__raftLastApplied += 1
+        return applied_any and not appends_in_batches(self)

@@ -3,9 +3,9 @@ reads and writes as the leader) only once it has applied that entry, so that it 
 everything committed before its term (DESIGN.md section 4)."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
-from pysyncobj import FAIL_REASON
+from pysyncobj import FAIL_REASON, SyncObj
 
 from tsched.node.raft.machine_kit import MachineKit
 
@@ -14,7 +14,7 @@ class TermBarrier:
     """The barrier of this node's terms as leader: proposed, retried, and seen applied."""
 
     def __init__(self, self_id: str, kit: MachineKit, clock_ms: Callable[[], int],
-                 raft_object: Callable[[], Any]) -> None:
+                 raft_object: Callable[[], SyncObj | None]) -> None:
         self._self_id = self_id
         self._kit = kit
         self._clock_ms = clock_ms
@@ -31,13 +31,13 @@ class TermBarrier:
         self._rid = rid
         blob = self._kit.encode_batch([self._kit.barrier(rid, self._clock_ms())])
 
-        def done(_res, err):
+        def done(_res: object, err: int) -> None:
             if err != FAIL_REASON.SUCCESS:
                 self.propose(term)
 
         obj.apply(blob, callback=done)
 
-    def note_applied(self, cmds) -> None:
+    def note_applied(self, cmds: list) -> None:
         """On the Raft thread, for every applied batch: is this term's barrier in it?"""
         rid = self._rid
         if rid is not None and any(getattr(c, "request_id", None) == rid for c in cmds):

@@ -3,12 +3,13 @@ turned into an error code (`no_leader`, `timeout`, `overloaded`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
+from tsched.statemachine.commands import Command
 from tsched.statemachine.limits import API_LIMITS
 
 from tsched.node.errors import ApiError
-from tsched.node.raft.proposer import ProposalError, Proposer
+from tsched.node.raft.proposer import ProposalError, Proposer, Rendered
 
 
 class Proposing(Protocol):
@@ -19,7 +20,7 @@ class Proposing(Protocol):
 
 
 async def propose(node: Proposing, cmds: list, *, sheddable: bool = False, urgent: bool = False,
-                  minimal: bool | Sequence[bool] = False) -> tuple[list, int]:
+                  minimal: bool | Sequence[bool] = False) -> tuple[list[Rendered], int]:
     """Commit `cmds`: (one rendered result per command, or an ApiError; applied seq).
     `sheddable`: a full proposal queue answers 429 `overloaded` (DESIGN 14.2); `urgent`
     ones (every task urgent, DESIGN 5.1) only past twice its bound. `minimal`:
@@ -39,8 +40,9 @@ async def propose(node: Proposing, cmds: list, *, sheddable: bool = False, urgen
                        ) from None
 
 
-async def propose_one(node: Proposing, cmd, *, sheddable: bool = False, urgent: bool = False,
-                      minimal: bool = False) -> tuple[Any, int]:
+async def propose_one(node: Proposing, cmd: Command, *, sheddable: bool = False, urgent: bool = False,
+                      minimal: bool = False) -> tuple[Rendered, int]:
+    """Commit one command: (its rendered result, applied seq)."""
     (value,), seq = await propose(node, [cmd], sheddable=sheddable, urgent=urgent,
                                   minimal=minimal)
     if isinstance(value, ApiError):

@@ -13,8 +13,6 @@ a 2-core machine at once (bench/notes/2026-12-04-snapshots-at-once.md). Each nod
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
-
 from tsched.node.raft.options import RaftOptions
 
 
@@ -62,30 +60,3 @@ class CompactionPolicy:
             self._compacted_time_period = time_period
             return True
         return False
-
-
-class CompactionFigures:
-    """A replica's compaction and snapshot figures (a mixin of `Replica`, which holds
-    `_compaction` and `_snapshots`)."""
-
-    _compaction: CompactionPolicy
-    _snapshots: Any     # snapshot_writer.SnapshotWriter
-
-    @property
-    def compaction_phase(self) -> float:
-        """This node's place among the cluster's ids, as a share in [0, 0.5) (compaction.py)."""
-        return self._compaction.phase
-
-    @property
-    def compaction_bytes(self) -> int:
-        """This node's share of `compaction_min_bytes` (compaction.py)."""
-        return self._compaction.bytes_threshold(self._snapshots.file_bytes)
-
-    @property
-    def snapshot_stalls_ms(self) -> list[float]:
-        """The Raft thread's stall for each snapshot fork."""
-        return self._snapshots.stalls_ms
-
-    @property
-    def snapshots_written(self) -> int:
-        return self._snapshots.written

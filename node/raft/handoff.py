@@ -13,14 +13,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Protocol
 
 log = logging.getLogger(__name__)
+
+
+class Leading(Protocol):
+    """What a handoff needs of the replica (`replica.Replica`)."""
+
+    self_id: str
+
+    def leader_id(self) -> str | None: ...
+
+    def leader_committed_in_its_term(self) -> bool: ...
+
+    def is_leader_role(self) -> bool: ...
+
+    def transfer_leadership(self, to: str | None = None) -> None: ...
 
 HANDOFF_S = 5.0       # at most this long between SIGTERM and stopping, for the handoff
 RETRY_S = 0.02        # a transfer is asked again this often while no follower is caught up
 
 
-async def hand_over(replica, timeout_s: float = HANDOFF_S) -> str | None:
+async def hand_over(replica: Leading, timeout_s: float = HANDOFF_S) -> str | None:
     """Hand leadership over if this node leads; the new leader's id, or None.
 
     Done once another node leads and this one has seen it commit an entry of its term
@@ -45,7 +60,7 @@ async def hand_over(replica, timeout_s: float = HANDOFF_S) -> str | None:
     return None
 
 
-async def transfer_to(replica, to: str | None, timeout_s: float = HANDOFF_S) -> str | None:
+async def transfer_to(replica: Leading, to: str | None, timeout_s: float = HANDOFF_S) -> str | None:
     """Ask for a transfer of leadership to `to` (None: the most caught-up peer), again every
     RETRY_S while this node still leads, until another node leads or `timeout_s` has passed;
     the new leader's id, or None.

@@ -16,6 +16,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from ssl import SSLContext
+from typing import cast
 
 from tsched.node.config import ClusterConfig, ConfigError, NodeConfig
 from tsched.node.raft.membership import Member, at_replicas, describe, nodes_for, read_members
@@ -77,7 +79,7 @@ def one_change_apart(a: list[Member], b: list[Member]) -> bool:
 
 
 def join(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None,
-         ssl_context=None) -> ClusterConfig:
+         ssl_context: SSLContext | None = None) -> ClusterConfig:
     """`--join URL`: the membership from a member's API, this node added first when it is
     not a member yet (the admin token, when the cluster has [auth]); `cfg` with it."""
     recorded = _recorded_or_empty(me)
@@ -115,7 +117,8 @@ def _recorded_or_empty(me: NodeConfig) -> list[Member] | None:
     return recorded
 
 
-def ask_to_be_added(cfg, me: NodeConfig, url: str, token: str | None, ssl_context):
+def ask_to_be_added(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | None,
+                    ssl_context: SSLContext | None) -> list[Member]:
     """POST this node; an add whose commit needs this very node (a cluster with a dead
     member: the new one counts in the quorum at once) times out: then the node goes on
     once the leader's log names it, and its own start commits the change."""
@@ -136,7 +139,7 @@ def ask_to_be_added(cfg, me: NodeConfig, url: str, token: str | None, ssl_contex
 
 
 def join_shard(cfg: ClusterConfig, me: NodeConfig, url: str, shard: int, token: str | None,
-               ssl_context=None) -> ClusterConfig:
+               ssl_context: SSLContext | None = None) -> ClusterConfig:
     """`--join URL` in a shard replica's process: its node's supervisor had the node added
     (shards/joining.py); the shard group's members from `GET /v1/cluster/members?shard=s`,
     once they name this node (a shard's change may commit after another's)."""
@@ -165,7 +168,8 @@ class CallFailed(ConfigError):
     """A request to the cluster failed: `status` (None: no answer) and the error's
     `details.reason`, when it had one."""
 
-    def __init__(self, message: str, status: int | None = None, reason: str | None = None):
+    def __init__(self, message: str, status: int | None = None,
+                 reason: str | None = None) -> None:
         super().__init__(message)
         self.status, self.reason = status, reason
 
@@ -178,15 +182,18 @@ def has_data(data_dir: Path) -> bool:
     return data_dir.exists() and any(data_dir.iterdir())
 
 
-def members_of(doc) -> list[Member]:
+def members_of(doc: object) -> list[Member]:
+    """The members of a `/v1/cluster/members` answer: JSON of any shape, where a wrong one
+    raises KeyError or TypeError (the cast only names the shape expected)."""
     try:
         return sorted(Member(str(m["id"]), str(m["raft"]), str(m["http"]))
-                      for m in doc["members"])
+                      for m in cast(dict, doc)["members"])
     except (KeyError, TypeError) as e:
         raise ConfigError(f"--join: the cluster answered no member list ({e!r})") from None
 
 
-def call(url: str, method: str, path: str, body, token: str | None, ssl_context):
+def call(url: str, method: str, path: str, body: dict[str, str] | None, token: str | None,
+         ssl_context: SSLContext | None) -> object:
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"

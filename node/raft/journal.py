@@ -22,12 +22,17 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from collections.abc import Iterable
 from pathlib import Path
+from typing import overload
 
 import crc32c
 import lmdb
 import msgpack
 from pysyncobj import journal as _pysyncobj_journal
+
+from tsched.node.raft.storage_faults import CorruptStorage, fatal_storage_error
+from tsched.node.raft.syncobj_adapter import Entry
 
 log = logging.getLogger(__name__)
 
@@ -36,25 +41,6 @@ _KEY = struct.Struct(">Q")
 _TERM = struct.Struct(">Q")
 _CRC = struct.Struct(">I")
 LOG_FORMAT = 2                   # 1: term + bytes (no checksum); 2: crc32c + term + bytes
-STORAGE_ERROR_EXIT_CODE = 74
-STORAGE_CORRUPT_EXIT_CODE = 76
-
-
-class CorruptStorage(ValueError):
-    """A checksum or structure check failed on data this node wrote: the file and where."""
-
-    def __init__(self, file: str | os.PathLike, where: str, detail: str) -> None:
-        super().__init__(f"{file}: {where}: {detail}")
-        self.file, self.where, self.detail = str(file), where, detail
-
-
-def fatal_corruption(exc: CorruptStorage) -> None:
-    """Damaged data must never be served or voted with: stop loudly, naming the damage
-    and the way back (`tsnode --rejoin-empty`)."""
-    log.critical("storage corrupt: %s; stopping the node (discard this node's data and "
-                 "rejoin with `tsnode --rejoin-empty`)", exc)
-    logging.shutdown()
-    os._exit(STORAGE_CORRUPT_EXIT_CODE)
 
 
 def _log_value(key: bytes, term: int, command: bytes) -> bytes:
@@ -69,7 +55,7 @@ def _format_of(meta: dict, entries: int) -> int:
     return 1 if entries or b"term" in meta else LOG_FORMAT
 
 
-def _parse_value(file, key: bytes, value: bytes, fmt: int) -> tuple[int, bytes]:
+def _parse_value(file: Path, key: bytes, value: bytes, fmt: int) -> tuple[int, bytes]:
     """(term, command) of a stored entry; raises CorruptStorage on a checksum mismatch."""
     idx = _KEY.unpack(key)[0] if len(key) == _KEY.size else key.hex()
     if fmt >= 2:
@@ -81,22 +67,6 @@ def _parse_value(file, key: bytes, value: bytes, fmt: int) -> tuple[int, bytes]:
             raise CorruptStorage(file, f"log index {idx}", "checksum mismatch")
         value = body
     return _TERM.unpack_from(value)[0], bytes(value[_TERM.size:])
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    """Make a rename or unlink in `path` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fatal_storage_error(what: str, exc: BaseException) -> None:
-    """A node that cannot write its log must not keep voting or acking: stop loudly."""
-    log.critical("storage error while %s: %r; stopping the node", what, exc)
-    logging.shutdown()
-    os._exit(STORAGE_ERROR_EXIT_CODE)
 
 
 class LmdbJournal(_pysyncobj_journal.Journal):
@@ -112,7 +82,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         self._log_db = env.open_db(b"log")
         self._meta_db = env.open_db(b"meta")
         self._format = LOG_FORMAT
-        self._entries: list[tuple[bytes, int, int]] = []
+        self._entries: list[Entry] = []
         self.bytes_held = 0              # command bytes in `_entries` (compaction by size)
         self._term = 0
         self._vote: str | None = None
@@ -210,7 +180,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
 
     # --- pysyncobj's Journal interface (called on the Raft thread) --------------------
 
-    def add(self, command, idx, term):
+    def add(self, command: bytes, idx: int, term: int) -> None:
         if self._entries and idx <= self._entries[-1][1]:
             if self._kept_committed(idx, term):
                 return
@@ -231,14 +201,14 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         self._drop_back(max(pos, 0))
         return False
 
-    def clear(self):
+    def clear(self) -> None:
         if self._entries:
             self._mark_from(self._entries[0][1])
         self._dirty_from_idx = 0
         self._entries = []
         self.bytes_held = 0
 
-    def deleteEntriesFrom(self, entryFrom):
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
         # pysyncobj truncates every entry after the leader's prevLogIdx, conflicting or not,
         # and a reset nextIndex can make a leader re-send from far back: acked, committed
         # entries would vanish from the durable log until re-sent. Committed entries never
@@ -249,7 +219,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             self._mark_from(self._entries[entryFrom][1])
             self._drop_back(entryFrom)
 
-    def deleteEntriesTo(self, entryTo):
+    def deleteEntriesTo(self, entryTo: int) -> None:
         if entryTo > 0:
             self.bytes_held -= _bytes_of(self._entries[:entryTo])
             self._entries = self._entries[entryTo:]
@@ -270,36 +240,42 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             held -= len(entries[i][0])
         return held if len(entries) <= scan_max else 0
 
-    def __getitem__(self, item):
+    @overload
+    def __getitem__(self, item: int) -> Entry: ...
+
+    @overload
+    def __getitem__(self, item: slice) -> list[Entry]: ...
+
+    def __getitem__(self, item: int | slice) -> Entry | list[Entry]:
         return self._entries[item]
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._entries)
 
-    def _destroy(self):
+    def _destroy(self) -> None:
         self.close()
 
-    def setRaftCommitIndex(self, raftCommitIndex):
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
         # Persisted with the next group commit: a stale commit index is only a hint.
         if raftCommitIndex != self._commit:
             self._commit = raftCommitIndex
             self._meta_dirty = True
 
-    def getRaftCommitIndex(self):
+    def getRaftCommitIndex(self) -> int:
         return self._commit
 
-    def setCurrentTerm(self, term, votedForNodeId):
+    def setCurrentTerm(self, term: int, votedForNodeId: str | None) -> None:
         self._term, self._vote = term, votedForNodeId
         self._meta_dirty = True
         self.sync()
 
-    def getCurrentTerm(self):
+    def getCurrentTerm(self) -> int:
         return self._term
 
-    def getVotedForNodeId(self):
+    def getVotedForNodeId(self) -> str | None:
         return self._vote
 
-    def onOneSecondTimer(self):
+    def onOneSecondTimer(self) -> None:
         pass
 
     # --- group commit ----------------------------------------------------------------
@@ -330,7 +306,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         self._meta_dirty = False
         self.syncs += 1
 
-    def _write(self, txn) -> None:
+    def _write(self, txn: lmdb.Transaction) -> None:
         if self._dirty_from_idx is not None:
             self._delete_from(txn, self._dirty_from_idx)
             start = self._position_of(self._dirty_from_idx)
@@ -341,7 +317,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             self._delete_before(txn, self._entries[0][1])
         self._write_meta(txn)
 
-    def _write_meta(self, txn) -> None:
+    def _write_meta(self, txn: lmdb.Transaction) -> None:
         span = (self._entries[0][1], self._entries[-1][1]) if self._entries else (0, 0)
         state = msgpack.packb([self._term, self._vote, self._commit, *span])
         txn.put(b"state", _CRC.pack(crc32c.crc32c(state)) + state, db=self._meta_db)
@@ -352,13 +328,13 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             return 0
         return max(0, idx - self._entries[0][1])
 
-    def _delete_from(self, txn, idx: int) -> None:
+    def _delete_from(self, txn: lmdb.Transaction, idx: int) -> None:
         cursor = txn.cursor(db=self._log_db)
         if cursor.set_range(_KEY.pack(idx)):
             while cursor.delete():
                 pass
 
-    def _delete_before(self, txn, idx: int) -> None:
+    def _delete_before(self, txn: lmdb.Transaction, idx: int) -> None:
         cursor = txn.cursor(db=self._log_db)
         if not cursor.first():
             return
@@ -380,11 +356,11 @@ class LmdbJournal(_pysyncobj_journal.Journal):
                 self._env = None
 
 
-def _bytes_of(entries) -> int:
+def _bytes_of(entries: Iterable[Entry]) -> int:
     return sum(len(e[0]) for e in entries)
 
 
-def read_entries(path: str | os.PathLike) -> list[tuple[bytes, int, int]]:
+def read_entries(path: str | os.PathLike[str]) -> list[Entry]:
     """The durable log of a closed journal (tests, tools): what a restart would see."""
     journal = LmdbJournal(path)
     try:

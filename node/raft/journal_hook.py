@@ -3,7 +3,7 @@ by calling `createJournal(conf.journalFile)` by its module-global name and offer
 a journal class of one's own, so this module replaces that function, once, on import."""
 from __future__ import annotations
 
-from pysyncobj import journal as _pysyncobj_journal
+from pysyncobj.journal import MemoryJournal
 from pysyncobj import syncobj as _pysyncobj_syncobj
 
 from tsched.node.raft.journal import LmdbJournal
@@ -16,9 +16,9 @@ def prepare(path: str, journal: LmdbJournal) -> None:
     _prepared[path] = journal
 
 
-def _create_journal(journalFile=None):
+def _create_journal(journalFile: str | None = None) -> MemoryJournal | LmdbJournal:
     if journalFile is None:
-        return _pysyncobj_journal.MemoryJournal()
+        return MemoryJournal()
     journal = _prepared.pop(journalFile, None)
     return journal if journal is not None else LmdbJournal(journalFile)
 

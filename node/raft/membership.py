@@ -13,12 +13,16 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import Callable, Collection, Iterable, NamedTuple
 
-from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, FAIL_REASON
+from pysyncobj import SyncObj
+from pysyncobj.node import Node
+from pysyncobj.syncobj import _COMMAND_TYPE, FAIL_REASON
 
-from tsched.node.config import NodeConfig, internal_http
+from tsched.node.config import ClusterConfig, NodeConfig, internal_http
 from tsched.node.raft import journal as journal_mod
+from tsched.node.raft.storage_faults import fsync_dir
+from tsched.node.raft.syncobj_adapter import LEADER, RaftLog, raft_state
 from tsched.node.raft.transport import DialNode
 
 MEMBERS_FILE = "members.json"
@@ -67,7 +71,7 @@ def write_members(data_dir: Path, members: Iterable[Member]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    journal_mod.fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def describe(members: Iterable[Member]) -> str:
@@ -78,7 +82,7 @@ def is_membership_entry(command: bytes) -> bool:
     return command[:1] == MEMBERSHIP_ENTRY
 
 
-def change_in_log(journal, after_idx: int) -> bool:
+def change_in_log(journal: RaftLog | None, after_idx: int) -> bool:
     """A membership entry in `journal` after index `after_idx` (not applied yet): a change
     still in progress. Reads the in-memory tail only (Raft thread)."""
     if journal is None or not len(journal):
@@ -102,12 +106,13 @@ class Membership:
         self.self_member = self_member
         self._known: dict[str, Member] = {m.raft: m for m in [self_member, *peers]}
         self.members: tuple[Member, ...] = tuple(sorted(self._known.values()))
-        self._rafts: frozenset | None = None     # None: not recorded since start
+        self._rafts: frozenset[str] | None = None     # None: not recorded since start
         self._change_idx = 0          # the log's last index when the membership last changed
         self.settled = True           # that change is applied (committed)
         self._pending_since: float | None = None
         self.record_after_idx = 0     # replaying the log up to here: not recorded yet
-        self.listeners: list = []     # fn(members) on the Raft thread after a change
+        # fn(members) on the Raft thread after a change
+        self.listeners: list[Callable[[tuple[Member, ...]], None]] = []
 
     @classmethod
     def of(cls, data_dir: Path, self_id: str, self_raft: str, peers: dict[str, str],
@@ -124,12 +129,12 @@ class Membership:
     def by_id(self, node_id: str) -> Member | None:
         return next((m for m in self.members if m.id == node_id), None)
 
-    def replaying(self, journal) -> None:
+    def replaying(self, journal: journal_mod.LmdbJournal) -> None:
         """Record nothing before the log of before the start is applied again (what it
         commits, as far as the log goes: pysyncobj clamps a commit index past its end)."""
         self.record_after_idx = min(journal.getRaftCommitIndex(), journal.startup_last_idx)
 
-    def learn(self, node) -> None:
+    def learn(self, node: Node) -> None:
         """Take the id and HTTP address a pysyncobj node carries (from a log entry or a
         snapshot)."""
         name, http = getattr(node, "name", None), getattr(node, "http", None)
@@ -139,7 +144,7 @@ class Membership:
     def member_of(self, raft: str) -> Member:
         return self._known.get(raft) or Member(raft, raft, "")
 
-    def refresh(self, other_nodes, applied_idx: int, last_idx: int) -> bool:
+    def refresh(self, other_nodes: Collection[Node], applied_idx: int, last_idx: int) -> bool:
         """On the Raft thread, each tick: the members pysyncobj now has (it takes a change
         when the entry enters the log); records and announces a change (not while the log
         of before the start is replayed). `settled`: the last change is applied."""
@@ -158,29 +163,30 @@ class Membership:
             fn(self.members)
         return True
 
-    def snapshot_cluster(self, cluster) -> list:
+    def snapshot_cluster(self, cluster: Iterable[Node]) -> list:
         """The snapshot header's members: [raft, id, http] each (snapshot_loader reads them)."""
         return sorted([n.id, self.member_of(n.id).id, self.member_of(n.id).http] for n in cluster)
 
     # --- one change at a time (the leader's Raft thread) ----------------------------------
 
-    def busy(self, journal, applied_idx: int, now_s: float) -> bool:
+    def busy(self, journal: RaftLog | None, applied_idx: int, now_s: float) -> bool:
         if self._pending_since is not None and now_s - self._pending_since > self.PENDING_FOR_S_MAX:
             self._pending_since = None
         return self._pending_since is not None or change_in_log(journal, applied_idx)
 
-    def propose(self, obj, journal, kind: str, member: Member, done) -> None:
+    def propose(self, obj: SyncObj | None, journal: RaftLog | None, kind: str, member: Member,
+                done: Callable[[str], None]) -> None:
         """On the Raft thread: propose adding ("add") or removing ("rem") `member` if this
         node leads and no change is in progress. `done(outcome)`: "success" once committed
         and applied, "in_progress", "not_leader", or pysyncobj's failure name."""
         now = time.monotonic()
-        if obj is None or obj._SyncObj__raftState != _RAFT_STATE.LEADER:
+        if obj is None or raft_state(obj) != LEADER:
             return done("not_leader")
         if self.busy(journal, obj.raftLastApplied, now):
             return done("in_progress")
         self._pending_since = now
 
-        def answered(_res, err) -> None:
+        def answered(_res: object, err: int) -> None:
             self._pending_since = None
             done("success" if err == FAIL_REASON.SUCCESS else _FAIL_NAMES.get(err, str(err)))
         node = DialNode(member.raft, None, name=member.id, http=member.http)
@@ -188,12 +194,13 @@ class Membership:
         change(node, callback=answered)
 
 
-def at_replicas(members) -> list[Member]:
+def at_replicas(members: Iterable[Member]) -> list[Member]:
     """A shard group's members at their replicas' internal addresses (sorted)."""
     return sorted(Member(m.id, m.raft, internal_http(m.raft)) for m in members)
 
 
-def nodes_for(cfg, self_id: str, members, sharded: bool = False) -> tuple:
+def nodes_for(cfg: ClusterConfig, self_id: str, members: Iterable[Member],
+              sharded: bool = False) -> tuple[NodeConfig, ...]:
     """The config's nodes for these members: a listed node as the file has it, another
     as its addresses (served over HTTPS when this node is). `sharded`: the members of a
     shard group, whose `http` is their node's public API: a replica's own internal

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from pysyncobj import SyncObjConf
+
+from tsched.node.config import ClusterConfig
 
 # pysyncobj's own compaction bounds, set beyond reach: `Replica._compact_when_due` decides.
 COMPACTION_NEVER = 1 << 62
@@ -92,15 +94,15 @@ def heartbeat_period_s(o: RaftOptions) -> float:
 
 
 
-def options_from_cluster(cluster, options: RaftOptions | None = None) -> RaftOptions:
+def options_from_cluster(cluster: ClusterConfig, options: RaftOptions | None = None) -> RaftOptions:
     """`options` (or the defaults) with the timeouts and compaction bounds of a
     `config.ClusterConfig`."""
     t = dict(getattr(cluster, "timeouts", None) or {})
     opts = options or RaftOptions()
     mapping = {"raft_min_s": "raft_min_timeout_s", "raft_max_s": "raft_max_timeout_s",
                "leader_fallback_s": "leader_fallback_timeout_s"}
-    # Field name -> value, ints and floats by field: typed loosely for dataclasses.replace.
-    overrides: dict[str, Any] = {mapping[k]: float(v) for k, v in t.items() if k in mapping}
+    # Field name -> value: an int for the int fields, which mypy cannot tell by name.
+    overrides: dict[str, float] = {mapping[k]: float(v) for k, v in t.items() if k in mapping}
     compaction = dict(getattr(cluster, "compaction", None) or {})
     if "min_entries" in compaction:
         overrides["compaction_min_entries"] = int(compaction["min_entries"])
@@ -109,7 +111,7 @@ def options_from_cluster(cluster, options: RaftOptions | None = None) -> RaftOpt
     if "min_bytes" in compaction:
         overrides["compaction_min_bytes"] = int(compaction["min_bytes"])
     if overrides:
-        opts = dataclasses.replace(opts, **overrides)
+        opts = dataclasses.replace(opts, **overrides)   # type: ignore[arg-type]
     return opts
 
 

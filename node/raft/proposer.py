@@ -14,11 +14,39 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
+from tsched.statemachine.commands import Command
+from tsched.statemachine.errors import Result
 from tsched.statemachine.limits import API_LIMITS
 
+from tsched.node.raft.options import RaftOptions
+
 log = logging.getLogger(__name__)
+
+# What `propose` answers for a command: its result as `render` made it (the API's JSON
+# documents; any value the renderer chooses).
+Rendered = Any
+Render = Callable[[Command, Result], Rendered]
+
+
+class ProposerReplica(Protocol):
+    """What a Proposer needs of the replica (`replica.Replica`)."""
+
+    @property
+    def options(self) -> RaftOptions: ...
+
+    @property
+    def applied_seq(self) -> int: ...
+
+    def leader_id(self) -> str | None: ...
+
+    def encode_batch(self, cmds: list) -> bytes: ...
+
+    def propose_blob(self, blob: bytes, on_error: Callable[[str], object] | None = None,
+                     cmds: list | None = None) -> None: ...
+
+    def add_apply_listener(self, fn: Callable[[int, list, list], None]) -> None: ...
 
 
 class ProposalError(Exception):
@@ -70,7 +98,7 @@ class _Answers:
         m = self.minimal
         return m if isinstance(m, bool) else bool(m[i])
 
-    def answer(self, i: int, value, seq: int) -> None:
+    def answer(self, i: int, value: Rendered, seq: int) -> None:
         if self.values[i] is not _UNANSWERED:
             return
         self.values[i] = value
@@ -84,9 +112,8 @@ class _Answers:
 
 
 class Proposer:
-    def __init__(self, replica, loop: asyncio.AbstractEventLoop, *,
-                 render: Callable[[Any, Any], Any] | None = None,
-                 render_minimal: Callable[[Any, Any], Any] | None = None,
+    def __init__(self, replica: ProposerReplica, loop: asyncio.AbstractEventLoop, *,
+                 render: Render | None = None, render_minimal: Render | None = None,
                  batch_commands_max: int = 1000, batch_bytes_max: int | None = None,
                  retry_backoff_s: float = 0.05, repropose_after_s: float = 3.0,
                  leader_poll_s: float = 0.05,
@@ -107,7 +134,7 @@ class Proposer:
         self._waiting_max = waiting_max
         self.refused_full = 0              # sheddable proposals refused, queue full (metrics)
         self._waiters: dict[str, list[tuple[_Answers, int]]] = {}
-        self._queue: list[tuple[Any, _Call]] = []
+        self._queue: list[tuple[Command, _Call]] = []
         self._flush_scheduled = False
         self.entries_proposed = 0          # Raft entries handed over (metrics, tests)
         replica.add_apply_listener(self._on_apply)
@@ -116,7 +143,7 @@ class Proposer:
 
     async def propose(self, cmds: list, timeout_s: float, *, sheddable: bool = False,
                       urgent: bool = False,
-                      minimal: bool | Sequence[bool] = False) -> tuple[list, int]:
+                      minimal: bool | Sequence[bool] = False) -> tuple[list[Rendered], int]:
         """Commit and apply `cmds`; return (one result per command, applied seq).
 
         `minimal` (every command, or per command): answered by `render_minimal` (RFC 7240
@@ -154,7 +181,7 @@ class Proposer:
             raise ProposalError("overloaded", f"{len(self._waiters)} commands wait for "
                                 f"commit at this node (at most {bound})")
 
-    async def _drive(self, cmds, answers: _Answers, deadline: float) -> int:
+    async def _drive(self, cmds: list[Command], answers: _Answers, deadline: float) -> int:
         call = _Call(self._loop)
         leader_seen = False
         while True:
@@ -197,7 +224,7 @@ class Proposer:
                 remaining = min(remaining, self._leader_poll_s)
             await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
 
-    def _unwait(self, cmds, answers: _Answers) -> None:
+    def _unwait(self, cmds: list[Command], answers: _Answers) -> None:
         waiters = self._waiters
         for cmd in cmds:
             entries = waiters.get(cmd.request_id)
@@ -207,7 +234,7 @@ class Proposer:
             if not entries:
                 del waiters[cmd.request_id]
 
-    def _enqueue(self, cmds, call: _Call) -> None:
+    def _enqueue(self, cmds: list[Command], call: _Call) -> None:
         self._queue.extend((cmd, call) for cmd in cmds)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -219,7 +246,7 @@ class Proposer:
         for i in range(0, len(queue), self._batch_commands_max):
             self._propose_chunk(queue[i:i + self._batch_commands_max])
 
-    def _propose_chunk(self, chunk) -> None:
+    def _propose_chunk(self, chunk: list[tuple[Command, _Call]]) -> None:
         cmds = [cmd for cmd, _ in chunk]
         blob = self._replica.encode_batch(cmds)
         if len(blob) > self._batch_bytes_max and len(chunk) > 1:
@@ -236,7 +263,7 @@ class Proposer:
             log.error("proposal of %d commands refused: %r", len(chunk), exc)
             self._on_failure(calls, repr(exc))
 
-    def _on_failure(self, calls, reason: str) -> None:
+    def _on_failure(self, calls: list[_Call], reason: str) -> None:
         for call in calls:
             call.fail(reason)
 
@@ -244,17 +271,19 @@ class Proposer:
 
     def _on_apply(self, seq: int, cmds: list, results: list) -> None:
         waiters = self._waiters
-        answers = []
+        answers: list[tuple[str, Rendered]] = []
         for cmd, result in zip(cmds, results):
-            rid = getattr(cmd, "request_id", None)
-            entries = waiters.get(rid) if rid is not None else None
+            rid: str | None = getattr(cmd, "request_id", None)
+            if rid is None:
+                continue
+            entries = waiters.get(rid)
             if entries:
                 render = self._render_minimal if _all_minimal(entries) else self._render
                 answers.append((rid, render(cmd, result) if render else result))
         if answers:
             self._loop.call_soon_threadsafe(self._resolve, answers, seq)
 
-    def _resolve(self, answers, seq: int) -> None:
+    def _resolve(self, answers: list[tuple[str, Rendered]], seq: int) -> None:
         waiters = self._waiters
         for rid, value in answers:
             for waiting, i in waiters.get(rid, ()):

@@ -1,38 +1,67 @@
 """`RaftObject`: the pysyncobj SyncObj of a replica, with its one replicated method and
-the hooks around each tick (stall forgiveness, the rejoin gate, the watchdog)."""
+the hooks around each tick (stall forgiveness, the rejoin gate, the watchdog).
+
+It sees its replica through `RaftHost`, the part of `Replica` it uses: raft_object.py
+knows nothing of replica.py, which builds the RaftObject."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from pysyncobj import SyncObj, replicated
+from pysyncobj import SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as monotonicTime
+from pysyncobj.node import Node
 
 from tsched.node.raft.apply_budget import BoundedApply
-from tsched.node.raft.options import apply_budget_s, heartbeat_period_s
-from tsched.node.raft.replication import WastelessAppendEntries
+from tsched.node.raft.options import RaftOptions, apply_budget_s, heartbeat_period_s
+from tsched.node.raft.prevote import PreVote
+from tsched.node.raft.rejoin import RejoinGate
+from tsched.node.raft.replication import ReplicationStats, WastelessAppendEntries
 from tsched.node.raft.stall_clock import forgive_stall
-from tsched.node.raft.transport import DialNode
+from tsched.node.raft.syncobj_adapter import (
+    LEADER, RaftLog, raft_state, send_append_entries, set_election_deadline_s)
+from tsched.node.raft.transport import DialNode, GuardedTransport
+from tsched.node.raft.watchdog import Watchdog
 
-if TYPE_CHECKING:
-    from tsched.node.raft.replica import Replica
+
+class RaftHost(Protocol):
+    """What a `RaftObject` needs of its replica (`replica.Replica`)."""
+
+    options: RaftOptions
+    replication: ReplicationStats
+    watchdog: Watchdog
+    rejoin: RejoinGate
+    prevote: PreVote | None
+    leaving: bool      # stopping: campaigns for nothing (handoff.py)
+
+    def adopt(self, obj: RaftObject) -> None:
+        """Hold `obj` as the replica's SyncObj (before its tick thread starts)."""
+
+    def apply_blob(self, blob: bytes) -> None:
+        """Apply one committed batch (the replicated method's body; never raises)."""
 
 
-class RaftObject(BoundedApply, WastelessAppendEntries, SyncObj):
-    def __init__(self, replica: "Replica", self_node, peers, conf, transport_class):
-        self._replica = replica
-        self.replication = replica.replication
-        self.apply_budget_s = apply_budget_s(replica.options)
-        self._heartbeat_s = heartbeat_period_s(replica.options)
+class TransportFactory(Protocol):
+    def __call__(self, syncObj: RaftObject, selfNode: Node,
+                 otherNodes: list[Node]) -> GuardedTransport: ...
+
+
+class RaftObject(BoundedApply, WastelessAppendEntries):
+    def __init__(self, host: RaftHost, self_node: DialNode, peers: list[DialNode],
+                 conf: SyncObjConf, transport_class: TransportFactory) -> None:
+        self._host = host
+        self.replication = host.replication
+        self.apply_budget_s = apply_budget_s(host.options)
+        self._heartbeat_s = heartbeat_period_s(host.options)
         self._tick_started_at: float | None = None
         self.stall_forgiven_s = 0.0     # leader: stalls not counted against its peers
         self._last_sent_idx = 0
         self._last_sent_commit = 0
         # The tick thread starts inside SyncObj.__init__ and may call back at once.
-        replica._obj = self
+        host.adopt(self)
         super().__init__(self_node, peers, conf, nodeClass=DialNode,
                          transportClass=transport_class)
 
-    def _onTick(self, timeToWait=0.0):
+    def _onTick(self, timeToWait: float = 0.0) -> None:
         # Hooks around pysyncobj's tick: the rejoin gate and a leader's stall before it,
         # the watchdog after.
         now = monotonicTime()
@@ -44,36 +73,36 @@ class RaftObject(BoundedApply, WastelessAppendEntries, SyncObj):
         try:
             super()._onTick(timeToWait)
         except Exception as exc:
-            self._replica.watchdog.tick_failed(exc)
+            self._host.watchdog.tick_failed(exc)
             raise
-        self._replica.watchdog.tick_ok()
+        self._host.watchdog.tick_ok()
 
     def _gate_campaign(self) -> None:
         """A node rejoining empty (or stopping) starts no election (and ends rejoining
         once caught up); any other asks for a pre-vote before it campaigns."""
-        replica = self._replica
-        if replica.rejoin.rejoining or replica.leaving:
-            self._SyncObj__raftElectionDeadline = monotonicTime() + replica.options.raft_max_timeout_s
-            replica.rejoin.check_caught_up(self)
-        elif replica.prevote is not None:
-            replica.prevote.before_tick(self)
+        host = self._host
+        if host.rejoin.rejoining or host.leaving:
+            set_election_deadline_s(self, monotonicTime() + host.options.raft_max_timeout_s)
+            host.rejoin.check_caught_up(self)
+        elif host.prevote is not None:
+            host.prevote.before_tick(self)
 
-    def send_new_entries_now(self, journal) -> None:
+    def send_new_entries_now(self, journal: RaftLog | None) -> None:
         """A leader sends entries added in this tick at once (one group commit for all of
         them) instead of at the next heartbeat: pysyncobj does so only with batching off,
         which costs one fsync per entry. Saves up to appendEntriesPeriod per proposal.
         Likewise when the commit index moved: followers then apply (and answer the writes
         they forwarded) without waiting for the next heartbeat."""
-        if self._SyncObj__raftState != 2:
+        if raft_state(self) != LEADER:
             return
         last = journal[-1][1] if journal is not None and len(journal) else 0
         commit = self.raftCommitIndex
         if last > self._last_sent_idx or commit > self._last_sent_commit:
             self._last_sent_idx = max(self._last_sent_idx, last)
             self._last_sent_commit = commit
-            self._SyncObj__sendAppendEntries()
+            send_append_entries(self)
 
     @replicated
-    def apply(self, blob):
+    def apply(self, blob: bytes) -> None:
         # The only replicated method (pysyncobj numbers them by name): never add another.
-        self._replica._apply_blob(blob)
+        self._host.apply_blob(blob)

@@ -16,7 +16,10 @@ import os
 import shutil
 from pathlib import Path
 
-from tsched.node.raft.journal import fsync_dir as _fsync_dir
+from pysyncobj import SyncObj
+
+from tsched.node.raft.storage_faults import fsync_dir as _fsync_dir
+from tsched.node.raft.syncobj_adapter import leader_commit_index, set_current_term, voted_for
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +59,17 @@ class RejoinGate:
     def may_vote(self) -> bool:
         return not self.rejoining
 
-    def check_caught_up(self, obj) -> None:
+    def check_caught_up(self, obj: SyncObj) -> None:
         """On each tick while rejoining: done once the leader's commit index is applied."""
         if not self.rejoining:
             return
         leader = obj._getLeader()
-        leader_commit = obj._SyncObj__leaderCommitIndex
+        leader_commit = leader_commit_index(obj)
         if leader is None or not leader_commit or obj.raftLastApplied < leader_commit:
             return
-        if obj._SyncObj__votedForNodeId is None:
+        if voted_for(obj) is None:
             # As if it had voted for the leader it follows: no second vote in this term.
-            obj._SyncObj__setCurrentTerm(obj.raftCurrentTerm, leader.id)
+            set_current_term(obj, obj.raftCurrentTerm, leader.id)
         self.marker.unlink()
         _fsync_dir(self.marker.parent)
         self.rejoining = False

@@ -20,17 +20,22 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from pysyncobj import FAIL_REASON, SyncObjConf
+from pysyncobj.node import Node
+
+from tsched.statemachine import Limits, StateMachine
 
 from tsched.node.failpoints import NONE as NO_FAILPOINTS
 from tsched.node.failpoints import Failpoints
 from tsched.node.raft import journal as journal_mod
 from tsched.node.raft import journal_hook, snapshot_loader
 from tsched.node.raft.barrier import TermBarrier
-from tsched.node.raft.compaction import CompactionFigures, CompactionPolicy, compaction_phase
+from tsched.node.config import ClusterConfig
+from tsched.node.raft.compaction import CompactionPolicy, compaction_phase
 from tsched.node.raft.machine_kit import MachineKit, default_kit
 from tsched.node.raft.membership import Member, Membership
 from tsched.node.raft.options import RaftOptions, options_from_cluster, sync_obj_conf
@@ -43,6 +48,7 @@ from tsched.node.raft.replication import ReplicationStats
 from tsched.node.raft.security import check_raft_security
 from tsched.node.raft.snapshot_file import snapshot_index
 from tsched.node.raft.snapshot_writer import SnapshotWriter
+from tsched.node.raft.syncobj_adapter import Entry, current_log_index, other_nodes
 from tsched.node.raft.transport import DialNode, GuardedTransport
 from tsched.node.raft.view import ROLE_NAMES, View
 from tsched.node.raft.watchdog import Watchdog
@@ -53,14 +59,14 @@ log = logging.getLogger(__name__)
 STATE_MACHINE_BUG_EXIT_CODE = 70
 _FAIL_NAMES = {v: k.lower() for k, v in vars(FAIL_REASON).items() if not k.startswith("_")}
 
-class Replica(CompactionFigures):
+class Replica:
     """One node's replica: owns the state machine, its lock, and the Raft object."""
 
     def __init__(self, *, self_id: str, self_raft: str, peers: dict[str, str], data_dir: Path,
-                 secret: str | None = None, limits=None, options: RaftOptions | None = None,
+                 secret: str | None = None, limits: Limits | None = None, options: RaftOptions | None = None,
                  failpoints: Failpoints | None = None, dial_overrides: dict[str, str] | None = None,
                  machine: MachineKit | None = None, clock_ms: Callable[[], int] | None = None,
-                 http_of: dict[str, str] | None = None):
+                 http_of: dict[str, str] | None = None) -> None:
         check_raft_security([self_raft, *peers.values()], secret)
         options = options if options is not None else RaftOptions()
         self.self_id = self_id
@@ -81,8 +87,8 @@ class Replica(CompactionFigures):
         self.membership = Membership.of(self.data_dir, self_id, self_raft, self.peers, http_of or {})
         self._lock = threading.RLock()
         self._sm = self._kit.new()
-        self._listeners: list[Callable] = []
-        self._tick_tasks: collections.deque = collections.deque()
+        self._listeners: list[Callable[[int, list, list], None]] = []
+        self._tick_tasks: collections.deque[Callable[[], None]] = collections.deque()
         self._view = View()
         self._barrier = TermBarrier(self_id, self._kit, self._clock_ms, lambda: self._obj)
         self._snapshots = SnapshotWriter(self.snapshot_path, options.snapshot_child_nice)
@@ -99,15 +105,16 @@ class Replica(CompactionFigures):
         self.watchdog = Watchdog.for_options(options)
 
     @classmethod
-    def from_config(cls, cluster, node_id: str, failpoints: Failpoints | None = None,
-                    options: RaftOptions | None = None, **kwargs) -> "Replica":
-        """From `config.ClusterConfig`: its node, peers, secret, timeouts and compaction."""
+    def from_config(cls, cluster: ClusterConfig, node_id: str, **kwargs: Any) -> Replica:
+        """From `config.ClusterConfig`: its node, peers, secret, timeouts and compaction.
+        `kwargs`: `Replica`'s other keyword arguments, checked there (untyped: callers
+        build them as dicts); `options`, if given, is the base the cluster's settings go over."""
         node = cluster.node(node_id)
+        options = options_from_cluster(cluster, kwargs.pop("options", None))
         return cls(self_id=node_id, self_raft=node.raft, peers=cluster.peers_of(node_id),
                    data_dir=Path(node.data_dir), secret=cluster.secret,
                    http_of={n.id: n.api or n.http for n in cluster.nodes},
-                   options=options_from_cluster(cluster, options),
-                   failpoints=failpoints, **kwargs)
+                   options=options, **kwargs)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -136,17 +143,27 @@ class Replica(CompactionFigures):
         self.membership.replaying(self._journal)
         peers = [self._dial_node(m) for m in self.membership.members if m.raft != self.self_raft]
         self_node = self._dial_node(self.membership.self_member)
-        self._obj = RaftObject(self, self_node, peers, self._conf(), transport)
+        obj = RaftObject(self, self_node, peers, self._conf(), transport)
         self._waker = Waker()
-        self._tick_tasks.append(lambda: self._waker.subscribe(self._obj._poller))
+        self._tick_tasks.append(self._subscribe_waker)
         self._tick_tasks.append(lambda: TimedPoller.install(self._obj, self.options))
-        self._obj.addOnTickCallback(self._on_tick)
+        obj.addOnTickCallback(self._on_tick)
         self.watchdog.start()
         try:
-            self._obj.waitBinded()
+            obj.waitBinded()
         except Exception as exc:
             self.stop()                    # ends the tick thread, closes the journal
             raise OSError(f"cannot bind the Raft address {self.self_raft}: {exc!r}") from exc
+
+    def _subscribe_waker(self) -> None:
+        # On the Raft thread: pysyncobj's poller is not shared with other threads.
+        obj, waker = self._obj, self._waker
+        if obj is not None and waker is not None:
+            waker.subscribe(obj._poller)
+
+    def adopt(self, obj: RaftObject) -> None:
+        """The RaftObject being built holds this replica's state (raft_object.RaftHost)."""
+        self._obj = obj
 
     def _dial_node(self, m: Member) -> DialNode:
         return DialNode(m.raft, self.dial_overrides.get(m.raft), name=m.id, http=m.http)
@@ -172,7 +189,7 @@ class Replica(CompactionFigures):
     # --- reads ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def read(self):
+    def read(self) -> Iterator[StateMachine]:
         with self._lock:
             yield self._sm
 
@@ -237,7 +254,7 @@ class Replica(CompactionFigures):
         v = self._view
         return v.role == 2 and v.has_quorum and self._barrier.ready_term == v.term
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, object]:
         v = self._view
         with self._lock:
             applied, digest = self._sm.seq, self._sm.digest()
@@ -249,6 +266,27 @@ class Replica(CompactionFigures):
                       for nid, addr in sorted(self.peers.items())},
         }
 
+    # --- compaction and snapshot figures (metrics) ------------------------------------------
+
+    @property
+    def compaction_phase(self) -> float:
+        """This node's place among the cluster's ids, as a share in [0, 0.5) (compaction.py)."""
+        return self._compaction.phase
+
+    @property
+    def compaction_bytes(self) -> int:
+        """This node's share of `compaction_min_bytes` (compaction.py)."""
+        return self._compaction.bytes_threshold(self._snapshots.file_bytes)
+
+    @property
+    def snapshot_stalls_ms(self) -> list[float]:
+        """The Raft thread's stall for each snapshot fork."""
+        return self._snapshots.stalls_ms
+
+    @property
+    def snapshots_written(self) -> int:
+        return self._snapshots.written
+
     # --- writes --------------------------------------------------------------------------
 
     def add_apply_listener(self, fn: Callable[[int, list, list], None]) -> None:
@@ -258,20 +296,20 @@ class Replica(CompactionFigures):
     def encode_batch(self, cmds: list) -> bytes:
         return self._kit.encode_batch(cmds)
 
-    def propose_blob(self, blob: bytes, on_error: Callable[[str], None] | None = None,
+    def propose_blob(self, blob: bytes, on_error: Callable[[str], object] | None = None,
                      cmds: list | None = None) -> None:
         """Hand one encoded batch to Raft without waiting. `on_error(reason)` is called (on
         the Raft thread) when pysyncobj reports a failure: the entry may or may not commit,
         except for "missing_leader" / "queue_full" / "not_leader" (it never entered a log
         of this term through this call). `cmds`: the commands `blob` encodes, applied
-        as they are if this replica applies exactly these bytes (proposed.py)."""
+        as they are if this replica applies exactly these bytes (pending_proposals.py)."""
         if len(blob) > self.options.entry_bytes_max:
             raise ValueError(f"batch of {len(blob)} bytes exceeds {self.options.entry_bytes_max}")
         obj = self._obj
         if obj is None:
             raise RuntimeError("replica is not started")
 
-        def done(_res, err):
+        def done(_res: object, err: int) -> None:
             if err != FAIL_REASON.SUCCESS and on_error is not None:
                 on_error(_FAIL_NAMES.get(err, str(err)))
 
@@ -287,7 +325,7 @@ class Replica(CompactionFigures):
             raise ValueError(f"unknown or self node {to!r}")
         addr = self.peers[to] if to is not None else None
 
-        def run():
+        def run() -> None:
             obj = self._obj
             if obj is not None:
                 node = DialNode(addr, self.dial_overrides.get(addr)) if addr else None
@@ -310,7 +348,8 @@ class Replica(CompactionFigures):
 
     # --- the Raft thread -----------------------------------------------------------------
 
-    def _apply_blob(self, blob: bytes) -> None:
+    def apply_blob(self, blob: bytes) -> None:
+        """Apply one committed batch (RaftObject.apply, the Raft thread); never raises."""
         self.watchdog.progress()   # a long catch-up tick is work, not a stall
         cmds = None if self._proposed is None else self._proposed.take(blob)
         try:
@@ -335,7 +374,7 @@ class Replica(CompactionFigures):
                 except Exception:
                     log.exception("apply listener failed")
 
-    def _on_state_changed(self, old, new) -> None:
+    def _on_state_changed(self, old: int, new: int) -> None:
         obj = self._obj                  # None once stop() began
         if new == 2 and obj is not None:
             self.replication.on_leadership()
@@ -349,12 +388,12 @@ class Replica(CompactionFigures):
             return
         obj.send_new_entries_now(self._journal)
         self._view = View.sample(obj, self._journal)
-        if self.membership.refresh(obj._SyncObj__otherNodes, obj.raftLastApplied,
-                                   obj._SyncObj__getCurrentLogIndex()):
+        if self.membership.refresh(other_nodes(obj), obj.raftLastApplied,
+                                   current_log_index(obj)):
             self.peers, self._id_by_addr = self.membership.peers(), self.membership.id_by_addr()
         self._compact_when_due(obj)
 
-    def _compact_when_due(self, obj) -> None:
+    def _compact_when_due(self, obj: RaftObject) -> None:
         """Compact when this node's policy says so (compaction.py)."""
         journal = self._journal
         if journal is None or self._snapshots.busy or not len(journal):
@@ -368,14 +407,14 @@ class Replica(CompactionFigures):
 
     # --- snapshots (pysyncobj serializer hooks, Raft thread) ------------------------------
 
-    def _serialize(self, _tmp_name: str, data) -> None:
+    def _serialize(self, _tmp_name: str, data: tuple[Entry, Entry, set[Node]]) -> None:
         """A forked child writes the snapshot (snapshot_writer.py)."""
         self._snapshots.fork(data, lambda: self._sm.snapshot(), self.membership.snapshot_cluster)
 
     def _check_serializing(self) -> int:
         return self._snapshots.check(self._obj)   # the child's outcome, published on success
 
-    def _deserialize(self, file_name: str):
+    def _deserialize(self, file_name: str) -> tuple:
         """Restore the state machine from a snapshot: ours, or one received from the
         leader (snapshot_loader.py)."""
         self._snapshots.abandon()   # it holds an older state than this file
@@ -386,10 +425,10 @@ class Replica(CompactionFigures):
         del sm
         return raft_data
 
-    def _restore_frozen(self, state: bytes):
+    def _restore_frozen(self, state: bytes) -> StateMachine:
         return snapshot_loader.restore_frozen(self._kit.restore, state, self._swap_in)
 
-    def _swap_in(self, sm) -> bool:
+    def _swap_in(self, sm: StateMachine) -> bool:
         """Install `sm` now if the current state has applied commands (so that the old one
         can be collected); otherwise `_deserialize` installs it."""
         if not getattr(self._sm, "seq", 0):

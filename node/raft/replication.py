@@ -16,9 +16,14 @@ The functions here decide what to do instead; they are pure (a log is seen throu
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Callable, NamedTuple
 
-Entry = tuple  # (command bytes, idx, term), pysyncobj's log entry
+from pysyncobj.node import Node
+
+from tsched.node.raft.syncobj_adapter import (
+    Entry, RaftLog, SyncObjHooks, next_index, raft_log, send_next_node_idx)
+
 EntryAt = Callable[[int], "Entry | None"]
 
 log = logging.getLogger(__name__)
@@ -33,13 +38,13 @@ class ReplicationStats:
         self.held_entries = 0          # follower: entries received that it already held (kept)
         self.truncations = 0           # follower: log cut back on a real term conflict
         self.truncated_entries = 0
-        self._sent_max_idx: dict = {}  # peer -> highest entry index sent in this leadership
+        self._sent_max_idx: dict[Node, int] = {}  # peer -> highest entry index sent in this leadership
 
     def on_leadership(self) -> None:
         """A new leadership sends from the follower's reply, not from what an earlier term sent."""
         self._sent_max_idx.clear()
 
-    def on_sent(self, peer, entries) -> None:
+    def on_sent(self, peer: Node, entries: Sequence[Entry] | None) -> None:
         if not entries:
             return
         first, last = entries[0][1], entries[-1][1]
@@ -63,7 +68,7 @@ class Trimmed(NamedTuple):
     held: int                   # entries dropped because the follower holds them
 
 
-def held_prefix(entry_at: EntryAt, entries) -> int:
+def held_prefix(entry_at: EntryAt, entries: Sequence[Entry]) -> int:
     """How many leading `entries` the log already holds at the same index with the same term."""
     n = 0
     for entry in entries:
@@ -106,40 +111,38 @@ def trim_append_entries(message: dict, entry_at: EntryAt, last_idx: int) -> Trim
     return Trimmed(out, None, n)
 
 
-def _entry_reader(journal) -> tuple[EntryAt, int]:
+def _entry_reader(journal: RaftLog) -> tuple[EntryAt, int]:
     """`entry_at` over pysyncobj's log (a list-like of entries with consecutive indexes)."""
     first = journal[0][1]
     size = len(journal)
 
-    def entry_at(idx: int):
+    def entry_at(idx: int) -> Entry | None:
         pos = idx - first
         return journal[pos] if 0 <= pos < size else None
 
     return entry_at, journal[-1][1]
 
 
-class WastelessAppendEntries:
-    """Mixin for the `SyncObj` subclass: overrides two of pysyncobj's private methods
-    (reached through their mangled names, as pysyncobj itself calls them on `self`)."""
+class WastelessAppendEntries(SyncObjHooks):
+    """A mixin of `RaftObject`: replaces two of pysyncobj's private methods
+    (`syncobj_adapter.SyncObjHooks` routes them here)."""
 
     replication: ReplicationStats
 
-    def _SyncObj__onMessageReceived(self, node, message):
-        handle = super()._SyncObj__onMessageReceived
+    def on_raft_message(self, node: Node, message: dict) -> None:
         kind = message.get("type")
         if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
-            entry_at, last_idx = _entry_reader(self._SyncObj__raftLog)
+            entry_at, last_idx = _entry_reader(raft_log(self))
             trimmed = trim_append_entries(message, entry_at, last_idx)
             self.replication.held_entries += trimmed.held
-            handle(node, trimmed.message)
+            super().on_raft_message(node, trimmed.message)
             if trimmed.reply_next_idx is not None:
-                self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=trimmed.reply_next_idx,
-                                               success=True)
+                send_next_node_idx(self, node, trimmed.reply_next_idx, success=True)
             return
         if kind == "next_node_idx" and message.get("success") and not message.get("reset"):
-            next_idx = self._SyncObj__raftNextIndex
+            next_idx = next_index(self)
             before = next_idx.get(node)
-            handle(node, message)
+            super().on_raft_message(node, message)
             after = next_idx.get(node)
             if after is not None and self._isLeader():
                 kept = next_index_after_success(before, after)
@@ -147,17 +150,17 @@ class WastelessAppendEntries:
                     next_idx[node] = kept
                     self.replication.stale_acks += 1
             return
-        handle(node, message)
+        super().on_raft_message(node, message)
 
-    def _SyncObj__deleteEntriesFrom(self, fromIDx):
+    def delete_entries_from(self, from_idx: int) -> None:
         """Reached only on a real term conflict now (see `trim_append_entries`)."""
-        journal = self._SyncObj__raftLog
+        journal = raft_log(self)
         last = journal[-1][1] if len(journal) else 0
-        if fromIDx <= last:
+        if from_idx <= last:
             self.replication.truncations += 1
-            self.replication.truncated_entries += last - fromIDx + 1
-            if fromIDx <= self.raftLastApplied:
+            self.replication.truncated_entries += last - from_idx + 1
+            if from_idx <= self.raftLastApplied:
                 log.error("raft: log entries from %d conflict in term with the leader's "
                           "although applied up to %d: this replica may have diverged",
-                          fromIDx, self.raftLastApplied)
-        super()._SyncObj__deleteEntriesFrom(fromIDx)
+                          from_idx, self.raftLastApplied)
+        super().delete_entries_from(from_idx)

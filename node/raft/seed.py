@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pysyncobj.syncobj import _COMMAND_TYPE
 
-from tsched.node.raft.journal import CorruptStorage
+from tsched.node.raft.storage_faults import CorruptStorage
 from tsched.node.raft.snapshot_file import publish_snapshot, read_snapshot, write_snapshot
 
 SNAPSHOT_NAME = "snapshot.bin"     # Replica.snapshot_path

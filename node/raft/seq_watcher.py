@@ -5,8 +5,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from typing import Protocol
 
 from tsched.node.errors import ApiError
+
+
+class Applying(Protocol):
+    """The local replica (`replica.Replica`), as far as waiting for it goes."""
+
+    @property
+    def applied_seq(self) -> int: ...
 
 
 class SeqWatcher:
@@ -24,7 +32,7 @@ class SeqWatcher:
             if not fut.done():
                 fut.set_result(None)
 
-    async def wait(self, seq: int, replica, timeout_s: float) -> None:
+    async def wait(self, seq: int, replica: Applying, timeout_s: float) -> None:
         if replica.applied_seq >= seq:
             return
         fut = asyncio.get_running_loop().create_future()

@@ -6,17 +6,16 @@ import hashlib
 import os
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 import crc32c
 import msgpack
 
-from tsched.node.raft import journal as journal_mod
+from tsched.node.raft.storage_faults import CorruptStorage, fsync_dir
 
 SNAPSHOT_MAGIC = b"TSCHSNP2"
 SNAPSHOT_MAGIC_V1 = b"TSCHSNP1"     # no header checksum; SHA-256 of the state
 _U32 = struct.Struct(">I")
-
-_fsync_dir = journal_mod.fsync_dir
 
 
 def write_snapshot(path: Path, raft_data: list, state: bytes) -> Path:
@@ -45,7 +44,7 @@ def write_snapshot(path: Path, raft_data: list, state: bytes) -> Path:
 SNAPSHOT_SYNC_BYTES = 8 << 20
 
 
-def _write_synced(f, data: bytes) -> None:
+def _write_synced(f: BinaryIO, data: bytes) -> None:
     view = memoryview(data)
     for start in range(0, len(view), SNAPSHOT_SYNC_BYTES):
         f.write(view[start:start + SNAPSHOT_SYNC_BYTES])
@@ -60,14 +59,14 @@ def snapshot_tmp_path(path: Path) -> Path:
 def publish_snapshot(path: Path) -> None:
     """Atomic replace, then fsync the directory so that the rename itself is durable."""
     os.replace(snapshot_tmp_path(path), path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _parse_snapshot_header(path: Path, data: bytes) -> tuple[dict, int]:
     """(header, offset of the state); raises CorruptStorage naming the file."""
     magic = data[:len(SNAPSHOT_MAGIC)]
     if magic not in (SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_V1):
-        raise journal_mod.CorruptStorage(path, "snapshot header", "not a tsched snapshot")
+        raise CorruptStorage(path, "snapshot header", "not a tsched snapshot")
     at = len(SNAPSHOT_MAGIC)
     try:
         (size,) = _U32.unpack_from(data, at)
@@ -76,11 +75,11 @@ def _parse_snapshot_header(path: Path, data: bytes) -> tuple[dict, int]:
             (crc,) = _U32.unpack_from(data, at)
             at += _U32.size
             if len(data) < at + size or crc32c.crc32c(data[at:at + size]) != crc:
-                raise journal_mod.CorruptStorage(path, "snapshot header", "checksum mismatch")
+                raise CorruptStorage(path, "snapshot header", "checksum mismatch")
         header = msgpack.unpackb(data[at:at + size])
         return header, at + size
     except (struct.error, ValueError, msgpack.UnpackException) as exc:
-        raise journal_mod.CorruptStorage(path, "snapshot header", repr(exc)) from exc
+        raise CorruptStorage(path, "snapshot header", repr(exc)) from exc
 
 
 def read_snapshot_header(path: Path) -> dict:
@@ -89,11 +88,11 @@ def read_snapshot_header(path: Path) -> dict:
         return read_open_snapshot_header(f, path)
 
 
-def read_open_snapshot_header(f, path: Path) -> dict:
+def read_open_snapshot_header(f: BinaryIO, path: Path) -> dict:
     """The header of the snapshot file open as `f` (read from its current position)."""
     head = f.read(len(SNAPSHOT_MAGIC) + 2 * _U32.size)
     if len(head) < len(SNAPSHOT_MAGIC) + 2 * _U32.size:
-        raise journal_mod.CorruptStorage(path, "snapshot header", "truncated")
+        raise CorruptStorage(path, "snapshot header", "truncated")
     size = _U32.unpack_from(head, len(SNAPSHOT_MAGIC))[0]
     return _parse_snapshot_header(path, head + f.read(size))[0]
 
@@ -116,9 +115,9 @@ def read_snapshot(path: Path) -> tuple[list, bytes]:
             crc32c.crc32c(state) == header["state_crc32c"] if "state_crc32c" in header
             else hashlib.sha256(state).hexdigest() == header["state_sha256"])
     except (KeyError, IndexError, TypeError) as exc:
-        raise journal_mod.CorruptStorage(path, "snapshot header", repr(exc)) from exc
+        raise CorruptStorage(path, "snapshot header", repr(exc)) from exc
     if not intact:
-        raise journal_mod.CorruptStorage(path, f"snapshot at log index {index}",
+        raise CorruptStorage(path, f"snapshot at log index {index}",
                                          "truncated or checksum mismatch")
     return header["raft"], state
 

@@ -8,12 +8,17 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from collections.abc import Sequence
+from typing import Callable, TypeVar
+
+from pysyncobj.node import Node
 
 from tsched.node.gcpolicy import GcPolicy
 from tsched.node.raft.transport import DialNode
-from tsched.node.raft import journal as journal_mod
 from tsched.node.raft.snapshot_file import read_snapshot
+from tsched.node.raft.storage_faults import (
+    CorruptStorage, fatal_corruption, fatal_storage_error, fsync_dir)
+from tsched.node.raft.syncobj_adapter import Entry
 from tsched.node.raft.watchdog import Watchdog
 
 log = logging.getLogger("tsched.node.raft.replica")   # the replica's log lines, as they were
@@ -29,7 +34,7 @@ def make_durable(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    journal_mod.fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def restore_frozen(restore: Callable[[bytes], State], state: bytes,
@@ -56,7 +61,8 @@ def restore_frozen(restore: Callable[[bytes], State], state: bytes,
             gc.enable()
 
 
-def load(path: Path, watchdog: Watchdog, restore: Callable[[bytes], Any]) -> tuple[tuple, Any]:
+def load(path: Path, watchdog: Watchdog,
+         restore: Callable[[bytes], State]) -> tuple[tuple[Entry, Entry, set[Node]], State]:
     """(pysyncobj's raft data: last and previous entries and the cluster, the restored
     state) of the snapshot at `path`."""
     try:
@@ -67,17 +73,17 @@ def load(path: Path, watchdog: Watchdog, restore: Callable[[bytes], Any]) -> tup
             sm = restore(state)
         log.info("raft: snapshot at index %d restored in %.2f s (%d bytes)",
                  raft_data[1][1], time.perf_counter() - started, len(state))
-    except journal_mod.CorruptStorage as exc:
+    except CorruptStorage as exc:
         watchdog.mark_fatal(str(exc))
-        journal_mod.fatal_corruption(exc)
+        fatal_corruption(exc)
     except Exception as exc:
         # pysyncobj would log this and carry on with an empty state: never do that.
-        journal_mod.fatal_storage_error(f"loading snapshot {path}", exc)
+        fatal_storage_error(f"loading snapshot {path}", exc)
     last, prev, cluster = raft_data
     return (_entry(last), _entry(prev), {_member_node(m) for m in cluster}), sm
 
 
-def _member_node(m) -> DialNode:
+def _member_node(m: str | list[str] | tuple[str, ...]) -> DialNode:
     """A member as the snapshot names it: its Raft address, or [raft, id, http]
     (membership.py). Nodes, not strings: pysyncobj compares them with its own node."""
     if isinstance(m, (list, tuple)):
@@ -85,5 +91,5 @@ def _member_node(m) -> DialNode:
     return DialNode(str(m))
 
 
-def _entry(e) -> tuple[bytes, int, int]:
+def _entry(e: Sequence[bytes | int]) -> Entry:
     return (bytes(e[0]), int(e[1]), int(e[2]))

@@ -14,11 +14,14 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
+from pysyncobj import SyncObj
 from pysyncobj.config import SERIALIZER_STATE
+from pysyncobj.node import Node
 
 from tsched.node.raft.snapshot_file import publish_snapshot, snapshot_tmp_path, write_snapshot
+from tsched.node.raft.syncobj_adapter import Entry, unblock_snapshot_sending
 
 log = logging.getLogger("tsched.node.raft.replica")   # the replica's log lines, as they were
 
@@ -39,8 +42,8 @@ class SnapshotWriter:
     def busy(self) -> bool:
         return self.pid is not None
 
-    def fork(self, data, state: Callable[[], bytes],
-             cluster_of: Callable[[Any], list] | None = None) -> None:
+    def fork(self, data: tuple[Entry, Entry, set[Node]], state: Callable[[], bytes],
+             cluster_of: Callable[[set[Node]], list] | None = None) -> None:
         """Fork a child that writes `state()` with pysyncobj's raft data `data`.
 
         pysyncobj then tries to rename its own temp file, which does not exist; that
@@ -64,9 +67,15 @@ class SnapshotWriter:
         self.stalls_ms.append(stall_ms)
         log.info("raft: snapshot at index %d forked (Raft thread stalled %.1f ms)", prev[1], stall_ms)
 
-    def check(self, obj: Any) -> int:
+    def check(self, obj: SyncObj | None) -> int:
         """pysyncobj's serializer checker: the child's outcome, the file published on success."""
-        _unblock_snapshot_sending(obj)
+        # pysyncobj's Serializer, after calling the serializer, fails to rename a temp file
+        # of its own and marks itself busy (pid -2) until the checker reports an outcome;
+        # while busy it sends no snapshot to a follower that needs one. A follower catching
+        # up at 1,000,000 tasks thus waited for a whole snapshot to be written (tens of
+        # seconds) before its transfer even started. Ours are written by our own child and
+        # published by an atomic rename, so the snapshot file is always complete: let it go.
+        unblock_snapshot_sending(obj)
         if self._abandoned:
             self._abandoned = False
             return SERIALIZER_STATE.FAILED      # lets pysyncobj start the next one
@@ -124,15 +133,3 @@ class SnapshotWriter:
     def forget_file_bytes(self) -> None:
         """Another snapshot file is in place (one installed from the leader)."""
         self._file_bytes = None
-
-
-def _unblock_snapshot_sending(obj: Any) -> None:
-    """pysyncobj's Serializer, after calling the serializer, fails to rename a temp file
-    of its own and marks itself busy (pid -2) until the checker reports an outcome; while
-    busy it sends no snapshot to a follower that needs one. A follower catching up at
-    1,000,000 tasks thus waited for a whole snapshot to be written (tens of seconds)
-    before its transfer even started. Ours are written by our own child and published
-    by an atomic rename, so the snapshot file is always complete: let it be sent."""
-    serializer = getattr(obj, "_SyncObj__serializer", None)
-    if serializer is not None:
-        serializer._Serializer__pid = 0

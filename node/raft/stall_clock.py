@@ -16,15 +16,17 @@ campaign, through pre-vote.
 """
 from __future__ import annotations
 
-_LEADER = 2
+from pysyncobj import SyncObj
+
+from tsched.node.raft.syncobj_adapter import LEADER, last_response_times_s, raft_state
 
 
-def forgive_stall(obj, gap_s: float, heartbeat_s: float, now: float) -> float:
+def forgive_stall(obj: SyncObj, gap_s: float, heartbeat_s: float, now: float) -> float:
     """Shift the leader's peers' last answer times by the stall; returns the seconds shifted."""
     excess_s = gap_s - 2 * heartbeat_s
-    if excess_s <= 0 or obj._SyncObj__raftState != _LEADER:
+    if excess_s <= 0 or raft_state(obj) != LEADER:
         return 0.0
-    times = obj._SyncObj__lastResponseTime
+    times = last_response_times_s(obj)
     for node in list(times):
         times[node] = min(now, times[node] + excess_s)
     return excess_s

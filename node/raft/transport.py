@@ -11,11 +11,13 @@ from typing import Callable
 
 from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.monotonic import monotonic as monotonicTime
-from pysyncobj.node import TCPNode
+from pysyncobj import SyncObj
+from pysyncobj.node import Node, TCPNode
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from tsched.node.failpoints import Failpoints
+from tsched.node.raft.journal import LmdbJournal
 from tsched.node.raft.prevote import PreVote
 from tsched.node.raft.rejoin import RejoinGate
 from tsched.node.raft.replication import ReplicationStats
@@ -31,18 +33,18 @@ REFUSED_LOG_EVERY_S = 60.0
 class DialNode(TCPNode):
     """A peer with its Raft identity (`host:port`) that is dialled at another address."""
 
-    def __init__(self, address, dial: str | None = None, **kwargs):
+    def __init__(self, address: str, dial: str | None = None, **kwargs: str) -> None:
         super().__init__(address, **kwargs)
         self._dial = dial
 
     @property
-    def ip(self):
+    def ip(self) -> str:
         if self._dial is None:
             return super().ip
         return globalDnsResolver().resolve(self._dial.rsplit(":", 1)[0])
 
     @property
-    def port(self):
+    def port(self) -> int:
         if self._dial is None:
             return super().port
         return int(self._dial.rsplit(":", 1)[1])
@@ -58,7 +60,7 @@ class BoundedConnection(TcpConnection):
 
     _message_bytes_max = 64 << 20
 
-    def send(self, message):
+    def send(self, message: object) -> None:
         """pysyncobj's framing (zlib stream of a pickle, optional Fernet, 4-byte length),
         encoded for CPU: pickle protocol 5 instead of 2 (which turns every log entry's
         bytes into a latin-1 str and back) and zlib level 0 (a stored stream) instead of
@@ -72,7 +74,7 @@ class BoundedConnection(TcpConnection):
         self._TcpConnection__writeBuffer += struct.pack("i", len(data)) + data
         self._TcpConnection__trySendBuffer()
 
-    def _TcpConnection__processParseMessage(self):
+    def _TcpConnection__processParseMessage(self) -> object:
         buf = self._TcpConnection__readBuffer
         if len(buf) >= 4:
             declared = struct.unpack("i", buf[:4])[0]
@@ -90,10 +92,11 @@ def _bound(conn: TcpConnection, limit: int) -> None:
 
 
 class GuardedTransport(TCPTransport):
-    def __init__(self, syncObj, selfNode, otherNodes, *, journal, failpoints: Failpoints,
-                 message_bytes_max: int, replication: ReplicationStats, gate: RejoinGate,
-                 prevote: PreVote | None, may_lead: Callable[[], bool],
-                 dial_of: Callable[[str], str | None] = lambda _addr: None):
+    def __init__(self, syncObj: SyncObj, selfNode: Node, otherNodes: list[Node], *,
+                 journal: LmdbJournal, failpoints: Failpoints, message_bytes_max: int,
+                 replication: ReplicationStats, gate: RejoinGate, prevote: PreVote | None,
+                 may_lead: Callable[[], bool],
+                 dial_of: Callable[[str], str | None] = lambda _addr: None) -> None:
         self._journal = journal
         self._dial_of = dial_of
         self._refused_logged: dict[str, float] = {}
@@ -105,7 +108,7 @@ class GuardedTransport(TCPTransport):
         self._message_bytes_max = message_bytes_max
         super().__init__(syncObj, selfNode, otherNodes)
 
-    def addNode(self, node):
+    def addNode(self, node: Node) -> None:
         if isinstance(node, DialNode):
             # A member added by a log entry: dialled as this node dials it, not as the
             # proposer did (its `_dial` travelled in the entry).
@@ -115,11 +118,11 @@ class GuardedTransport(TCPTransport):
         if conn is not None:
             _bound(conn, self._message_bytes_max)
 
-    def _onNewIncomingConnection(self, conn):
+    def _onNewIncomingConnection(self, conn: TcpConnection) -> None:
         _bound(conn, self._message_bytes_max)
         super()._onNewIncomingConnection(conn)
 
-    def _onIncomingMessageReceived(self, conn, message):
+    def _onIncomingMessageReceived(self, conn: TcpConnection, message: object) -> None:
         if self._syncObj.encryptor and not conn.sendRandKey:
             return super()._onIncomingMessageReceived(conn, message)   # key exchange
         if isinstance(message, list):
@@ -131,7 +134,7 @@ class GuardedTransport(TCPTransport):
             return self._refuse(conn, f"identity {str(message)[:64]!r}")
         return super()._onIncomingMessageReceived(conn, message)
 
-    def _onMessageReceived(self, node, message):
+    def _onMessageReceived(self, node: Node, message: object) -> None:
         if not isinstance(message, dict):
             # A peer's refusal ("FAIL refused") of this node's identity: it is not (or no
             # longer, or not yet) a member there (DESIGN 6.2). Raft messages are dicts.
@@ -147,7 +150,7 @@ class GuardedTransport(TCPTransport):
             return
         super()._onMessageReceived(node, message)
 
-    def _refuse(self, conn, what: str) -> None:
+    def _refuse(self, conn: TcpConnection, what: str) -> None:
         # Once a minute per kind: a removed member (DESIGN 6.2) dials every second.
         self._log_limited(what, "raft: refused %s on an incoming connection (a node that is "
                           "not a member, or not configured; logged once a minute)", what)
@@ -155,13 +158,13 @@ class GuardedTransport(TCPTransport):
         conn.disconnect()
         self._unknownConnections.discard(conn)
 
-    def _log_limited(self, key: str, fmt: str, *args) -> None:
+    def _log_limited(self, key: str, fmt: str, *args: object) -> None:
         now = monotonicTime()
         if now - self._refused_logged.get(key, -REFUSED_LOG_EVERY_S) >= REFUSED_LOG_EVERY_S:
             self._refused_logged[key] = now
             log.warning(fmt, *args)
 
-    def send(self, node, message):
+    def send(self, node: Node, message: dict) -> bool:
         kind = message.get("type") if isinstance(message, dict) else None
         if kind in DURABLE_BEFORE_SEND and not self._failpoints.on("skip_sync_before_send"):
             self._journal.sync()
@@ -172,7 +175,7 @@ class GuardedTransport(TCPTransport):
             self._maybe_crash_after_ack(message)
         return sent
 
-    def _maybe_crash_after_ack(self, message) -> None:
+    def _maybe_crash_after_ack(self, message: dict) -> None:
         acked = message["next_node_idx"] - 1
         if message["success"] and acked > self._journal.startup_last_idx:
             self._failpoints.crash(f"acked {acked}")

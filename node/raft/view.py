@@ -2,7 +2,11 @@
 swapped atomically (readers never touch pysyncobj's state)."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from pysyncobj import SyncObj
+
+from tsched.node.raft.syncobj_adapter import RaftLog, raft_state
 
 ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
 
@@ -14,18 +18,18 @@ class View(NamedTuple):
     term: int = 0
     leader: str | None = None          # raft address
     has_quorum: bool = False
-    connected: frozenset = frozenset()   # raft addresses of connected peers
+    connected: frozenset[str] = frozenset()   # raft addresses of connected peers
     commit_index: int = 0
     last_applied: int = 0
     commit_term: int = 0               # term of the entry at commit_index (0: not in the log)
 
     @classmethod
-    def sample(cls, obj: Any, journal: Any) -> "View":
+    def sample(cls, obj: SyncObj, journal: RaftLog | None) -> View:
         """The view of the SyncObj `obj` (on the Raft thread), with its log `journal`."""
         peers = obj.otherNodes
         leader = obj._getLeader()
         return cls(
-            role=obj._SyncObj__raftState,
+            role=raft_state(obj),
             term=obj.raftCurrentTerm,
             leader=leader.id if leader is not None else None,
             has_quorum=obj.hasQuorum,
@@ -36,7 +40,7 @@ class View(NamedTuple):
         )
 
 
-def term_at(journal: Any, idx: int) -> int:
+def term_at(journal: RaftLog | None, idx: int) -> int:
     """The term of the entry at `idx` in `journal` (0: no journal, or not in it)."""
     if journal is None or not len(journal):
         return 0

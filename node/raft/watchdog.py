@@ -21,10 +21,10 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Iterator
+from typing import Callable
 
-if TYPE_CHECKING:
-    from tsched.node.raft.options import RaftOptions
+from tsched.node.raft.options import RaftOptions
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class Watchdog:
                        f"with {exc!r}")
 
     @contextlib.contextmanager
-    def busy(self, what: str):
+    def busy(self, what: str) -> Iterator[None]:
         """Known long work on the Raft thread (restoring a snapshot): not a stall."""
         self._busy = what
         try:

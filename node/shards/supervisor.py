@@ -33,7 +33,7 @@ from tsched.node.config import ClusterConfig, NodeConfig
 from tsched.node.gcpolicy import settle_router
 from tsched.node.shards.leader_spread import SPREAD_CHECK_S, Spreader
 from tsched.node.shards.parent_link import SUPERVISOR_PID_ENV
-from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
+from tsched.node.raft.storage_faults import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
 from tsched.node.raft.membership import members_path
 from tsched.node.shards.router import Router
 from tsched.node.shards.router_app import make_router_app

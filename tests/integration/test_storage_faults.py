@@ -21,7 +21,7 @@ STOP_WAIT_S = 30
 SMALL_DISK_BYTES = 8 << 20
 FILL_PAYLOAD_CHARS = 60_000      # under the 64 KiB payload limit
 FILL_DEADLINE_S = 90
-STORAGE_ERROR_EXIT_CODE = 74     # node/raft/journal.py
+STORAGE_ERROR_EXIT_CODE = 74     # node/raft/storage_faults.py
 
 
 def submit_marked(c: Cluster, node: str, marks: list[str]) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tests.harness.cluster import Cluster as ProcessCluster
 from tsched_tree import build_tree
-from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE
+from tsched.node.raft.storage_faults import STORAGE_CORRUPT_EXIT_CODE
 
 from .disks import SmallDisks
 from .proxy import ProxyHub

@@ -11,6 +11,6 @@ and every documented route is served.
 from __future__ import annotations
 
 from tsched.node.api.openapi.document import components, document, document_bytes
-from tsched.node.api.openapi.workers import CLAIMED_FIELDS
+from tsched.node.api.openapi.workers_spec import CLAIMED_FIELDS
 
 __all__ = ["CLAIMED_FIELDS", "components", "document", "document_bytes"]

@@ -13,7 +13,7 @@ import pytest
 
 from tsched.node.assembly import SHUTDOWN_S, STOP_STACKS_AFTER_S
 from tsched.node.raft.handoff import HANDOFF_S
-from tsched.node.raft.journal import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
+from tsched.node.raft.storage_faults import STORAGE_CORRUPT_EXIT_CODE, STORAGE_ERROR_EXIT_CODE
 
 ROOT = Path(__file__).resolve().parents[3]
 UNIT = ROOT / "deploy" / "systemd" / "tsnode@.service"

@@ -1,4 +1,5 @@
-"""statemachine/ stays a house a newcomer can walk: small modules, short functions."""
+"""statemachine/ stays a house a newcomer can walk: short functions (a module is as long as
+its one idea needs: there is no line ceiling on modules, tests/unit/test_house.py)."""
 from __future__ import annotations
 
 import ast
@@ -9,7 +10,6 @@ from pathlib import Path
 import pytest
 
 SM_DIR = Path(__file__).resolve().parents[3] / "statemachine"
-MODULE_LINES_MAX = 400
 FUNCTION_LINES_MAX = 60
 
 
@@ -28,10 +28,8 @@ def _long_functions(source: str, limit: int) -> list[str]:
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: p.name)
-def test_module_is_short_and_so_are_its_functions(path: Path) -> None:
-    source = path.read_text()
-    assert len(source.splitlines()) <= MODULE_LINES_MAX
-    assert _long_functions(source, FUNCTION_LINES_MAX) == []
+def test_functions_are_short(path: Path) -> None:
+    assert _long_functions(path.read_text(), FUNCTION_LINES_MAX) == []
 
 
 def test_checker_counts_a_long_function() -> None:

@@ -7,7 +7,8 @@ import lmdb
 import msgpack
 import pytest
 
-from tsched.node.raft.journal import CorruptStorage, LmdbJournal, read_entries
+from tsched.node.raft.journal import LmdbJournal, read_entries
+from tsched.node.raft.storage_faults import CorruptStorage
 
 
 def entries(n, start=1, term=1):

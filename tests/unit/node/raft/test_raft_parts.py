@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tsched.node.failpoints import Failpoints
-from tsched.node.raft.journal import CorruptStorage
+from tsched.node.raft.storage_faults import CorruptStorage
 from tsched.node.raft.security import RaftSecurityError, check_raft_security
 from tsched.node.raft.snapshot_file import (publish_snapshot, read_snapshot, read_snapshot_header,
                                             snapshot_tmp_path, write_snapshot)

@@ -7,7 +7,7 @@ from tsched.node.api.claim_parsing import PRIORITY_MAX, RETRY_AFTER_S_MAX, TIER_
 from tsched.node.api.openapi.schema import (
     ANY_JSON, APPLIED_SEQ, APPLIED_SEQS, NAME, SHARD, TASK_TYPE, TIME, WRITE_ERRORS, Fragment,
     PathItem, Schema, integer, number, obj, op, ref, string)
-from tsched.node.api.openapi.tasks import ERROR_DETAIL, PREFER, TASK_ID, task
+from tsched.node.api.openapi.tasks_spec import ERROR_DETAIL, PREFER, TASK_ID, task
 
 CLAIMED_FIELDS = ("task_id", "tenant", "task_type", "state", "payload", "run_at", "attempt",
                   "max_retries", "timeout_s", "execution_id", "schedule_id",
