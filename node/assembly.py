@@ -108,8 +108,8 @@ def run(config_path: str, node_id: str, log_format: str, shard: int | None,
 
 
 def _membership(cfg: ClusterConfig, me: NodeConfig, join_url: str | None) -> ClusterConfig:
-    """The cluster's members: recorded beside the log, or asked of `--join URL` (join.py;
-    a sharded node's supervisor: shards/joining.py)."""
+    """The cluster's members: recorded beside the log, or asked of `--join URL` (raft/join_group.py;
+    a sharded node's supervisor: shards/join_all_groups.py)."""
     token, ssl = os.environ.get("TSCHED_JOIN_TOKEN"), tls.cluster_client_context(cfg)
     if not shards.is_single_group(cfg):
         return node_view(cfg, me, join_url, token, ssl)
@@ -121,7 +121,7 @@ def _membership(cfg: ClusterConfig, me: NodeConfig, join_url: str | None) -> Clu
 def _shard_membership(cfg: ClusterConfig, node_id: str, shard: int, join_url: str | None
                       ) -> tuple[ClusterConfig, NodeConfig]:
     """A shard replica's process: its group's nodes at its shard's addresses; where every
-    node holds every shard, its group's recorded members, or `--join`'s (join.py)."""
+    node holds every shard, its group's recorded members, or `--join`'s (raft/join_group.py)."""
     full = shards.is_full_placement(cfg)
     cfg, me = shards.shard_process_config(cfg, node_id, shard)
     if not full:

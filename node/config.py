@@ -116,7 +116,7 @@ class ClusterConfig:
     timeouts: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     compaction: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     auth: Table | None = None                   # kept for the auth layer (api/auth.parse)
-    # kept for state machine limits: `Limits(**limits)` checks the values (node/main.py)
+    # kept for state machine limits: `Limits(**limits)` checks the values (node/assembly.py)
     limits: Mapping[str, Any] | None = None
     archive_dir: str | None = None   # [archive] dir: relative to each node's data_dir
     path: str | None = None
@@ -168,7 +168,7 @@ REQUEST_WINDOW_S_BOUNDS = (30.0, 86_400.0)
 
 def _limits(table: Table) -> dict[str, object]:
     """`[limits]` as `Limits` fields: `request_window_s` becomes `request_window_ms`; the
-    other keys are `Limits` field names already (node/main.py builds them)."""
+    other keys are `Limits` field names already (node/assembly.py builds them)."""
     out = dict(table)
     if "request_window_s" in out:
         value = out.pop("request_window_s")

@@ -1,8 +1,8 @@
-"""The node's aiohttp application: routes, error shape, and the services' lifecycles.
+"""The node's aiohttp application: every resource's routes, in one error shape.
 
 Everything a handler needs lives in the `Node` under `NODE` (no module globals). The
-startup context wires the Raft apply listener into the loop, and starts the forwarder, the
-claim dispatcher and the leader's timer; the cleanup half stops them.
+services' lifecycle (the proposer, the forwarder, the claim hub, the leader's timer and
+the Raft apply listener) is the composition root's: `assembly.node_app` adds it.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Cluster endpoints: status of every node, leadership transfer (DESIGN.md section 7).
 
-Health and readiness live with the operations routes (ops.py)."""
+Health and readiness live with the operations routes (monitoring.py)."""
 from __future__ import annotations
 
 import asyncio

@@ -141,7 +141,7 @@ def ask_to_be_added(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | N
 def join_shard(cfg: ClusterConfig, me: NodeConfig, url: str, shard: int, token: str | None,
                ssl_context: SSLContext | None = None) -> ClusterConfig:
     """`--join URL` in a shard replica's process: its node's supervisor had the node added
-    (shards/joining.py); the shard group's members from `GET /v1/cluster/members?shard=s`,
+    (shards/join_all_groups.py); the shard group's members from `GET /v1/cluster/members?shard=s`,
     once they name this node (a shard's change may commit after another's)."""
     recorded = _recorded_or_empty(me)
     path = f"/v1/cluster/members?shard={shard}"

@@ -8,7 +8,7 @@ members record their node's public API). Elsewhere the file's placement stands a
 membership changes are refused (409 `partial_placement`).
 
 Each shard replica's process checks its own group's recorded membership in the same way
-(join.effective_config, join.join_shard); the supervisor checks shard 0's first, so a
+(raft/join_group.py: effective_config, join_shard); the supervisor checks shard 0's first, so a
 file that disagrees stops the node once, with exit 2, before any shard process starts.
 """
 from __future__ import annotations

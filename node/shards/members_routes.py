@@ -8,7 +8,7 @@ counts a shard the member already left as done. So a change that failed in some 
 (its answer names the shards changed) is finished by sending it again.
 
 Theory of the addresses: shard s of a node listens for Raft on the node's base Raft port
-+ 100 s (shape.SHARD_PORT_STEP) and answers its router 50 above that; a shard group's
++ 100 s (config.SHARD_PORT_STEP) and answers its router 50 above that; a shard group's
 member records its node's public API. Shard 0's Raft port is the base port, so shard 0's
 member list is the node list as it is.
 """

@@ -3,11 +3,11 @@
 It holds no state machine: every request goes to the shard processes. Tenant-scoped
 requests go to their tenant's shard, task requests to the shard named by the task id,
 batches are split by shard and answered in the request's order, listings and stats merge
-the shards, and claims gather tasks from every shard (`claims.py`). Answers from one
+the shards, and claims gather tasks from every shard (`claim_fanout.py`). Answers from one
 shard pass through as bytes (the shard process already named its shard in them).
 
 This module holds what the handlers share: the Router (sending, relaying, finding a
-task's shard) and the answer helpers. The handlers are routes.py, merge.py and claims.py;
+task's shard) and the answer helpers. The handlers are keyed_routes.py, merge.py and claim_fanout.py;
 shards/router_app.py puts them into one aiohttp application.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Router:
         self.polls: dict[tuple, list] = {}   # open shard long polls by claim kind
         self.productive: dict[tuple, int] = {}   # claim kind -> the shard that last gave tasks
         # work (task types, prefetch, scope) -> {shard: open watches}: such a shard has no
-        # claimable work of that kind, or its watch would have answered (claims.py)
+        # claimable work of that kind, or its watch would have answered (scheduling/claims.py)
         self.watching: dict[tuple, dict[int, int]] = {}
 
     # -- who --

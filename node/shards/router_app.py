@@ -1,4 +1,4 @@
-"""The router's aiohttp application: the handlers of routes.py, claims.py and merge.py
+"""The router's aiohttp application: the handlers of keyed_routes.py, claim_fanout.py and merge.py
 under one error middleware (a relayed shard answer passes as it is; everything else gets
 the node's error shape), and the upstream connections opened and closed with the app.
 """
