@@ -51,7 +51,7 @@ class InstantReplica:
     def encode_batch(self, cmds: list) -> bytes:
         return codec.encode_batch(cmds)
 
-    def propose_blob(self, blob: bytes, on_error=None) -> None:
+    def propose_blob(self, blob: bytes, on_error=None, cmds=None) -> None:
         self._loop.call_soon(self._apply, blob)
 
     def _apply(self, blob: bytes) -> None:
