@@ -1,8 +1,11 @@
 """The body of a task submission (POST /v1/tasks, one task or a batch; a schedule's retry
-policy) checked, bounded and made into a SubmitTask command (DESIGN.md section 7)."""
+policy) checked, bounded and made into a SubmitTask command (DESIGN.md section 7);
+`parse_submit`, the one parse of a submit (its body and headers) into a `SubmitRequest`."""
 from __future__ import annotations
 
 from typing import Any
+
+from aiohttp import web
 
 from tsched.statemachine import commands as c
 
@@ -11,12 +14,44 @@ from tsched.node.api.validate import (BATCH_MAX, DELAY_S_MAX, IDEMPOTENCY_KEY_CH
                                       NAME_RE, PRIORITY_MAX, RETRY_S_MAX, TASK_TYPE_CHARS_MAX,
                                       TIMEOUT_S_MAX, TIMEOUT_S_MIN, Fields, L, instant_ms, integer,
                                       json_text, name, number, seconds_ms, tenant, text)
+from tsched.node.api.idempotency import request_id, request_ids
+from tsched.node.api.jsonio import prefers_minimal
+from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError, invalid
+from tsched.node.scheduling.submits import SubmitRequest
+from tsched.node.services import Node
 
 
 # Frozen, so one instance serves every submit without a policy (building one per task was
 # a fifth of validating a submit).
 _DEFAULT_RETRY = c.RetryPolicy()
+
+
+def parse_submit(request: web.Request, body: object, node: Node) -> SubmitRequest:
+    """POST /v1/tasks: the body (one task, or a batch's, request ids `#i` under the
+    request's own) and the headers, the one parse of a submit at a node."""
+    items = submit_batch(body)
+    now = node.clock.now_ms()
+    scope = tenant_scope(request)
+    minimal = prefers_minimal(request)
+    if items is None:
+        cmd = submit(_scoped(body, scope), now_ms=now, request_id=request_id(request),
+                     task_id=node.new_task_id())
+        return SubmitRequest(commands=(cmd,), priorities=(cmd.priority,), tenant=scope,
+                             minimal=minimal)
+    rid = request_ids(request)
+    cmds = tuple([submit(_scoped(item, scope), now_ms=now, request_id=rid(f"#{i}"),
+                         task_id=node.new_task_id(), where=f"tasks[{i}]")
+                  for i, item in enumerate(items)])
+    return SubmitRequest(commands=cmds, priorities=tuple([cmd.priority for cmd in cmds]),
+                         tenant=scope, batch=True, minimal=minimal)
+
+
+def _scoped(item: object, scope: str | None) -> object:
+    """A tenant token's submit without `tenant` is for the token's tenant."""
+    if scope is not None and isinstance(item, dict) and item.get("tenant") is None:
+        return {**item, "tenant": scope}
+    return item
 
 
 def retry_policy(value: Any) -> c.RetryPolicy:
