@@ -19,7 +19,7 @@ from tsched.node.services import node_of
 from tsched.node.api.scope import actor_of, tenant_scope
 from tsched.node.errors import ApiError
 from tsched.node.scheduling import submits
-from tsched.node.scheduling.claim_request import JsonObject
+from tsched.node.scheduling.claim_request import ItemAnswer, JsonObject
 from tsched.node.scheduling.submits import SubmitRequest
 
 routes = web.RouteTableDef()
@@ -41,7 +41,7 @@ async def _submit(request: web.Request, place: Place) -> web.Response:
     return render_submit(req, *await submits.submit(node, req, place))
 
 
-def render_submit(req: SubmitRequest, answers: submits.Answers, seq: int) -> web.Response:
+def render_submit(req: SubmitRequest, answers: list[ItemAnswer], seq: int) -> web.Response:
     """One task's answer (the task), or a batch's `tasks` in order: one task or error
     object per task."""
     if not req.batch:

@@ -12,7 +12,7 @@ from tsched.statemachine import commands as c
 
 from tsched.node.errors import ApiError
 from tsched.node.raft.commit import Proposing, propose, propose_one
-from tsched.node.scheduling.claim_request import JsonObject
+from tsched.node.scheduling.claim_request import ItemAnswer
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +38,8 @@ class Admitting(Protocol):
     def admit(self, priorities: Sequence[int]) -> None: ...
 
 
-Answers = list[JsonObject | ApiError]
-
-
 async def submit(node: Proposing, req: SubmitRequest,
-                 place: Admitting) -> tuple[Answers, int]:
+                 place: Admitting) -> tuple[list[ItemAnswer], int]:
     """Propose a submit's tasks: (one answer per task, rendered or, in a batch, an
     ApiError; applied seq). One task (not a batch) raises its ApiError instead."""
     scope = req.tenant
