@@ -7,6 +7,10 @@ from typing import Any
 from tsched.statemachine.errors import Result
 from tsched.statemachine.limits import API_LIMITS
 
+# One JSON object as the API renders it (a task, a result, an error's body): the node's one
+# name for it (scheduling/claim_request.py and the rest use it from here).
+JsonObject = dict[str, Any]
+
 # Every code an ApiError may carry; api/jsonio.py maps each to its HTTP status.
 ERROR_CODES: frozenset[str] = frozenset({
     "invalid_argument",
@@ -39,11 +43,11 @@ class ApiError(Exception):
         self.message = message
         self.details = details or {}
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JsonObject:
         return error_body(self.code, self.message, self.details)
 
 
-def error_body(code: str, message: str, details: dict | None = None) -> dict[str, Any]:
+def error_body(code: str, message: str, details: dict | None = None) -> JsonObject:
     return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
@@ -57,5 +61,5 @@ def from_result(result: Result) -> ApiError:
     return ApiError(code, result.message or code, details)
 
 
-def invalid(message: str, **details: Any) -> ApiError:
+def invalid(message: str, **details: object) -> ApiError:
     return ApiError("invalid_argument", message, details)

@@ -4,15 +4,13 @@ this node parsed is re-encoded (never parsed again), with the wait that is left,
 leader's answer read back into a `ClaimOutcome`. Over `node/forwarding.py`'s Forwarder."""
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 from aiohttp import web
 
 from tsched.node.api.claim_parsing import HEAD_HEADER, KEY_HEADER, WATCH_HEADER
 from tsched.node.errors import ERROR_CODES, ApiError
 from tsched.node.scheduling.claim_hub import release
-from tsched.node.scheduling.claim_request import ClaimOutcome, ClaimRequest
+from tsched.node.scheduling.claim_request import ClaimOutcome, ClaimRequest, JsonObject
 from tsched.node.scheduling.claims import Forward, HeadForward
 from tsched.node.services import Node
 
@@ -34,7 +32,7 @@ def is_gone(request: web.Request) -> bool:
 
 
 def claim_forward(node: Node, request: web.Request, req: ClaimRequest,
-                  body: dict[str, Any]) -> Forward:
+                  body: JsonObject) -> Forward:
     """How this claim (`body`, as parsed here) is sent to a leader."""
 
     async def forward(leader: str, remaining: float, answered: bool) -> ClaimOutcome | None:
@@ -62,7 +60,7 @@ def claim_forward(node: Node, request: web.Request, req: ClaimRequest,
 
 
 async def _answered(node: Node, request: web.Request, req: ClaimRequest,
-                    data: dict[str, Any]) -> ClaimOutcome:
+                    data: JsonObject) -> ClaimOutcome:
     seq = max(int(data.get("applied_seq") or 0), node.replica.applied_seq)
     completions = data.get("completions")
     if data.get("ready") is True and req.watch:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
 
@@ -34,7 +33,7 @@ WATCH_HEADER = "X-Tsched-Claim-Watch"   # the router's watch: leases nothing (DE
 HEAD_HEADER = "X-Tsched-Claim-Head"     # the router's head read: nothing leased, no wait
 
 
-def _priority(value: Any, name: str, default: int) -> int:
+def _priority(value: object, name: str, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= PRIORITY_MAX:
@@ -42,7 +41,7 @@ def _priority(value: Any, name: str, default: int) -> int:
     return value
 
 
-def priorities(lo_value: Any, hi_value: Any) -> tuple[int, int]:
+def priorities(lo_value: object, hi_value: object) -> tuple[int, int]:
     """A claim's inclusive effective-priority range; default the whole range."""
     lo = _priority(lo_value, "priority_min", 0)
     hi = _priority(hi_value, "priority_max", PRIORITY_MAX)
@@ -54,7 +53,7 @@ def priorities(lo_value: Any, hi_value: Any) -> tuple[int, int]:
 Weights = tuple[tuple[int, int, int], ...]
 
 
-def claim_tiers(lo_value: Any, hi_value: Any, weights_value: Any,
+def claim_tiers(lo_value: object, hi_value: object, weights_value: object,
                 tiers: tuple[Tier, ...] = DEFAULT_TIERS) -> tuple[tuple[int, int], Weights]:
     """A claim's `priorities` (inclusive range) and `tier_weights` ((lo, hi, weight) per
     named tier of the cluster's table, most urgent first; () when absent). Weights and a
@@ -68,7 +67,7 @@ def claim_tiers(lo_value: Any, hi_value: Any, weights_value: Any,
     return prio, tier_weights(weights_value, tiers)
 
 
-def tier_weights(value: Any, tiers: tuple[Tier, ...] = DEFAULT_TIERS) -> Weights:
+def tier_weights(value: object, tiers: tuple[Tier, ...] = DEFAULT_TIERS) -> Weights:
     """`{"critical": 50, "high": 30, ...}` -> ((0, 0, 50), (1, 3, 30), ...), in the order of
     the cluster's tier table (most urgent first). Names from that table, each once (an
     object holds a name once), integer weights in 1..TIER_WEIGHT_MAX."""
@@ -88,7 +87,7 @@ def tier_weights(value: Any, tiers: tuple[Tier, ...] = DEFAULT_TIERS) -> Weights
     return tuple((t.lo, t.hi, value[t.name]) for t in tiers if t.name in value)
 
 
-def retry_after_ms(value: Any) -> int:
+def retry_after_ms(value: object) -> int:
     """A failure's `retry_after_s`: 0 < N <= the longest backoff (the state machine also
     holds it to the task's own `retry.max_s`); 0 when absent (the backoff decides)."""
     if value is None:
@@ -103,11 +102,11 @@ def retry_after_ms(value: Any) -> int:
 
 # --- the workers' bodies ----------------------------------------------------------------
 
-def lease_ms(value: Any) -> int:
+def lease_ms(value: object) -> int:
     return seconds_ms(value, "lease_s", LEASE_S_MIN, LEASE_S_MAX, 30_000)
 
 
-def claim(body: Any, tiers: tuple[Tier, ...] = DEFAULT_TIERS, *, tenant: str | None = None,
+def claim(body: object, tiers: tuple[Tier, ...] = DEFAULT_TIERS, *, tenant: str | None = None,
           watch: bool = False, head: bool = False, forwarded: bool = False,
           minimal: bool = False, keyed: bool = False,
           ids: Callable[[], Callable[[str], str]] | None = None) -> ClaimRequest:
@@ -149,7 +148,7 @@ def claim(body: Any, tiers: tuple[Tier, ...] = DEFAULT_TIERS, *, tenant: str | N
                         forwarded=forwarded, rid_base=rid_base, minimal=minimal)
 
 
-def parse_claim(request: web.Request, body: Any, tiers: tuple[Tier, ...]) -> ClaimRequest:
+def parse_claim(request: web.Request, body: object, tiers: tuple[Tier, ...]) -> ClaimRequest:
     """POST /v1/claims: the body and the headers, the one parse of a claim at a node."""
     headers = request.headers
     watch, head = headers.get(WATCH_HEADER) == "1", headers.get(HEAD_HEADER) == "1"
@@ -159,7 +158,7 @@ def parse_claim(request: web.Request, body: Any, tiers: tuple[Tier, ...]) -> Cla
                  keyed=bool(headers.get(KEY_HEADER)), ids=lambda: request_ids(request))
 
 
-def claim_completions(items: Any) -> tuple[CompletionItem, ...] | None:
+def claim_completions(items: object) -> tuple[CompletionItem, ...] | None:
     """A claim's `completions` (those of `POST /v1/completions`); None when absent, and
     an empty list allowed (a worker with nothing to report sends the same shape)."""
     if items is None:
@@ -172,13 +171,13 @@ def claim_completions(items: Any) -> tuple[CompletionItem, ...] | None:
     return tuple(completion(it, f"completions[{i}]") for i, it in enumerate(items))
 
 
-def fencing_token(value: Any) -> int:
+def fencing_token(value: object) -> int:
     if value is None:
         raise invalid("fencing_token is required", field="fencing_token")
     return integer(value, "fencing_token", 0, FENCING_TOKEN_MAX)
 
 
-def heartbeat(body: Any, where: str = "body", path_task_id: str = "") -> HeartbeatItem:
+def heartbeat(body: object, where: str = "body", path_task_id: str = "") -> HeartbeatItem:
     """A heartbeat: a batch item names its task; one at its own endpoint does not (its
     path's task id, checked after the body)."""
     f = Fields(body, where)
@@ -191,7 +190,7 @@ def heartbeat(body: Any, where: str = "body", path_task_id: str = "") -> Heartbe
     return HeartbeatItem(task_id=tid, fencing_token=token, lease_ms=lease)
 
 
-def completion(body: Any, where: str = "body", *, failing: bool | None = None,
+def completion(body: object, where: str = "body", *, failing: bool | None = None,
                path_task_id: str = "") -> CompletionItem:
     """complete ({fencing_token, result}) or fail ({fencing_token, error, retryable}).
 
@@ -199,8 +198,9 @@ def completion(body: Any, where: str = "body", *, failing: bool | None = None,
     task; one at its own endpoint does not (its path's task id, checked after the body)."""
     f = Fields(body, where)
     if failing is None:
-        failing = "error" in body or "retryable" in body or "retry_after_s" in body
-        if failing and "result" in body:
+        fields = f.body   # the body, checked to be an object
+        failing = "error" in fields or "retryable" in fields or "retry_after_s" in fields
+        if failing and "result" in fields:
             raise invalid(f"{where} has both result and error", field="result")
     token = fencing_token(f.get("fencing_token"))
     tid = task_id(f.get("task_id")) if where != "body" else ""

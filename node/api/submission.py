@@ -1,8 +1,9 @@
 """The body of a task submission (POST /v1/tasks, one task or a batch; a schedule's retry
-policy) checked, bounded and made into a SubmitTask command (DESIGN.md section 7)."""
+policy) checked, bounded and made into a SubmitTask command (DESIGN.md section 7);
+`parse_submit`, the one parse of a submit (its body and headers) into a `SubmitRequest`."""
 from __future__ import annotations
 
-from typing import Any
+from aiohttp import web
 
 from tsched.statemachine import commands as c
 
@@ -11,7 +12,12 @@ from tsched.node.api.validate import (BATCH_MAX, DELAY_S_MAX, IDEMPOTENCY_KEY_CH
                                       NAME_RE, PRIORITY_MAX, RETRY_S_MAX, TASK_TYPE_CHARS_MAX,
                                       TIMEOUT_S_MAX, TIMEOUT_S_MIN, Fields, L, instant_ms, integer,
                                       json_text, name, number, seconds_ms, tenant, text)
+from tsched.node.api.idempotency import request_id, request_ids
+from tsched.node.api.jsonio import prefers_minimal
+from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError, invalid
+from tsched.node.scheduling.submits import SubmitRequest
+from tsched.node.services import Node
 
 
 # Frozen, so one instance serves every submit without a policy (building one per task was
@@ -19,7 +25,29 @@ from tsched.node.errors import ApiError, invalid
 _DEFAULT_RETRY = c.RetryPolicy()
 
 
-def retry_policy(value: Any) -> c.RetryPolicy:
+def parse_submit(request: web.Request, body: object, node: Node) -> SubmitRequest:
+    """POST /v1/tasks: the body (one task, or a batch's, request ids `#i` under the
+    request's own) and the headers, the one parse of a submit at a node."""
+    items = submit_batch(body)
+    now = node.clock.now_ms()
+    scope = tenant_scope(request)
+    minimal = prefers_minimal(request)
+    # A tenant token's task without `tenant` is for the token's tenant.
+    default_tenant = "default" if scope is None else scope
+    if items is None:
+        cmd = submit(body, now_ms=now, request_id=request_id(request),
+                     task_id=node.new_task_id(), default_tenant=default_tenant)
+        return SubmitRequest(commands=(cmd,), priorities=(cmd.priority,), tenant=scope,
+                             minimal=minimal)
+    rid = request_ids(request)
+    cmds = tuple([submit(item, now_ms=now, request_id=rid(f"#{i}"), task_id=node.new_task_id(),
+                         where=f"tasks[{i}]", default_tenant=default_tenant)
+                  for i, item in enumerate(items)])
+    return SubmitRequest(commands=cmds, priorities=tuple([cmd.priority for cmd in cmds]),
+                         tenant=scope, batch=True, minimal=minimal)
+
+
+def retry_policy(value: object) -> c.RetryPolicy:
     if value is None:
         return _DEFAULT_RETRY
     f = Fields(value, "retry")
@@ -39,8 +67,10 @@ def retry_policy(value: Any) -> c.RetryPolicy:
                          multiplier_milli=round(mult * 1000), jitter_permille=round(jitter * 1000))
 
 
-def submit(body: Any, *, now_ms: int, request_id: str, task_id: str,
-           where: str = "body") -> c.SubmitTask:
+def submit(body: object, *, now_ms: int, request_id: str, task_id: str,
+           where: str = "body", default_tenant: str = "default") -> c.SubmitTask:
+    """One task's fields checked into its command; `default_tenant` when it names none
+    (a tenant token's own tenant)."""
     f = Fields(body, where)
     run_at_ms = None
     if f.has("run_at") and f.has("delay_s"):
@@ -52,7 +82,7 @@ def submit(body: Any, *, now_ms: int, request_id: str, task_id: str,
     cmd = c.SubmitTask(
         request_id=request_id, now_ms=now_ms, task_id=task_id,
         task_type=name(f.get("task_type"), "task_type", TASK_TYPE_CHARS_MAX),
-        tenant=tenant(f.get("tenant"), default="default"),
+        tenant=tenant(f.get("tenant"), default=default_tenant),
         payload_json=json_text(f.get("payload"), "payload"),
         priority=integer(f.get("priority"), "priority", 0, PRIORITY_MAX, default=5),
         run_at_ms=run_at_ms,
@@ -66,7 +96,7 @@ def submit(body: Any, *, now_ms: int, request_id: str, task_id: str,
     return cmd
 
 
-def run_at(value: Any, now_ms: int) -> int:
+def run_at(value: object, now_ms: int) -> int:
     """An instant at most `DELAY_S_MAX` ahead of `now_ms` (the state machine's bound)."""
     ms = instant_ms(value, "run_at")
     if ms > now_ms + L.run_at_ahead_ms_max:
@@ -75,11 +105,11 @@ def run_at(value: Any, now_ms: int) -> int:
     return ms
 
 
-def timeout_ms(value: Any, default_ms: int) -> int:
+def timeout_ms(value: object, default_ms: int) -> int:
     return seconds_ms(value, "timeout_s", TIMEOUT_S_MIN, TIMEOUT_S_MAX, default_ms)
 
 
-def submit_batch(body: Any) -> list[Any] | None:
+def submit_batch(body: object) -> list[object] | None:
     """The task objects of a batch submit, or None when the body is one task."""
     if not isinstance(body, dict):
         raise invalid("body must be a JSON object")

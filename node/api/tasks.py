@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from aiohttp import web
 
@@ -10,21 +11,18 @@ from tsched.statemachine import commands as c
 from tsched.node import present
 from tsched.node.api import submission, validate
 from tsched.node.api.admission import Place, admission_of
-from tsched.node.api.jsonio import json_body, prefers_minimal, respond
-from tsched.node.api.idempotency import request_id, request_ids
-from tsched.node.raft.commit import propose, propose_one
+from tsched.node.api.jsonio import json_body, respond
+from tsched.node.api.idempotency import request_id
+from tsched.node.raft.commit import propose_one
 from tsched.node.api.reads import before_read
 from tsched.node.services import node_of
 from tsched.node.api.scope import actor_of, tenant_scope
 from tsched.node.errors import ApiError
+from tsched.node.scheduling import submits
+from tsched.node.scheduling.claim_request import ItemAnswer, JsonObject
+from tsched.node.scheduling.submits import SubmitRequest
 
 routes = web.RouteTableDef()
-
-
-def _check_tenant(request: web.Request, tenant: str) -> None:
-    scope = tenant_scope(request)
-    if scope is not None and tenant != scope:
-        raise ApiError("forbidden", f"this token may only act for tenant {scope!r}")
 
 
 @routes.post("/v1/tasks")
@@ -36,39 +34,20 @@ async def submit(request: web.Request) -> web.Response:
 
 
 async def _submit(request: web.Request, place: Place) -> web.Response:
+    """Parse (api/submission.py), decide (scheduling/submits.py), render."""
     node = node_of(request)
     validate.query(request.query, ())
-    body = await json_body(request)
-    items = submission.submit_batch(body)
-    now = node.clock.now_ms()
-    scope = tenant_scope(request)
-    minimal = prefers_minimal(request)
-    if items is None:
-        cmd = submission.submit(_scoped(body, scope), now_ms=now, request_id=request_id(request),
-                              task_id=node.new_task_id())
-        _check_tenant(request, cmd.tenant)
-        place.admit((cmd.priority,))
-        task, seq = await propose_one(node, cmd, sheddable=True, urgent=place.urgent,
-                                      minimal=minimal)
-        return respond(task, seq, status=201, minimal=minimal)
-    rid = request_ids(request)
-    cmds = [submission.submit(_scoped(item, scope), now_ms=now, request_id=rid(f"#{i}"),
-                            task_id=node.new_task_id(), where=f"tasks[{i}]")
-            for i, item in enumerate(items)]
-    for cmd in cmds:
-        _check_tenant(request, cmd.tenant)
-    place.admit([cmd.priority for cmd in cmds])
-    answers, seq = await propose(node, cmds, sheddable=True, urgent=place.urgent,
-                                 minimal=minimal)
+    req = submission.parse_submit(request, await json_body(request), node)
+    return render_submit(req, *await submits.submit(node, req, place))
+
+
+def render_submit(req: SubmitRequest, answers: list[ItemAnswer], seq: int) -> web.Response:
+    """One task's answer (the task), or a batch's `tasks` in order: one task or error
+    object per task."""
+    if not req.batch:
+        return respond(cast(JsonObject, answers[0]), seq, status=201, minimal=req.minimal)
     return respond({"tasks": [a.body() if isinstance(a, ApiError) else a for a in answers]},
-                   seq, status=201, minimal=minimal)
-
-
-def _scoped(item: object, scope: str | None) -> object:
-    """A tenant token's submit without `tenant` is for the token's tenant."""
-    if scope is not None and isinstance(item, dict) and item.get("tenant") is None:
-        return {**item, "tenant": scope}
-    return item
+                   seq, status=201, minimal=req.minimal)
 
 
 @routes.get("/v1/tasks/{task_id}")

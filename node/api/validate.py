@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
-from typing import Any, Mapping, TypedDict, overload
+from typing import Mapping, TypedDict, overload
 
 import orjson
 
@@ -246,7 +246,7 @@ def task_id(value: object) -> str:
 
 # --- bodies --------------------------------------------------------------------------------
 
-def batch(body: Any, key: str) -> list[Any]:
+def batch(body: object, key: str) -> list[object]:
     f = Fields(body)
     items = f.get(key)
     f.done()

@@ -5,14 +5,15 @@ decide (scheduling/: claims.py, reports.py), render (one function per kind of an
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import cast
 
 from aiohttp import web
 
 from tsched.statemachine import commands as c
 
 from tsched.node.scheduling import claims, reports
-from tsched.node.scheduling.claim_request import ClaimOutcome, ClaimRequest, Reports
+from tsched.node.scheduling.claim_request import (ClaimOutcome, ClaimRequest, ItemAnswer,
+                                                  JsonObject, Reports)
 from tsched.node.api import claim_parsing, validate
 from tsched.node.api.claim_forwarding import claim_forward, head_forward, is_gone
 from tsched.node.api.jsonio import json_body, prefers_minimal, respond
@@ -125,10 +126,10 @@ async def parse_batch(request: web.Request, key: str) -> Reports:
                    request_ids=ids, tenant=scope, batch=True, minimal=prefers_minimal(request))
 
 
-def render_reports(parsed: Reports, answers: list[Any], seq: int) -> web.Response:
+def render_reports(parsed: Reports, answers: list[ItemAnswer], seq: int) -> web.Response:
     """One item's answer (its task, or its heartbeat's), or a batch's `results` in order:
     one result or error object per item."""
     if not parsed.batch:
-        return respond(answers[0], seq, minimal=parsed.minimal)
+        return respond(cast(JsonObject, answers[0]), seq, minimal=parsed.minimal)
     return respond({"results": [claims.render_item(a) for a in answers]}, seq,
                    minimal=parsed.minimal)

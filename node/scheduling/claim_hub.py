@@ -9,7 +9,7 @@ import itertools
 import logging
 from dataclasses import dataclass
 from collections.abc import Iterable
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol, cast
 
 from tsched.statemachine import commands as c
 
@@ -18,7 +18,7 @@ from tsched.node.errors import ApiError
 from tsched.node.ids import new_id as _new_id
 from tsched.node.raft.commit import Proposing, propose
 from tsched.node.raft.replica import Replica
-from tsched.node.scheduling.claim_request import ClaimRequest, JsonObject
+from tsched.node.scheduling.claim_request import Answer, ClaimRequest, ItemAnswer, JsonObject
 from tsched.node.scheduling.waiters import (READY, WAITERS_MAX, Completions, NotLeader, Waiter,
                                             WaiterTable)
 
@@ -49,7 +49,9 @@ class HubServices(Proposing, Protocol):
     replica: Replica
     clock: Clock
     claims: ClaimHub | None
-    timer: Any    # a LeaderTimer (timer.py) or None: only its `state_changed()` is used
+
+    @property
+    def timer(self) -> Rearming | None: ...   # a LeaderTimer (timer.py): `state_changed()`
 
 
 Kind = tuple[tuple[str, ...], str | None, int, tuple[int, int], tuple[tuple[int, int, int], ...]]
@@ -252,17 +254,18 @@ class ClaimHub:
     async def _complete_alone(self, completions: Completions) -> None:
         completions.results = []         # taken: no Claim carries them any more
         answers, _ = await _propose_all(self.node, completions.cmds, completions.minimal)
-        completions.results = [render_item(a) for a in answers]
+        completions.results = [render_item(a) for a in cast(list[ItemAnswer], answers)]
 
     async def _commit(self, ready: list[Waiter], cmds: list[c.Command],
                       minimal: bool | list[bool]) -> None:
         all_answers, seq = await _propose_all(self.node, cmds, minimal)
-        answers: list[Any] = []
+        answers: list[Answer] = []
         pos = 0
         for w in ready:       # each waiter's carried completions, then its Claim
             if w.carried:
                 assert w.completions is not None, "a waiter carries only its own completions"
-                w.completions.results = [render_item(a) for a in all_answers[pos:pos + w.carried]]
+                carried = cast(list[ItemAnswer], all_answers[pos:pos + w.carried])
+                w.completions.results = [render_item(a) for a in carried]
                 pos, w.carried = pos + w.carried, 0
             answers.append(all_answers[pos])
             pos += 1
@@ -290,12 +293,12 @@ class ClaimHub:
         self.wake(new_work=False)
 
 
-    def _maybe_crash_after_claim(self, answers: list[Any]) -> None:
+    def _maybe_crash_after_claim(self, answers: list[Answer]) -> None:
         failpoints = self.node.replica.failpoints
         if failpoints.on("crash_after_claim") and any(isinstance(a, list) and a for a in answers):
             failpoints.crash_once("a Claim committed, its answer not sent")
 
-    def _adapt_fanout(self, ready: list[Waiter], answers: list[Any]) -> None:
+    def _adapt_fanout(self, ready: list[Waiter], answers: list[Answer]) -> None:
         tally: dict[Kind, list[int]] = {}     # kind -> [dispatched, full, got any]
         for w, answer in zip(ready, answers):
             got = len(answer) if isinstance(answer, list) else 0
@@ -315,7 +318,7 @@ def _uncarried(w: Waiter) -> bool:
 
 
 async def _propose_all(node: Proposing, cmds: list[c.Command],
-                       minimal: bool | list[bool] = False) -> tuple[list[Any], int | None]:
+                       minimal: bool | list[bool] = False) -> tuple[list[Answer], int | None]:
     """One answer per command; a failed proposal answers each with its error."""
     try:
         return await propose(node, cmds, minimal=minimal)

@@ -5,12 +5,16 @@ Frozen: the API builds each once and nothing below it changes them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from tsched.node.errors import ApiError, JsonObject
 
 ALL_PRIORITIES = (0, 10)
 
-# One rendered task or error object, as JSON: what the state machine's answers are.
-JsonObject = dict[str, Any]
+# What the proposer answers a command with (raft/commit.py `propose`, one per command): a
+# rendered task or result (a heartbeat's), or the command's error; a Claim's, the tasks
+# it claimed.
+ItemAnswer = JsonObject | ApiError
+Answer = JsonObject | list[JsonObject] | ApiError
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,8 @@ import logging
 from collections import OrderedDict
 
 from tsched.statemachine import commands as c
+from tsched.statemachine.machine import StateMachine
+from tsched.statemachine.model import Schedule
 
 from tsched.node.scheduling import cron
 from tsched.node.ids import new_id
@@ -60,7 +62,7 @@ class SpecCache:
 _SPECS = SpecCache()
 
 
-def spec_for(schedule, cache: SpecCache | None = None) -> cron.CronSpec:
+def spec_for(schedule: Schedule, cache: SpecCache | None = None) -> cron.CronSpec:
     """A schedule's spec; `H` fields hash by its schedule id."""
     return (cache or _SPECS).get(schedule.cron, schedule.timezone, schedule.schedule_id)
 
@@ -76,7 +78,7 @@ def next_in_window(spec: cron.CronSpec, after_ms: int, start_at_ms: int | None,
     return nxt
 
 
-def due_fire_commands(sm, now_ms: int, max_fires: int = FIRES_PER_CALL_MAX,
+def due_fire_commands(sm: StateMachine, now_ms: int, max_fires: int = FIRES_PER_CALL_MAX,
                       cache: SpecCache | None = None, lead_ms: int = 0,
                       shard: int | None = None) -> list[c.Fire]:
     """Fire commands for every schedule due by `now_ms + lead_ms`, at most `max_fires`.
@@ -94,12 +96,14 @@ def due_fire_commands(sm, now_ms: int, max_fires: int = FIRES_PER_CALL_MAX,
         sched = sm.get_schedule(tenant, schedule_id)
         if sched is None or sched.paused or sched.next_fire_ms != fire_ms:
             continue
-        out.extend(_schedule_fires(sched, now_ms, horizon_ms, max_fires - len(out), cache))
+        out.extend(_schedule_fires(sched, fire_ms, now_ms, horizon_ms, max_fires - len(out),
+                                   cache))
     return out if shard is None else [dataclasses.replace(f, shard=shard) for f in out]
 
 
-def _schedule_fires(sched, now_ms: int, horizon_ms: int, budget: int,
+def _schedule_fires(sched: Schedule, due_ms: int, now_ms: int, horizon_ms: int, budget: int,
                     cache: SpecCache | None) -> list[c.Fire]:
+    """The chain of Fires from `due_ms`, the schedule's `next_fire_ms` (due)."""
     try:
         spec = spec_for(sched, cache)
     except cron.CronError as e:
@@ -107,9 +111,9 @@ def _schedule_fires(sched, now_ms: int, horizon_ms: int, budget: int,
         # occurrence and stop the schedule rather than spin on it.
         log.warning("event=schedule_unparsable tenant=%s schedule=%s error=%s",
                     sched.tenant, sched.schedule_id, e)
-        return [_fire(sched, sched.next_fire_ms, None, now_ms)]
+        return [_fire(sched, due_ms, None, now_ms)]
     out: list[c.Fire] = []
-    fire_ms: int | None = sched.next_fire_ms
+    fire_ms: int | None = due_ms
     while fire_ms is not None and fire_ms <= horizon_ms and len(out) < budget:
         nxt = _next_to_propose(spec, sched, fire_ms, now_ms)
         out.append(_fire(sched, fire_ms, nxt, now_ms))
@@ -117,7 +121,7 @@ def _schedule_fires(sched, now_ms: int, horizon_ms: int, budget: int,
     return out
 
 
-def _next_to_propose(spec: cron.CronSpec, sched, fire_ms: int, now_ms: int) -> int | None:
+def _next_to_propose(spec: cron.CronSpec, sched: Schedule, fire_ms: int, now_ms: int) -> int | None:
     """What the chain moves to after proposing `fire_ms` (see the module docstring)."""
     def after(ms: int) -> int | None:
         return next_in_window(spec, ms, sched.start_at_ms, sched.end_at_ms)
@@ -133,7 +137,7 @@ def _next_to_propose(spec: cron.CronSpec, sched, fire_ms: int, now_ms: int) -> i
     return _latest_due(spec, sched, nxt, now_ms)     # skip: on to the latest due one
 
 
-def _latest_due(spec: cron.CronSpec, sched, due_ms: int, now_ms: int) -> int | None:
+def _latest_due(spec: cron.CronSpec, sched: Schedule, due_ms: int, now_ms: int) -> int | None:
     """The last occurrence at or before now, starting from a due one (bounded search)."""
     for _ in range(LATEST_SEARCH_STEPS_MAX):
         nxt = next_in_window(spec, due_ms, sched.start_at_ms, sched.end_at_ms)
@@ -143,7 +147,7 @@ def _latest_due(spec: cron.CronSpec, sched, due_ms: int, now_ms: int) -> int | N
     return next_in_window(spec, now_ms, sched.start_at_ms, sched.end_at_ms)
 
 
-def _fire(sched, fire_ms: int, next_fire_ms: int | None, now_ms: int) -> c.Fire:
+def _fire(sched: Schedule, fire_ms: int, next_fire_ms: int | None, now_ms: int) -> c.Fire:
     # A fresh request id: a fire proposed twice is already a no-op in the state machine
     # (fire_ms no longer equals next_fire_ms), while a per-occurrence id could be answered
     # from the request table after a PUT made that occurrence due again, wedging the chain.

@@ -3,14 +3,15 @@
 caller's scope, the failpoint) is read once per request, not once per item."""
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from tsched.statemachine import commands as c
 
 from tsched.node.clock import Clock
 from tsched.node.raft.commit import Proposing, propose, propose_one
 from tsched.node.raft.replica import Replica
-from tsched.node.scheduling.claim_request import CompletionItem, HeartbeatItem, Reports
+from tsched.node.scheduling.claim_request import (CompletionItem, HeartbeatItem, ItemAnswer,
+                                                  Reports)
 
 class Reporting(Proposing, Protocol):
     """What a report needs of the node's services (`services.Node` is one)."""
@@ -52,10 +53,10 @@ def _current_token(node: Reporting, task_id: str, token: int) -> int:
         return task.fencing_token if task is not None and task.fencing_token else token
 
 
-async def report(node: Reporting, reports: Reports) -> tuple[list[Any], int]:
+async def report(node: Reporting, reports: Reports) -> tuple[list[ItemAnswer], int]:
     """Propose a report's commands: (one answer per item, rendered or an ApiError; applied
     seq). One item (not a batch) raises its ApiError instead."""
-    cmds: list[Any]
+    cmds: list[c.Heartbeat] | list[c.Command]
     if reports.heartbeats:
         cmds = heartbeat_commands(node, reports.heartbeats, reports.request_ids, reports.tenant)
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Protocol
 
 from tsched.statemachine import commands as c
 
@@ -17,6 +18,7 @@ from tsched.node.scheduling import firing
 from tsched.node.errors import ApiError
 from tsched.node.ids import new_id as _new_id
 from tsched.node.raft.commit import propose
+from tsched.node.scheduling.claim_hub import HubServices
 
 log = logging.getLogger("tsched.node.timer")
 
@@ -34,8 +36,14 @@ FIRES_PER_ROUND_MAX = 100
 FIRE_LEAD_MS = 200
 
 
+class TimerServices(HubServices, Protocol):
+    """What the timer needs of the node's services (`services.Node` is one)."""
+
+    shard: int | None
+
+
 class LeaderTimer:
-    def __init__(self, node) -> None:
+    def __init__(self, node: TimerServices) -> None:
         self.node = node
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -109,11 +117,13 @@ class LeaderTimer:
             return FOLLOWER_RECHECK_S
         now = self.node.clock.now_ms()
         tick_ms, fire_ms, due_ms = self._instants()
-        if due_ms is not None and due_ms <= now and due_ms != self._done_due_ms:
+        hub = self.node.claims   # not None when due_ms is: a due claim waits in it
+        if due_ms is not None and due_ms <= now and due_ms != self._done_due_ms \
+                and hub is not None:
             self._done_due_ms = due_ms
             # New work: a waiter whose last Claim came back empty may take it (woken
             # without new_work, it would sit out its whole wait_s).
-            self.node.claims.wake(new_work=True)
+            hub.wake(new_work=True)
         if tick_ms is not None and tick_ms <= now and tick_ms != self._done_tick_ms:
             self._done_tick_ms = tick_ms
             if await self._propose([c.Tick(request_id=_new_id(), now_ms=now)]):

@@ -30,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
+from aiohttp import web
 
 from tsched.node.errors import ApiError
 from tsched.node.api.claim_parsing import HEAD_HEADER
@@ -58,11 +59,11 @@ class Asks(Protocol):
     """What ask_in_order needs of a claim (node/shards/claim_fanout.py)."""
 
     async def ask(self, shard: int, sub: dict) -> int: ...     # tasks it gave
-    def take(self, shard: int, doc: Any) -> None: ...          # an answer with tasks anyway
+    def take(self, shard: int, doc: object) -> None: ...       # an answer with tasks anyway
     def room(self) -> int: ...
 
 
-async def ask_in_order(r: Router, request: Any, shards: list[int], body: dict,
+async def ask_in_order(r: Router, request: web.Request, shards: list[int], body: dict,
                        req: ClaimRequest, claim: Asks, read: bool = True) -> None:
     """Ask `shards` (in rotation order) for tasks without waiting while the claim has
     room: most urgent first when `read` and heads can tell (reads_heads), else in turn.
@@ -122,8 +123,8 @@ def narrowed(body: dict, priorities: tuple[int, int], cap: int | None) -> dict:
     return dict(body, priority_max=cap)
 
 
-async def read_heads(r: Router, request: Any, shards: list[int], body: dict,
-                     take: Callable[[int, Any], None]) -> dict[int, Head]:
+async def read_heads(r: Router, request: web.Request, shards: list[int], body: dict,
+                     take: Callable[[int, object], None]) -> dict[int, Head]:
     """Every shard's head for this claim, read at once. A 4xx every shard would give alike
     (auth, limits) is the claim's answer. `take(shard, doc)` gets an answer that carries
     tasks anyway (a shard that does not know head reads claimed instead; it is not asked
@@ -133,8 +134,8 @@ async def read_heads(r: Router, request: Any, shards: list[int], body: dict,
     return dict(zip(shards, answers))
 
 
-async def _head(r: Router, request: Any, shard: int, sub: bytes,
-                take: Callable[[int, Any], None]) -> Head:
+async def _head(r: Router, request: web.Request, shard: int, sub: bytes,
+                take: Callable[[int, object], None]) -> Head:
     try:
         a = await r.send(request, shard, "POST", "/v1/claims", sub, timeout_s=HEAD_TIMEOUT_S,
                          extra_headers={HEAD_HEADER: "1"}, to_leader=True)
