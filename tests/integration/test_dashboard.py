@@ -392,7 +392,18 @@ def test_metrics_and_readiness_on_a_real_cluster(tmp_path):
         # tsnode freezes what start-up made (gcpolicy.py), so some objects are frozen.
         assert m[("tsched_gc_frozen_objects", ())] > 0
         assert ("tsched_gc_full_collections_total", ()) in m
-        # A node that served requests has made young collections, each one timed.
+        # A replica that applied 500 tasks (thousands of objects that live on: more than
+        # one young threshold, gcpolicy.GC_THRESHOLDS) has made young collections, each
+        # one timed. (Start-up's own objects are frozen before collections are counted.)
+        s, b = c.call(leader, "POST", "/v1/tasks",
+                      {"tasks": [{"task_type": "bulk", "tenant": "bulk"}] * 500})
+        assert s == 201, b
+        deadline = time.monotonic() + 15
+        while _samples(c, follower).get(("tsched_tenant_tasks", (("state", "pending"),
+                                                                 ("tenant", "bulk")))) != 500:
+            assert time.monotonic() < deadline, "the follower did not apply the batch"
+            time.sleep(0.1)
+        m = _samples(c, follower)
         assert m[("tsched_gc_collections_total", (("generation", "0"),))] > 0
         assert m[("tsched_gc_pause_seconds_max", (("generation", "0"),))] > 0
         assert ("tsched_gc_pause_seconds_max", (("generation", "2"),)) in m

@@ -53,7 +53,10 @@ def digests_equal(replicas):
 def test_election_and_a_follower_proposal_applies_everywhere(trio):
     replicas = trio["replicas"]
     leader = wait_until(lambda: leader_of(replicas), 15, "a ready leader")
-    assert all(r.leader_id() == leader.self_id for r in replicas)
+    # Ready takes one follower's vote and ack; the other learns the leader from its next
+    # append, a tick later.
+    wait_until(lambda: all(r.leader_id() == leader.self_id for r in replicas), 10,
+               "every replica naming the leader")
     follower = next(r for r in replicas if r is not leader)
     assert not follower.is_ready_leader()
     propose_sync(follower, [submit("a1"), submit("a2")])
