@@ -47,7 +47,7 @@ from tsched.node.raft.proposer import Proposer
 from tsched.node.raft.rejoin import discard_data
 from tsched.node.raft.replica import Replica
 from tsched.node.restore import RestoreRefused, restore
-from tsched.node.scheduling.claims import ClaimHub, enables_claims
+from tsched.node.scheduling.claim_hub import ClaimHub, enables_claims
 from tsched.node.scheduling.timer import LeaderTimer
 from tsched.node.services import NODE, Node
 from tsched.node.shards.join_all_groups import node_view

@@ -14,7 +14,7 @@ from tsched.node.ids import new_id
 from tsched.node.raft.proposer import Proposer
 from tsched.node.raft.replica import Replica
 from tsched.node.raft.seq_watcher import SeqWatcher
-from tsched.node.scheduling.claims import ClaimHub
+from tsched.node.scheduling.claim_hub import ClaimHub
 from tsched.node.scheduling.timer import LeaderTimer
 from tsched.node.topology import task_id_in
 

@@ -12,6 +12,7 @@ from aiohttp import web
 from tsched.statemachine import commands as c
 
 from tsched.node.scheduling import claims, reports
+from tsched.node.scheduling.claim_hub import render_item
 from tsched.node.scheduling.claim_request import (ClaimOutcome, ClaimRequest, ItemAnswer,
                                                   JsonObject, Reports)
 from tsched.node.api import claim_parsing, validate
@@ -131,5 +132,5 @@ def render_reports(parsed: Reports, answers: list[ItemAnswer], seq: int) -> web.
     one result or error object per item."""
     if not parsed.batch:
         return respond(cast(JsonObject, answers[0]), seq, minimal=parsed.minimal)
-    return respond({"results": [claims.render_item(a) for a in answers]}, seq,
+    return respond({"results": [render_item(a) for a in answers]}, seq,
                    minimal=parsed.minimal)

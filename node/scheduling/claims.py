@@ -37,15 +37,10 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from tsched.node.errors import ApiError
-from tsched.node.scheduling.claim_hub import (ClaimHub, HubServices, enables_claims, release,
-                                              render_item)
+from tsched.node.scheduling.claim_hub import HubServices
 from tsched.node.scheduling.claim_request import ClaimOutcome, ClaimRequest
 from tsched.node.scheduling.reports import completion_commands
 from tsched.node.scheduling.waiters import READY, Completions, NotLeader
-
-# What the API's worker endpoints use of the claims, wherever it is kept.
-__all__ = ["READY", "ClaimHub", "Completions", "claim", "enables_claims", "head", "release",
-           "render_item"]
 
 LEADER_WAIT_S = 0.1        # pause before asking again who leads, while there is no leader
 
