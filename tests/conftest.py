@@ -31,21 +31,24 @@ from tsched.node.config import ClusterConfig, NodeConfig
 from tsched.node.raft.replica import Replica
 
 
-# The files that take longest (`pytest -n 3 --durations=0`, summed per file: 25-72 s each on
+# The files that take longest (`pytest -n 3 --durations=0`, summed per file: 20-92 s each on
 # 2 cores), run first. Under `--dist loadfile` each file goes whole to one process in
-# collection order, so one of them collected last would run alone at the end of the run
-# (the fault-harness run did, for the last 40 s). Only the order changes: every test runs.
+# collection order (`--no-loadscope-reorder`, pyproject.toml), so one of them collected last
+# would run alone at the end of the run (the fault-harness run did, for its last minute).
+# Only the order changes: every test runs.
 LONGEST_FILES_FIRST = (
-    "tests/integration/test_shards_cluster.py",
     "tests/integration/test_compiled_build.py",
+    "tests/integration/test_shards_cluster.py",
+    "tests/integration/test_membership_shards.py",
     "tests/jepsen_like/test_short_run.py",
     "tests/integration/test_membership_cluster.py",
-    "tests/integration/test_backup_restore.py",
-    "tests/integration/test_membership_shards.py",
-    "tests/integration/test_schedules_cluster.py",
     "tests/integration/test_fuzz_api.py",
+    "tests/integration/test_backup_restore.py",
+    "tests/integration/test_schedules_cluster.py",
     "tests/integration/test_handoff.py",
     "tests/integration/test_cli_dev.py",
+    "tests/integration/test_node_faults.py",
+    "tests/integration/test_storage_faults.py",
 )
 
 
@@ -56,7 +59,7 @@ PACKAGES = ("statemachine", "node", "client")
 
 def pytest_configure(config) -> None:
     """Compile the project's modules once, before any node starts. The suite starts some
-    480 `tsnode` processes; where PYTHONDONTWRITEBYTECODE is set (container images often
+    240 `tsnode` processes; where PYTHONDONTWRITEBYTECODE is set (container images often
     set it), each would otherwise compile every module of the node from source again, about
     a quarter of its start-up CPU. Python reads the cached bytecode whatever that variable
     says; it only stops Python writing it. xdist's workers find it done by the controller."""

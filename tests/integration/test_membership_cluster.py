@@ -43,9 +43,15 @@ def members_of(c: Cluster, via: str) -> list[str] | None:
 
 
 def wait_members(c: Cluster, want: list[str], on: list[str] | None = None) -> None:
+    """Each node of `on` (default: `want`) names the members `want`; a timeout shows what
+    that node last named and the end of its log."""
     for node in on or want:
-        wait_until(lambda node=node: members_of(c, node) == sorted(want), CHANGE_S,
-                   f"{node} to name the members {want}")
+        try:
+            wait_until(lambda node=node: members_of(c, node) == sorted(want), CHANGE_S,
+                       f"{node} to name the members {want}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; it names {members_of(c, node)}\n--- {node}\n"
+                                 f"{c.log(node)}") from None
 
 
 def change(c: Cluster, method: str, path: str, body=None) -> dict:

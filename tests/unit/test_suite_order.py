@@ -26,3 +26,12 @@ def test_each_worker_gives_its_clusters_ports_of_its_own(monkeypatch):
         used.append((low, high + span - 1))      # the lowest and highest port of a block
     assert all(a[1] < b[0] for a, b in zip(used, used[1:])), used
     assert used[0][0] == 10_000 and used[-1][1] <= 32_767
+
+
+def test_files_go_out_in_collection_order():
+    """xdist reorders files by their number of tests unless told not to: the list above
+    would then order nothing."""
+    import tomllib
+    opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "--no-loadscope-reorder" in opts["addopts"].split()
+    assert "--dist loadfile" in opts["addopts"]
