@@ -24,7 +24,7 @@ from tsched.node.api.jsonio import STATUS_BY_CODE
 
 from tests.harness.cluster import Cluster
 
-# Installed into the venv (schemathesis 4.32.5), not yet a declared test dependency.
+# A test dependency (pyproject.toml's `test` extra).
 schemathesis = pytest.importorskip("schemathesis")
 from schemathesis.generation import GenerationMode  # noqa: E402
 
