@@ -19,7 +19,9 @@ FIRE_COLUMNS = [("fire_at", "FIRE_AT"), ("outcome", "OUTCOME"), ("task_id", "TAS
 TENANT_COLUMNS = [("tenant", "TENANT"), ("max_running", "MAX_RUNNING"), ("weight", "WEIGHT"),
                   ("running", "RUNNING"), ("pending", "PENDING")]
 NODE_COLUMNS = [("id", "ID"), ("role", "ROLE"), ("http", "HTTP"), ("raft", "RAFT"),
-                ("commit_index", "COMMIT"), ("applied_seq", "APPLIED"), ("reachable", "REACHABLE")]
+                ("commit_index", "COMMIT"), ("applied_seq", "APPLIED"), ("digest", "DIGEST"),
+                ("reachable", "REACHABLE")]
+DIGEST_CHARS = 12   # of a replica's state digest in tables: enough to tell two apart
 HIDDEN_KEYS = frozenset({"attempts", "fires", "applied_seq"})
 TRACEBACK_INDENT = "    "
 
@@ -81,7 +83,7 @@ def schedule_detail(schedule: dict) -> str:
 
 
 SHARD_COLUMNS = [("shard", "SHARD"), ("id", "NODE"), ("role", "ROLE"), ("term", "TERM"),
-                 ("commit_index", "COMMIT"), ("applied_seq", "APPLIED"),
+                 ("commit_index", "COMMIT"), ("applied_seq", "APPLIED"), ("digest", "DIGEST"),
                  ("reachable", "REACHABLE")]
 
 
@@ -90,11 +92,26 @@ SPREAD_COLUMNS = [("shard", "SHARD"), ("leader", "LEADER"), ("term", "TERM"),
                   ("dead_letter", "DEAD_LETTER")]
 
 
+def tenant_view(tenant: dict) -> dict:
+    """A tenant as tables show it: a running cap of 0 is no cap (`none`, as the dashboard
+    says); --json keeps the API's 0."""
+    return {**tenant, "max_running": tenant.get("max_running") or "none"} \
+        if "max_running" in tenant else tenant
+
+
+def _short_digest(node: dict) -> dict:
+    digest = node.get("digest")
+    return {**node, "digest": digest[:DIGEST_CHARS]} if isinstance(digest, str) else node
+
+
 def cluster_detail(status: dict, by_shard: dict | None = None) -> str:
+    """Nodes (with each replica's digest: replicas at the same APPLIED show the same one)
+    and, with shards, each shard's replicas and tasks."""
     head = f"leader: {cell(status.get('leader'))}   term: {cell(status.get('term'))}"
     shards = status.get("shards")
     if not shards:
-        return head + "\n" + table(status.get("nodes") or [], NODE_COLUMNS)
+        nodes = [_short_digest(n) for n in status.get("nodes") or []]
+        return head + "\n" + table(nodes, NODE_COLUMNS)
     leads: dict[str, int] = {}
     for s in shards:
         if s.get("leader"):
@@ -105,6 +122,7 @@ def cluster_detail(status: dict, by_shard: dict | None = None) -> str:
     spread = [{"shard": s["shard"], "leader": s.get("leader"), "term": s.get("term"),
                **((by_shard or {}).get(str(s["shard"])) or {})} for s in shards]
     out.append(table(spread, SPREAD_COLUMNS))
-    rows = [dict(node, shard=s["shard"]) for s in shards for node in s.get("nodes") or ()]
+    rows = [dict(_short_digest(node), shard=s["shard"]) for s in shards
+            for node in s.get("nodes") or ()]
     out.append(table(rows, SHARD_COLUMNS))
     return "\n\n".join(out)
