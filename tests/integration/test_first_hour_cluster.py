@@ -45,14 +45,18 @@ def test_json_after_the_verb(tsctl):
     assert json.loads(tsctl("cluster", "status", "--json"))["leader"]
 
 
-def test_cluster_status_shows_each_replicas_digest(tsctl):
+def test_cluster_status_shows_each_replicas_digest_and_lag(tsctl):
     nodes = json.loads(tsctl("--json", "cluster", "status"))["nodes"]
     lines = tsctl("cluster", "status").splitlines()
     head = lines[1].split()
     assert "DIGEST" in head
     rows = {line.split()[0]: line.split() for line in lines[2:]}
+    top = max(n["applied_seq"] for n in nodes)
     for node in nodes:
-        assert rows[node["id"]][head.index("DIGEST")] == node["digest"][:12]
+        row = rows[node["id"]]
+        assert row[head.index("DIGEST")] == node["digest"][:12]
+        assert row[head.index("APPLIED_SEQ")] == str(node["applied_seq"])
+        assert row[head.index("LAG")] == str(top - node["applied_seq"])   # as the dashboard
 
 
 def test_a_tenant_without_a_running_cap_shows_none(tsctl):

@@ -171,3 +171,20 @@ def test_archive_search_help_states_its_rule():
     assert "exactly one of --task-id and --tenant" in text and "[archive]" in text
     result = run("--url", dead_url(), "archive", "search")
     assert result.exit_code == 2 and "exactly one of --task-id and --tenant" in result.output
+
+
+def test_each_shards_replicas_show_their_digest_and_lag():
+    from tsched.client.render import cluster_detail
+    replicas = [{"id": "n1", "role": "leader", "commit_index": 40, "applied_seq": 30,
+                 "digest": "a" * 64, "reachable": True},
+                {"id": "n2", "role": "follower", "commit_index": 38, "applied_seq": 27,
+                 "digest": "b" * 64, "reachable": True}]
+    text = cluster_detail({"leader": "n1", "term": 2, "nodes": [],
+                           "shards": [{"shard": 0, "leader": "n1", "term": 2,
+                                       "nodes": replicas}]})
+    table = text.split("\n\n")[-1].splitlines()
+    head = table[0].split()
+    assert head[-4:] == ["APPLIED_SEQ", "LAG", "DIGEST", "REACHABLE"]
+    rows = {r.split()[1]: r.split() for r in table[1:]}
+    assert rows["n1"][head.index("DIGEST")] == "a" * 12 and rows["n1"][head.index("LAG")] == "0"
+    assert rows["n2"][head.index("LAG")] == "3"
