@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -36,16 +38,43 @@ OVERLOAD_RETRIES_MAX = 3       # waits of Retry-After before an `overloaded` is 
 RETRY_AFTER_S_MAX = 60         # a Retry-After longer than this is taken as this
 
 
+# Where tsctl, tsworker and the App find the cluster when they are not told (DESIGN 8).
+URL_ENV, TOKEN_ENV, CA_FILE_ENV = "TSCTL_URL", "TSCTL_TOKEN", "TSCTL_CA_FILE"
+DEFAULT_URLS = "http://127.0.0.1:8701,http://127.0.0.1:8702,http://127.0.0.1:8703"
+URLS_CHARS_MAX = 65_536        # of a comma-separated URL list (TSCTL_URL, --url)
+URLS_MAX = 64                  # node URLs in one list
+_API_PATH = re.compile(r"/v1(/.*)?$")   # a URL that names the API, not the node
+
+
 def parse_urls(urls: str | Iterable[str]) -> list[str]:
-    """A list of base URLs, or one comma-separated string; trailing slashes dropped."""
+    """A list of base URLs, or one comma-separated string; trailing slashes dropped. A URL
+    that ends in the API's prefix (`.../v1`) is refused with the base URL to give instead:
+    the client adds `/v1/...` itself."""
+    if isinstance(urls, str) and len(urls) > URLS_CHARS_MAX:
+        raise ValueError(f"the node URLs are longer than {URLS_CHARS_MAX} characters")
     items = urls.split(",") if isinstance(urls, str) else list(urls)
     out = [u.strip().rstrip("/") for u in items if u and u.strip()]
     if not out:
         raise ValueError("at least one node URL is needed")
+    if len(out) > URLS_MAX:
+        raise ValueError(f"more than {URLS_MAX} node URLs")
     for u in out:
         if not (u.startswith("http://") or u.startswith("https://")):
             raise ValueError(f"not an http(s) URL: {u!r}")
+        scheme, _, rest = u.partition("://")
+        host, slash, path = rest.partition("/")
+        if _API_PATH.search(slash + path):
+            base = f"{scheme}://{host}{_API_PATH.sub('', slash + path)}"
+            raise ValueError(f"{u!r} names the API path: give the node's base URL, {base!r} "
+                             f"(the client adds /v1/...; {URL_ENV}, --url)")
     return out
+
+
+def env_or(value: str | None, name: str) -> str | None:
+    """`value` when given, else the environment variable `name` (unset or empty: None)."""
+    if value is not None:
+        return value
+    return os.environ.get(name) or None
 
 
 # A write's Idempotency-Key carries when it was made (DESIGN 6): `tsched1-<ms>-<nonce>`,
@@ -233,16 +262,30 @@ def decode(resp: HttpAnswer) -> Any:
         return None
 
 
+NO_ROUTE_HINT = (f"no such API path at this URL: is each node URL ({URL_ENV}, --url) a "
+                 "tsched node's base URL, such as http://127.0.0.1:8701, without /v1?")
+
+
 def error_from(resp: HttpAnswer, body: Any) -> ApiError:
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, dict) and err.get("code") == "overloaded":
         return Overloaded(str(err.get("message") or ""), err.get("details") or {},
                           retry_after_s(resp) or 1.0)
     if isinstance(err, dict) and err.get("code"):
-        return ApiError(str(err["code"]), str(err.get("message") or ""),
-                        err.get("details") or {}, resp.status_code)
+        message, details = str(err.get("message") or ""), err.get("details") or {}
+        if resp.status_code == 404 and _no_route(message, details):
+            message = f"{message} ({NO_ROUTE_HINT})"
+        return ApiError(str(err["code"]), message, details, resp.status_code)
     text = resp.text[:ERROR_TEXT_MAX_CHARS]
+    if resp.status_code == 404:
+        text = f"{text} ({NO_ROUTE_HINT})".strip()
     return ApiError(f"http_{resp.status_code}", text, {}, resp.status_code)
+
+
+def _no_route(message: str, details: Any) -> bool:
+    """A node's answer to a path it has no route for (its HTTP layer's own 404, DESIGN 7),
+    not a 404 about a task, schedule or tenant: the URL's base is wrong."""
+    return message == "Not Found" and isinstance(details, dict) and details.get("status") == 404
 
 
 def retry_after_s(resp: HttpAnswer) -> float | None:
@@ -287,7 +330,42 @@ def unavailable(call: Call, last: str | None,
     if last:
         others = [f"{url}: {text}" for url, text in (failures or {}).items() if text != last]
         msg += f" (last: {last}" + "".join(f"; {o}" for o in others) + ")"
+    hint = unreachable_hint(failures or {})
+    if hint:
+        msg += f". {hint}"
     return Unavailable(msg, {"last_error": last, "by_node": dict(failures or {})})
+
+
+# What a connect-stage failure's text says, and what to check (most specific first).
+_CONNECT_HINTS = (
+    ("wrong_version_number", "a node may speak plain http: try http:// instead of https://"),
+    ("certificate_verify_failed", f"give the cluster's CA bundle ({CA_FILE_ENV}, --ca-file)"),
+    ("name or service not known", "a host name does not resolve: is it spelt right?"),
+    ("nodename nor servname", "a host name does not resolve: is it spelt right?"),
+    ("temporary failure in name resolution",
+     "a host name does not resolve: is it spelt right?"),
+    ("connection refused", "nothing listens there; is the cluster running (tsctl dev) on "
+                           "those ports?"),
+)
+_CONNECT_FAILURES = ("ConnectError", "ConnectTimeout", "ClientConnector", "ClientSSLError",
+                     "SSLError")
+
+
+def unreachable_hint(failures: dict[str, str]) -> str:
+    """When no node could be connected to at all (every failure a connect-stage one), what
+    to check: the URLs first, and the likely cause the failures show."""
+    if not failures or not all(t.startswith(_CONNECT_FAILURES) for t in failures.values()):
+        return ""
+    text = " ".join(failures.values()).lower()
+    causes = [hint for marker, hint in _CONNECT_HINTS if marker in text]
+    cause = f": {causes[0]}" if causes else ""
+    return f"Check the node URLs ({URL_ENV} or --url: {', '.join(failures)}){cause}"
+
+
+def is_connect_failure(exc: Exception) -> bool:
+    """No connection was made (refused, unresolvable, TLS handshake): the node never saw
+    the request."""
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
 
 
 def describe_failure(exc: Exception | None, resp: HttpAnswer | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import json
+import os
 import threading
 import time
 import traceback
@@ -147,13 +148,39 @@ RETRY_ALL = RetryRule()
 _PLAIN_TYPES = (str, int, bool)    # serialisable as they are (a float may be NaN)
 
 
+# The worker's own modules: the frames a traceback starts with before the handler's.
+OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+CHAINED_MAX = 32   # exceptions of one chain (causes, contexts, groups) whose frames are cut
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The exception's traceback without the worker's own frames in front of the user's
+    (the thread, the worker and the call from a payload: `_threads.py`, `_worker.py`,
+    `_appcall.py`), in every exception of its chain. An exception tsched raised itself
+    (a payload that does not fit) keeps only its message."""
+    top = traceback.TracebackException.from_exception(exc)
+    todo, seen = [top], 0
+    while todo and seen < CHAINED_MAX:
+        part = todo.pop()
+        seen += 1
+        frames = list(part.stack)
+        start = 0
+        while start < len(frames) and frames[start].filename.startswith(OWN_DIR):
+            start += 1
+        part.stack = traceback.StackSummary.from_list(frames[start:])
+        todo += [t for t in (part.__cause__, part.__context__) if t is not None]
+        todo += list(getattr(part, "exceptions", None) or ())
+    return "".join(top.format())
+
+
 def error_detail(exc: BaseException) -> dict[str, str]:
-    """`{type, message, traceback}` within the API's bounds: the traceback keeps its last
-    characters (where the exception was raised), trimmed further until the whole detail,
-    as the node stores it (compact JSON, UTF-8), fits `error_bytes_max`."""
+    """`{type, message, traceback}` within the API's bounds: the traceback (the user's
+    frames, `user_traceback`) keeps its last characters (where the exception was raised),
+    trimmed further until the whole detail, as the node stores it (compact JSON, UTF-8),
+    fits `error_bytes_max`."""
     detail = {"type": type(exc).__name__[:ERROR_TYPE_CHARS_MAX],
               "message": str(exc)[:ERROR_MESSAGE_CHARS_MAX],
-              "traceback": "".join(traceback.format_exception(exc))[-TRACEBACK_CHARS_MAX:]}
+              "traceback": user_traceback(exc)[-TRACEBACK_CHARS_MAX:]}
     while len(json.dumps(detail, separators=(",", ":"), ensure_ascii=False)
               .encode("utf-8", "surrogatepass")) > ERROR_BYTES_MAX:
         detail["traceback"] = detail["traceback"][len(detail["traceback"]) // 4 + 1:]

@@ -23,7 +23,10 @@ ATTEMPT_S_MIN = 1.0          # the shortest deadline of one try of a batch
 # polling and sends them at once after this.
 LINGER_S = 0.005
 
-Pending = tuple  # (completion item, function called once with its error code)
+Pending = tuple  # (completion item, function called once with its error code and state)
+# The cluster's answer to one completion: its error code (None: applied) and, when applied,
+# the task's state after it (a failure: `pending` for a retry, `dead_letter`, `cancelled`).
+Answer = tuple[str | None, str | None]
 
 
 class Outbox:
@@ -38,8 +41,9 @@ class Outbox:
         self._apart: list[Pending] = []   # never carried by a claim again
         self._ready = asyncio.Event()
 
-    def post(self, item: dict, on_code: Callable[[str | None], None]) -> None:
-        """Queue one completion item; `on_code(error code)` once it is sent (None: accepted),
+    def post(self, item: dict, on_code: Callable[[str | None, str | None], None]) -> None:
+        """Queue one completion item; `on_code(error code, state)` once it is sent (code
+        None: accepted, and `state` the task's state after it, when the answer says),
         called exactly once, on the loop."""
         self._queue.append((item, on_code))
         self._ready.set()
@@ -47,7 +51,7 @@ class Outbox:
     async def send(self, item: dict) -> str | None:
         """`post`, awaiting the error code."""
         fut = asyncio.get_running_loop().create_future()
-        self.post(item, lambda code: None if fut.done() else fut.set_result(code))
+        self.post(item, lambda code, _state: None if fut.done() else fut.set_result(code))
         return await fut
 
     def take(self, limit: int) -> list[Pending]:
@@ -59,7 +63,7 @@ class Outbox:
     @staticmethod
     def answered(taken: list[Pending], answers: list) -> None:
         for (_, on_code), answer in zip(taken, answers):
-            on_code(error_code_of(answer))
+            on_code(*answer_of(answer))
 
     def give_back(self, taken: list[Pending]) -> None:
         """Completions a claim took but got no answer for (or that made it refused): sent
@@ -79,27 +83,34 @@ class Outbox:
                 source = self._apart or self._queue
                 batch = source[:BATCH_ITEMS_MAX]
                 del source[:BATCH_ITEMS_MAX]
-                codes = await self._send_batch([item for item, _ in batch])
-                for (_, on_code), code in zip(batch, codes):
-                    on_code(code)
+                outcomes = await self._send_batch([item for item, _ in batch])
+                for (_, on_code), outcome in zip(batch, outcomes):
+                    on_code(*outcome)
 
-    async def _send_batch(self, items: list[dict]) -> list[str | None]:
-        """Error code per item. Repeats an unanswered batch with the same idempotency key
-        until the leases it reports on have surely expired."""
+    async def _send_batch(self, items: list[dict]) -> list[Answer]:
+        """(error code, state) per item. Repeats an unanswered batch with the same
+        idempotency key until the leases it reports on have surely expired."""
         key = new_key()
         give_up_at = time.monotonic() + self._give_up_s
         while True:
             try:
                 answers = await self._client.completions(items, key=key, minimal=True,
                                                          deadline_s=self._attempt_s)
-                codes = [error_code_of(a) for a in answers]
-                return codes + ["no_answer"] * (len(items) - len(codes))
+                outcomes = [answer_of(a) for a in answers]
+                return outcomes + [("no_answer", None)] * (len(items) - len(outcomes))
             except Unavailable as exc:   # raised only after the client's own deadline
                 if time.monotonic() > give_up_at:
                     log.error("completions lost after the lease: %s", exc)
-                    return ["unavailable"] * len(items)
+                    return [("unavailable", None)] * len(items)
             except ApiError as exc:
                 if len(items) == 1 or exc.code in FINAL_CODES:   # final: never re-sent
-                    return [exc.code] * len(items)
+                    return [(exc.code, None)] * len(items)
                 # one bad item (too large...) refuses the batch: send them one by one
-                return [code for one in items for code in await self._send_batch([one])]
+                return [out for one in items for out in await self._send_batch([one])]
+
+
+def answer_of(answer: object) -> Answer:
+    """(error code, state) of one entry of a completions answer."""
+    code = error_code_of(answer)
+    state = answer.get("state") if code is None and isinstance(answer, dict) else None
+    return code, state if isinstance(state, str) else None

@@ -57,6 +57,33 @@ def retry_rules(handlers: dict, retry_on: dict, no_retry_on: dict) -> dict[str, 
             for t in sorted(set(retry_on) | set(no_retry_on))}
 
 
+def _attempt_of(job: Job) -> str:
+    """`attempt 2 of 4` (runs at most max_retries + 1), or `attempt 2` when not known."""
+    most = job.task.get("max_retries")
+    runs = f" of {most + 1}" if isinstance(most, int) else ""
+    return f"attempt {job.ctx.attempt}{runs}"
+
+
+def _log_next_step(job: Job, outcome: dict, state: str | None) -> None:
+    """What the cluster does after a failure it accepted, as its answer (the task's state)
+    says: a retry (after the task's backoff, or the handler's RetryLater), the dead-letter
+    queue, or a cancel."""
+    task_id = job.ctx.task_id
+    if state == "pending":
+        after = outcome.get("retry_after_s")
+        when = f"in {after:g} s" if isinstance(after, (int, float)) else "after its backoff"
+        most = job.task.get("max_retries")
+        of = f" of {most}" if isinstance(most, int) else ""
+        log.info("task %s: retry %d%s %s", task_id, job.ctx.attempt, of, when)
+    elif state == "dead_letter":
+        why = "no retries left" if outcome.get("retryable") else \
+            "not retryable (NonRetryable, or outside retry_on)"
+        log.warning("task %s: dead-lettered after %s: %s (tsctl dlq replay %s runs it again)",
+                    task_id, _attempt_of(job), why, task_id)
+    elif state == "cancelled":
+        log.info("task %s: cancelled (a cancel was requested while it ran)", task_id)
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -283,7 +310,7 @@ class Worker(Claiming):
         return outcome_of(result)
 
     def _failed(self, job: Job, exc: BaseException) -> dict:
-        log.info("task %s failed: %r", job.ctx.task_id, exc)
+        log.info("task %s %s failed: %r", job.ctx.task_id, _attempt_of(job), exc)
         return outcome_of(exc=exc, rule=self.retry_rules.get(job.ctx.task_type, RETRY_ALL))
 
     # --- heartbeats ------------------------------------------------------------------
@@ -323,11 +350,14 @@ class Worker(Claiming):
     def _post_report(self, job: Job, outcome: dict, done: asyncio.Future) -> None:
         """Queue the outcome; `done` gets its result once the cluster has answered it."""
         item = {"task_id": job.ctx.task_id, "fencing_token": job.ctx.fencing_token, **outcome}
-        self._outbox.post(item, lambda code: self._on_reported(job, outcome, done, code))
+        self._outbox.post(item, lambda code, state: self._on_reported(job, outcome, done,
+                                                                      code, state))
 
     def _on_reported(self, job: Job, outcome: dict, done: asyncio.Future,
-                     code: str | None) -> None:
+                     code: str | None, state: str | None = None) -> None:
         job.reported = True
+        if code is None and "error" in outcome:
+            _log_next_step(job, outcome, state)
         if code in UNSERVABLE_CODES and "result" in outcome:
             self._post_report(job, {"error": f"result refused by the cluster: {code}",
                                     "retryable": False}, done)

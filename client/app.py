@@ -2,6 +2,7 @@
 way), built on `Client` / `AsyncClient` and run by `tsworker` (a `Worker`).
 
     app = App("http://127.0.0.1:8701,http://127.0.0.1:8702,http://127.0.0.1:8703")
+    # or App(): the URLs from TSCTL_URL, the token from TSCTL_TOKEN (as tsctl)
 
     @app.task(max_retries=5, priority=3, timeout_s=60, retry_on=(ConnectionError,))
     def send_email(to: str, subject: str = "hi") -> dict: ...
@@ -22,9 +23,10 @@ from typing import Any, Callable, Iterable, Mapping, ParamSpec, TypedDict, TypeV
 
 from ._claiming import check_priorities
 from ._reserve import check_reserve
-from ._core import parse_urls
+from ._core import CA_FILE_ENV, DEFAULT_URLS, TOKEN_ENV, URL_ENV, env_or, parse_urls
 from .app_task import AnyTask, AsyncTask, Options, Periodic, Task, Time
 from .client import AsyncClient, Client
+from .cron_check import CronError, check_cron
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -69,16 +71,20 @@ def _check_name(name: str, what: str) -> None:
 
 
 class _AppBase:
-    """The registry of tasks and schedules, shared by both apps."""
+    """The registry of tasks and schedules, shared by both apps. What is not given comes
+    from the environment, as for tsctl: `urls` from TSCTL_URL (else the local cluster of
+    `tsctl dev`), `token` from TSCTL_TOKEN, `ca_file` from TSCTL_CA_FILE."""
 
-    def __init__(self, urls: str | Iterable[str], *, token: str | None = None,
+    def __init__(self, urls: str | Iterable[str] | None = None, *, token: str | None = None,
                  tenant: str | None = None, timeout_s: float = 30.0,
                  ca_file: str | None = None,
                  priorities: tuple[int, int] | str | None = None,
                  reserve: Mapping[str, float | str] | str | Iterable[str] | None = None
                  ) -> None:
-        self.urls = parse_urls(urls)
-        self.token, self.tenant, self.timeout_s, self.ca_file = token, tenant, timeout_s, ca_file
+        self.urls = parse_urls(urls if urls is not None
+                               else env_or(None, URL_ENV) or DEFAULT_URLS)
+        self.token, self.tenant, self.timeout_s = env_or(token, TOKEN_ENV), tenant, timeout_s
+        self.ca_file = env_or(ca_file, CA_FILE_ENV)
         # the effective priorities its workers claim (tsworker --priorities overrides)
         self.priorities = check_priorities(priorities)
         # slots its workers reserve per tier (DESIGN 5.1; tsworker --reserve overrides)
@@ -88,15 +94,17 @@ class _AppBase:
         self._made_client = False
 
     def configure(self, urls: str | Iterable[str] | None = None,
-                  token: str | None = None) -> None:
-        """Point the app at other nodes or another token (tsworker's --url, --token);
-        only before its first call."""
+                  token: str | None = None, ca_file: str | None = None) -> None:
+        """Point the app at other nodes, another token or CA bundle (tsworker's --url,
+        --token, --ca-file); only before its first call."""
         if self._made_client:
             raise RuntimeError("configure() comes before the app's first call")
         if urls is not None:
             self.urls = parse_urls(urls)
         if token is not None:
             self.token = token
+        if ca_file is not None:
+            self.ca_file = ca_file
 
     def _identity(self, fn: Callable[..., Any],
                   kw: TaskOptions) -> tuple[str, Options, tuple[type[BaseException], ...] | None]:
@@ -125,6 +133,10 @@ class _AppBase:
             raise ValueError(f"overlap is one of {OVERLAPS}, misfire one of {MISFIRES}")
         sid = kw.get("id") or task.name
         _check_name(sid, "schedule id")
+        try:
+            check_cron(cron, kw.get("timezone", "UTC"))
+        except CronError as exc:
+            raise CronError(f"periodic task {task.name}, schedule {sid!r}: {exc}") from None
         if sid in self.periodics:
             raise ValueError(f"two periodic tasks use the schedule id {sid!r}")
         declared = task.options.fields()

@@ -9,6 +9,7 @@ from tsched.statemachine.limits import API_LIMITS, LIMITS
 
 from . import render
 from .cli_common import State, json_option, cli, pass_state, time_option
+from .cron_check import CronError, check_cron, check_zone
 from .dev import DevError, run_dev
 
 # The API's bounds on a schedule's policies (node/api/schedules.py), checked before sending.
@@ -56,9 +57,23 @@ def schedules_list(st: State, tenant: str | None) -> None:
 def put(st: State, schedule_id: str, cron: str, timezone: str | None, task_type: str,
         payload: Any, tenant: str | None, **policies: float | str | None) -> None:
     """Create or replace a schedule."""
+    check_cron_option(cron, timezone, "--cron")
     sched = st.client.put_schedule(schedule_id, cron, task_type, payload, timezone=timezone,
                                    tenant=tenant, **policies)
     st.show(sched, render.schedule_detail(sched))
+
+
+def check_cron_option(expr: str, timezone: str | None, hint: str) -> None:
+    """The expression and zone checked here, before a request: the error names the field."""
+    try:
+        check_cron(expr)
+    except CronError as exc:
+        raise click.BadParameter(str(exc), param_hint=hint) from None
+    if timezone is not None:
+        try:
+            check_zone(timezone)
+        except CronError as exc:
+            raise click.BadParameter(str(exc), param_hint="--tz") from None
 
 
 def _schedule_verb(name: str, method: str, doc: str) -> click.Command:
@@ -88,6 +103,7 @@ schedules_delete = _schedule_verb("delete", "delete_schedule", "Delete a schedul
 @pass_state
 def preview(st: State, expr: str, timezone: str | None, count: int) -> None:
     """Show the next fire times of a cron expression."""
+    check_cron_option(expr, timezone, "EXPR")
     fires = st.client.cron_preview(expr, timezone=timezone, count=count) or []
     st.show({"fires": fires}, "\n".join(fires))
 
@@ -102,7 +118,7 @@ def tenants() -> None:
 def tenants_list(st: State) -> None:
     """List tenants with running/pending counts."""
     items = st.client.list_tenants() or []
-    st.show(items, render.table(items, render.TENANT_COLUMNS))
+    st.show(items, render.table([render.tenant_view(t) for t in items], render.TENANT_COLUMNS))
 
 
 @tenants.command(name="set")
@@ -116,7 +132,7 @@ def tenants_set(st: State, tenant: str, max_running: int | None, weight: int | N
     if max_running is None and weight is None:
         raise click.UsageError("give --max-running and/or --weight")
     view = st.client.set_tenant(tenant, max_running=max_running, weight=weight)
-    st.show(view, render.fields(view))
+    st.show(view, render.fields(render.tenant_view(view)))
 
 
 @cli.group()

@@ -14,6 +14,7 @@ from tsched.statemachine.archive_format import DAY_MS, day_start_ms, last_by_tas
 
 from . import render
 from .archive import Query
+from .errors import ApiError
 from .archive import search as run_search
 from .cli_common import State, cli
 
@@ -21,6 +22,9 @@ ARCHIVE_COLUMNS = [("task_id", "TASK_ID"), ("task_type", "TYPE"), ("tenant", "TE
                    ("state", "STATE"), ("attempt", "ATTEMPT"), ("completed_at", "COMPLETED"),
                    ("last_error", "LAST_ERROR")]
 PAGE_SIZE = 1_000
+ENABLE_HINT = ('To archive, add `[archive]` with `dir = "archive"` (under each node\'s '
+               "data_dir) to cluster.toml on every node and restart them one by one; tasks "
+               "evicted from then on are archived (docs/operations.md, Audit)")
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -78,7 +82,13 @@ def archive() -> None:
 @click.pass_context
 def search(ctx: click.Context, directory: str | None, task_id: str | None, tenant: str | None,
            task_type: str | None, from_: str | None, to: str | None, as_json: bool) -> None:
-    """Find archived tasks. A corrupt or truncated file is reported and skipped."""
+    """Find archived tasks (evicted after their retention).
+
+    Without --dir it asks the first node that answers (GET /v1/archive, admin token) and
+    takes exactly one of --task-id and --tenant (--type, --from and --to narrow it). With
+    --dir it reads an archive directory, a node's or a copy, with any of the filters. A
+    node archives only with an [archive] section in its cluster.toml (docs/operations.md).
+    A corrupt or truncated file is reported and skipped."""
     as_json = as_json or bool(ctx.find_root().params.get("as_json"))
     if directory is not None:
         found = run_search(directory, Query(task_id=task_id, tenant=tenant,
@@ -87,7 +97,8 @@ def search(ctx: click.Context, directory: str | None, task_id: str | None, tenan
         records, skipped = found.records, [{"file": f, "reason": r} for f, r in found.skipped]
     else:
         if (task_id is None) == (tenant is None):
-            raise click.UsageError("without --dir, give exactly one of --task-id and --tenant")
+            raise click.UsageError("a search on a node (without --dir) takes exactly one of "
+                                   "--task-id and --tenant")
         # the root command (cli_common.cli) always sets the State
         records, skipped = _from_node(cast(State, ctx.find_object(State)), task_id, tenant,
                                       from_, to)
@@ -109,8 +120,14 @@ def _from_node(state: State, task_id: str | None, tenant: str | None, from_: str
     skipped: list[dict] = []
     cursor = None
     while True:
-        page = state.client.archive_page(task_id=task_id, tenant=tenant, from_=from_, to=to,
-                                         limit=PAGE_SIZE, cursor=cursor)
+        try:
+            page = state.client.archive_page(task_id=task_id, tenant=tenant, from_=from_,
+                                             to=to, limit=PAGE_SIZE, cursor=cursor)
+        except ApiError as exc:
+            if exc.code == "archive_not_configured":
+                raise ApiError(exc.code, f"{exc.message}. {ENABLE_HINT}", exc.details,
+                               exc.status) from None
+            raise
         last_by_task_id(page.get("records") or [], by_id)
         skipped += page.get("skipped") or []
         cursor = page.get("next_cursor")

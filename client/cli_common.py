@@ -10,16 +10,42 @@ from typing import Any
 
 import click
 
-from ._core import parse_urls
+from ._core import CA_FILE_ENV, DEFAULT_URLS, TOKEN_ENV, URL_ENV, parse_urls
 from .client import Client
 from .errors import ApiError, Unavailable
 
-DEFAULT_URLS = "http://127.0.0.1:8701,http://127.0.0.1:8702,http://127.0.0.1:8703"
 EXIT_API_ERROR, EXIT_UNAVAILABLE = 1, 3
+# A call gives up this soon when no node accepts a connection at all (a wrong URL, a
+# stopped cluster), instead of retrying for the whole --timeout in silence.
+UNREACHABLE_S = 3.0
+JSON_HELP = "Print JSON instead of tables."
+
+
+def _json_after_verb(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """`tsctl VERB --json` means `tsctl --json VERB` (the root made the State first)."""
+    state = ctx.find_object(State)
+    if value and state is not None:
+        state.as_json = True
+    return value
+
+
+class TsctlCommand(click.Command):
+    """A tsctl verb: takes `--json` after the verb too, as every verb does."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not any(p.name == "as_json" for p in self.params):
+            self.params.append(click.Option(["--json", "as_json"], is_flag=True,
+                                            expose_value=False, callback=_json_after_verb,
+                                            help=JSON_HELP))
 
 
 class TsctlGroup(click.Group):
-    """Turns API errors into exit codes for every subcommand."""
+    """Turns API errors into exit codes for every subcommand; its verbs and groups are
+    tsctl's own (`--json` after the verb)."""
+
+    command_class = TsctlCommand
+    group_class = type     # subgroups are TsctlGroups too
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -43,7 +69,8 @@ class State:
     def client(self) -> Client:
         if self._client is None:
             self._client = Client(self.urls, token=self.token, timeout_s=self.timeout_s,
-                                  ca_file=self.ca_file)
+                                  ca_file=self.ca_file,
+                                  unreachable_s=min(UNREACHABLE_S, self.timeout_s))
         return self._client
 
     def close(self) -> None:
@@ -92,15 +119,17 @@ def time_option(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 
 @click.group(cls=TsctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--url", envvar="TSCTL_URL", default=DEFAULT_URLS, show_default=True,
-              callback=urls_option, help="Node URLs, comma-separated (TSCTL_URL).")
-@click.option("--token", envvar="TSCTL_TOKEN", default=None, help="Bearer token (TSCTL_TOKEN).")
-@click.option("--ca-file", envvar="TSCTL_CA_FILE", default=None,
+@click.option("--url", envvar=URL_ENV, default=DEFAULT_URLS, show_default=True,
+              callback=urls_option, help=f"Node base URLs, comma-separated ({URL_ENV}).")
+@click.option("--token", envvar=TOKEN_ENV, default=None, help=f"Bearer token ({TOKEN_ENV}).")
+@click.option("--ca-file", envvar=CA_FILE_ENV, default=None,
               type=click.Path(exists=True, dir_okay=False),
-              help="CA bundle to verify https:// nodes (TSCTL_CA_FILE).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+              help=f"CA bundle to verify https:// nodes ({CA_FILE_ENV}).")
+@click.option("--json", "as_json", is_flag=True,
+              help=JSON_HELP + " Also accepted after the verb.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 600), default=15.0,
-              show_default=True, help="Seconds to keep trying the nodes.")
+              show_default=True, help="Seconds to keep trying the nodes (while no node "
+              f"accepts a connection at all: {UNREACHABLE_S:g} s).")
 @click.pass_context
 def cli(ctx: click.Context, url: list[str], token: str | None, ca_file: str | None,
         as_json: bool, timeout_s: float) -> None:

@@ -15,8 +15,8 @@ from tsched.statemachine.limits import API_LIMITS
 from . import _aio
 from ._api import ApiCalls
 from ._core import (LEADER_HEADER, TRANSPORT_ERRORS, Call, Rotation, SeqTracker,
-                    build_request, decode, describe_failure, error_from, is_retryable_status,
-                    overload_wait_s, parse_urls, to_time, unavailable)
+                    build_request, decode, describe_failure, error_from, is_connect_failure,
+                    is_retryable_status, overload_wait_s, parse_urls, to_time, unavailable)
 
 CONNECT_TIMEOUT_S = 2.0    # a dead or unreachable node must not eat the whole deadline
 ATTEMPT_READ_S = 10.0      # longer than a node's own commit wait, shorter than the deadline
@@ -75,11 +75,19 @@ class _Base(ApiCalls):
 
 
 class Client(_Base):
-    """Synchronous client. `urls`: a list or a comma-separated string of node URLs."""
+    """Synchronous client. `urls`: a list or a comma-separated string of node URLs.
+    `unreachable_s`: give up a call sooner than `timeout_s` when, that long into it, no
+    node has accepted a connection at all (refused, unresolvable, a TLS mismatch): a
+    mistyped URL or a stopped cluster, not a failover, where some node still answers.
+    Default: None, the whole `timeout_s`."""
 
     def __init__(self, urls: str | Iterable[str], token: str | None = None,
-                 timeout_s: float = 30.0, ca_file: str | None = None) -> None:
+                 timeout_s: float = 30.0, ca_file: str | None = None,
+                 unreachable_s: float | None = None) -> None:
         super().__init__(urls, token, timeout_s, ca_file)
+        if unreachable_s is not None and unreachable_s <= 0:
+            raise ValueError("unreachable_s must be positive")
+        self.unreachable_s = unreachable_s
         self._http = httpx.Client(verify=self._verify)
 
     def close(self) -> None:
@@ -97,9 +105,11 @@ class Client(_Base):
 
     def _send(self, call: Call) -> Any:
         deadline = self._deadline(call)
+        unreached_until = None if self.unreachable_s is None \
+            else time.monotonic() + self.unreachable_s   # None once a node was reached
         last, overloads, failures = None, 0, {}
         for url, delay in self._rotation.attempts(call.to_leader):
-            if time.monotonic() + delay >= deadline:
+            if time.monotonic() + delay >= min(deadline, unreached_until or deadline):
                 break
             if delay:
                 time.sleep(delay)   # backoff between rounds of failed nodes
@@ -111,7 +121,9 @@ class Client(_Base):
                                                                           connect=connect_s))
             except TRANSPORT_ERRORS as exc:
                 last = failures[url] = describe_failure(exc, None)
+                unreached_until = unreached_until if is_connect_failure(exc) else None
                 continue
+            unreached_until = None
             if is_retryable_status(resp):
                 last = failures[url] = describe_failure(None, resp)
                 continue

@@ -136,13 +136,8 @@ def run_dev(config: str | None, echo: Callable[..., object],
         leader = cluster.wait_leader(stop)
         if leader is None:
             return 0
-        echo(f"tsched dev cluster from {path}: leader {leader}"
-             + (f", {shards} shards (tsctl cluster status shows each)" if shards else ""))
-        for node in nodes:
-            echo(f"  {node.id}: API {node.url}/v1   dashboard {node.url}/")
-        echo(f"  logs: {cluster.log_dir}")
-        echo(f"  export TSCTL_URL={','.join(n.url for n in nodes)}")
-        echo("Ctrl-C stops the cluster.")
+        for line in banner(path, leader, shards, nodes, cluster.log_dir):
+            echo(line)
         _watch(cluster, stop, echo)
         return 0
     finally:
@@ -150,6 +145,20 @@ def run_dev(config: str | None, echo: Callable[..., object],
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         echo("stopped every node.")
+
+
+def banner(path: Path, leader: str, shards: int | None, nodes: list[DevNode],
+           log_dir: Path) -> list[str]:
+    """What `tsctl dev` says once the cluster serves. Each node is named by its base URL,
+    the one TSCTL_URL and --url take (the client adds /v1/... itself)."""
+    lines = [f"tsched dev cluster from {path}: leader {leader}"
+             + (f", {shards} shards (tsctl cluster status shows each)" if shards else "")]
+    lines += [f"  {node.id}: {node.url}   dashboard {node.url}/"
+              for node in nodes]
+    lines.append(f"  logs: {log_dir}")
+    lines.append(f"  export TSCTL_URL={','.join(n.url for n in nodes)}")
+    lines.append("Ctrl-C stops the cluster.")
+    return lines
 
 
 def _watch(cluster: DevCluster, stop: threading.Event, echo: Callable[..., object]) -> None:

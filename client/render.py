@@ -19,7 +19,9 @@ FIRE_COLUMNS = [("fire_at", "FIRE_AT"), ("outcome", "OUTCOME"), ("task_id", "TAS
 TENANT_COLUMNS = [("tenant", "TENANT"), ("max_running", "MAX_RUNNING"), ("weight", "WEIGHT"),
                   ("running", "RUNNING"), ("pending", "PENDING")]
 NODE_COLUMNS = [("id", "ID"), ("role", "ROLE"), ("http", "HTTP"), ("raft", "RAFT"),
-                ("commit_index", "COMMIT"), ("applied_seq", "APPLIED"), ("reachable", "REACHABLE")]
+                ("commit_index", "RAFT_COMMIT"), ("applied_seq", "APPLIED_SEQ"), ("lag", "LAG"),
+                ("digest", "DIGEST"), ("reachable", "REACHABLE")]
+DIGEST_CHARS = 12   # of a replica's state digest in tables: enough to tell two apart
 HIDDEN_KEYS = frozenset({"attempts", "fires", "applied_seq"})
 TRACEBACK_INDENT = "    "
 
@@ -81,8 +83,8 @@ def schedule_detail(schedule: dict) -> str:
 
 
 SHARD_COLUMNS = [("shard", "SHARD"), ("id", "NODE"), ("role", "ROLE"), ("term", "TERM"),
-                 ("commit_index", "COMMIT"), ("applied_seq", "APPLIED"),
-                 ("reachable", "REACHABLE")]
+                 ("commit_index", "RAFT_COMMIT"), ("applied_seq", "APPLIED_SEQ"),
+                 ("lag", "LAG"), ("digest", "DIGEST"), ("reachable", "REACHABLE")]
 
 
 SPREAD_COLUMNS = [("shard", "SHARD"), ("leader", "LEADER"), ("term", "TERM"),
@@ -90,11 +92,38 @@ SPREAD_COLUMNS = [("shard", "SHARD"), ("leader", "LEADER"), ("term", "TERM"),
                   ("dead_letter", "DEAD_LETTER")]
 
 
+def tenant_view(tenant: dict) -> dict:
+    """A tenant as tables show it: a running cap of 0 is no cap (`none`, as the dashboard
+    says); --json keeps the API's 0."""
+    return {**tenant, "max_running": tenant.get("max_running") or "none"} \
+        if "max_running" in tenant else tenant
+
+
+def _replica_rows(nodes: list[dict]) -> list[dict]:
+    """Replicas of one group as tables show them: the digest cut short, and LAG, how many
+    batches a replica has applied fewer than the group's furthest one (as the dashboard
+    counts). RAFT_COMMIT is the Raft log's index, which also counts Raft's own entries, so
+    it is not comparable with APPLIED_SEQ (the state machine's batches)."""
+    seqs = [n["applied_seq"] for n in nodes if isinstance(n.get("applied_seq"), int)]
+    top = max(seqs, default=None)
+    out = []
+    for node in nodes:
+        row = dict(node)
+        if isinstance(row.get("digest"), str):
+            row["digest"] = row["digest"][:DIGEST_CHARS]
+        seq = row.get("applied_seq")
+        row["lag"] = top - seq if top is not None and isinstance(seq, int) else None
+        out.append(row)
+    return out
+
+
 def cluster_detail(status: dict, by_shard: dict | None = None) -> str:
+    """Nodes (with each replica's digest: replicas at the same APPLIED show the same one)
+    and, with shards, each shard's replicas and tasks."""
     head = f"leader: {cell(status.get('leader'))}   term: {cell(status.get('term'))}"
     shards = status.get("shards")
     if not shards:
-        return head + "\n" + table(status.get("nodes") or [], NODE_COLUMNS)
+        return head + "\n" + table(_replica_rows(status.get("nodes") or []), NODE_COLUMNS)
     leads: dict[str, int] = {}
     for s in shards:
         if s.get("leader"):
@@ -105,6 +134,7 @@ def cluster_detail(status: dict, by_shard: dict | None = None) -> str:
     spread = [{"shard": s["shard"], "leader": s.get("leader"), "term": s.get("term"),
                **((by_shard or {}).get(str(s["shard"])) or {})} for s in shards]
     out.append(table(spread, SPREAD_COLUMNS))
-    rows = [dict(node, shard=s["shard"]) for s in shards for node in s.get("nodes") or ()]
+    rows = [dict(node, shard=s["shard"]) for s in shards
+            for node in _replica_rows(list(s.get("nodes") or ()))]
     out.append(table(rows, SHARD_COLUMNS))
     return "\n\n".join(out)

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from .app_task import Periodic, Time
 from .client import Client
-from .errors import ApiError
+from .errors import ApiError, Unavailable
 
 log = logging.getLogger("tsched.tsworker")
 DEFAULT_TENANT = "default"   # where a schedule without a tenant lands (admin token)
@@ -108,12 +108,24 @@ def sync_one(client: Client, p: Periodic, report: SyncReport) -> str:
     return str(stored.get("tenant") or DEFAULT_TENANT)
 
 
+def _sync_named(client: Client, p: Periodic, report: SyncReport) -> str:
+    """`sync_one`, whose refusal names the schedule (and its cron and task)."""
+    try:
+        return sync_one(client, p, report)
+    except Unavailable:
+        raise
+    except ApiError as exc:
+        raise ApiError(exc.code, f"schedule {p.schedule_id!r} ({p.cron!r}, "
+                       f"{p.timezone}, task {p.task_type}): {exc.message}", exc.details,
+                       exc.status) from None
+
+
 def sync_schedules(client: Client, serve: Iterable[Periodic], declared: Iterable[str],
                    prune: bool = False, tenant: str | None = None) -> SyncReport:
     """Puts the schedules in `serve`. With `prune`, deletes the schedules of their tenants
     (or of `tenant`, when none is served) whose ids are not in `declared`."""
     report = SyncReport()
-    tenants = {sync_one(client, p, report) for p in serve}
+    tenants = {_sync_named(client, p, report) for p in serve}
     if prune:
         keep = set(declared)
         for t in sorted(tenants or {tenant or DEFAULT_TENANT}):

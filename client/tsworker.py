@@ -115,6 +115,8 @@ def _configure_logging(level: str) -> None:
               "default: the App's.")
 @click.option("--token", envvar="TSCTL_TOKEN", help="Bearer token (TSCTL_TOKEN); default: "
               "the App's.")
+@click.option("--ca-file", envvar="TSCTL_CA_FILE", type=click.Path(exists=True, dir_okay=False),
+              help="CA bundle to verify https:// nodes (TSCTL_CA_FILE); default: the App's.")
 @click.option("--grace", "grace_s", type=click.FloatRange(0, 3600), default=30.0,
               show_default=True, help="Seconds running tasks get to finish after SIGTERM.")
 @click.option("--prune-schedules", is_flag=True,
@@ -130,8 +132,8 @@ def _configure_logging(level: str) -> None:
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
               default="INFO", show_default=True)
 def cli(app_spec: str, task_names: str | None, concurrency: int, url: str | None,
-        token: str | None, grace_s: float, prune_schedules: bool, priorities: str | None,
-        reserve: tuple[str, ...], log_level: str) -> None:
+        token: str | None, ca_file: str | None, grace_s: float, prune_schedules: bool,
+        priorities: str | None, reserve: tuple[str, ...], log_level: str) -> None:
     """Run a worker for the tasks of the App in MODULE (e.g. `tsworker myproject.tasks`).
 
     Puts the app's periodic schedules first (an unchanged one is left as it is), then
@@ -140,7 +142,7 @@ def cli(app_spec: str, task_names: str | None, concurrency: int, url: str | None
     _configure_logging(log_level)
     app = find_app(app_spec)
     try:
-        app.configure(urls=url, token=token)
+        app.configure(urls=url, token=token, ca_file=ca_file)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--url") from None
     try:

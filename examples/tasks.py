@@ -12,12 +12,11 @@ import time
 
 from tsched.client import App, NonRetryable, TaskContext
 
-URLS = os.environ.get(
-    "TSCTL_URL", "http://127.0.0.1:8701,http://127.0.0.1:8702,http://127.0.0.1:8703")
 # Seconds first: every 30 s. The test suite sets TICK_CRON to fire every second.
 TICK_CRON = os.environ.get("TICK_CRON", "*/30 * * * * *")
 
-app = App(URLS)
+# The nodes of TSCTL_URL (and TSCTL_TOKEN, TSCTL_CA_FILE) as tsctl, else `tsctl dev`'s.
+app = App()
 
 
 @app.task(priority=3, max_retries=5, retry_on=(ConnectionError,))
