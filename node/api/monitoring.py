@@ -60,6 +60,10 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     node = request.app[NODE]
     replica = node.replica
+    removed = getattr(replica, "not_a_member_reason", lambda: None)()
+    if removed is not None:
+        raise ApiError("unavailable", removed, {"node": node.node_id, "leader": None,
+                                                "reason": "not_a_member"})
     reason = not_ready_reason(replica)
     if reason is not None:
         code = "no_leader" if replica.leader_id() is None else "unavailable"

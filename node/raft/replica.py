@@ -49,7 +49,7 @@ from tsched.node.raft.security import check_raft_security
 from tsched.node.raft.snapshot_file import snapshot_index
 from tsched.node.raft.snapshot_writer import SnapshotWriter
 from tsched.node.raft.syncobj_adapter import Entry, current_log_index, other_nodes
-from tsched.node.raft.transport import DialNode, GuardedTransport
+from tsched.node.raft.transport import DialNode, GuardedTransport, Refusals
 from tsched.node.raft.view import ROLE_NAMES, View
 from tsched.node.raft.watchdog import Watchdog
 
@@ -98,6 +98,7 @@ class Replica:
         self._obj: RaftObject | None = None
         self._journal: journal_mod.LmdbJournal | None = None
         self.replication = ReplicationStats()
+        self.refusals = Refusals()       # peers refusing this node as not a member
         self.rejoin = RejoinGate(self.data_dir)
         self.leaving = False             # stopping: campaigns for nothing (handoff.py)
         self.prevote = PreVote(min_timeout_s=options.raft_min_timeout_s,
@@ -139,7 +140,8 @@ class Replica:
                                       replication=self.replication,
                                       gate=self.rejoin, prevote=self.prevote,
                                       may_lead=lambda: not self.leaving,
-                                      dial_of=self.dial_overrides.get)
+                                      dial_of=self.dial_overrides.get,
+                                      refusals=self.refusals)
         self.membership.replaying(self._journal)
         peers = [self._dial_node(m) for m in self.membership.members if m.raft != self.self_raft]
         self_node = self._dial_node(self.membership.self_member)
@@ -234,6 +236,20 @@ class Replica:
     def unhealthy_reason(self) -> str | None:
         """Why this node must not serve at all (watchdog.py), or None."""
         return self.watchdog.reason()
+
+    def not_a_member_reason(self) -> str | None:
+        """Why this node believes it is no longer a member, or None: it sees no leader and
+        more than half of its peers refused its Raft connection lately as not a member
+        there (the cluster removed it; a joining node's peers name it within moments)."""
+        if self.leader_id() is not None:
+            return None
+        refused = [self._id_by_addr.get(r, r) for r in self.refusals.recent()]
+        peers = len(self.peers)
+        if not peers or 2 * len(refused) <= peers:
+            return None
+        return (f"this node is not a member of the cluster: {', '.join(sorted(refused))} refuse "
+                "it as not a member (it was removed and cannot rejoin with its old data; "
+                "start a new node with an empty data dir and --join)")
 
     def leader_committed_in_its_term(self) -> bool:
         """The commit index holds an entry of the current term: the leader of this term

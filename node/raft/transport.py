@@ -28,6 +28,24 @@ log = logging.getLogger("tsched.node.raft.replica")   # the replica's log lines,
 DURABLE_BEFORE_SEND = frozenset({"append_entries", "next_node_idx", "request_vote", "response_vote"})
 ALLOWED_UTILITY_MESSAGES = frozenset({"status"})
 REFUSED_LOG_EVERY_S = 60.0
+REFUSALS_FRESH_S = 30.0   # a peer's refusal of this node counts this long
+
+
+class Refusals:
+    """The peers that refused this node's identity ("FAIL refused": not a member there),
+    each with the monotonic time of its last refusal. Written on the Raft thread, read by
+    any (a dict swapped whole)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+
+    def refused_by(self, raft: str) -> None:
+        self._last = {**self._last, raft: monotonicTime()}
+
+    def recent(self, now: float | None = None) -> list[str]:
+        """The Raft addresses of the peers that refused this node lately."""
+        now = monotonicTime() if now is None else now
+        return sorted(r for r, t in self._last.items() if now - t <= REFUSALS_FRESH_S)
 
 
 class DialNode(TCPNode):
@@ -96,8 +114,10 @@ class GuardedTransport(TCPTransport):
                  journal: LmdbJournal, failpoints: Failpoints, message_bytes_max: int,
                  replication: ReplicationStats, gate: RejoinGate, prevote: PreVote | None,
                  may_lead: Callable[[], bool],
-                 dial_of: Callable[[str], str | None] = lambda _addr: None) -> None:
+                 dial_of: Callable[[str], str | None] = lambda _addr: None,
+                 refusals: Refusals | None = None) -> None:
         self._journal = journal
+        self._refusals = refusals if refusals is not None else Refusals()
         self._dial_of = dial_of
         self._refused_logged: dict[str, float] = {}
         self._replication = replication
@@ -138,6 +158,7 @@ class GuardedTransport(TCPTransport):
         if not isinstance(message, dict):
             # A peer's refusal ("FAIL refused") of this node's identity: it is not (or no
             # longer, or not yet) a member there (DESIGN 6.2). Raft messages are dicts.
+            self._refusals.refused_by(node.id)
             self._log_limited(f"refusal by {node.id}", "raft: %s refused this node's "
                               "connection (%.40r): not a member there; logged once a minute",
                               node.id, message)

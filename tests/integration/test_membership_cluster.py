@@ -213,6 +213,32 @@ def test_a_removed_node_cannot_rejoin_with_its_old_data(c: Cluster):
     assert c.stop("n4") == 0
 
 
+def test_a_removed_node_that_still_runs_says_so_on_readyz(c: Cluster):
+    """Removed while it runs, n4 is refused by every member when it dials them: its
+    /readyz then says it is not a member, not merely that it sees no leader."""
+    c.add_node("n4", "n1", ports=_dialling_ports())
+    wait_members(c, ["n1", "n2", "n3", "n4"])
+    wait_until(lambda: c.call("n4", "GET", "/readyz", timeout_s=5)[0] == 200, CHANGE_S,
+               "n4 to be ready as a member")
+    change(c, "DELETE", "/v1/cluster/members/n4")
+    c.forget("n4")
+    wait_members(c, ["n1", "n2", "n3"])
+
+    def removed():
+        status, body = c.call("n4", "GET", "/readyz", timeout_s=5)
+        if status != 503:
+            return None
+        return body if body["error"]["details"].get("reason") == "not_a_member" else None
+    body = wait_until(removed, CHANGE_S, "n4's /readyz to say it is not a member")
+    error = body["error"]
+    assert error["code"] == "unavailable" and error["details"]["node"] == "n4", body
+    # It names the members that refused it: more than half of its three peers.
+    named = [m for m in ("n1", "n2", "n3") if m in error["message"]]
+    assert "not a member" in error["message"] and len(named) >= 2, body
+    assert c.call("n1", "GET", "/readyz")[0] == 200
+    assert c.stop("n4") == 0
+
+
 def test_a_restart_agrees_with_the_recorded_membership(c: Cluster):
     """After a change, a node whose file lists other members (more than the one member of a
     change apart) stops (exit 2) naming both lists; a file one change behind starts it
