@@ -284,8 +284,13 @@ def error_from(resp: HttpAnswer, body: Any) -> ApiError:
 
 def _no_route(message: str, details: Any) -> bool:
     """A node's answer to a path it has no route for (its HTTP layer's own 404, DESIGN 7),
-    not a 404 about a task, schedule or tenant: the URL's base is wrong."""
-    return message == "Not Found" and isinstance(details, dict) and details.get("status") == 404
+    not a 404 about a task, schedule or tenant: the URL's base is wrong. A node names it
+    `details.reason = "no_route"`; a node from before that is known by aiohttp's message."""
+    if not isinstance(details, dict):
+        return False
+    if "reason" in details:
+        return details["reason"] == "no_route"
+    return message == "Not Found" and details.get("status") == 404
 
 
 def retry_after_s(resp: HttpAnswer) -> float | None:

@@ -112,6 +112,8 @@ class Limits:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ApiLimits:
+    body_bytes_max: int = 1_048_576          # a request's whole body (its task payloads are
+                                             # each bounded by Limits.payload_bytes_max too)
     request_items_max: int = 1_000           # tasks of a batch submit, items of a batch call
     claim_wait_ms_max: int = 60_000          # how long a claim may long-poll
     list_page_items_max: int = 1_000         # `limit` of a listing

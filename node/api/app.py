@@ -16,6 +16,7 @@ from tsched.statemachine.tiers import DEFAULT_TIERS
 
 from tsched.node.api import (archive, audit, auth, backup, cluster, members, monitoring,
                              schedules, tasks, tenants, workers)
+from tsched.node.api.validate import BODY_BYTES_MAX, body_too_large
 from tsched.node.api.admission import ADMISSION, Admission
 from tsched.node.api.jsonio import error_response
 from tsched.node.services import NODE, Node
@@ -23,8 +24,6 @@ from tsched.node.errors import ApiError
 from tsched.node.api.shard_tag import shard_tag_middleware
 
 log = logging.getLogger("tsched.node.http")
-
-BODY_BYTES_MAX = 1024 * 1024
 
 # aiohttp's own HTTP errors (no route, wrong method, body too large) in our error shape.
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
@@ -54,10 +53,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        code = _HTTP_CODES.get(e.status, "invalid_argument")
-        msg = "request body too large" if e.status == 413 else e.reason
-        err = ApiError(code, msg, {"status": e.status})
-        resp = error_response(err, node.replica.applied_seq)
+        resp = error_response(_http_error(request, e), node.replica.applied_seq)
         resp.set_status(e.status)
         return resp
     except asyncio.CancelledError:
@@ -67,3 +63,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
                       request.method, request.path)
         return error_response(ApiError("internal", "internal error (a bug; see the node log)"),
                               None)
+
+
+def _http_error(request: web.Request, e: web.HTTPException) -> ApiError:
+    """aiohttp's own error in our shape; a request no route matches carries
+    `details.reason = "no_route"` (a wrong base URL, told apart from a missing resource)."""
+    if e.status == 413:
+        return body_too_large(request.content_length)
+    details: dict[str, object] = {"status": e.status}
+    if e.status == 404 and request.match_info.http_exception is not None:
+        details["reason"] = "no_route"
+    return ApiError(_HTTP_CODES.get(e.status, "invalid_argument"), e.reason, details)

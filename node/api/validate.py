@@ -33,6 +33,7 @@ ID_CHARS_MAX = L.id_chars_max
 TENANT_CHARS_MAX = L.tenant_chars_max
 TASK_TYPE_CHARS_MAX = L.task_type_chars_max
 IDEMPOTENCY_KEY_CHARS_MAX = L.idempotency_key_chars_max
+BODY_BYTES_MAX = A.body_bytes_max
 BATCH_MAX = A.request_items_max
 TASK_TYPES_MAX = L.claim_task_types_max
 CLAIM_TASKS_MAX = L.claim_tasks_max
@@ -193,6 +194,15 @@ def error_text(value: object) -> str:
                            default="" if optional else None)
     f.done()
     return sized_text(orjson.dumps(detail).decode(), "error", ERROR_BYTES_MAX)
+
+
+def body_too_large(content_length: int | None) -> ApiError:
+    """413 `too_large` for a request body over BODY_BYTES_MAX (aiohttp refuses it before
+    any handler): names the limit, what it applies to, and the size when it was declared."""
+    size = f"is {content_length} bytes" if content_length is not None else "is too large"
+    return ApiError("too_large", f"request body {size}, the limit is {BODY_BYTES_MAX} bytes "
+                    f"for a whole request body (each task payload: {PAYLOAD_BYTES_MAX})",
+                    {"status": 413, "field": "body", "limit": BODY_BYTES_MAX})
 
 
 def json_text(value: object, name: str, limit: int = PAYLOAD_BYTES_MAX) -> str:

@@ -44,6 +44,15 @@ MACROS = {
     "@annually": "0 0 1 1 *",
 }
 
+# The fields in order and the values each takes, to name the field a mistake is in. The
+# same small table as client/cron_check.py (the client's check before a request), kept
+# twice on purpose: node/ never imports tsched.client, and the client cannot import the node;
+# statemachine/ (below both) holds replicated rules, not cron syntax.
+FIELDS = ("minute", "hour", "day of month", "month", "day of week")
+ACCEPTED = {"second": "0-59", "minute": "0-59", "hour": "0-23",
+            "day of month": "1-31, L, or a weekday such as 15W", "month": "1-12 or JAN-DEC",
+            "day of week": "0-7 or SUN-SAT (0 and 7: Sunday), or the nth weekday 5#3"}
+
 _EQUAL_RANGE = re.compile(r"^(\d+)-(\d+)(?:/\d+)?$")
 _EPOCH = dt.datetime(1970, 1, 1)
 _OFFSET_PROBE_S_MAX = 253_402_214_400  # 9999-12-31T00:00:00Z: local times still representable
@@ -97,13 +106,28 @@ def parse(expr: str, timezone: str = "UTC", hash_id: str = "") -> CronSpec:
         proto = croniter(fields, _EPOCH, hash_id=hash_id.encode(), day_or=day_or,
                          second_at_beginning=has_seconds)
     except (CroniterError, ValueError, KeyError, IndexError, TypeError) as exc:
-        raise CronError(f"invalid cron expression {text!r}: {exc}") from None
+        raise CronError(f"invalid cron expression {text!r}: "
+                        f"{_bad_field(fields.split(' '), hash_id) or exc}") from None
     spec = CronSpec(expr=text, fields=fields, has_seconds=has_seconds,
                     fixed_hour=("*" not in hour and "/" not in hour),
                     timezone=timezone, zone=zone, hash_id=hash_id, proto=proto)
     if next_fire_ms(spec, _REFERENCE_MS) is None:
         raise CronError(f"cron expression {text!r} never fires")
     return spec
+
+
+def _bad_field(parts: list[str], hash_id: str) -> str | None:
+    """The first field croniter refuses on its own (the others `*`), named with the values
+    it takes; None when each field alone is accepted (their combination is not)."""
+    names = (("second",) if len(parts) == 6 else ()) + FIELDS
+    for i, (name, part) in enumerate(zip(names, parts)):
+        alone = " ".join(["*"] * i + [part] + ["*"] * (len(parts) - i - 1))
+        try:
+            croniter(alone, _EPOCH, hash_id=hash_id.encode(), second_at_beginning=len(parts) == 6)
+        except (CroniterError, ValueError, KeyError, IndexError, TypeError):
+            return (f"the {name} field {part!r} is not valid (the {name} takes "
+                    f"{ACCEPTED[name]}, lists a,b, ranges a-b and steps */n)")
+    return None
 
 
 def _single_value_ranges(part: str) -> str:

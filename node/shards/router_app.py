@@ -12,6 +12,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from tsched.node.api.jsonio import error_response
+from tsched.node.api.validate import BODY_BYTES_MAX, body_too_large
 from tsched.node.errors import ApiError
 from tsched.node.shards import archive_route
 from tsched.node.shards import claim_fanout as router_claims
@@ -21,8 +22,6 @@ from tsched.node.shards import keyed_routes as router_routes
 from tsched.node.shards.router import ROUTER, Relayed, Router, as_response
 
 log = logging.getLogger("tsched.node.router")
-
-BODY_BYTES_MAX = 1024 * 1024
 
 
 @web.middleware
@@ -38,7 +37,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(
             e.status, "invalid_argument")
-        resp = error_response(ApiError(code, e.reason, {"status": e.status}), None)
+        err = (body_too_large(request.content_length) if e.status == 413
+               else ApiError(code, e.reason, {"status": e.status}))
+        resp = error_response(err, None)
         resp.set_status(e.status)
         return resp
     except asyncio.CancelledError:

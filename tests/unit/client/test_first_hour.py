@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tsched.client import App, AsyncApp
+from tsched.client._core import _no_route
 from tsched.client.cli import cli
 from tsched.client.cron_check import CronError, check_cron
 from tsched.client.dev import DevNode, banner
@@ -188,3 +189,14 @@ def test_each_shards_replicas_show_their_digest_and_lag():
     rows = {r.split()[1]: r.split() for r in table[1:]}
     assert rows["n1"][head.index("DIGEST")] == "a" * 12 and rows["n1"][head.index("LAG")] == "0"
     assert rows["n2"][head.index("LAG")] == "3"
+
+
+def test_a_no_route_404_is_known_by_its_reason_before_its_message():
+    assert _no_route("Not Found", {"status": 404, "reason": "no_route"})
+    assert _no_route("anything", {"status": 404, "reason": "no_route"})
+    # A node's 404 with another reason is about a resource, whatever its message.
+    assert not _no_route("Not Found", {"status": 404, "reason": "no_asset"})
+    assert not _no_route("task 0f is not known", {"task_id": "0f"})
+    # A node from before details.reason: aiohttp's own message and status.
+    assert _no_route("Not Found", {"status": 404})
+    assert not _no_route("Not Found", None)

@@ -31,6 +31,12 @@ async def test_a_body_over_the_size_limit_is_too_large(api: Api):
     status, body = await api.call("POST", "/v1/tasks", raw=raw,
                                   headers={"Content-Type": "application/json"})
     assert_error(status, body, 413, "too_large")
+    # It names the size, the limit in bytes and what the limit applies to.
+    message = body["error"]["message"]
+    assert f"is {len(raw)} bytes" in message and f"the limit is {BODY_BYTES_MAX} bytes" in message
+    assert "whole request body" in message, message
+    assert body["error"]["details"] == {"status": 413, "field": "body",
+                                        "limit": BODY_BYTES_MAX}, body
 
 
 async def test_json_nesting_is_bounded(api: Api):

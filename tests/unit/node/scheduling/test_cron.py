@@ -182,6 +182,18 @@ def test_invalid_expressions_are_refused(expr):
         cron.parse(expr)
 
 
+@pytest.mark.parametrize("expr, field, bad, accepted", [
+    ("61 * * * *", "minute", "61", "0-59"), ("0 24 * * *", "hour", "24", "0-23"),
+    ("0 0 32 * *", "day of month", "32", "1-31"), ("0 0 * 13 *", "month", "13", "1-12"),
+    ("0 0 * * 8", "day of week", "8", "0-7"), ("0 */0 * * *", "hour", "*/0", "0-23"),
+    ("61 0 0 * * *", "second", "61", "0-59"), ("0 60 0 * * *", "minute", "60", "0-59")])
+def test_a_refusal_names_the_field_and_its_range(expr, field, bad, accepted):
+    with pytest.raises(cron.CronError) as e:
+        cron.parse(expr)
+    assert f"the {field} field {bad!r} is not valid" in str(e.value)
+    assert f"the {field} takes {accepted}" in str(e.value)
+
+
 @pytest.mark.parametrize("expr", ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 2,4,6,9,11 *", "0 0 0 30 2 *"])
 def test_never_firing_expressions_are_refused(expr):
     with pytest.raises(cron.CronError, match="never fires"):
