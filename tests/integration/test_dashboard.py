@@ -246,13 +246,30 @@ async def test_dashboard_shows_the_cluster_and_replays_a_dead_letter(tmp_path):
     shots = screenshot_dir(tmp_path)
     with leader_cluster(tmp_path) as (c, leader):
         dead_id, discard_id = seed(c, leader)
+        later = later_and_cancelled(c, leader)
         follower = c.followers(leader)[0]
+        # Before any count is in, the dead letters' tab shows none (never a wrong "0").
+        status, page_html = c.call(follower, "GET", "/")
+        assert status == 200
+        assert '<span id="dlq-count" class="pill" hidden></span>' in page_html
         async with browser_page(tmp_path) as page:
-            await _drive(page, c, follower, leader, dead_id, discard_id, shots)
+            await _drive(page, c, follower, leader, dead_id, discard_id, shots, later)
+
+
+def later_and_cancelled(c: Cluster, leader: str) -> dict[str, str]:
+    """Two tasks due in 10 minutes, one of them cancelled: {"pending": id, "cancelled": id}."""
+    out = {}
+    for state in ("cancelled", "pending"):
+        s, b = c.call(leader, "POST", "/v1/tasks", {"task_type": "later", "delay_s": 600})
+        assert s == 201, b
+        out[state] = b["task_id"]
+    s, b = c.call(leader, "POST", f"/v1/tasks/{out['cancelled']}/cancel", {})
+    assert s == 200 and b["state"] == "cancelled", b
+    return out
 
 
 async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
-                 discard_id: str, shots: Path) -> None:
+                 discard_id: str, shots: Path, later: dict[str, str]) -> None:
     started = time.monotonic()
     await page.navigate(c.url(node) + "/")
 
@@ -275,6 +292,17 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
     assert dict(tenants)["acme"] == "3" and dict(tenants)["globex"] == "2", tenants
     dead = await page.eval("document.querySelector('[data-state=dead_letter] .n').textContent")
     assert dead == "2"
+    # The tab's count is shown with the first counts, and right.
+    assert await page.eval("[document.getElementById('dlq-count').hidden,"
+                           " document.getElementById('dlq-count').textContent]") == [False, "2"]
+    facts = await page.eval("[...document.querySelectorAll('#facts dt')].map(e => e.textContent)")
+    assert "workers waiting" in facts and "waiting claims here" not in facts, facts
+    # A cancelled task has no run time ahead; a pending one still says when it runs.
+    run_at = await page.eval("Object.fromEntries([...document.querySelectorAll("
+                             "'#task-list tbody tr')].map(r => [r.dataset.taskId,"
+                             " r.querySelector('td.run-at').textContent]))")
+    assert run_at[later["cancelled"]] == "—", run_at
+    assert run_at[later["pending"]] in ("in 10m", "in 9m"), run_at
     await page.screenshot(shots / "dashboard-overview.png")
 
     # Task search by id (typed), then its detail with attempts.

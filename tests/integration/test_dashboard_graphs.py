@@ -34,6 +34,13 @@ CHART_TOTALS = """(() => {
     lateness_legend: [...document.querySelectorAll("#chart-lateness .u-legend .u-label")]
       .map((e) => e.textContent),
     depth_points: some(p["chart-depth"].data[1]),
+    lateness_spans_gaps: p["chart-lateness"].series.slice(1).some((s) => s.spanGaps),
+    legends: Object.fromEntries(["chart-activity", "chart-lateness", "chart-depth"].map((id) => [id,
+      [...document.querySelectorAll(`#${id} .u-legend .u-value`)].map((e) => e.textContent)])),
+    latest: Object.fromEntries(["chart-activity", "chart-lateness", "chart-depth"].map((id) => [id,
+      p[id].data.slice(1).map((col) => { const v = col.filter((x) => x != null);
+        return v.length ? v[v.length - 1] : null; })])),
+    count_ticks: ["chart-activity", "chart-depth"].flatMap((id) => p[id].axes[1]._splits || []),
     canvases: document.querySelectorAll("#graphs-card canvas").length,
     attr_points: Number(depth.points) };
 })()"""
@@ -91,6 +98,7 @@ async def test_graphs_draw_the_last_hour_of_a_short_load(tmp_path):
             assert per_second["lateness_legend"] == ["Time", *per_second["lateness_lines"]]
             assert per_second["tier_points"]["p99 normal"] >= 1
             assert per_second["tier_points"]["p99 critical"] == 0
+            assert_legible(per_second)
             await page.eval("document.getElementById('graphs-card').scrollIntoView()")
             await page.screenshot(shots / "dashboard-graphs.png")
 
@@ -102,5 +110,20 @@ async def test_graphs_draw_the_last_hour_of_a_short_load(tmp_path):
                 return t and t["step"] == 60 and t
             per_minute = await until("the same load per minute", per_minute_drawn, 20)
             assert 1 <= per_minute["points"] <= 3     # the cluster is younger than 2 minutes
+            assert_legible(per_minute)
             await page.screenshot(shots / "dashboard-graphs-per-minute.png")
             assert page.errors == [], page.errors
+
+
+def assert_legible(t: dict) -> None:
+    """Without hovering, each legend shows its line's latest value ("--" only for a line
+    with no point yet); the lateness lines break where there is no data; a count's axis
+    ticks are whole numbers."""
+    for chart, latest in t["latest"].items():
+        shown = t["legends"][chart][1:]          # [0] is the time
+        assert [s == "--" for s in shown] == [v is None for v in latest], (chart, shown, latest)
+    depth = t["latest"]["chart-depth"][0]
+    assert t["legends"]["chart-depth"][1].replace(",", "") == str(depth), t["legends"]
+    assert not t["lateness_spans_gaps"]
+    assert t["count_ticks"] and all(float(v).is_integer() for v in t["count_ticks"]), \
+        t["count_ticks"]

@@ -60,6 +60,11 @@
   }
 
   const when = (iso) => h("span", { title: iso || "" }, ago(iso));
+  const TERMINAL = new Set(["completed", "cancelled", "dead_letter", "discarded"]);
+  // A task that will not run again has no run time ahead: a future run_at reads "—".
+  const runAt = (t) => (TERMINAL.has(t.state) && Date.parse(t.run_at) > Date.now()
+    ? h("span", { title: `${t.run_at || ""} (not run: ${t.state.replace("_", " ")})` }, "—")
+    : when(t.run_at));
   const badge = (state) => h("span", { class: `badge ${state}` }, state.replace("_", " "));
   const shortId = (id) => h("code", { title: id }, id.length > 14 ? `${id.slice(0, 12)}…` : id);
 
@@ -161,7 +166,9 @@
     const byState = stats.by_state || {};
     $("applied-seq").textContent = stats.applied_seq ?? "—";   // this node's
     $("lag").textContent = duration(stats.oldest_claimable_age_s);
+    // Hidden until the first stats are in: no "0" shown while dead letters exist.
     $("dlq-count").textContent = byState.dead_letter || 0;
+    $("dlq-count").hidden = false;
     $("states").replaceChildren(...STATES.map((s) => h("div", { class: "state", dataset: { state: s } },
       h("div", { class: "n" }, byState[s] || 0), h("div", { class: "k" }, s.replace("_", " ")))));
 
@@ -203,7 +210,7 @@
       fact("nodes reachable", `${up} of ${nodes.length}`, up * 2 <= nodes.length),
       fact("replicas agree", agree, agree === "NO"),
       fact("oldest due task waiting", duration(stats.oldest_claimable_age_s)),
-      fact("waiting claims here", stats.waiting_claims ?? "—"),
+      fact("workers waiting", stats.waiting_claims ?? "—"),
       fact("schedules", stats.schedules ?? "—"),
       fact("dead letters", (stats.by_state || {}).dead_letter || 0, (stats.by_state || {}).dead_letter > 0));
   }
@@ -234,7 +241,7 @@
     },
     h("td", null, shortId(t.task_id)), h("td", null, t.tenant), h("td", null, t.task_type),
     h("td", null, badge(t.status || t.state)), h("td", { class: "num" }, t.priority),
-    h("td", { class: "num" }, t.attempt), h("td", null, when(t.run_at)))), 7, "no matching tasks");
+    h("td", { class: "num" }, t.attempt), h("td", { class: "run-at" }, runAt(t)))), 7, "no matching tasks");
     if (view.selected) await loadDetail(view.selected);
   }
 
@@ -269,7 +276,7 @@
         row("state", badge(t.status || t.state)), row("tenant", t.tenant),
         row("next retry", t.next_retry_at ? when(t.next_retry_at) : null),
         row("type", t.task_type), row("priority", t.priority),
-        row("attempt", `${t.attempt} of ${t.max_retries + 1}`), row("run at", when(t.run_at)),
+        row("attempt", `${t.attempt} of ${t.max_retries + 1}`), row("run at", runAt(t)),
         row("worker", t.worker_id), row("token", t.fencing_token),
         row("lease until", t.lease_expires_at ? when(t.lease_expires_at) : null),
         row("cancelling", t.cancel_requested ? "yes" : "no"),

@@ -12,14 +12,17 @@ window.TschedCharts = (() => {
   const TIER_COLORS = ["#d0392b", "#e67e22", "#1f9d55", "#16a2b8", "#7f8c8d", "#b7950b"];
   // One chart per unit: counts per point, milliseconds, tasks.
   const CHARTS = [
-    { id: "chart-activity", title: (per) => `tasks per ${per}`, series: [
+    { id: "chart-activity", title: (per) => `tasks per ${per}`, counts: true, series: [
       ["submitted", "submitted", COLORS.submitted], ["completed", "completed", COLORS.completed],
       ["failed", "failed attempts", COLORS.failed], ["dead_lettered", "dead-lettered", COLORS.dead_lettered]] },
-    { id: "chart-lateness", title: () => "claim lateness (ms)", gaps: true, tiers: true, series: [
+    { id: "chart-lateness", title: () => "claim lateness (ms)", tiers: true, series: [
       ["lateness_p50_ms", "p50", COLORS.p50], ["lateness_p99_ms", "p99", COLORS.p99]] },
-    { id: "chart-depth", title: () => "queue depth (pending)", series: [
+    { id: "chart-depth", title: () => "queue depth (pending)", counts: true, series: [
       ["queue_depth", "pending", COLORS.depth]] },
   ];
+  // A count's axis steps by whole numbers only (no 0.5 task).
+  const COUNT_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5,
+    2e5, 5e5, 1e6, 2e6, 5e6, 1e7, 1e8, 1e9];
   const plots = {};      // chart id -> uPlot, rebuilt when the step changes
   let step = null;
 
@@ -46,6 +49,22 @@ window.TschedCharts = (() => {
     return values * 8 < u.width;
   }
 
+  // Where each line's latest value is (null: none yet); the x column, the latest of them.
+  function latest(u) {
+    const idxs = u.data.slice(1).map((column) => {
+      for (let i = column.length - 1; i >= 0; i--) if (column[i] != null) return i;
+      return null;
+    });
+    const known = idxs.filter((i) => i != null);
+    return [known.length ? Math.max(...known) : null, ...idxs];
+  }
+
+  // Legends show each line's latest value while the cursor is off the chart (uPlot's own
+  // legend shows "--" there), and the values under the cursor while it is on.
+  function showLatest(u) {
+    if (u.cursor.idx == null) u.setLegend({ idxs: latest(u) });
+  }
+
   function options(chart, series, width) {
     const per = step === 1 ? "second" : "minute";
     return {
@@ -56,10 +75,12 @@ window.TschedCharts = (() => {
         y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] },
       },
       series: [{}, ...series.map(([, label, stroke]) => ({
-        label, stroke, width: 1.5, spanGaps: !!chart.gaps,
+        // No line across points without data (seconds without a claim): it breaks there.
+        label, stroke, width: 1.5, spanGaps: false,
         points: { show: sparse, size: 5, fill: stroke },
       }))],
-      axes: [{}, { size: 56 }],
+      axes: [{}, chart.counts ? { size: 56, incrs: COUNT_INCRS } : { size: 56 }],
+      hooks: { setCursor: [showLatest], setData: [showLatest], ready: [showLatest] },
     };
   }
 
