@@ -248,8 +248,9 @@ class Replica:
         if not peers or 2 * len(refused) <= peers:
             return None
         return (f"this node is not a member of the cluster: {', '.join(sorted(refused))} refuse "
-                "it as not a member (it was removed and cannot rejoin with its old data; "
-                "start a new node with an empty data dir and --join)")
+                "it as not a member: it was removed (or, joining, is not added yet); a removed "
+                "node cannot rejoin with its old data: start a new node with an empty data "
+                "dir and --join")
 
     def leader_committed_in_its_term(self) -> bool:
         """The commit index holds an entry of the current term: the leader of this term
