@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from ._core import CA_FILE_ENV, TOKEN_ENV, URL_ENV
 from .app import App, AsyncApp
 from .app_task import AnyTask, Periodic
 from .client import Client
@@ -111,12 +112,12 @@ def _configure_logging(level: str) -> None:
 @click.option("--tasks", "task_names", help="Serve only these tasks (comma-separated names).")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True,
               help="Tasks run at once (threads for sync tasks).")
-@click.option("--url", envvar="TSCTL_URL", help="Node URLs, comma-separated (TSCTL_URL); "
+@click.option("--url", envvar=URL_ENV, help=f"Node URLs, comma-separated ({URL_ENV}); "
               "default: the App's.")
-@click.option("--token", envvar="TSCTL_TOKEN", help="Bearer token (TSCTL_TOKEN); default: "
+@click.option("--token", envvar=TOKEN_ENV, help=f"Bearer token ({TOKEN_ENV}); default: "
               "the App's.")
-@click.option("--ca-file", envvar="TSCTL_CA_FILE", type=click.Path(exists=True, dir_okay=False),
-              help="CA bundle to verify https:// nodes (TSCTL_CA_FILE); default: the App's.")
+@click.option("--ca-file", envvar=CA_FILE_ENV, type=click.Path(exists=True, dir_okay=False),
+              help=f"CA bundle to verify https:// nodes ({CA_FILE_ENV}); default: the App's.")
 @click.option("--grace", "grace_s", type=click.FloatRange(0, 3600), default=30.0,
               show_default=True, help="Seconds running tasks get to finish after SIGTERM.")
 @click.option("--prune-schedules", is_flag=True,

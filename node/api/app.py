@@ -16,18 +16,14 @@ from tsched.statemachine.tiers import DEFAULT_TIERS
 
 from tsched.node.api import (archive, audit, auth, backup, cluster, members, monitoring,
                              schedules, tasks, tenants, workers)
-from tsched.node.api.validate import BODY_BYTES_MAX, body_too_large
+from tsched.node.api.validate import BODY_BYTES_MAX
 from tsched.node.api.admission import ADMISSION, Admission
-from tsched.node.api.jsonio import error_response
+from tsched.node.api.jsonio import error_response, http_error
 from tsched.node.services import NODE, Node
 from tsched.node.errors import ApiError
 from tsched.node.api.shard_tag import shard_tag_middleware
 
 log = logging.getLogger("tsched.node.http")
-
-# aiohttp's own HTTP errors (no route, wrong method, body too large) in our error shape.
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
-
 
 def make_app(node: Node) -> web.Application:
     middlewares = [error_middleware]
@@ -53,7 +49,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        resp = error_response(_http_error(request, e), node.replica.applied_seq)
+        resp = error_response(http_error(request, e), node.replica.applied_seq)
         resp.set_status(e.status)
         return resp
     except asyncio.CancelledError:
@@ -64,13 +60,3 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(ApiError("internal", "internal error (a bug; see the node log)"),
                               None)
 
-
-def _http_error(request: web.Request, e: web.HTTPException) -> ApiError:
-    """aiohttp's own error in our shape; a request no route matches carries
-    `details.reason = "no_route"` (a wrong base URL, told apart from a missing resource)."""
-    if e.status == 413:
-        return body_too_large(request.content_length)
-    details: dict[str, object] = {"status": e.status}
-    if e.status == 404 and request.match_info.http_exception is not None:
-        details["reason"] = "no_route"
-    return ApiError(_HTTP_CODES.get(e.status, "invalid_argument"), e.reason, details)

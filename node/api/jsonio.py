@@ -39,6 +39,22 @@ def status_of(err: ApiError) -> int:
     return STATUS_BY_CODE[err.code]
 
 
+# aiohttp's own HTTP errors (no route, wrong method, body too large) in our error shape.
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+def http_error(request: web.Request, e: web.HTTPException) -> ApiError:
+    """aiohttp's own error in our shape (the node's and the shard router's); a request no
+    route matches carries `details.reason = "no_route"` (a wrong base URL, told apart from
+    a missing resource)."""
+    if e.status == 413:
+        return validate.body_too_large(request.content_length)
+    details: dict[str, object] = {"status": e.status}
+    if e.status == 404 and request.match_info.http_exception is not None:
+        details["reason"] = "no_route"
+    return ApiError(_HTTP_CODES.get(e.status, "invalid_argument"), e.reason, details)
+
+
 def error_status(e: Exception) -> int:
     """The status an exception a handler raised is answered with (for the metrics)."""
     if isinstance(e, ApiError):

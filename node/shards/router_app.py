@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from tsched.node.api.jsonio import error_response
-from tsched.node.api.validate import BODY_BYTES_MAX, body_too_large
+from tsched.node.api.jsonio import error_response, http_error
+from tsched.node.api.validate import BODY_BYTES_MAX
 from tsched.node.errors import ApiError
 from tsched.node.shards import archive_route
 from tsched.node.shards import claim_fanout as router_claims
@@ -35,11 +35,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(
-            e.status, "invalid_argument")
-        err = (body_too_large(request.content_length) if e.status == 413
-               else ApiError(code, e.reason, {"status": e.status}))
-        resp = error_response(err, None)
+        resp = error_response(http_error(request, e), None)
         resp.set_status(e.status)
         return resp
     except asyncio.CancelledError:
