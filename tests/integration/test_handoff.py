@@ -80,3 +80,15 @@ def test_a_rolling_restart_under_load_hands_over_at_every_leader_stop(fresh_clus
     assert_all_present(c, leader, list(load.acked))
     assert load.completed, "the worker completed nothing"
     wait_equal_digests(c)
+
+
+def test_a_cluster_stopped_all_at_once_does_not_wait_for_a_handoff(fresh_cluster: Cluster):
+    """Every node gets SIGTERM together (`tsctl dev`'s Ctrl-C, a whole-cluster stop): no
+    follower stays to take over, so the leader stops without waiting out its handoff."""
+    c = fresh_cluster
+    leader = c.wait_leader()
+    c.stop_all()
+    assert {i: p.returncode for i, p in c.procs.items()} == {i: 0 for i in c.ids}
+    log = c.log(leader, 100_000)
+    assert "event=handoff_skipped reason=no_peer_connected" in log, log[-2000:]
+    assert "event=handoff_timeout" not in log
