@@ -15,6 +15,7 @@ import pytest
 from tsched.client import Client, Worker
 from tsched.node.topology import shard_of_tenant, shifted
 from tsched.node.config import internal_http
+from tsched.node.shards.claim_fanout import SHARD_WAIT_S
 
 from tests.harness.cluster import TSNODE
 from tests.harness.cluster import running as running_cluster
@@ -170,6 +171,9 @@ def _claim_requests(c, shard: int) -> float:
     return total
 
 
+WATCH_S = SHARD_WAIT_S - 0.5
+
+
 def test_a_claim_skips_shards_another_worker_watches_yet_gets_work_that_lands_there(sharded):
     """While a worker's claim watches every shard, another worker's claim of the same task
     types does not ask the watched shards (their watches would have answered had they
@@ -184,12 +188,13 @@ def test_a_claim_skips_shards_another_worker_watches_yet_gets_work_that_lands_th
         return all(sum(st["waiting_claims"] for st in stats[s * 3:s * 3 + 3]) >= 1
                    for s in range(SHARDS))
 
-    # w-a's watches must stay open until w-b's claim was counted. Its wait is long (the
-    # task that lands later ends it at once): under a loaded machine 4.5 s ran out first.
+    # w-a's watches must stay open until w-b's claim was counted: its wait fits in one of
+    # the router's rounds of watching (claim_fanout.SHARD_WAIT_S), between which no shard
+    # is watched.
     for _ in range(3):
         result: dict = {}
         waiting = threading.Thread(target=lambda result=result: result.update(answer=sharded.call(
-            "n1", "POST", "/v1/claims", {**claim, "worker_id": "w-a", "wait_s": 15},
+            "n1", "POST", "/v1/claims", {**claim, "worker_id": "w-a", "wait_s": WATCH_S},
             timeout_s=30)))
         waiting.start()
         wait_until(watched_everywhere, 10, "w-a watching every shard")
