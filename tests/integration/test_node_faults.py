@@ -5,6 +5,7 @@ import itertools
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -99,23 +100,24 @@ class Load:
 
 
 UNAVAILABLE_FOR_S_MAX = 30.0    # a read may meet a leadership move (503): asked again
+READERS = 8     # reads in flight: the leader batches their barriers (thousands of tasks)
 
 
 def assert_all_present(c: Cluster, node: str, task_ids) -> None:
     """Every task id is known, read linearizably (through the leader's barrier). A 503 or
     504 (no leader for a moment: an election, a leader spread's transfer) says nothing
     of the task, and is asked again for up to UNAVAILABLE_FOR_S_MAX in all."""
-    missing = []
     deadline = time.monotonic() + UNAVAILABLE_FOR_S_MAX
-    with httpx.Client(timeout=10) as client:
-        for tid in task_ids:
+    with httpx.Client(timeout=10, limits=httpx.Limits(max_connections=READERS)) as client:
+        def status_of(tid: str) -> int:
             while True:
                 r = client.get(c.url(node) + f"/v1/tasks/{tid}?consistency=linearizable")
                 if r.status_code not in (503, 504) or time.monotonic() > deadline:
-                    break
+                    return r.status_code
                 time.sleep(0.1)
-            if r.status_code != 200:
-                missing.append((tid, r.status_code))
+        with ThreadPoolExecutor(READERS) as pool:
+            statuses = list(pool.map(status_of, task_ids))
+    missing = [(tid, st) for tid, st in zip(task_ids, statuses) if st != 200]
     assert not missing, f"{len(missing)} acknowledged tasks missing: {missing[:5]}"
 
 
