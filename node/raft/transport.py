@@ -3,8 +3,10 @@ every message, admin messages and unknown identities refused, and the journal ma
 (one group commit) before any vote or replication message leaves (DESIGN.md section 6)."""
 from __future__ import annotations
 
+import errno
 import logging
 import pickle
+import socket
 import struct
 import zlib
 from typing import Callable
@@ -73,8 +75,10 @@ _WIRE_ZLIB_LEVEL = 0
 
 
 class BoundedConnection(TcpConnection):
-    """Refuses (disconnects) a message whose declared length exceeds the bound, before
-    buffering it; pysyncobj itself accepts up to 2 GiB per message."""
+    """pysyncobj's connection, with a bound and a cheaper encoding: refuses (disconnects)
+    a message whose declared length exceeds the bound, before buffering it (pysyncobj
+    itself accepts up to 2 GiB per message), and delivers every whole message that arrived
+    before the peer's close."""
 
     _message_bytes_max = 64 << 20
 
@@ -92,7 +96,40 @@ class BoundedConnection(TcpConnection):
         self._TcpConnection__writeBuffer += struct.pack("i", len(data)) + data
         self._TcpConnection__trySendBuffer()
 
+    _eof = False     # the peer closed; disconnected once what was read with it is parsed
+
+    def disconnect(self) -> None:
+        self._eof = False
+        super().disconnect()
+
+    def _TcpConnection__processRead(self) -> bool:
+        """pysyncobj's read, except at the peer's close. pysyncobj disconnected at once,
+        dropping the bytes read in the same turn: a peer's last message before it closes
+        was lost, such as a member's "FAIL refused" to a removed node, which then did not
+        learn it for many dials (its /readyz said so up to half a minute late)."""
+        sock = self._TcpConnection__socket
+        try:
+            incoming = sock.recv(self._TcpConnection__recvBufferSize)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
+                self.disconnect()
+            return False
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+            self.disconnect()
+            return False
+        if not incoming:
+            self._eof = True
+            return False
+        self._TcpConnection__readBuffer += incoming
+        return True
+
     def _TcpConnection__processParseMessage(self) -> object:
+        message = self._parse_bounded()
+        if message is None and self._eof:
+            self.disconnect()    # every whole message read before the close is delivered
+        return message
+
+    def _parse_bounded(self) -> object:
         buf = self._TcpConnection__readBuffer
         if len(buf) >= 4:
             declared = struct.unpack("i", buf[:4])[0]
