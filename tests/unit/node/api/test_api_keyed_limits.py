@@ -105,3 +105,15 @@ async def test_rate_limited_pauses_and_does_not_count_the_attempt(api: Api, tt):
     status, out = await api.call("POST", path, {"fencing_token": got["fencing_token"],
                                                 "limit": name})
     assert_error(status, out, 409, "stale_token")
+
+
+async def test_metrics_show_use_and_held_tasks(api: Api, tt):
+    name = f"m-{tt}"
+    await _put(api, name, concurrency=1)
+    for _ in range(3):
+        await api.submit(task_type=tt, limits=[name])
+    assert len(await api.claim([tt], max_tasks=5)) == 1
+    resp = await api.client.get("/metrics")
+    text = await resp.text()
+    assert f'tsched_limit_in_use{{limit="{name}"}} 1.0' in text
+    assert f'tsched_limit_held_tasks{{limit="{name}"}} 2.0' in text
