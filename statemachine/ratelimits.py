@@ -112,6 +112,17 @@ class Partition:
             return self.window[len(self.window) - defn.rate] + defn.per_ms
         return None
 
+    def grows_at(self, defn: LimitDef, now_ms: int) -> int | None:
+        """The next instant the budget grows by time alone: a pause's end, or the oldest
+        start leaving the window (None: only a running task's end can grow it)."""
+        if self.paused_until_ms > now_ms:
+            return self.paused_until_ms
+        if defn.rate:
+            self.trim(defn, now_ms)
+            if self.window:
+                return self.window[0] + defn.per_ms
+        return None
+
     def idle(self, defn: LimitDef, now_ms: int) -> bool:
         if self.running or self.held or self.paused_until_ms > now_ms:
             return False
@@ -195,6 +206,8 @@ class Limiter:
                 part.running[task.task_id] = None
             if defn.rate:
                 part.window.append(start_ms)
+                if part.held:   # this start may spend the window: watch when it frees
+                    self._watch_free(name, part, defn, start_ms)
 
     def hold(self, task: Task, where: tuple[str, str], now_ms: int) -> None:
         """Park a popped task under its spent partition; the claim queue's entries of it
@@ -214,9 +227,7 @@ class Limiter:
             heap = part.held[(task.task_type, task.tenant)] = []
         heappush(heap, entry)
         self.held_of[task.task_id] = where
-        free = part.free_at(self.defs[name], now_ms)
-        if free is not None:
-            self._watch(name, part, free)
+        self._watch_free(name, part, self.defs[name], now_ms)
         for other in task.limits:   # budgets it did not use: another task may use them
             if other != name and other in self.defs:
                 self.opened[(other, partition_key(self.defs[other], task))] = None
@@ -302,9 +313,16 @@ class Limiter:
             if name in self.overflow:
                 self.opened[(name, OVERFLOW)] = None
             return
-        free = part.free_at(defn, now_ms)
-        if free is not None and part.held:
-            self._watch(name, part, free)
+        if part.held:
+            self._watch_free(name, part, defn, now_ms)
+
+    def _watch_free(self, name: str, part: Partition, defn: LimitDef, now_ms: int) -> None:
+        """While tasks wait in `part`: wake whenever its budget grows by time (each start
+        leaving the window, a pause ending), so that no held task waits on budget nobody
+        looks at; a running task's end opens it (`ended`)."""
+        grows = part.grows_at(defn, now_ms)
+        if grows is not None:
+            self._watch(name, part, grows)
 
     def _watch(self, name: str, part: Partition, at_ms: int) -> None:
         if part.wake_at is None or at_ms < part.wake_at:
@@ -331,6 +349,8 @@ class Limiter:
         """A RateLimited report: the partition claims nothing until `until_ms`."""
         part = self._part(defn.name, key)
         part.paused_until_ms = max(part.paused_until_ms, until_ms)
+        if part.held:
+            self._watch(defn.name, part, part.paused_until_ms)
 
     # --- definitions ----------------------------------------------------------------------
     def put(self, defn: LimitDef) -> None:

@@ -233,3 +233,18 @@ def test_a_task_held_by_its_second_limit_lets_its_first_go_to_another() -> None:
     d.add(limits=("a", "b"))                      # t2: a has room, b not
     d.add(limits=("a",))                          # t3: only a
     assert _ids(d.claim(max_tasks=5)) == ["t3"]
+
+
+def test_a_window_spent_by_released_tasks_is_watched_again() -> None:
+    """Released tasks that spend the window again leave others held: the next window edge
+    must release them without any other command (found on a cluster: held for good)."""
+    d = Driver()
+    _limit(d, rate=1, per_ms=700)
+    for _ in range(3):
+        d.add(limits=("partner",))
+    assert _ids(d.claim(max_tasks=5)) == ["t1"]   # t2, t3 held
+    d.now += 700
+    assert _ids(d.claim(max_tasks=5)) == ["t2"]   # t3 held, the window spent again
+    assert d.sm.next_timer_ms() == T0 + 1_400
+    d.now += 700
+    assert _ids(d.claim(max_tasks=5)) == ["t3"]
