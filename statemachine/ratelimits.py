@@ -131,8 +131,9 @@ class Partition:
 
 
 def partition_key(defn: LimitDef, task: Task) -> str:
-    """The task's partition of `defn`: its tenant, the canonical text of a top-level
-    payload field (a string as itself), or MISSING; "" too for an unpartitioned limit."""
+    """The task's partition of `defn`: its tenant, the canonical text of a payload field
+    (a string as itself; a dotted path reaches into objects: `kwargs.account_id` for an
+    App task called with keywords), or MISSING; "" too for an unpartitioned limit."""
     by = defn.partition_by
     if by is None:
         return ""
@@ -142,9 +143,11 @@ def partition_key(defn: LimitDef, task: Task) -> str:
         payload = json.loads(task.payload_json)
     except ValueError:
         return MISSING
-    if not isinstance(payload, dict) or by not in payload:
-        return MISSING
-    value = payload[by]
+    value = payload
+    for name in by.split("."):
+        if not isinstance(value, dict) or name not in value:
+            return MISSING
+        value = value[name]
     if isinstance(value, str):
         return value
     return json.dumps(value, sort_keys=True, separators=(",", ":"))

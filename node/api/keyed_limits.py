@@ -25,7 +25,8 @@ routes = web.RouteTableDef()
 
 NAME_CHARS_MAX = LIMITS.limit_name_chars_max
 NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]+$")
-FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")   # a top-level payload field
+# a payload field, or a dotted path into objects (`kwargs.account_id`)
+FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z_][A-Za-z0-9_\-]*)*$")
 PER_TASK_MAX = LIMITS.limits_per_task_max
 RATE_MAX = LIMITS.limit_rate_max
 PER_S_MAX = LIMITS.limit_per_ms_max // SECOND_MS

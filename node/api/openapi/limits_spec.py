@@ -8,8 +8,9 @@ from tsched.node.api.openapi.schema import (
     number, obj, op, path_param, ref, string)
 
 LIMIT_NAME = path_param("name", "the limit's name")
-PARTITION_BY = string(64, 1, "`tenant`, or a top-level field of the task's payload: each "
-                      "value has its own budget", pattern=FIELD_RE.pattern)
+PARTITION_BY = string(64, 1, "`tenant`, or a field of the task's payload (a dotted path "
+                      "reaches into objects: `kwargs.account_id`): each value has its own "
+                      "budget", pattern=FIELD_RE.pattern)
 
 
 def _limit() -> Schema:

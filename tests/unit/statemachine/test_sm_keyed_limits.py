@@ -248,3 +248,12 @@ def test_a_window_spent_by_released_tasks_is_watched_again() -> None:
     assert d.sm.next_timer_ms() == T0 + 1_400
     d.now += 700
     assert _ids(d.claim(max_tasks=5)) == ["t3"]
+
+
+def test_partition_by_a_dotted_path_reaches_into_the_payload() -> None:
+    d = Driver()
+    _limit(d, concurrency=1, partition_by="kwargs.account_id")
+    for account in ("a", "a", "b"):
+        d.add(payload_json=json.dumps({"args": [], "kwargs": {"account_id": account}}),
+              limits=("partner",))
+    assert _ids(d.claim(max_tasks=5)) == ["t1", "t3"]
