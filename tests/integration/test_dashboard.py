@@ -238,6 +238,9 @@ def seed(c: Cluster, leader: str) -> tuple[str, str]:
     c.call(leader, "PUT", "/v1/schedules/nightly-report",
            {"tenant": "globex", "cron": "0 3 * * *", "timezone": "Europe/Paris",
             "task": {"task_type": "render_report"}})
+    s, b = c.call(leader, "PUT", "/v1/limits/partner-bank",
+                  {"rate": 50, "per_s": 1, "concurrency": 2, "partition_by": "tenant"})
+    assert s == 200, b
     return to_replay, to_discard
 
 
@@ -290,6 +293,9 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
     tenants = await page.eval("[...document.querySelectorAll('#tenants tbody tr')]"
                               ".map(r => [r.dataset.tenant, r.cells[1].textContent])")
     assert dict(tenants)["acme"] == "3" and dict(tenants)["globex"] == "2", tenants
+    limits = await page.eval("[...document.querySelectorAll('#limits tbody tr')]"
+                             ".map(r => [r.dataset.limit, r.cells[1].textContent])")
+    assert limits == [["partner-bank", "50 per 1 s, 2 at once"]], limits
     dead = await page.eval("document.querySelector('[data-state=dead_letter] .n').textContent")
     assert dead == "2"
     # The tab's count is shown with the first counts, and right.
