@@ -502,6 +502,31 @@ def conforms(schema: dict, value, doc: dict, where: str = "$") -> list[str]:
     return problems
 
 
+def _limits_answers(call) -> None:
+    """Keyed limits' answers (DESIGN 15): put, read, a held task's `limited_by`, a
+    RateLimited report, delete."""
+    call("PUT", "/v1/limits/{name}", {"rate": 5, "per_s": 1, "concurrency": 1,
+                                      "partition_by": "account_id"}, 200, name="partner")
+    call("GET", "/v1/limits/{name}", name="partner", status=200)
+    call("GET", "/v1/limits", status=200)
+    made = [call("POST", "/v1/tasks", {"task_type": "lim", "limits": ["partner"],
+                                       "payload": {"account_id": "a"}}, 201) for _ in "ab"]
+    (first,) = call("POST", "/v1/claims", {"worker_id": "w", "task_types": ["lim"],
+                                           "wait_s": 5}, 200)["tasks"]
+    again = call("POST", "/v1/claims", {"worker_id": "w", "task_types": ["lim"],
+                                        "wait_s": 0}, 200)
+    assert again["tasks"] == [], again
+    held = call("GET", "/v1/tasks/{task_id}", task_id=made[1]["task_id"], status=200,
+                query=f"?min_seq={again['applied_seq']}")
+    assert held["limited_by"]["limit"] == "partner", held
+    paused = call("POST", "/v1/tasks/{task_id}/rate-limited",
+                  {"fencing_token": first["fencing_token"], "limit": "partner", "after_s": 1},
+                  200, task_id=first["task_id"])
+    assert paused["state"] == "pending" and paused["attempt"] == 0, paused
+    call("DELETE", "/v1/limits/{name}", None, 200, name="partner")
+    call("GET", "/v1/limits/{name}", name="partner", status=404)
+
+
 def test_real_answers_match_the_openapi_document(tmp_path):
     from tsched.node.api import openapi
     doc = openapi.document()
@@ -567,6 +592,7 @@ def test_real_answers_match_the_openapi_document(tmp_path):
         call("PUT", "/v1/tenants/{tenant}", {"max_running": 5, "weight": 2}, 200, tenant="acme")
         call("GET", "/v1/tenants/{tenant}", tenant="acme", status=200)
         call("GET", "/v1/tenants", status=200)
+        _limits_answers(call)
         put = {"tenant": "acme", "cron": "H 3 * * 1-5", "timezone": "Europe/Paris",
                "task": {"task_type": "report", "payload": {"x": 1}, "priority": 2},
                "overlap": "skip", "misfire": "run_once", "jitter_s": 5}

@@ -585,6 +585,10 @@ def test_limits_on_a_sharded_cluster_are_by_tenant_only_and_exact(shared_sharded
     assert sorted(t["tenant"] for t in claimed) == sorted(teams)   # one each: exact
     status, usage = sharded.call("n2", "GET", "/v1/limits/per-team")
     assert status == 200 and usage["in_use"] == SHARDS, usage
+    from .test_dashboard import conforms   # the router's merged answer is a Limit too
+    status, doc = sharded.call("n1", "GET", "/v1/openapi.json")
+    ok = doc["paths"]["/v1/limits/{name}"]["get"]["responses"]["200"]["content"]
+    assert conforms(ok["application/json"]["schema"], usage, doc) == [], usage
     status, gone = sharded.call("n3", "DELETE", "/v1/limits/per-team")
     assert status == 200, gone
     status, listed = sharded.call("n1", "GET", "/v1/limits")
