@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -239,7 +239,56 @@ class LimitsModel(RuleBasedStateMachine):
                     assert not defn.rate or len(inside) <= defn.rate, (name, part.key)
 
 
+    @invariant()
+    def held_tasks_are_watched(self) -> None:
+        """A task held by a budget that grows by time (a window, a pause) is never left
+        without a wake at or before that instant: nothing else would release it."""
+        limiter = self.sm.store.limiter
+        for name, parts in limiter.parts.items():
+            defn = limiter.defs[name]
+            for part in parts.values():
+                live = [e for heap in part.held.values() for e in heap
+                        if e[-1].state == "pending" and e[-1].qver == e[-2]]
+                grows = part.grows_at(defn, self.sm.now_ms)
+                if live and grows is not None:
+                    assert part.wake_at is not None and part.wake_at <= grows, (
+                        name, part.key, part.wake_at, grows)
+
+
 LimitsModel.TestCase.settings = settings(
     max_examples=300, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 TestKeyedLimits = LimitsModel.TestCase
+
+
+# One rate limit, one task type, long histories: a partition held, released, spent again
+# and released again, many times (a rule-based run is mostly short programs; this draws
+# programs of 20 to 60 steps). The model's checks run after every step.
+_STEP = st.one_of(
+    st.tuples(st.just("submit"), st.integers(0, 1), st.sampled_from([0, 0, 500]),
+              st.booleans()),
+    st.tuples(st.just("claim"), st.integers(1, 4), st.sampled_from([0, 0, 350, 700, 2_500])),
+    st.tuples(st.just("end"), st.integers(0, 50), st.sampled_from(["complete", "fail",
+                                                                  "release"])),
+    st.tuples(st.just("advance"), st.sampled_from([1, 100, 400, 699, 700, 1_000, 2_500]),
+              st.booleans()),
+    st.tuples(st.just("rate_limited"), st.integers(0, 50), st.sampled_from([300, 1_000])),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rate=st.integers(1, 3), conc=st.integers(0, 2),
+       steps=st.lists(_STEP, min_size=20, max_size=60))
+def test_long_histories_of_one_limit(rate, conc, steps) -> None:
+    m = LimitsModel()
+    m._put("L1", rate, 700, conc, None)
+    for step in steps:
+        kind, *args = step
+        if kind == "submit":
+            m.submit("x", args[0], args[1], ["L1"] if args[2] else [], None)
+        elif kind == "claim":
+            m.claim(["x"], args[0], args[1])
+        else:
+            getattr(m, kind)(*args)
+        m.limits_hold()
+        m.held_tasks_are_watched()
