@@ -13,14 +13,14 @@ from ._jobs import TaskContext
 from .app import App, AsyncApp
 from .client import AsyncClient, Client
 from .effects import effect_once
-from .errors import ApiError, NonRetryable, Overloaded, RetryLater, Unavailable
+from .errors import ApiError, NonRetryable, Overloaded, RateLimited, RetryLater, Unavailable
 from .handles import TaskCancelled, TaskFailed
 
 if TYPE_CHECKING:
     from .worker import Worker
 
 __all__ = ["ApiError", "App", "AsyncApp", "AsyncClient", "Client", "NonRetryable", "Overloaded",
-           "RetryLater", "TaskCancelled", "TaskContext", "TaskFailed", "Unavailable", "Worker", "effect_once"]
+           "RateLimited", "RetryLater", "TaskCancelled", "TaskContext", "TaskFailed", "Unavailable", "Worker", "effect_once"]
 
 
 def __getattr__(name: str) -> Any:

@@ -50,8 +50,8 @@ class ApiCalls:
     # --- tasks ---------------------------------------------------------------------
     def submit(self, task_type: str, payload: Any = None, **fields: Any) -> Any:
         """Submit one task. `fields`: tenant, priority, run_at (datetime, RFC 3339 or epoch
-        seconds), delay_s, timeout_s, max_retries, retry, idempotency_key. Returns the task
-        (with `duplicate`)."""
+        seconds), delay_s, timeout_s, max_retries, retry, idempotency_key, limits (names of
+        declared limits). Returns the task (with `duplicate`)."""
         return self._run(Call("POST", "/v1/tasks", body=_task_fields(task_type, payload, fields),
                               write=True))
 
@@ -154,6 +154,34 @@ class ApiCalls:
         """Give a claimed task back without using up a retry (a stopping worker)."""
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/release",
                               body={"fencing_token": fencing_token}, write=True))
+
+    def rate_limited(self, task_id: str, fencing_token: int, limit: str,
+                     after_s: float) -> Any:
+        """A handler's RateLimited: the task's partition of `limit` claims nothing for
+        `after_s`, for every worker; the task goes back to pending, its attempt not counted."""
+        return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/rate-limited",
+                              body={"fencing_token": fencing_token, "limit": limit,
+                                    "after_s": after_s}, write=True))
+
+    # --- keyed limits --------------------------------------------------------------
+    def put_limit(self, name: str, rate: int | None = None, per_s: float | None = None,
+                  concurrency: int | None = None, partition_by: str | None = None) -> Any:
+        """Declare or change a limit: at most `rate` claims in any window of `per_s`
+        (default 1) and/or `concurrency` running, per value of `partition_by` ("tenant" or
+        a top-level payload field; None: one budget)."""
+        pairs = (("rate", rate), ("per_s", per_s), ("concurrency", concurrency),
+                 ("partition_by", partition_by))
+        return self._run(Call("PUT", f"/v1/limits/{_seg(name)}",
+                              body={k: v for k, v in pairs if v is not None}, write=True))
+
+    def get_limit(self, name: str) -> Any:
+        return self._run(Call("GET", f"/v1/limits/{_seg(name)}"))
+
+    def list_limits(self) -> Any:
+        return self._run(Call("GET", "/v1/limits"), _key("limits"))
+
+    def delete_limit(self, name: str) -> Any:
+        return self._run(Call("DELETE", f"/v1/limits/{_seg(name)}", write=True))
 
     # --- schedules -----------------------------------------------------------------
     def put_schedule(self, schedule_id: str, cron: str, task_type: str, payload: Any = None,

@@ -14,7 +14,7 @@ from typing import Any
 from tsched.statemachine.limits import API_LIMITS, LIMITS
 
 from ._core import ERROR_CHARS_MAX
-from .errors import NonRetryable, RetryLater
+from .errors import NonRetryable, RateLimited, RetryLater
 
 ERROR_TYPE_CHARS_MAX = API_LIMITS.error_type_chars_max
 ERROR_MESSAGE_CHARS_MAX = API_LIMITS.error_message_chars_max
@@ -201,6 +201,8 @@ def outcome_of(result: Any = None, exc: BaseException | None = None,
         return {"result": result}
     if isinstance(exc, RetryLater):
         return {"error": error_detail(exc), "retryable": True, "retry_after_s": exc.after_s}
+    if isinstance(exc, RateLimited):   # reported apart (_worker.py): no attempt counted
+        return {"rate_limited": [exc.limit, exc.after_s], "error": error_detail(exc)}
     return {"error": error_detail(exc), "retryable": rule.retryable(exc)}
 
 

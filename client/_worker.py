@@ -138,6 +138,7 @@ class Worker(Claiming):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = threading.Event()
         self._jobs: dict[str, tuple[Job, asyncio.Future]] = {}   # a Task or a plain future
+        self._side_reports: set[asyncio.Task] = set()   # RateLimited reports in flight
 
     # --- public ----------------------------------------------------------------------
     def run(self) -> None:
@@ -349,6 +350,12 @@ class Worker(Claiming):
     # --- reporting -------------------------------------------------------------------
     def _post_report(self, job: Job, outcome: dict, done: asyncio.Future) -> None:
         """Queue the outcome; `done` gets its result once the cluster has answered it."""
+        if "rate_limited" in outcome:
+            assert self._loop is not None, "tasks run only inside run_async"
+            report = self._loop.create_task(self._report_rate_limited(job, outcome, done))
+            self._side_reports.add(report)   # the loop keeps tasks weakly only
+            report.add_done_callback(self._side_reports.discard)
+            return
         item = {"task_id": job.ctx.task_id, "fencing_token": job.ctx.fencing_token, **outcome}
         self._outbox.post(item, lambda code, state: self._on_reported(job, outcome, done,
                                                                       code, state))
@@ -365,6 +372,25 @@ class Worker(Claiming):
         if code is not None and code not in LEASE_LOST_CODES:
             log.warning("task %s: report refused: %s", job.ctx.task_id, code)
         self._finished(job, done)
+
+    async def _report_rate_limited(self, job: Job, outcome: dict, done: asyncio.Future) -> None:
+        """A handler's RateLimited: pause the limit for every worker, the task back to
+        pending without its attempt counted. Refused (the task names no such limit), it is
+        reported as a failure instead, so the task is not left running to its lease's end."""
+        limit, after_s = outcome["rate_limited"]
+        try:
+            await self._client.rate_limited(job.ctx.task_id, job.ctx.fencing_token, limit,
+                                            after_s)
+        except ApiError as exc:
+            if exc.code not in LEASE_LOST_CODES:
+                log.warning("task %s: RateLimited(%r) refused: %s", job.ctx.task_id, limit, exc)
+                self._post_report(job, {"error": outcome["error"], "retryable": True}, done)
+                return
+            self._on_reported(job, {}, done, exc.code)
+            return
+        log.info("task %s: limit %s paused %g s; the task waits for it", job.ctx.task_id,
+                 limit, after_s)
+        self._on_reported(job, {}, done, None)
 
     # --- stopping --------------------------------------------------------------------
     async def _drain(self) -> None:

@@ -49,6 +49,7 @@ class TaskOptions(TypedDict, total=False):
     max_retries: int
     retry: dict[str, Any]
     retry_on: tuple[type[BaseException], ...]
+    limits: Iterable[str]
 
 
 class PeriodicOptions(TaskOptions, total=False):
@@ -91,6 +92,7 @@ class _AppBase:
         self.reserve = check_reserve(reserve)
         self.tasks: dict[str, AnyTask] = {}
         self.periodics: dict[str, Periodic] = {}
+        self.limits: dict[str, dict[str, Any]] = {}   # keyed limits tsworker puts
         self._made_client = False
 
     def configure(self, urls: str | Iterable[str] | None = None,
@@ -113,10 +115,32 @@ class _AppBase:
         _check_name(name, "task name")
         if name in self.tasks:
             raise ValueError(f"two tasks are named {name!r}: give one a name=")
+        limits = kw.get("limits")
+        if isinstance(limits, str):
+            raise TypeError(f"task {name}: limits is a list of limit names, not a string")
         options = Options(tenant=kw.get("tenant") or self.tenant, priority=kw.get("priority"),
                           timeout_s=kw.get("timeout_s"), max_retries=kw.get("max_retries"),
-                          retry=kw.get("retry"))
+                          retry=kw.get("retry"),
+                          limits=tuple(limits) if limits is not None else None)
         return name, options, kw.get("retry_on")
+
+    def limit(self, name: str, *, rate: int | None = None, per_s: float | None = None,
+              concurrency: int | None = None, partition_by: str | None = None) -> None:
+        """Declare a keyed limit that `tsworker` puts when it starts (as it puts schedules):
+        at most `rate` claims in any window of `per_s` seconds (default 1) and/or
+        `concurrency` running at once, per value of `partition_by` ("tenant" or a top-level
+        payload field). Tasks name it: `@app.task(limits=[name])`."""
+        _check_name(name, "limit name")
+        if not rate and not concurrency:
+            raise ValueError(f"limit {name}: give rate (and per_s) or concurrency, or both")
+        if per_s is not None and not rate:
+            raise ValueError(f"limit {name}: per_s needs rate")
+        if name in self.limits:
+            raise ValueError(f"two limits are named {name!r}")
+        fields = {"rate": rate, "per_s": per_s if rate and per_s is not None else
+                  (1 if rate else None), "concurrency": concurrency,
+                  "partition_by": partition_by}
+        self.limits[name] = fields
 
     def _register(self, task: T) -> T:
         self.tasks[task.name] = task

@@ -33,6 +33,7 @@ class Options:
     run_at: Time | None = None
     delay_s: float | None = None
     idempotency_key: str | None = None
+    limits: tuple[str, ...] | None = None   # names of keyed limits (App.limit)
 
     def fields(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if v is not None}

@@ -35,12 +35,15 @@ STATES = ["pending", "retrying", "running", "completed", "cancelled", "dead_lett
 @click.option("--max-retries", type=click.IntRange(0, LIMITS.max_retries_max),
               help="Retries after the first run.")
 @click.option("--idempotency-key", help="Repeat submits with this key return the same task.")
+@click.option("--limit", "limits", multiple=True,
+              help="A declared limit the task is claimed under (repeatable).")
 @click.option("--file", "file", type=click.File("r"),
               help="Bulk submit: JSON lines, one task object each.")
 @pass_state
 def submit(st: State, task_type: str | None, payload: Any, tenant: str | None,
            priority: int | None, run_at: float | str | None, delay: float | None,
-           max_retries: int | None, idempotency_key: str | None, file: IO[str] | None) -> None:
+           max_retries: int | None, idempotency_key: str | None, limits: tuple[str, ...],
+           file: IO[str] | None) -> None:
     """Submit a task (or many with --file)."""
     if file is not None:
         if task_type or payload is not None or run_at is not None or delay is not None:
@@ -53,7 +56,7 @@ def submit(st: State, task_type: str | None, payload: Any, tenant: str | None,
         raise click.UsageError("--run-at and --delay are exclusive")
     task = st.client.submit(task_type, payload, tenant=tenant, priority=priority, run_at=run_at,
                             delay_s=delay, max_retries=max_retries,
-                            idempotency_key=idempotency_key)
+                            idempotency_key=idempotency_key, limits=list(limits) or None)
     dup = " (duplicate)" if task.get("duplicate") else ""
     st.show(task, f"{task.get('task_id')}  {task.get('state')}{dup}")
 

@@ -47,3 +47,17 @@ class RetryLater(Exception):
             raise ValueError("after_s must be > 0")
         super().__init__(message or f"retry after {after_s:g} s")
         self.after_s = after_s
+
+
+class RateLimited(Exception):
+    """Raised by a handler when a partner refused a call for its rate (a 429): the task's
+    partition of the keyed limit `limit` (one the task names) claims nothing for `after_s`
+    seconds, for every worker, and the task goes back to pending without its attempt
+    counted (unlike RetryLater, it uses up no retry)."""
+
+    def __init__(self, limit: str, after_s: float = 1.0, message: str = "") -> None:
+        if not after_s > 0:
+            raise ValueError("after_s must be > 0")
+        super().__init__(message or f"limit {limit} rate limited for {after_s:g} s")
+        self.limit = limit
+        self.after_s = after_s

@@ -57,7 +57,30 @@ def fields(obj: dict) -> str:
     return "\n".join(f"{k.ljust(width)}  {cell(obj[k])}" for k in keys)
 
 
+LIMIT_COLUMNS = [("name", "LIMIT"), ("rate", "RATE"), ("per_s", "PER_S"),
+                 ("concurrency", "CONCURRENCY"), ("partition_by", "PARTITION_BY"),
+                 ("in_use", "IN_USE"), ("in_window", "IN_WINDOW"), ("held", "HELD")]
+PARTITION_COLUMNS = [("partition", "PARTITION"), ("running", "RUNNING"),
+                     ("in_window", "IN_WINDOW"), ("held", "HELD")]
+
+
+def limited_by(why: dict) -> str:
+    """A held task's wait: `partner-api (partition acme) until <time>`."""
+    part = f" (partition {why['partition']})" if why.get("partition") else ""
+    until = f"until {why['until']}" if why.get("until") else "until a running task of it ends"
+    return f"{why.get('limit')}{part} {until}"
+
+
+def limit_detail(limit: dict) -> str:
+    out = fields({k: v for k, v in limit.items() if k != "partitions"})
+    if limit.get("partitions"):
+        out += "\n\nbusiest partitions:\n" + table(limit["partitions"], PARTITION_COLUMNS)
+    return out
+
+
 def task_detail(task: dict) -> str:
+    if isinstance(task.get("limited_by"), dict):
+        task = {**task, "limited_by": limited_by(task["limited_by"])}
     out = fields(task)
     if task.get("attempts"):
         out += "\n\nattempts:\n" + table(task["attempts"], ATTEMPT_COLUMNS)

@@ -26,6 +26,7 @@ from .app import App, AsyncApp
 from .app_task import AnyTask, Periodic
 from .client import Client
 from .errors import ApiError, Unavailable
+from .limit_sync import sync_limits
 from .schedule_sync import sync_schedules
 from ._claiming import check_priorities
 from ._reserve import Lane, Reserve, check_reserve, describe, split_slots
@@ -84,13 +85,16 @@ def served_tasks(app: AnyApp, names: str | None) -> list[AnyTask]:
 
 
 def put_schedules(app: AnyApp, served: list[AnyTask], prune: bool) -> list[Periodic]:
+    """The app's keyed limits first (its tasks name them), then its schedules."""
     names = {t.name for t in served}
     periodics = [p for p in app.periodics.values() if p.task_type in names]
-    if not periodics and not prune:
+    if not periodics and not prune and not app.limits:
         return []
     with Client(app.urls, token=app.token, timeout_s=app.timeout_s,
                 ca_file=app.ca_file) as client:
-        sync_schedules(client, periodics, app.periodics, prune=prune, tenant=app.tenant)
+        sync_limits(client, app.limits)
+        if periodics or prune:
+            sync_schedules(client, periodics, app.periodics, prune=prune, tenant=app.tenant)
     return periodics
 
 
@@ -186,7 +190,7 @@ def _put_or_exit(app: AnyApp, served: list[AnyTask], prune: bool) -> list[Period
         click.echo(f"error: unavailable: {exc.message}", err=True)
         raise SystemExit(EXIT_UNAVAILABLE) from None
     except ApiError as exc:
-        click.echo(f"error: schedules: {exc.code}: {exc.message}", err=True)
+        click.echo(f"error: limits or schedules: {exc.code}: {exc.message}", err=True)
         raise SystemExit(EXIT_API_ERROR) from None
 
 

@@ -15,6 +15,7 @@ from tsched.statemachine import commands as c
 from tsched.statemachine.audit import AuditEntry
 from tsched.statemachine.errors import Result
 from tsched.statemachine.model import RETRYING, Attempt, Schedule, Task, TenantView
+from tsched.statemachine.ratelimits import OVERFLOW, LimitDef, Limiter
 from tsched.statemachine.reads import status
 
 from tsched.node.errors import ApiError, from_result
@@ -142,7 +143,8 @@ _TASK_FIELDS: Json = dict.fromkeys((
     "task_id", "tenant", "task_type", "state", "status", "next_retry_at", "payload", "priority",
     "run_at", "attempt", "max_retries", "retry", "timeout_s", "idempotency_key", "execution_id",
     "schedule_id", "lease_expires_at", "fencing_token", "worker_id", "cancel_requested",
-    "last_error", "result", "created_at", "started_at", "completed_at", "attempts"))
+    "last_error", "result", "created_at", "started_at", "completed_at", "attempts",
+    "limits"))
 
 
 def task(t: Task, *, duplicate: bool | None = None) -> Json:
@@ -174,8 +176,41 @@ def task(t: Task, *, duplicate: bool | None = None) -> Json:
     out["started_at"] = rfc3339(t.started_at_ms)
     out["completed_at"] = rfc3339(t.completed_at_ms)
     out["attempts"] = [attempt(a) for a in t.attempts]
+    out["limits"] = list(t.limits) if t.limits else []
     if duplicate is not None:
         out["duplicate"] = duplicate
+    return out
+
+
+def limited_by(limiter: Limiter, t: Task, now_ms: int) -> Json | None:
+    """Why a pending task waits on a keyed limit: the limit, its partition, and the
+    earliest time it can run (None: when a running task of that partition ends)."""
+    why = limiter.limited_by(t, now_ms)
+    if why is None:
+        return None
+    name, key, until_ms = why
+    return {"limit": name, "partition": None if key == OVERFLOW else key,
+            "until": rfc3339(until_ms)}
+
+
+def limit(d: LimitDef) -> Json:
+    return {"name": d.name, "rate": d.rate or None,
+            "per_s": seconds(d.per_ms) if d.rate else None,
+            "concurrency": d.concurrency or None, "partition_by": d.partition_by,
+            "created_at": rfc3339(d.created_at_ms), "updated_at": rfc3339(d.updated_at_ms)}
+
+
+def limit_usage(limiter: Limiter, name: str, now_ms: int, shown: int) -> Json:
+    """A limit with its use now: running slots taken, claims in the current window, held
+    tasks, and its `shown` busiest partitions."""
+    in_use, held, rows = limiter.usage(name, now_ms)
+    out = limit(limiter.defs[name])
+    out["in_use"] = in_use
+    out["in_window"] = sum(r[2] for r in rows)
+    out["held"] = held
+    out["partition_count"] = len(rows)
+    out["partitions"] = [{"partition": k, "running": run, "in_window": win, "held": h}
+                         for k, run, win, h in rows[:shown]]
     return out
 
 
@@ -235,6 +270,8 @@ def result(cmd: c.Command, res: Result) -> Json | list[Json] | ApiError | None:
         return out
     if "tenant" in v:
         return tenant(v["tenant"])
+    if "limit" in v:
+        return limit(v["limit"])
     if "task" in v:
         duplicate = v.get("duplicate")
         return task(v["task"], duplicate=None if duplicate is None else bool(duplicate))

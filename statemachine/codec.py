@@ -66,7 +66,7 @@ def _plain(value: object) -> object:
 # with keywords (a 500-submit batch decoded in about 40% of the time).
 BATCH_FORMAT = 2
 _GETTERS = {cls: operator.attrgetter(*_FIELDS[cls]) for cls in c.COMMAND_TYPES}
-_SPECIAL = ("retry", "template", "task_types", "tier_weights")   # values converted
+_SPECIAL = ("retry", "template", "task_types", "tier_weights", "limits")   # converted
 _SPECIAL_AT = {cls: tuple((i + 1, n) for i, n in enumerate(_FIELDS[cls]) if n in _SPECIAL)
                for cls in c.COMMAND_TYPES}
 
@@ -158,8 +158,9 @@ def _command(item: object) -> c.Command:
         fields["retry"] = _retry(fields["retry"])
     if "template" in fields:
         fields["template"] = _template(fields["template"])
-    if isinstance(fields.get("task_types"), list):
-        fields["task_types"] = tuple(fields["task_types"])
+    for name in ("task_types", "limits"):
+        if isinstance(fields.get(name), list):
+            fields[name] = tuple(fields[name])
     if "tier_weights" in fields:
         fields["tier_weights"] = _triples(fields["tier_weights"])
     if "timeout_ms" in fields:
@@ -222,12 +223,12 @@ assert not any(hasattr(cls, "__post_init__") for cls in c.COMMAND_TYPES)
 _MAKERS = {cls.__name__: (cls, len(_FIELDS[cls]) + 1, _maker(cls)) for cls in c.COMMAND_TYPES}
 # Defaults of the fields added last, in field order: Fire.shard, then every audited
 # command's `actor` (DESIGN 14.6), Claim's priority range and tier weights (as encoded: a
-# list), Fail's retry_after_ms. An item may lack any tail of them.
+# list), Fail's retry_after_ms, SubmitTask's limits. An item may lack any tail of them.
 _ADDED_LATER: dict[type, list] = {
     c.Fire: [None, None], c.Cancel: [None], c.Replay: [None], c.Discard: [None],
     c.SetTenant: [None], c.PutSchedule: [None], c.DeleteSchedule: [None],
     c.PauseSchedule: [None], c.ResumeSchedule: [None],
-    c.Claim: [0, 10, []], c.Fail: [0]}
+    c.Claim: [0, 10, []], c.Fail: [0], c.SubmitTask: [[]]}
 
 
 def _positional(item: object) -> c.Command:
@@ -251,7 +252,7 @@ def _positional(item: object) -> c.Command:
             item[i] = _template(value)
         elif name == "tier_weights":
             item[i] = _triples(value)
-        elif isinstance(value, list):   # task_types
+        elif isinstance(value, list):   # task_types, limits
             item[i] = tuple(value)
     cmd = make(item)
     if cls is c.SubmitTask:

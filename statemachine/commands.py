@@ -51,6 +51,7 @@ class SubmitTask(Command):
     max_retries: int = 3
     retry: RetryPolicy = RetryPolicy()
     idempotency_key: str | None = None
+    limits: tuple[str, ...] = ()     # names of keyed limits (added later: codec)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -216,6 +217,41 @@ class Fire(Command):
     actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
 
 
+# --- keyed limits (ratelimits.py) ---------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PutLimit(Command):
+    """Create or change a limit. `rate` claims in any window of `per_ms`, and/or
+    `concurrency` running at once (0: not set; at least one is set); per value of
+    `partition_by` ("tenant" or a top-level payload field; None: one budget)."""
+
+    name: str
+    rate: int = 0
+    per_ms: int = 1_000
+    concurrency: int = 0
+    partition_by: str | None = None
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeleteLimit(Command):
+    name: str
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PauseLimit(Command):
+    """A worker's RateLimited report: the running task's claim is given back (pending,
+    the attempt not counted) and the limit's partition of that task claims nothing for
+    `after_ms`, for every worker."""
+
+    task_id: str
+    fencing_token: int
+    limit: str
+    after_ms: int
+    tenant: str | None = None
+
+
 # --- the audit trail ------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -246,7 +282,7 @@ class Barrier(Command):
 COMMAND_TYPES: tuple[type[Command], ...] = (
     SubmitTask, Claim, Heartbeat, Complete, Fail, Release, Cancel, Replay, Discard,
     SetTenant, PutSchedule, DeleteSchedule, PauseSchedule, ResumeSchedule, Fire, Tick, Barrier,
-    AuditNote,
+    AuditNote, PutLimit, DeleteLimit, PauseLimit,
 )
 
 

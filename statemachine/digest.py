@@ -122,6 +122,9 @@ def _combine(sm: StateMachine, tasks_acc: int, tenants_acc: int, schedules_acc: 
             len(sm.requests), requests_acc.to_bytes(16, "big")]
     if sm.audit.seq:   # a state that never recorded an entry keeps its digest
         head += [sm.audit.seq, len(sm.audit.entries), audit_acc(sm).to_bytes(16, "big")]
+    limiter = sm.store.limiter
+    if limiter.defs or limiter.limited:   # a state that never had a limit keeps its digest
+        head += [limiter.records(sm.now_ms), limiter.task_limits()]
     return hashlib.sha256(codec.pack(head)).hexdigest()
 
 

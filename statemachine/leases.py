@@ -10,6 +10,7 @@ unless a cancel was requested.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from heapq import heappop
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ from . import validate as V
 from . import weighted
 from .lifecycle import CLAIM, COMPLETE, EXPIRE, FAIL, HEARTBEAT, RELEASE, Row, decide
 from .errors import INVALID_ARGUMENT
-from .model import CANCELLED, PENDING, Attempt, Task
+from .model import CANCELLED, PENDING, RUNNING, Attempt, Task
 from .results import DONE, Answer, evicted_answer, lease_answer, task_answer, tasks_answer
 from .rules import backoff_ms
 from .tasks import evict, find
@@ -28,17 +29,54 @@ if TYPE_CHECKING:
 
 
 def claim(sm: StateMachine, cmd: c.Claim) -> Answer:
+    """Tasks in claim order; one whose keyed limit is spent is held (ratelimits.py) and the
+    claim goes on to the next, in rounds: a round's holds used places of `max_tasks`."""
     V.claim(cmd, sm.limits)
+    limiter = sm.store.limiter
+    limiter.wake(sm.now_ms)
+    granted: list[str] = []
+    deferred: list[Task] = []
+    while len(granted) < cmd.max_tasks:
+        holds = limiter.holds
+        taken = _select(sm, cmd, cmd.max_tasks - len(granted),
+                        lambda task: _take(sm, task, cmd, deferred))
+        granted += [t.task_id for t in taken if t.state == RUNNING]
+        if not taken or limiter.holds == holds:
+            break   # no hold took a place: the queue had no more for this claim
+        limiter.wake(sm.now_ms)   # a held task's other limits may release another
+    for task in deferred:   # limited tasks are not handed out early: back to wait
+        sm.store.queue.push(task, sm.now_ms)
+    return tasks_answer(granted)
+
+
+def _select(sm: StateMachine, cmd: c.Claim, max_tasks: int,
+            take: Callable[[Task], None]) -> list[Task]:
     if cmd.tier_weights:   # weighted polling by tier (DESIGN 5.1)
-        tasks = weighted.select(sm.store.queue, cmd.task_types, cmd.tenant, sm.tenants,
-                                sm.now_ms, cmd.prefetch_ms, cmd.max_tasks,
-                                lambda task: _grant(sm, task, cmd), cmd.tier_weights)
-    else:
-        tasks = sm.store.queue.select(cmd.task_types, cmd.tenant, sm.tenants, sm.now_ms,
-                                      cmd.prefetch_ms, cmd.max_tasks,
-                                      lambda task: _grant(sm, task, cmd),
-                                      (cmd.priority_min, cmd.priority_max))
-    return tasks_answer([t.task_id for t in tasks])
+        return weighted.select(sm.store.queue, cmd.task_types, cmd.tenant, sm.tenants,
+                               sm.now_ms, cmd.prefetch_ms, max_tasks, take, cmd.tier_weights)
+    return sm.store.queue.select(cmd.task_types, cmd.tenant, sm.tenants, sm.now_ms,
+                                 cmd.prefetch_ms, max_tasks, take,
+                                 (cmd.priority_min, cmd.priority_max))
+
+
+def _take(sm: StateMachine, task: Task, cmd: c.Claim, deferred: list[Task]) -> None:
+    """The queue gave `task` to this claim: grant it, or (bound by a keyed limit) hold it
+    under its spent limit, or keep a limited task the claim reached early for later. A
+    task not granted stays pending; its queue entries die (qver moves on)."""
+    if task.limits:
+        limiter = sm.store.limiter
+        if task.run_at_ms > sm.now_ms:   # a window counts starts in order: not early
+            task.qver += 1
+            deferred.append(task)
+            return
+        where = limiter.blocker(task, sm.now_ms)
+        if where is not None:
+            limiter.hold(task, where, sm.now_ms)
+            return
+        _grant(sm, task, cmd)
+        limiter.granted(task, sm.now_ms)
+        return
+    _grant(sm, task, cmd)
 
 
 def _grant(sm: StateMachine, task: Task, cmd: c.Claim) -> None:
@@ -114,9 +152,11 @@ def release(sm: StateMachine, cmd: c.Release) -> Answer:
 
 
 def tick(sm: StateMachine, cmd: c.Tick) -> Answer:
-    """The clock: expire leases and timeouts that ended by now, then evict old tasks (the
-    answer lists them, for the node's archive)."""
+    """The clock: expire leases and timeouts that ended by now, release tasks held by keyed
+    limits whose budget freed, then evict old tasks (the answer lists them, for the node's
+    archive)."""
     _expire(sm)
+    sm.store.limiter.wake(sm.now_ms)
     evicted = evict(sm)
     return evicted_answer(evicted) if evicted else DONE
 

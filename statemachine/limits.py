@@ -99,6 +99,17 @@ class Limits:
     lease_ms_max: int = 3_600_000
     prefetch_ms_max: int = 1_000             # early dispatch horizon (DESIGN section 4)
 
+    # --- keyed limits (ratelimits.py, issue 46) ------------------------------------------
+    limits_max: int = 64                     # declared limits
+    limit_name_chars_max: int = 64
+    limit_field_chars_max: int = 64          # a partition_by payload field's name
+    limits_per_task_max: int = 4
+    limit_partitions_max: int = 10_000       # busy partitions per limit (idle: forgotten)
+    limit_rate_max: int = 10_000             # a window's claims (each one is kept: memory)
+    limit_per_ms_max: int = 3_600_000
+    limit_concurrency_max: int = 100_000
+    limit_pause_ms_max: int = 3_600_000      # a RateLimited report's after_s
+
     # --- ordering and retention -----------------------------------------------------------
     aging_interval_ms: int = 600_000         # one priority level gained per interval waited
     retention_ms: int = 7 * DAY_MS           # terminal tasks kept this long

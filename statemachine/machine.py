@@ -31,7 +31,8 @@ from typing import Any
 
 from . import codec
 from . import commands as c
-from . import audit, heads, leases, reads, request_table, schedules, snapshot, tasks, tenants
+from . import (audit, heads, leases, limit_commands, reads, request_table, schedules, snapshot,
+               tasks, tenants)
 from . import validate as V
 from . import digest as D
 from .errors import INVALID_ARGUMENT, OK, OVERLOADED, REQUEST_EXPIRED, TENANT_LIMIT, Result
@@ -55,10 +56,12 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.Fire: schedules.fire,
     c.Barrier: lambda sm, cmd: DONE,
     c.AuditNote: audit.note,
+    c.PutLimit: limit_commands.put_limit, c.DeleteLimit: limit_commands.delete_limit,
+    c.PauseLimit: limit_commands.pause_limit,
 }
 # Commands that take an `actor` (DESIGN 14.6): their handlers record an audit entry.
 AUDITED = (c.Cancel, c.Replay, c.Discard, c.SetTenant, c.PutSchedule, c.DeleteSchedule,
-           c.PauseSchedule, c.ResumeSchedule, c.Fire)
+           c.PauseSchedule, c.ResumeSchedule, c.Fire, c.PutLimit, c.DeleteLimit)
 UNRECORDED = (c.Tick, c.Barrier)   # repeating them is harmless: not in the request table
 # A successful Complete is not recorded either: its task is then completed for good with
 # that token (no row leaves `completed` but eviction), so a repeat takes the lifecycle's
@@ -105,6 +108,7 @@ class StateMachine:
         the roll), or any list of commands (encoded here for the roll)."""
         apply = self._apply_untidy
         results = [apply(cmd) for cmd in cmds] if isinstance(cmds, (list, tuple)) else []
+        self.store.limiter.settle(self.now_ms)
         # Handlers check the liveness of every heap entry they use, so only readers need
         # live tops: tidying once per batch does the same pops for less.
         self.store.tidy()
@@ -117,6 +121,7 @@ class StateMachine:
     def apply(self, cmd: V.Unchecked) -> Result:
         """One command, without advancing seq (tests)."""
         result = self._apply_untidy(cmd)
+        self.store.limiter.settle(self.now_ms)
         self.store.tidy()
         return result
 

@@ -26,7 +26,7 @@ LIVE = (PENDING, RUNNING)
 
 # Attempt outcomes
 ATTEMPT_OUTCOMES = ("completed", "failed", "lease_expired", "timed_out", "cancelled",
-                    "released")
+                    "released", "rate_limited")
 FIRE_OUTCOMES = ("ran", "skipped", "missed")
 _NO_ATTEMPTS: tuple[Attempt, ...] = ()
 
@@ -62,7 +62,8 @@ class Task:
                  "state", "attempt", "max_retries", "retry", "timeout_ms", "idempotency_key",
                  "schedule_id", "lease_expires_at_ms", "fencing_token", "worker_id",
                  "cancel_requested", "last_error", "result_json", "created_at_ms",
-                 "started_at_ms", "completed_at_ms", "_attempts", "seq", "failures", "qver")
+                 "started_at_ms", "completed_at_ms", "_attempts", "seq", "failures", "qver",
+                 "limits")
 
     def __init__(self, task_id: str, tenant: str, task_type: str, payload_json: str,
                  priority: int, run_at_ms: int, max_retries: int, retry: RetryPolicy,
@@ -94,6 +95,7 @@ class Task:
         self.seq = seq
         self.failures = 0
         self.qver = 0
+        self.limits: tuple[str, ...] = ()   # names of keyed limits (ratelimits.py)
 
     @property
     def execution_id(self) -> str:

@@ -105,6 +105,9 @@ def next_timer_ms(sm: StateMachine) -> int | None:
     when = []
     if store.leases:
         when.append(store.leases[0][0])
+    wake = store.limiter.next_wake_ms()   # a spent rate window or a pause frees
+    if wake is not None:
+        when.append(wake)
     if store.terminal_count > lim.terminal_tasks_max:
         when.append(sm.now_ms)
     elif store.terminal:

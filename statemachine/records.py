@@ -91,6 +91,7 @@ def task_from(r: Sequence[Any], cache: dict,
     t.seq = seq
     t.failures = failures
     t.qver = 0
+    t.limits = ()
     return t
 
 
@@ -190,6 +191,7 @@ def tasks_of_chunk(chunk: Any, cache: dict, intern: Callable[[str], str]) -> lis
             t.seq = seq
             t.failures = failures
             t.qver = 0
+            t.limits = ()
             out.append(t)
         return out
     except DecodeError:

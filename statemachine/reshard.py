@@ -57,6 +57,8 @@ def _one(olds: list[StateMachine], rows: list, s: int, shards: int,
         "roll": _roll(olds, s, shards), "state_digest": "",
     }
     head["audit_seq"], head["audit"] = _audit(olds, s, shard_of, limits or Limits())
+    head["limits"] = _limits(olds, s, shards, shard_of)
+    head["task_limits"] = sorted([t.task_id, list(t.limits)] for t in renumbered if t.limits)
     blob = snapshot_format.encode_snapshot(head, renumbered, {}, [])
     return StateMachine.restore(blob, limits=limits).snapshot()
 
@@ -87,6 +89,37 @@ def _schedules(olds: list[StateMachine], s: int, shard_of: Callable[[str], int])
                                       "old shards")
                 out[key] = codec.schedule_record(old.schedules[key])
     return [out[k] for k in sorted(out)]
+
+
+def _limits(olds: list[StateMachine], s: int, shards: int,
+            shard_of: Callable[[str], int]) -> list:
+    """Every shard gets every limit; a partition by tenant goes with its tenant. Only
+    limits partitioned by tenant are exact across shards (docs/DESIGN.md, keyed limits):
+    any other is refused for a cluster of several shards."""
+    defs: dict[str, list] = {}
+    parts: dict[str, dict[str, list]] = {}
+    for old in olds:
+        for rec, rows in old.store.limiter.records(old.now_ms):
+            if shards > 1 and rec[4] != "tenant":
+                raise DecodeError(f"limit {rec[0]!r} is not partitioned by tenant, so it "
+                                  "cannot be exact over several shards: delete it first")
+            defs.setdefault(rec[0], list(rec))
+            mine = parts.setdefault(rec[0], {})
+            for key, running, window, paused in rows:
+                if shards == 1 or shard_of(key) == s:
+                    _merge(mine, key, running, window, paused)
+    return [[defs[n], [mine[k] for k in sorted(mine)]]
+            for n, mine in sorted((n, parts[n]) for n in defs)]
+
+
+def _merge(mine: dict[str, list], key: str, running: list, window: list, paused: int) -> None:
+    have = mine.get(key)
+    if have is None:
+        mine[key] = [key, list(running), list(window), paused]
+        return
+    have[1] += [r for r in running if r not in have[1]]
+    have[2] = sorted(have[2] + list(window))
+    have[3] = max(have[3], paused)
 
 
 def _audit(olds: list[StateMachine], s: int, shard_of: Callable[[str], int],

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import codec
 from .errors import NOT_FOUND, OK, Result
+from .ratelimits import LimitDef
 
 if TYPE_CHECKING:
     from .machine import StateMachine
@@ -69,6 +70,15 @@ def evicted_answer(tasks: list) -> Answer:
     can archive them (DESIGN 14.3) without the state machine doing I/O. Only Ticks answer
     so, and Ticks are never recorded in the request table: these rows are never stored."""
     return (OK, "", None, "evicted", tasks)
+
+
+def limit_answer(name: str) -> Answer:
+    return (OK, "", None, "limit", name)
+
+
+def gone_limit_answer(record: list) -> Answer:
+    """A deleted limit, as its record."""
+    return (OK, "", None, "gone_limit", record)
 
 
 DONE: Answer = (OK, "", None, None, None)   # success with no value (Tick, Barrier)
@@ -138,6 +148,17 @@ def _schedule(sm: StateMachine, data: Any) -> Result:
     return Result(OK, "", {"schedule": sched}, {})
 
 
+def _limit(sm: StateMachine, data: Any) -> Result:
+    defn = sm.store.limiter.defs.get(data)
+    if defn is None:
+        return Result(NOT_FOUND, f"limit {data} no longer exists", None, {"name": data})
+    return Result(OK, "", {"limit": defn}, {})
+
+
+def _gone_limit(sm: StateMachine, data: Any) -> Result:
+    return Result(OK, "", {"limit": LimitDef(*data)}, {})
+
+
 def _fire(sm: StateMachine, data: Any) -> Result:
     result = _schedule(sm, data)
     if result.ok:
@@ -147,4 +168,4 @@ def _fire(sm: StateMachine, data: Any) -> Result:
 
 _RENDER = {None: _done, "task": _task, "tasks": _tasks, "lease": _lease, "tenant": _tenant,
            "gone_task": _gone_task, "gone_schedule": _gone_schedule, "schedule": _schedule,
-           "fire": _fire, "evicted": _evicted}
+           "fire": _fire, "evicted": _evicted, "limit": _limit, "gone_limit": _gone_limit}

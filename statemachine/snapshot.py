@@ -37,6 +37,8 @@ def head(sm: StateMachine) -> dict:
         "roll": sm.roll,
         "audit_seq": sm.audit.seq,
         "audit": [audit.entry_record(e) for e in sm.audit.entries],
+        "limits": sm.store.limiter.records(sm.now_ms),
+        "task_limits": sm.store.limiter.task_limits(),
     }
 
 
@@ -56,7 +58,7 @@ def restore(sm: StateMachine, blob: bytes) -> StateMachine:
         view = codec.tenant_from(r)
         view.tenant = sys.intern(view.tenant)
         sm.tenants[view.tenant] = view
-    _index_tasks(sm, tasks)
+    _index_tasks(sm, tasks, dict(top.get("task_limits", ())) if top["v"] >= 7 else {})
     sm.roll = top["roll"] if top["v"] >= 4 else roll_from_blob(top["v"], blob)
     cache: dict = {}
     for r in top["schedules"]:
@@ -65,6 +67,8 @@ def restore(sm: StateMachine, blob: bytes) -> StateMachine:
         sm.store.index_schedule(sched)
     if top["v"] >= 6:
         audit.restore(sm.audit, top.get("audit_seq"), top.get("audit"))
+    if top["v"] >= 7:
+        _restore_limits(sm, top.get("limits"))
     for rid, rec in requests:
         sm.requests[rid] = tuple(rec)
     _restore_times(sm, times)
@@ -83,15 +87,25 @@ def _restore_times(sm: StateMachine, runs: list) -> None:
         raise codec.DecodeError("snapshot: the request times do not match the table")
 
 
-def _index_tasks(sm: StateMachine, chunks: Iterable[snapshot_format.TaskChunk]) -> None:
+def _restore_limits(sm: StateMachine, records: object) -> None:
+    try:
+        sm.store.limiter.restore(records, sm.now_ms)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise codec.DecodeError(f"snapshot limits: {exc.__class__.__name__}") from None
+
+
+def _index_tasks(sm: StateMachine, chunks: Iterable[snapshot_format.TaskChunk],
+                 limited: dict) -> None:
     """Tasks in seq order from a snapshot, chunk by chunk, through the store's `index` in
-    bulk mode."""
+    bulk mode; `limited`: the limit names of the tasks that have some."""
     store, now_ms, index = sm.store, sm.now_ms, sm.store.index
     store.begin_bulk()
     for chunk, _encodings in chunks:
         for task in chunk:
             if task.state not in STATES:
                 raise codec.DecodeError(f"snapshot: task {task.task_id!r} is {task.state!r}")
+            if limited and task.task_id in limited:
+                task.limits = tuple(sys.intern(n) for n in limited[task.task_id])
             index(task, now_ms)
     store.end_bulk()
     if len(sm.tasks) != len(store.all):   # checked once here rather than per task

@@ -26,6 +26,7 @@ from .limits import Limits
 from .listing import SeqIndex
 from .model import LIVE, PENDING, RUNNING, STATES, TERMINAL, Schedule, Task, TenantView
 from .queue import ClaimQueue
+from .ratelimits import Limiter
 
 
 class Store:
@@ -33,6 +34,7 @@ class Store:
                  schedules: dict[tuple[str, str], Schedule]) -> None:
         self.tasks, self.tenants, self.schedules = tasks, tenants, schedules
         self.queue = ClaimQueue(limits.aging_interval_ms)
+        self.limiter = Limiter(limits, self.queue)   # keyed limits (partly replicated)
         self.all = SeqIndex()
         self.by_state = {s: SeqIndex() for s in STATES}
         self.by_tenant: dict[str, SeqIndex] = {}
@@ -56,6 +58,8 @@ class Store:
         tenant, state = task.tenant, task.state
         self.tasks[task.task_id] = task
         self.all.add(task)
+        if task.limits:
+            self.limiter.limited[task.task_id] = task
         self.by_state[state].add(task)
         listing = self.by_tenant.get(tenant)
         if listing is None:
@@ -86,6 +90,8 @@ class Store:
         self._count(task, -1)
         del self.tasks[task.task_id]
         self.all.remove(task)
+        if task.limits:
+            del self.limiter.limited[task.task_id]
         self.by_state[task.state].remove(task)
         listing = self.by_tenant[task.tenant]
         listing.remove(task)
@@ -106,8 +112,12 @@ class Store:
         self._count(task, 1)
         if old == RUNNING:
             task.lease_expires_at_ms = None
+            if task.limits:
+                self.limiter.ended(task)   # its slots free
         elif old == PENDING and new != RUNNING:
             self.queue.dropped(task)   # cancelled while pending: keep the queue's tops live
+            if task.limits:
+                self.limiter.left_pending(task)
         if new in TERMINAL:
             task.completed_at_ms = now_ms
         elif old in TERMINAL:

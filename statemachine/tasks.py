@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from . import audit
 from . import commands as c
 from . import validate as V
-from .errors import CONFLICT, NOT_FOUND
+from .errors import CONFLICT, INVALID_ARGUMENT, NOT_FOUND
 from .lifecycle import CANCEL, DISCARD, REPLAY, decide
 from .model import RUNNING, Task
 from .results import Answer, task_answer
@@ -58,6 +58,8 @@ def submit(sm: StateMachine, cmd: c.SubmitTask) -> Answer:
             return task_answer(existing.task_id, True)
     if cmd.task_id in sm.tasks:
         raise Rejected(CONFLICT, f"task {cmd.task_id} already exists", task_id=cmd.task_id)
+    if cmd.limits:
+        _check_limits(sm, cmd.limits)
     check_admission(sm, cmd.priority)
     check_capacity(sm, name)
     sm.task_seq += 1
@@ -65,8 +67,18 @@ def submit(sm: StateMachine, cmd: c.SubmitTask) -> Answer:
     task = Task(cmd.task_id, name, sys.intern(cmd.task_type), cmd.payload_json,
                 cmd.priority, run_at, cmd.max_retries, cmd.retry, cmd.timeout_ms,
                 cmd.idempotency_key, None, sm.now_ms, sm.task_seq)
+    if cmd.limits:
+        task.limits = tuple(sys.intern(n) for n in cmd.limits)
     add(sm, task)
     return task_answer(task.task_id, False)
+
+
+def _check_limits(sm: StateMachine, names: tuple[str, ...]) -> None:
+    """A submit naming an unknown limit is refused, naming it (ratelimits.py)."""
+    unknown = [n for n in names if n not in sm.store.limiter.defs]
+    if unknown:
+        raise Rejected(INVALID_ARGUMENT, f"unknown limit {unknown[0]!r} (declare it with "
+                       f"PUT /v1/limits/{unknown[0]})", field="limits", limit=unknown[0])
 
 
 def cancel(sm: StateMachine, cmd: c.Cancel) -> Answer:

@@ -124,6 +124,18 @@ def submit(cmd: Unchecked, lim: Limits, now_ms: int) -> None:
     integer("run_at_ms", cmd.run_at_ms, 0, now_ms + lim.run_at_ahead_ms_max, optional=True)
     string("idempotency_key", cmd.idempotency_key, lim.idempotency_key_chars_max,
            optional=True)
+    limit_names(cmd.limits, lim)
+
+
+def limit_names(names: Unchecked, lim: Limits) -> None:
+    """A task's limits: distinct names, at most `limits_per_task_max`."""
+    if type(names) is not tuple or len(names) > lim.limits_per_task_max:
+        raise Rejected(INVALID_ARGUMENT, f"limits must be a list of at most "
+                       f"{lim.limits_per_task_max} limit names", field="limits")
+    for name in names:
+        string("limits[]", name, lim.limit_name_chars_max)
+    if len(dict.fromkeys(names)) != len(names):
+        raise Rejected(INVALID_ARGUMENT, "limits must not name a limit twice", field="limits")
 
 
 def scope(cmd: Unchecked, lim: Limits) -> None:
@@ -247,3 +259,24 @@ def fire(cmd: Unchecked, lim: Limits) -> None:
     if not cmd.manual and cmd.next_fire_ms is not None and cmd.next_fire_ms <= cmd.fire_ms:
         raise Rejected(INVALID_ARGUMENT, "next_fire_ms must be after fire_ms",
                        field="next_fire_ms")
+
+
+def put_limit(cmd: Unchecked, lim: Limits) -> None:
+    string("name", cmd.name, lim.limit_name_chars_max)
+    integer("rate", cmd.rate, 0, lim.limit_rate_max)
+    integer("per_ms", cmd.per_ms, 1, lim.limit_per_ms_max)
+    integer("concurrency", cmd.concurrency, 0, lim.limit_concurrency_max)
+    string("partition_by", cmd.partition_by, lim.limit_field_chars_max, optional=True)
+    if cmd.rate == 0 and cmd.concurrency == 0:
+        raise Rejected(INVALID_ARGUMENT, "a limit needs a rate or a concurrency (or both)",
+                       field="rate")
+
+
+def limit_ref(cmd: Unchecked, lim: Limits) -> None:
+    string("name", cmd.name, lim.limit_name_chars_max)
+
+
+def pause_limit(cmd: Unchecked, lim: Limits) -> None:
+    fenced(cmd, lim)
+    string("limit", cmd.limit, lim.limit_name_chars_max)
+    integer("after_ms", cmd.after_ms, 1, lim.limit_pause_ms_max)

@@ -13,6 +13,7 @@ from tsched.node.api.validate import (BATCH_MAX, DELAY_S_MAX, IDEMPOTENCY_KEY_CH
                                       TIMEOUT_S_MAX, TIMEOUT_S_MIN, Fields, L, instant_ms, integer,
                                       json_text, name, number, seconds_ms, tenant, text)
 from tsched.node.api.idempotency import request_id, request_ids
+from tsched.node.api.keyed_limits import limit_names
 from tsched.node.api.jsonio import prefers_minimal
 from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError, invalid
@@ -91,6 +92,7 @@ def submit(body: object, *, now_ms: int, request_id: str, task_id: str,
         retry=retry_policy(f.get("retry")),
         idempotency_key=text(f.get("idempotency_key"), "idempotency_key",
                              IDEMPOTENCY_KEY_CHARS_MAX, lo=0, pattern=NAME_RE) or None,
+        limits=limit_names(f.get("limits")),
     )
     f.done()
     return cmd

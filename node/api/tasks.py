@@ -62,6 +62,7 @@ async def get_task(request: web.Request) -> web.Response:
         if t is None:
             raise ApiError("not_found", f"no task {tid}", {"task_id": tid})
         out, seq = present.task(t), sm.seq
+        out["limited_by"] = present.limited_by(sm.store.limiter, t, sm.now_ms)
     return respond(out, seq)
 
 

@@ -21,6 +21,9 @@ class QueueView:
     oldest_claimable_age_s: float | None = None                     # None: nothing is due
     schedules: int = 0
     oldest_due_age_s_by_tenant: dict[str, float] = field(default_factory=dict)  # due ones only
+    # keyed limits (at most Limits.limits_max): name -> (running tasks holding a slot,
+    # pending tasks held waiting for its budget)
+    limits: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def queue_view(sm: StateMachine, now_ms: int) -> QueueView:
@@ -33,8 +36,13 @@ def queue_view(sm: StateMachine, now_ms: int) -> QueueView:
     oldest = _oldest_due_ms(sm, now_ms) if by_state["pending"] else {}
     ages = {t: (now_ms - at) / 1000 for t, at in sorted(oldest.items())}
     age = max(ages.values()) if ages else None
+    limiter = sm.store.limiter
+    limits = {}
+    for name in sorted(limiter.defs):
+        in_use, held, _ = limiter.usage(name, sm.now_ms)
+        limits[name] = (in_use, held)
     return QueueView(by_state, by_priority, by_tenant, age, int(stats.get("schedules", 0)),
-                     ages)
+                     ages, limits)
 
 
 def _oldest_due_ms(sm: StateMachine, now_ms: int) -> dict[str, int]:

@@ -205,6 +205,7 @@ def _queue_families(view: QueueView) -> Iterator[Metric]:
         ages.add_metric([tenant], age)
     yield ages
     yield GaugeMetricFamily("tsched_schedules", "Schedules defined", value=view.schedules)
+    yield from _limit_families(view)
     yield GaugeMetricFamily("tsched_oldest_claimable_task_age_seconds",
                             "How long the longest-waiting due task at the head of a "
                             "(tenant, task type) queue has waited (0: none is due)",
@@ -234,3 +235,17 @@ def _sum_counts(many: Iterable[dict[str, int]]) -> dict[str, int]:
         for state, n in counts.items():
             total[state] = total.get(state, 0) + n
     return total
+
+
+def _limit_families(view: QueueView) -> Iterator[Metric]:
+    """Keyed limits (a bounded number of labels: Limits.limits_max)."""
+    in_use = GaugeMetricFamily("tsched_limit_in_use", "Running tasks holding a slot of the "
+                               "keyed limit (all its partitions)", labels=["limit"])
+    held = GaugeMetricFamily("tsched_limit_held_tasks", "Pending tasks a claim passed over "
+                             "because the keyed limit's budget was spent (waiting for it)",
+                             labels=["limit"])
+    for name, (running, waiting) in view.limits.items():
+        in_use.add_metric([name], running)
+        held.add_metric([name], waiting)
+    yield in_use
+    yield held

@@ -238,6 +238,9 @@ def seed(c: Cluster, leader: str) -> tuple[str, str]:
     c.call(leader, "PUT", "/v1/schedules/nightly-report",
            {"tenant": "globex", "cron": "0 3 * * *", "timezone": "Europe/Paris",
             "task": {"task_type": "render_report"}})
+    s, b = c.call(leader, "PUT", "/v1/limits/partner-bank",
+                  {"rate": 50, "per_s": 1, "concurrency": 2, "partition_by": "tenant"})
+    assert s == 200, b
     return to_replay, to_discard
 
 
@@ -290,6 +293,9 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
     tenants = await page.eval("[...document.querySelectorAll('#tenants tbody tr')]"
                               ".map(r => [r.dataset.tenant, r.cells[1].textContent])")
     assert dict(tenants)["acme"] == "3" and dict(tenants)["globex"] == "2", tenants
+    limits = await page.eval("[...document.querySelectorAll('#limits tbody tr')]"
+                             ".map(r => [r.dataset.limit, r.cells[1].textContent])")
+    assert limits == [["partner-bank", "50 per 1 s, 2 at once"]], limits
     dead = await page.eval("document.querySelector('[data-state=dead_letter] .n').textContent")
     assert dead == "2"
     # The tab's count is shown with the first counts, and right.
@@ -496,6 +502,31 @@ def conforms(schema: dict, value, doc: dict, where: str = "$") -> list[str]:
     return problems
 
 
+def _limits_answers(call) -> None:
+    """Keyed limits' answers (DESIGN 15): put, read, a held task's `limited_by`, a
+    RateLimited report, delete."""
+    call("PUT", "/v1/limits/{name}", {"rate": 5, "per_s": 1, "concurrency": 1,
+                                      "partition_by": "account_id"}, 200, name="partner")
+    call("GET", "/v1/limits/{name}", name="partner", status=200)
+    call("GET", "/v1/limits", status=200)
+    made = [call("POST", "/v1/tasks", {"task_type": "lim", "limits": ["partner"],
+                                       "payload": {"account_id": "a"}}, 201) for _ in "ab"]
+    (first,) = call("POST", "/v1/claims", {"worker_id": "w", "task_types": ["lim"],
+                                           "wait_s": 5}, 200)["tasks"]
+    again = call("POST", "/v1/claims", {"worker_id": "w", "task_types": ["lim"],
+                                        "wait_s": 0}, 200)
+    assert again["tasks"] == [], again
+    held = call("GET", "/v1/tasks/{task_id}", task_id=made[1]["task_id"], status=200,
+                query=f"?min_seq={again['applied_seq']}")
+    assert held["limited_by"]["limit"] == "partner", held
+    paused = call("POST", "/v1/tasks/{task_id}/rate-limited",
+                  {"fencing_token": first["fencing_token"], "limit": "partner", "after_s": 1},
+                  200, task_id=first["task_id"])
+    assert paused["state"] == "pending" and paused["attempt"] == 0, paused
+    call("DELETE", "/v1/limits/{name}", None, 200, name="partner")
+    call("GET", "/v1/limits/{name}", name="partner", status=404)
+
+
 def test_real_answers_match_the_openapi_document(tmp_path):
     from tsched.node.api import openapi
     doc = openapi.document()
@@ -561,6 +592,7 @@ def test_real_answers_match_the_openapi_document(tmp_path):
         call("PUT", "/v1/tenants/{tenant}", {"max_running": 5, "weight": 2}, 200, tenant="acme")
         call("GET", "/v1/tenants/{tenant}", tenant="acme", status=200)
         call("GET", "/v1/tenants", status=200)
+        _limits_answers(call)
         put = {"tenant": "acme", "cron": "H 3 * * 1-5", "timezone": "Europe/Paris",
                "task": {"task_type": "report", "payload": {"x": 1}, "priority": 2},
                "overlap": "skip", "misfire": "run_once", "jitter_s": 5}

@@ -560,3 +560,43 @@ def test_readiness_needs_every_local_shard(shared_sharded):
     finally:
         os.kill(pids[2], signal.SIGCONT)
     wait_until(lambda: sharded.call("n1", "GET", "/readyz")[0] == 200, DEADLINE_S, "n1 ready again")
+
+
+def test_limits_on_a_sharded_cluster_are_by_tenant_only_and_exact(shared_sharded):
+    """docs/DESIGN.md, keyed limits: only a limit partitioned by tenant can be exact over
+    shards (a tenant lives in one); any other is refused, never approximated."""
+    sharded = shared_sharded
+    for body in ({"rate": 5}, {"concurrency": 1, "partition_by": "account_id"}):
+        status, err = sharded.call("n1", "PUT", "/v1/limits/global", body)
+        assert status == 409 and err["error"]["code"] == "conflict", err
+        assert "partitioned by tenant" in err["error"]["message"]
+    status, out = sharded.call("n2", "PUT", "/v1/limits/per-team",
+                               {"concurrency": 1, "partition_by": "tenant"})
+    assert status == 200 and out["partition_by"] == "tenant", out
+    teams = [next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == s) for s in range(SHARDS)]
+    with Client([sharded.url("n3")], timeout_s=30) as c:
+        c.submit_many([{"task_type": "limited", "tenant": t, "limits": ["per-team"]}
+                       for t in teams * 2])
+    claimed: list[dict] = []
+
+    def one_per_team() -> bool:
+        status, got = sharded.call("n1", "POST", "/v1/claims", {
+            "worker_id": "w", "task_types": ["limited"], "max_tasks": 10, "wait_s": 0})
+        assert status == 200, got
+        claimed.extend(got["tasks"])
+        return len(claimed) >= SHARDS
+    wait_until(one_per_team, 30, "a task of each team claimed")
+    status, got = sharded.call("n1", "POST", "/v1/claims", {
+        "worker_id": "w", "task_types": ["limited"], "max_tasks": 10, "wait_s": 0.5})
+    claimed.extend(got["tasks"])
+    assert sorted(t["tenant"] for t in claimed) == sorted(teams)   # one each: exact
+    status, usage = sharded.call("n2", "GET", "/v1/limits/per-team")
+    assert status == 200 and usage["in_use"] == SHARDS, usage
+    from .test_dashboard import conforms   # the router's merged answer is a Limit too
+    status, doc = sharded.call("n1", "GET", "/v1/openapi.json")
+    ok = doc["paths"]["/v1/limits/{name}"]["get"]["responses"]["200"]["content"]
+    assert conforms(ok["application/json"]["schema"], usage, doc) == [], usage
+    status, gone = sharded.call("n3", "DELETE", "/v1/limits/per-team")
+    assert status == 200, gone
+    status, listed = sharded.call("n1", "GET", "/v1/limits")
+    assert "per-team" not in [x["name"] for x in listed["limits"]]

@@ -50,6 +50,10 @@ def _task_submit() -> Schema:
         "max_retries": {**integer(0, v.MAX_RETRIES_MAX), "default": 3},
         "retry": ref("RetryPolicy"),
         "idempotency_key": string(v.IDEMPOTENCY_KEY_CHARS_MAX),
+        "limits": {"type": "array", "maxItems": LIMITS.limits_per_task_max,
+                   "items": string(LIMITS.limit_name_chars_max),
+                   "description": "names of declared limits (PUT /v1/limits/{name}) this task "
+                                  "is claimed under; an unknown name is a 400 naming it"},
     }, ("task_type",), closed=True)
 
 
@@ -59,7 +63,8 @@ def _attempt() -> Schema:
         "fencing_token": integer(0), "started_at": TIME,
         "ended_at": nullable(TIME),
         "outcome": nullable({"type": "string", "enum": [
-            "completed", "failed", "lease_expired", "timed_out", "cancelled", "released"]}),
+            "completed", "failed", "lease_expired", "timed_out", "cancelled", "released",
+            "rate_limited"]}),
         "error": nullable(string(description='"Type: message" for a detailed error')),
         "error_detail": nullable(ERROR_DETAIL),
     })
@@ -87,6 +92,13 @@ def task() -> Schema:
         "result": ANY_JSON,
         "created_at": TIME, "started_at": nullable(TIME), "completed_at": nullable(TIME),
         "attempts": {"type": "array", "items": ref("Attempt")},
+        "limits": {"type": "array", "items": string(), "description": "its keyed limits"},
+        "limited_by": nullable(obj({
+            "limit": string(), "partition": nullable(string()),
+            "until": nullable({**TIME, "description": "the earliest it can run; null: when "
+                               "a running task of that limit's partition ends"})},
+            ("limit", "partition", "until"), description="GET /v1/tasks/{id} only: a pending "
+            "task held by a spent limit")),
         "duplicate": {"type": "boolean", "description": "answers to a submit only"},
         "applied_seq": APPLIED_SEQ, "shard": SHARD,
     }, ("task_id", "tenant", "task_type", "state", "priority", "run_at", "attempt"))

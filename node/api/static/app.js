@@ -197,6 +197,22 @@
     }), 5, "no tenants yet");
   }
 
+  function renderLimits(answer) {
+    fill($("limits").tBodies[0], (answer.limits || []).map((l) => {
+      const budget = [l.rate ? `${l.rate} per ${l.per_s} s` : null,
+        l.concurrency ? `${l.concurrency} at once` : null].filter(Boolean).join(", ");
+      const top = (l.partitions || [])[0];
+      return h("tr", { dataset: { limit: l.name } },
+        h("td", null, l.name),
+        h("td", null, budget),
+        h("td", null, l.partition_by || "all"),
+        h("td", { class: "num" }, l.in_use ?? 0),
+        h("td", { class: "num" }, l.in_window ?? 0),
+        h("td", { class: l.held ? "num bad" : "num" }, l.held ?? 0),
+        h("td", null, top ? `${top.partition || "(none)"}: ${top.held} held` : "—"));
+    }), 7, "no limits declared");
+  }
+
   function renderFacts(cluster, stats) {
     const nodes = cluster.nodes || [];
     const up = nodes.filter((n) => n.reachable !== false).length;
@@ -433,6 +449,7 @@
           .then(([st, tenants]) => { renderQueues(st, tenants); return st; }),
         TAB_LOADERS[view.tab](),
         loadGraphs(),
+        api("GET", "/v1/limits", { fresh: true }).then(renderLimits),
       ]);
       renderFacts(cluster, stats);
       renderShards(cluster, stats);

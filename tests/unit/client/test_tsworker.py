@@ -228,3 +228,51 @@ def test_reserve_reaches_the_worker(project, monkeypatch, caplog, args, app_rese
     assert result.exit_code == 0, result.output
     assert {k: float(v) for k, v in ran[0].reserve.items()} == want
     assert ("reserved slots" in caplog.text) == bool(want)
+
+
+LIMIT_STORED = {"name": "partner", "rate": 50, "per_s": 1, "concurrency": None,
+                "partition_by": "account_id", "in_use": 0, "held": 0, "partitions": []}
+
+
+def limited_app(url: str) -> App:
+    app = App(url, timeout_s=2)
+    app.limit("partner", rate=50, partition_by="account_id")
+
+    @app.task(name="call", limits=["partner"])
+    def call(account_id: str) -> None:
+        pass
+    return app
+
+
+def test_declared_limits_are_put_once_and_tasks_name_them(node, caplog):
+    node.route("GET", "/v1/limits/partner", lambda r: error("not_found", "no limit", 404))
+    node.json("PUT", "/v1/limits/partner", 200, LIMIT_STORED)
+    node.json("POST", "/v1/tasks", 201, {"task_id": "a1", "state": "pending"})
+    app = limited_app(node.url)
+    with caplog.at_level(logging.INFO, logger="tsched.tsworker"):
+        put_schedules(app, list(app.tasks.values()), prune=False)
+    [put] = node.requests("PUT", "/v1/limits/partner")
+    assert put.body == {"rate": 50, "per_s": 1, "partition_by": "account_id"}
+    assert "limit partner declared" in caplog.text
+    app.tasks["call"].submit("acct-1")
+    assert node.requests("POST", "/v1/tasks")[0].body["limits"] == ["partner"]
+
+
+def test_an_unchanged_limit_is_not_rewritten(node):
+    node.json("GET", "/v1/limits/partner", 200, LIMIT_STORED)
+    app = limited_app(node.url)
+    put_schedules(app, list(app.tasks.values()), prune=False)
+    assert node.requests("PUT", "/v1/limits/partner") == []
+
+
+def test_limit_declarations_are_checked_at_once():
+    app = App("http://127.0.0.1:9", timeout_s=2)
+    with pytest.raises(ValueError):
+        app.limit("x")
+    with pytest.raises(ValueError):
+        app.limit("x", concurrency=2, per_s=1)
+    app.limit("x", concurrency=2)
+    with pytest.raises(ValueError):
+        app.limit("x", concurrency=3)
+    with pytest.raises(TypeError):
+        app.task(name="t", limits="x")(lambda: None)

@@ -424,3 +424,32 @@ def test_slow_handlers_keep_a_small_window(fake):
         wait_for(lambda: len(fake.reports) == 12, "every task reported")
     assert max(fake.claimed_max) <= 4 and max(held) <= 4   # concurrency + claim_ahead
     assert fake.claims_open_max <= 2
+
+
+def test_rate_limited_is_reported_apart_and_a_refused_one_becomes_a_failure(fake):
+    """RateLimited goes to /rate-limited (no completion, no attempt used up); when the
+    cluster refuses it (the task names no such limit) the task is failed, retryably,
+    rather than left running to its lease's end."""
+    from tsched.client import RateLimited
+    seen: list[dict] = []
+
+    def rate_limited(req):
+        seen.append({"task_id": req.path.split("/")[3], **req.body})
+        if req.body["limit"] != "partner":
+            return error("invalid_argument", "the task names no such limit", 400)
+        return 200, {"task_id": "a", "state": "pending", "attempt": 0}
+    for task_id in ("a", "b"):
+        fake.node.route("POST", f"/v1/tasks/{task_id}/rate-limited", rate_limited)
+        fake.add(task_id, "call", payload=task_id)
+
+    def call(payload, ctx):
+        raise RateLimited("partner" if payload == "a" else "other", after_s=30)
+    with Running(make(fake, {"call": call})):
+        wait_for(lambda: len(seen) == 2 and fake.report("b") is not None,
+                 "both reports and b's failure")
+    by_task = {s["task_id"]: s for s in seen}
+    assert by_task["a"]["limit"] == "partner" and by_task["a"]["after_s"] == 30
+    assert by_task["a"]["fencing_token"] == fake.tasks["a"]["fencing_token"]
+    assert fake.report("a") is None                    # no completion, no failure
+    b = fake.report("b")
+    assert b["retryable"] is True and b["error"]["type"] == "RateLimited"

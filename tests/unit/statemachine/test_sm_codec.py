@@ -44,6 +44,13 @@ EXAMPLES = [
     c.AuditNote(request_id="r18", now_ms=T0, actor="admin",
                 action="cluster.transfer_leadership", target="n1", change_json="{}"),
     c.Cancel(request_id="r19", now_ms=T0, task_id="t", tenant="a", actor="tenant:a"),
+    c.SubmitTask(request_id="r19", now_ms=T0, task_id="t9", tenant="a", task_type="x",
+                 limits=("partner", "bank")),
+    c.PutLimit(request_id="r20", now_ms=T0, name="partner", rate=50, per_ms=1_000,
+               concurrency=10, partition_by="account_id", actor="admin"),
+    c.DeleteLimit(request_id="r21", now_ms=T0, name="partner"),
+    c.PauseLimit(request_id="r22", now_ms=T0, task_id="t", fencing_token=3, limit="partner",
+                 after_ms=30_000),
 ]
 
 

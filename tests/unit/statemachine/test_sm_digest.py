@@ -44,6 +44,14 @@ def _running(d: Driver):
     return task
 
 
+def _pause_limit(d: Driver) -> None:
+    d.ok(c.PutLimit, name="partner", rate=5)
+    d.add("limited", tenant="other", task_type="call", limits=("partner",))
+    task = d.claim_one(task_types=("call",))
+    d.ok(c.PauseLimit, task_id=task.task_id, fencing_token=task.fencing_token,
+         limit="partner", after_ms=1_000)
+
+
 # Each case: (name, action(driver) -> None). Every command type appears at least once,
 # including the paths that change a task without moving it (heartbeat, cancel of a
 # running task) and rejections (no change but a request-table entry).
@@ -116,6 +124,10 @@ CASES = {
                                            next_fire_ms=T0 + 420_000),
     "audit_note": lambda d: d.ok(c.AuditNote, actor="admin", target="n1",
                                  action="cluster.transfer_leadership"),
+    "put_limit": lambda d: d.ok(c.PutLimit, name="partner", rate=5, actor="admin"),
+    "delete_limit": lambda d: (d.ok(c.PutLimit, name="partner", rate=5),
+                               d.ok(c.DeleteLimit, name="partner")),
+    "pause_limit": _pause_limit,
 }
 
 
@@ -215,7 +227,7 @@ def test_a_snapshot_carries_its_state_digest() -> None:
     head = msgpack.Unpacker(raw=False)
     head.feed(d.sm.snapshot())
     top = head.unpack()
-    assert top["v"] == 6 and top["state_digest"] == d.sm.state_digest()
+    assert top["v"] == 7 and top["state_digest"] == d.sm.state_digest()
     assert top["roll"] == d.sm.roll
 
 
