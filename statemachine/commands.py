@@ -216,6 +216,29 @@ class Fire(Command):
     actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
 
 
+# --- workflows (DESIGN 5.7) --------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SubmitWorkflow(Command):
+    """A graph of steps, all created in this one entry or none. `steps`: one row per step,
+    in the order given: (name, task_id, task_type, payload_json, priority, timeout_ms,
+    max_retries, retry record [backoff, base_ms, max_ms, multiplier_milli,
+    jitter_permille], deps (indexes of other rows), on_parent_failure ("cancel" | "run")).
+    The proposer makes the workflow's id and every step's task id."""
+
+    workflow_id: str
+    tenant: str
+    steps: tuple = ()
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CancelWorkflow(Command):
+    workflow_id: str
+    tenant: str | None = None
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
+
+
 # --- the audit trail ------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -246,7 +269,7 @@ class Barrier(Command):
 COMMAND_TYPES: tuple[type[Command], ...] = (
     SubmitTask, Claim, Heartbeat, Complete, Fail, Release, Cancel, Replay, Discard,
     SetTenant, PutSchedule, DeleteSchedule, PauseSchedule, ResumeSchedule, Fire, Tick, Barrier,
-    AuditNote,
+    AuditNote, SubmitWorkflow, CancelWorkflow,
 )
 
 

@@ -43,6 +43,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from . import audit, codec
+from .graphs import workflow_record
 
 if TYPE_CHECKING:
     from .machine import StateMachine
@@ -122,6 +123,8 @@ def _combine(sm: StateMachine, tasks_acc: int, tenants_acc: int, schedules_acc: 
             len(sm.requests), requests_acc.to_bytes(16, "big")]
     if sm.audit.seq:   # a state that never recorded an entry keeps its digest
         head += [sm.audit.seq, len(sm.audit.entries), audit_acc(sm).to_bytes(16, "big")]
+    if sm.workflows.seq:   # likewise a state that never had a workflow
+        head += [sm.workflows.seq, sm.workflows.finish_seq, workflows_acc(sm).to_bytes(16, "big")]
     return hashlib.sha256(codec.pack(head)).hexdigest()
 
 
@@ -131,6 +134,14 @@ def audit_acc(sm: StateMachine) -> int:
     acc = 0
     for e in sm.audit.entries:
         acc = (acc * POLY_BASE + item_hash(codec.pack(audit.entry_record(e)))) % POLY_MOD
+    return acc
+
+
+def workflows_acc(sm: StateMachine) -> int:
+    """The workflows, in submission order."""
+    acc = 0
+    for w in sm.workflows.by_id.values():
+        acc = (acc * POLY_BASE + item_hash(codec.pack(workflow_record(w)))) % POLY_MOD
     return acc
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from . import codec
 from . import commands as c
 from . import audit, heads, leases, reads, request_table, schedules, snapshot, tasks, tenants
+from . import workflows
 from . import validate as V
 from . import digest as D
 from .errors import INVALID_ARGUMENT, OK, OVERLOADED, REQUEST_EXPIRED, TENANT_LIMIT, Result
@@ -55,10 +56,11 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.Fire: schedules.fire,
     c.Barrier: lambda sm, cmd: DONE,
     c.AuditNote: audit.note,
+    c.SubmitWorkflow: workflows.submit, c.CancelWorkflow: workflows.cancel,
 }
 # Commands that take an `actor` (DESIGN 14.6): their handlers record an audit entry.
 AUDITED = (c.Cancel, c.Replay, c.Discard, c.SetTenant, c.PutSchedule, c.DeleteSchedule,
-           c.PauseSchedule, c.ResumeSchedule, c.Fire)
+           c.PauseSchedule, c.ResumeSchedule, c.Fire, c.CancelWorkflow)
 UNRECORDED = (c.Tick, c.Barrier)   # repeating them is harmless: not in the request table
 # A successful Complete is not recorded either: its task is then completed for good with
 # that token (no row leaves `completed` but eviction), so a repeat takes the lifecycle's
@@ -95,8 +97,10 @@ class StateMachine:
         self.request_times = request_table.RequestTimes()   # when each was recorded
         self.roll = D.ROLL_START          # digest.py: every batch and its result codes
         self.audit = audit.Trail()        # audit.py: operator actions (its `evicted`: not)
+        self.workflows = workflows.Book()  # workflows.py: graphs of steps (and their indexes)
         # derived
         self.store = Store(self.limits, self.tasks, self.tenants, self.schedules)
+        self.store.watched = self.workflows.step_of   # moves of steps' tasks are noted
         self._queue = self.store.queue    # read by the node's metrics
 
     # --- applying commands ----------------------------------------------------------------
@@ -139,6 +143,8 @@ class StateMachine:
             if type(cmd) in AUDITED:
                 audit.check_actor(cmd, self.limits)
             row = handler(self, cmd)
+            if self.store.moved:   # a step's task moved: its workflow follows, in this apply
+                workflows.settle(self)
         except Rejected as r:
             row = refused(r.code, r.message, r.details)
         code = row[0]

@@ -145,6 +145,19 @@ def _fire(sm: StateMachine, data: Any) -> Result:
     return result
 
 
+def _workflow(sm: StateMachine, data: Any) -> Result:
+    """A workflow submitted or cancelled (workflows.py), as it is now."""
+    wf = sm.workflows.by_id.get(data[0])
+    if wf is None:
+        return Result(NOT_FOUND, f"workflow {data[0]} is no longer retained", None,
+                      {"workflow_id": data[0]})
+    value: dict = {"workflow": wf}
+    if data[1] is not None:
+        value["duplicate"] = data[1]
+    return Result(OK, "", value, {})
+
+
 _RENDER = {None: _done, "task": _task, "tasks": _tasks, "lease": _lease, "tenant": _tenant,
            "gone_task": _gone_task, "gone_schedule": _gone_schedule, "schedule": _schedule,
-           "fire": _fire, "evicted": _evicted}
+           "fire": _fire, "evicted": _evicted,
+           "workflow": _workflow}

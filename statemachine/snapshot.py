@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from . import audit, codec, request_table, snapshot_format
+from . import audit, codec, request_table, snapshot_format, workflows
 from .digest import full_hexdigest, roll_from_blob
 from .model import STATES, Task
 from .reads import list_tenants
@@ -29,14 +29,18 @@ if TYPE_CHECKING:
 
 
 def head(sm: StateMachine) -> dict:
+    """Format 7 (workflows in the head) only for a state that has had workflows: any
+    other state is written as format 6, which a node without workflows reads."""
+    wf = workflows.head_fields(sm)
     return {
-        "v": snapshot_format.SNAPSHOT_VERSION, "seq": sm.seq, "now_ms": sm.now_ms,
+        "v": snapshot_format.SNAPSHOT_VERSION if wf else 6, "seq": sm.seq, "now_ms": sm.now_ms,
         "cluster_token": sm.cluster_token, "task_seq": sm.task_seq,
         "tenants": [codec.tenant_record(v) for v in list_tenants(sm)],
         "schedules": [codec.schedule_record(sm.schedules[k]) for k in sorted(sm.schedules)],
         "roll": sm.roll,
         "audit_seq": sm.audit.seq,
         "audit": [audit.entry_record(e) for e in sm.audit.entries],
+        **wf,
     }
 
 
@@ -65,6 +69,8 @@ def restore(sm: StateMachine, blob: bytes) -> StateMachine:
         sm.store.index_schedule(sched)
     if top["v"] >= 6:
         audit.restore(sm.audit, top.get("audit_seq"), top.get("audit"))
+    if top["v"] >= 7:
+        workflows.restore(sm, top)
     for rid, rec in requests:
         sm.requests[rid] = tuple(rec)
     _restore_times(sm, times)

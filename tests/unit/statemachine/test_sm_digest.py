@@ -44,6 +44,10 @@ def _running(d: Driver):
     return task
 
 
+_STEPS = (("a", "wa", "email", "null", 5, 60_000, 0, ("fixed", 1, 1, 1_000, 0), (), "cancel"),
+          ("b", "wb", "email", "null", 5, 60_000, 0, ("fixed", 1, 1, 1_000, 0), (0,), "run"))
+
+
 # Each case: (name, action(driver) -> None). Every command type appears at least once,
 # including the paths that change a task without moving it (heartbeat, cancel of a
 # running task) and rejections (no change but a request-table entry).
@@ -116,6 +120,11 @@ CASES = {
                                            next_fire_ms=T0 + 420_000),
     "audit_note": lambda d: d.ok(c.AuditNote, actor="admin", target="n1",
                                  action="cluster.transfer_leadership"),
+    "submit_workflow": lambda d: d.ok(c.SubmitWorkflow, workflow_id="w", tenant="acme",
+                                      steps=_STEPS),
+    "cancel_workflow": lambda d: (d.ok(c.SubmitWorkflow, workflow_id="w", tenant="acme",
+                                       steps=_STEPS), _checked(d),
+                                  d.ok(c.CancelWorkflow, workflow_id="w")),
 }
 
 
