@@ -37,6 +37,7 @@ from . import validate as V
 from . import digest as D
 from .errors import INVALID_ARGUMENT, OK, OVERLOADED, REQUEST_EXPIRED, TENANT_LIMIT, Result
 from .limits import Limits
+from .graphs import Workflow
 from .model import Schedule, Task, TenantView
 from .results import DONE, Answer, refused, render
 from .store import Store
@@ -176,6 +177,17 @@ class StateMachine:
     def list_schedules(self, tenant: str | None = None, cursor: object = None,
                        limit: int = 100) -> tuple[list[Schedule], str | None]:
         return reads.list_schedules(self, tenant, cursor, limit)
+
+    def get_workflow(self, workflow_id: str, tenant: str | None = None) -> Workflow | None:
+        return workflows.get(self, workflow_id, tenant)
+
+    def list_workflows(self, tenant: str | None = None, state: str | None = None,
+                       cursor: object = None, limit: int = 100
+                       ) -> tuple[list[Workflow], str | None]:
+        return workflows.listing(self, tenant, state, cursor, limit)
+
+    def step_of(self, task_id: str) -> tuple[Workflow, int] | None:
+        return workflows.step_of(self, task_id)
 
     def get_tenant(self, tenant: str) -> TenantView | None:
         return self.tenants.get(tenant)

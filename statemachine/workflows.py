@@ -441,3 +441,40 @@ def _step_from(r: Any) -> Step:
     step.state, step.unfinished, step.failed, step.cause = state, unfinished, failed, cause
     step.result_json, step.error = result_json, error
     return step
+
+
+# --- reads (callers hold the replica lock) ------------------------------------------------------
+
+def get(sm: StateMachine, workflow_id: str, scope: str | None = None) -> Workflow | None:
+    wf = sm.workflows.by_id.get(workflow_id)
+    return None if wf is None or (scope is not None and wf.tenant != scope) else wf
+
+
+def listing(sm: StateMachine, tenant: str | None, state: str | None, cursor: object,
+            limit: int) -> tuple[list[Workflow], str | None]:
+    """Newest first, by tenant and state; the cursor is the last seq shown. A scan of the
+    kept workflows (bounded by `workflow_steps_kept_max`, one step at least each)."""
+    before = _cursor(cursor)
+    out: list[Workflow] = []
+    for wf in reversed(sm.workflows.by_id.values()):
+        if before is not None and wf.seq >= before:
+            continue
+        if (tenant is None or wf.tenant == tenant) and (state is None or wf.state == state):
+            out.append(wf)
+            if len(out) > limit:
+                out.pop()
+                return out, str(out[-1].seq)
+    return out, None
+
+
+def _cursor(cursor: object) -> int | None:
+    if cursor is None:
+        return None
+    if type(cursor) is not str or not cursor.isdigit() or len(cursor) > 19:
+        raise ValueError("not a workflow cursor")
+    return int(cursor)
+
+
+def step_of(sm: StateMachine, task_id: str) -> tuple[Workflow, int] | None:
+    """The workflow and step index of a step's task (a worker's `ctx.parents`)."""
+    return sm.workflows.step_of.get(task_id)
