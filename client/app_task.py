@@ -10,6 +10,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Generic, Iterable, ParamSpec, 
                     TypeVar)
 
 from . import _appcall
+from .canvas import Signature
 from .errors import ApiError
 from .handles import AsyncTaskHandle, TaskHandle
 
@@ -140,6 +141,16 @@ class Task(_TaskBase[P, R]):
         """Submit several calls `[(args, kwargs), ...]` in one request (one Raft entry)."""
         answers = self.app.client.submit_many(self._batch(calls, self._call_options)) or []
         return [TaskHandle(self.app.client, t) for t in _checked(answers)]
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A call to run as a workflow step (Celery's `add.s(1, 2)`): after a parent, the
+        parent's result comes first (canvas.py)."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable step: its parents' results are not passed in (`ctx.parents` has
+        them)."""
+        return Signature(self, args, kwargs, immutable=True)
 
 
 class AsyncTask(_TaskBase[P, R]):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from . import cli_admin, cli_archive, cli_audit, cli_tasks  # noqa: F401  (they register verbs)
+from . import cli_admin, cli_archive, cli_audit, cli_tasks, cli_workflows  # noqa: F401  (they register verbs)
 from .cli_common import cli
 
 __all__ = ["cli", "main"]
