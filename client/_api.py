@@ -81,7 +81,7 @@ class ApiCalls:
         """Discard a dead-lettered task: it stays, `discarded`, for audit until retention."""
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/discard", write=True))
 
-    # --- workflows (DESIGN 5.7) -------------------------------------------------------
+    # --- workflows (DESIGN 5.2) -------------------------------------------------------
     def submit_workflow(self, steps: list[dict[str, Any]], tenant: str | None = None,
                         idempotency_key: str | None = None) -> Any:
         """Submit a graph of steps in one request (one Raft entry): each step a dict with

@@ -77,7 +77,7 @@ class CancelEvent(threading.Event):
 
 @dataclass(frozen=True)
 class ParentFailed:
-    """A workflow step's parent that did not complete (DESIGN 5.7): what a step with
+    """A workflow step's parent that did not complete (DESIGN 5.2): what a step with
     `on_parent_failure="run"` finds in `ctx.parents` in place of that parent's result."""
     state: str                 # dead_letter, cancelled or discarded
     error: str | None          # the parent's last error ("Type: message"), if any

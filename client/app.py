@@ -171,7 +171,7 @@ class App(_AppBase):
     def batch(self, tasks: Iterable[Signature], then: Signature | None = None
               ) -> WorkflowHandle:
         """Submit a fan-out of steps and, with `then`, one callback that runs once, after
-        every one of them completed, in one workflow (DESIGN 5.7). The callback reads their
+        every one of them completed, in one workflow (DESIGN 5.2). The callback reads their
         results from `ctx.parents`. `get()` returns its result (without `then`: the list
         of results)."""
         return batch_steps(tasks, then).apply_async()

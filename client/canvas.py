@@ -1,4 +1,4 @@
-"""Celery's canvas on tsched's workflows (DESIGN.md section 5.7): `add.s(1, 2)`, `chain`,
+"""Celery's canvas on tsched's workflows (DESIGN.md section 5.2): `add.s(1, 2)`, `chain`,
 `group`, `chord`, and `app.batch(tasks, then=callback)`, each submitted as one workflow
 (one request, one Raft entry) whose steps the cluster runs as their parents complete.
 
@@ -97,17 +97,20 @@ class chord:
     resolved by the cluster in the apply that completes the group's last step (nothing
     polls, no `chord_unlock`)."""
     header: group
-    body: "Canvas"
+    body: "Canvas | None"
 
-    def __init__(self, header: Any, body: "Canvas") -> None:
+    def __init__(self, header: Any, body: "Canvas | None" = None) -> None:
         object.__setattr__(self, "header", header if isinstance(header, group)
                            else group(*header))
         object.__setattr__(self, "body", body)
 
-    def __call__(self, body: "Canvas") -> "chord":   # chord(header)(body), as in Celery
-        return chord(self.header, body)
+    def __call__(self, body: "Canvas") -> "WorkflowHandle":
+        """`chord(header)(body)`, as in Celery: submitted at once."""
+        return chord(self.header, body).apply_async()
 
     def apply_async(self) -> "WorkflowHandle":
+        if self.body is None:
+            raise TypeError("a chord needs its callback: chord(header, body)")
         return _submit(self)
 
     delay = apply_async
@@ -153,6 +156,8 @@ class _Graph:
         if isinstance(node, group):
             return [t for m in node.members for t in self.build(m, deps, gets)]
         if isinstance(node, chord):
+            if node.body is None:
+                raise TypeError("a chord needs its callback: chord(header, body)")
             return self.build(chain(node.header, node.body), deps, gets)
         tails, prev = deps, None
         for link in node.links:

@@ -287,7 +287,7 @@ def audit_entry(e: AuditEntry) -> Json:
 
 
 def workflow(w: Workflow, *, duplicate: bool | None = None, steps: str = "full") -> Json:
-    """A workflow (DESIGN 5.7): its state, counts of its steps by state, and its steps:
+    """A workflow (DESIGN 5.2): its state, counts of its steps by state, and its steps:
     `full` (GET one: deps, results, errors), `brief` (a submit's or cancel's answer: name,
     task id, state; it is rendered under the replica lock) or `none` (a listing)."""
     out: Json = {"workflow_id": w.workflow_id, "tenant": w.tenant, "state": w.state,

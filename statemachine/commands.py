@@ -216,7 +216,7 @@ class Fire(Command):
     actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
 
 
-# --- workflows (DESIGN 5.7) --------------------------------------------------------------
+# --- workflows (DESIGN 5.2) --------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SubmitWorkflow(Command):

@@ -1,4 +1,4 @@
-"""Workflows' records and their graph check (DESIGN.md section 5.7).
+"""Workflows' records and their graph check (DESIGN.md section 5.2).
 
 A workflow is a graph of steps submitted in one command (`SubmitWorkflow`). A step is a
 task template with the names of its parents (`deps`, kept as indexes into the workflow's
@@ -29,7 +29,7 @@ FINAL = (COMPLETED, CANCELLED, DEAD_LETTER, DISCARDED)
 ON_FAILURE_CANCEL, ON_FAILURE_RUN = "cancel", "run"
 ON_PARENT_FAILURE = (ON_FAILURE_CANCEL, ON_FAILURE_RUN)
 # Why a step without a task was cancelled: a failed parent (undone when that parent is
-# replayed, section 5.7) or the workflow's cancel (for good).
+# replayed, section 5.2) or the workflow's cancel (for good).
 BY_PARENT, BY_WORKFLOW = "parent", "workflow"
 
 # A workflow's states: running while a step is not final; then completed (every step

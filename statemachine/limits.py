@@ -109,7 +109,7 @@ class Limits:
     jitter_ms_max: int = 3_600_000
     misfire_skip_grace_ms: int = 1_000       # misfire "skip": a fire later than this is skipped
 
-    # --- workflows (DESIGN 5.7): a graph is one log entry, so its size is bounded; a
+    # --- workflows (DESIGN 5.2): a graph is one log entry, so its size is bounded; a
     # fan-in callback may wait on every other step, so deps per step reach steps per
     # workflow, and the edges in all are bounded apart. Finished workflows are kept until
     # the steps kept reach their bound (then the oldest finished go first). A step's result

@@ -1,5 +1,5 @@
 """Workflows: submit, cancel, and the resolution of steps as their parents finish
-(DESIGN.md section 5.7). Records and the graph check: graphs.py.
+(DESIGN.md section 5.2). Records and the graph check: graphs.py.
 
 Resolution has one entry: the store notes every move of a task that is a step
 (`Store.watched`), and the machine calls `settle` after each command's handler, in the same

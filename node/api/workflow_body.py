@@ -1,5 +1,5 @@
 """The body of a workflow submit (POST /v1/workflows) checked into a SubmitWorkflow
-(DESIGN.md section 5.7): each step's task fields as for a task submit (api/submission.py),
+(DESIGN.md section 5.2): each step's task fields as for a task submit (api/submission.py),
 its `deps` and `on_parent_failure`, and the graph (statemachine/graphs.py, which apply
 checks again). Every refusal is a 400 that names the step; nothing is proposed."""
 from __future__ import annotations

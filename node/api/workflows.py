@@ -1,4 +1,4 @@
-"""Workflow endpoints (DESIGN.md section 5.7): submit a graph, read one, list them by
+"""Workflow endpoints (DESIGN.md section 5.2): submit a graph, read one, list them by
 tenant and state, cancel one; and what a step's task sees of its parents."""
 from __future__ import annotations
 

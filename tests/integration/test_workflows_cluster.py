@@ -1,4 +1,4 @@
-"""Workflows on one real 3-node cluster (DESIGN.md section 5.7), shared by the module:
+"""Workflows on one real 3-node cluster (DESIGN.md section 5.2), shared by the module:
 
 - a batch of 200 steps and a callback that writes one row through `effect_once`, with a
   worker SIGKILLed mid-batch and the leader SIGKILLed mid-batch: the callback runs once,

@@ -1,4 +1,4 @@
-"""Workflow resolution against a brute-force reference (DESIGN.md section 5.7).
+"""Workflow resolution against a brute-force reference (DESIGN.md section 5.2).
 
 Hypothesis draws a random graph (deps point at earlier steps, so it is acyclic; each step
 "cancel" or "run") and a random sequence of task actions on its steps: claim, complete,

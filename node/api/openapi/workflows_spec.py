@@ -1,4 +1,4 @@
-"""The workflows' part of the OpenAPI document (api/workflows.py, DESIGN.md section 5.7):
+"""The workflows' part of the OpenAPI document (api/workflows.py, DESIGN.md section 5.2):
 a graph of steps submitted at once, read, listed and cancelled; a step's parents. The
 bounds are statemachine/limits.py's (api/workflow_body.py)."""
 from __future__ import annotations

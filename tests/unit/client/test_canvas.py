@@ -72,3 +72,14 @@ def test_the_worker_puts_the_parents_results_first():
     assert with_parents({"args": [], "parents": "list"}, [], ctx)[0][0] == 4
     assert with_parents({"args": [1]}, [1], ctx) == [1]
     assert parents_from({"workflow_id": None, "step": None, "parents": {}}) == {}
+
+
+def test_nested_chords_flatten_into_one_graph():
+    inner = chord([add.s(1, 1), add.s(2, 2)], tsum.s())
+    steps, tails = _shape(chord(group(inner, add.s(3, 3)), tsum.s()))
+    assert steps == [("0:add", [], None), ("1:add", [], None),
+                     ("2:tsum", ["0:add", "1:add"], "list"), ("3:add", [], None),
+                     ("4:tsum", ["2:tsum", "3:add"], "list")]
+    assert _shape(add.s(1, 1) | add.s(2))[0][1] == ("1:add", ["0:add"], "first")
+    with pytest.raises(TypeError, match="callback"):
+        graph_of(chord([add.s(1, 1)]))

@@ -1,4 +1,4 @@
-"""Workflows in the state machine (DESIGN.md section 5.7): submit (one entry, all or none),
+"""Workflows in the state machine (DESIGN.md section 5.2): submit (one entry, all or none),
 the graph's refusals, idempotency, resolution, cancel, a step's result bound, retention,
 and snapshots. The resolution rules against a reference: tests/property/test_sm_workflows.py.
 """

@@ -1,4 +1,4 @@
-"""Workflow endpoints (DESIGN.md section 5.7): submit, get, list, cancel, a step's parents;
+"""Workflow endpoints (DESIGN.md section 5.2): submit, get, list, cancel, a step's parents;
 every bad graph or field a 4xx in the error shape naming the step, and nothing created."""
 from __future__ import annotations
 
