@@ -172,10 +172,12 @@ def _check_room(sm: StateMachine, workflow_id: str, name: str, steps: list[Step]
     if workflow_id in book.by_id:
         raise Rejected(CONFLICT, f"workflow {workflow_id} already exists",
                        workflow_id=workflow_id)
+    ids: dict[str, bool] = {}
     for step in steps:
-        if step.task_id in sm.tasks or step.task_id in book.step_of:
+        if step.task_id in sm.tasks or step.task_id in book.step_of or step.task_id in ids:
             raise Rejected(CONFLICT, f"task {step.task_id} already exists",
                            task_id=step.task_id, step=step.name)
+        ids[step.task_id] = True
     if book.open_by_tenant.get(name, 0) >= lim.workflows_open_per_tenant_max:
         raise Rejected(TENANT_LIMIT, f"tenant {name} has "
                        f"{lim.workflows_open_per_tenant_max} open workflows",

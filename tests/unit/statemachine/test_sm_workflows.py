@@ -200,3 +200,11 @@ def test_a_snapshot_carries_workflows_and_a_state_without_any_stays_format_6():
     assert [s.state for s in wf.steps] == ["completed", "pending"]
     assert wf.steps[0].result_json == '{"n":1}' and wf.steps[0].children == [1]
     assert back.workflows.step_of["t-b"] == (wf, 1)
+
+
+def test_two_steps_with_one_task_id_is_a_conflict_and_nothing_is_created():
+    d = Driver()
+    twin = ("b", "t-a", "job-b", "null", 5, 60_000, 0, RETRY, (), "cancel")
+    result = submit(d, [row("a"), twin])
+    assert result.code == "conflict" and result.details["step"] == "b"
+    assert not d.sm.tasks and not d.sm.workflows.by_id
