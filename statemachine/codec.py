@@ -66,7 +66,8 @@ def _plain(value: object) -> object:
 # with keywords (a 500-submit batch decoded in about 40% of the time).
 BATCH_FORMAT = 2
 _GETTERS = {cls: operator.attrgetter(*_FIELDS[cls]) for cls in c.COMMAND_TYPES}
-_SPECIAL = ("retry", "template", "task_types", "tier_weights", "steps")   # values converted
+_SPECIAL = ("retry", "template", "task_types", "tier_weights", "steps",
+            "templates")   # values converted
 _SPECIAL_AT = {cls: tuple((i + 1, n) for i, n in enumerate(_FIELDS[cls]) if n in _SPECIAL)
                for cls in c.COMMAND_TYPES}
 
@@ -162,8 +163,9 @@ def _command(item: object) -> c.Command:
         fields["task_types"] = tuple(fields["task_types"])
     if "tier_weights" in fields:
         fields["tier_weights"] = _triples(fields["tier_weights"])
-    if "steps" in fields:
-        fields["steps"] = _rows(fields["steps"])
+    for name in ("steps", "templates"):
+        if name in fields:
+            fields[name] = _rows(fields[name])
     if "timeout_ms" in fields:
         fields["timeout_ms"] = _shared_timeout(fields["timeout_ms"])
     return cls(**fields)
@@ -253,7 +255,7 @@ def _positional(item: object) -> c.Command:
             item[i] = _template(value)
         elif name == "tier_weights":
             item[i] = _triples(value)
-        elif name == "steps":
+        elif name == "steps" or name == "templates":
             item[i] = _rows(value)
         elif isinstance(value, list):   # task_types
             item[i] = tuple(value)
@@ -272,8 +274,9 @@ def _triples(value: object) -> object:
 
 
 def _rows(value: object) -> object:
-    """A workflow's step rows as decoded (lists) -> tuples, their lists too (a retry record,
-    deps), as the proposer built them; anything else is left for apply to refuse."""
+    """A workflow's step or template rows as decoded (lists) -> tuples, their lists too (a
+    retry record, deps), as the proposer built them; anything else is left for apply to
+    refuse."""
     if not isinstance(value, list):
         return value
     return tuple(tuple(tuple(v) if isinstance(v, list) else v for v in row)

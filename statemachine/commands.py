@@ -220,14 +220,17 @@ class Fire(Command):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SubmitWorkflow(Command):
-    """A graph of steps, all created in this one entry or none. `steps`: one row per step,
-    in the order given: (name, task_id, task_type, payload_json, priority, timeout_ms,
-    max_retries, retry record [backoff, base_ms, max_ms, multiplier_milli,
-    jitter_permille], deps (indexes of other rows), on_parent_failure ("cancel" | "run")).
-    The proposer makes the workflow's id and every step's task id."""
+    """A graph of steps, all created in this one entry or none. `templates`: the distinct
+    task fields of its steps, each (task_type, priority, timeout_ms, max_retries, retry
+    record [backoff, base_ms, max_ms, multiplier_milli, jitter_permille]); `steps`: one row
+    per step, in the order given: (name, task_id, template index, payload_json, deps
+    (indexes of other rows), on_parent_failure ("cancel" | "run")). Shared templates keep a
+    10,000-step fan-out inside one Raft entry. The proposer makes the workflow's id and
+    every step's task id (`graphs.compact` builds both tuples from whole rows)."""
 
     workflow_id: str
     tenant: str
+    templates: tuple = ()
     steps: tuple = ()
     idempotency_key: str | None = None
 

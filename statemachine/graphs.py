@@ -176,6 +176,22 @@ def _bad(step: str, message: str) -> Rejected:
     return Rejected(INVALID_ARGUMENT, message, field="steps", step=step)
 
 
+# --- a submit's rows -------------------------------------------------------------------------
+
+def compact(rows: Sequence[Sequence]) -> dict[str, tuple]:
+    """Whole step rows (name, task_id, task_type, payload_json, priority, timeout_ms,
+    max_retries, retry record, deps, on_parent_failure) -> SubmitWorkflow's `templates`
+    and `steps` (commands.py): equal task fields are written once."""
+    index: dict[tuple, int] = {}
+    steps = []
+    for name, task_id, task_type, payload, priority, timeout_ms, retries, retry, deps, rule \
+            in rows:
+        key = (task_type, priority, timeout_ms, retries, tuple(retry))
+        at = index.setdefault(key, len(index))
+        steps.append((name, task_id, at, payload, tuple(deps), rule))
+    return {"templates": tuple(index), "steps": tuple(steps)}
+
+
 # --- records (snapshots) ----------------------------------------------------------------------
 
 def step_record(s: Step) -> list:

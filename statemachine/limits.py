@@ -114,8 +114,8 @@ class Limits:
     # workflow, and the edges in all are bounded apart. Finished workflows are kept until
     # the steps kept reach their bound (then the oldest finished go first). A step's result
     # is bounded tighter than a task's: a child loads every parent's result.
-    workflow_steps_max: int = 10_000
-    workflow_deps_max: int = 10_000          # deps of one step
+    workflow_steps_max: int = 20_000         # a 10,000-step fan-out and its callbacks fit
+    workflow_deps_max: int = 20_000          # deps of one step
     workflow_edges_max: int = 100_000        # deps of all steps of one workflow
     workflows_open_per_tenant_max: int = 1_000
     workflow_steps_kept_max: int = 2_000_000  # steps of every kept workflow (memory)

@@ -43,7 +43,8 @@ from .validate import Rejected
 if TYPE_CHECKING:
     from .machine import StateMachine
 
-_STEP_FIELDS = 10   # a step row of SubmitWorkflow (commands.py)
+_STEP_FIELDS = 6       # a step row of SubmitWorkflow (commands.py)
+_TEMPLATE_FIELDS = 5   # a template row of it
 
 
 class Book:
@@ -104,7 +105,7 @@ def submit(sm: StateMachine, cmd: c.SubmitWorkflow) -> Answer:
         existing = book.idem.get((name, cmd.idempotency_key))
         if existing is not None:
             return workflow_answer(existing.workflow_id, True)
-    steps = _steps(sm, cmd.steps)
+    steps = _steps(sm, cmd)
     _check_room(sm, cmd.workflow_id, name, steps)
     book.seq += 1
     wf = Workflow(cmd.workflow_id, name, book.seq, steps, cmd.idempotency_key, sm.now_ms)
@@ -117,13 +118,14 @@ def submit(sm: StateMachine, cmd: c.SubmitWorkflow) -> Answer:
     return workflow_answer(wf.workflow_id, False)
 
 
-def _steps(sm: StateMachine, rows: Any) -> list[Step]:
-    """The command's step rows, checked field by field and as a graph."""
-    lim = sm.limits
+def _steps(sm: StateMachine, cmd: c.SubmitWorkflow) -> list[Step]:
+    """The command's templates and step rows, checked field by field and as a graph."""
+    lim, rows = sm.limits, cmd.steps
     if not isinstance(rows, (list, tuple)) or not 0 < len(rows) <= lim.workflow_steps_max:
         raise Rejected(INVALID_ARGUMENT, f"a workflow has 1..{lim.workflow_steps_max} steps",
                        field="steps", limit=lim.workflow_steps_max)
-    steps = [_step(sm, row) for row in rows]
+    templates = _templates(sm, cmd.templates, len(rows))
+    steps = [_step(sm, row, templates) for row in rows]
     names: dict[str, int] = {}
     edges = 0
     for i, step in enumerate(steps):
@@ -140,29 +142,48 @@ def _steps(sm: StateMachine, rows: Any) -> list[Step]:
     return steps
 
 
-def _step(sm: StateMachine, row: Any) -> Step:
+def _templates(sm: StateMachine, rows: Any, steps: int) -> list[c.TaskTemplate]:
+    """The shared task fields, each checked once (a payload is the step's own)."""
+    if not isinstance(rows, (list, tuple)) or not 0 < len(rows) <= steps:
+        raise Rejected(INVALID_ARGUMENT, "a workflow's templates are 1 to one per step",
+                       field="templates")
+    out = []
+    for row in rows:
+        if not isinstance(row, (list, tuple)) or len(row) != _TEMPLATE_FIELDS \
+                or not isinstance(row[4], (list, tuple)) or len(row[4]) != 5:
+            raise Rejected(INVALID_ARGUMENT, "a template is a row of task fields",
+                           field="templates")
+        task_type, priority, timeout_ms, retries, retry = row
+        template = c.TaskTemplate(
+            task_type=task_type, priority=priority, timeout_ms=timeout_ms, max_retries=retries,
+            retry=c.RetryPolicy(backoff=retry[0], base_ms=retry[1], max_ms=retry[2],
+                                multiplier_milli=retry[3], jitter_permille=retry[4]))
+        V.task_fields(template, sm.limits)
+        out.append(template)
+    return out
+
+
+def _step(sm: StateMachine, row: Any, templates: list[c.TaskTemplate]) -> Step:
     lim = sm.limits
     if not isinstance(row, (list, tuple)) or len(row) != _STEP_FIELDS:
         raise Rejected(INVALID_ARGUMENT, "a step is a row of its fields", field="steps")
-    name, task_id, task_type, payload, priority, timeout_ms, retries, retry, deps, rule = row
+    name, task_id, at, payload, deps, rule = row
     V.string("step", name, lim.step_name_chars_max)
     V.string("task_id", task_id, lim.id_chars_max)
-    if not isinstance(retry, (list, tuple)) or len(retry) != 5:
-        raise Rejected(INVALID_ARGUMENT, f"step {name!r}: retry must be a retry record",
-                       field="retry", step=name)
-    template = c.TaskTemplate(task_type=task_type, payload_json=payload, priority=priority,
-                              timeout_ms=timeout_ms, max_retries=retries,
-                              retry=c.RetryPolicy(backoff=retry[0], base_ms=retry[1],
-                                                  max_ms=retry[2], multiplier_milli=retry[3],
-                                                  jitter_permille=retry[4]))
     try:
-        V.task_fields(template, lim)
+        V.integer("template", at, 0, len(templates) - 1)
+        V.sized("payload", payload, lim.payload_bytes_max)
         V.choice("on_parent_failure", rule, ON_PARENT_FAILURE)
     except Rejected as r:
         raise Rejected(r.code, f"step {name!r}: {r.message}", **r.details, step=name) from None
     if not isinstance(deps, (list, tuple)) or len(deps) > lim.workflow_deps_max:
         raise Rejected(INVALID_ARGUMENT, f"step {name!r} has more than "
                        f"{lim.workflow_deps_max} deps", field="deps", step=name)
+    shared = templates[at]
+    template = shared if payload == shared.payload_json else \
+        c.TaskTemplate(task_type=shared.task_type, payload_json=payload,
+                       priority=shared.priority, timeout_ms=shared.timeout_ms,
+                       max_retries=shared.max_retries, retry=shared.retry)
     return Step(sys.intern(name), task_id, template, tuple(deps), rule)
 
 

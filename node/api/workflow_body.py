@@ -5,7 +5,8 @@ checks again). Every refusal is a 400 that names the step; nothing is proposed."
 from __future__ import annotations
 
 from tsched.statemachine import commands as c
-from tsched.statemachine.graphs import ON_PARENT_FAILURE, deps_by_index
+from tsched.statemachine import codec
+from tsched.statemachine.graphs import ON_PARENT_FAILURE, compact, deps_by_index
 from tsched.statemachine.limits import LIMITS
 from tsched.statemachine.records import retry_record
 from tsched.statemachine.validate import Rejected
@@ -39,16 +40,25 @@ def parse(body: object, *, now_ms: int, request_id: str, workflow_id: str,
         names.append(step_name)
         deps.append(parents)
         rows.append([step_name, task_ids[i], task.task_type, task.payload_json, task.priority,
-                     task.timeout_ms, task.max_retries, tuple(retry_record(task.retry)),
-                     (), rule])
+                     task.timeout_ms, task.max_retries, retry_record(task.retry), (), rule])
     _edges(deps)
     try:
         indexes = deps_by_index(names, deps)
     except Rejected as r:
         raise ApiError(r.code, r.message, r.details) from None
-    steps_out = tuple(tuple(row[:8]) + (tuple(ix), row[9]) for row, ix in zip(rows, indexes))
+    whole = [tuple(row[:8]) + (tuple(ix), row[9]) for row, ix in zip(rows, indexes)]
     return c.SubmitWorkflow(request_id=request_id, now_ms=now_ms, workflow_id=workflow_id,
-                            tenant=who, steps=steps_out, idempotency_key=key)
+                            tenant=who, idempotency_key=key, **compact(whole))
+
+
+def check_entry_size(cmd: c.SubmitWorkflow, entry_bytes_max: int) -> None:
+    """A workflow is one Raft entry: one over the entry bound is a 413 naming both sizes
+    (never proposed: the log would refuse it and the caller would only see a timeout)."""
+    size = len(codec.encode_batch([cmd]))
+    if size > entry_bytes_max:
+        raise ApiError("too_large", f"the workflow takes {size} bytes in the log, at most "
+                       f"{entry_bytes_max}: fewer steps or smaller payloads",
+                       {"field": "steps", "bytes": size, "limit": entry_bytes_max})
 
 
 def steps_of(body: object) -> list[object]:

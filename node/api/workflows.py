@@ -36,7 +36,8 @@ async def submit(request: web.Request) -> web.Response:
             default_tenant="default" if scope is None else scope)
         if scope is not None and cmd.tenant != scope:
             raise ApiError("forbidden", f"this token may only act for tenant {scope!r}")
-        place.admit(tuple(row[4] for row in cmd.steps if not row[8]))
+        workflow_body.check_entry_size(cmd, node.replica.options.entry_bytes_max)
+        place.admit(tuple(cmd.templates[row[2]][1] for row in cmd.steps if not row[4]))
         out, seq = await propose_one(node, cmd, sheddable=True, urgent=place.urgent)
     return respond(out, seq, status=201)
 

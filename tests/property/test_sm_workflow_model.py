@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from tsched.statemachine import StateMachine
 from tsched.statemachine import commands as c
+from tsched.statemachine.graphs import compact
 
 T0 = 1_700_000_000_000
 RETRY = ["fixed", 1_000, 1_000, 1_000, 0]
@@ -45,7 +46,7 @@ class Run:
         self.sm, self.n, self.graph = StateMachine(), 0, graph
         rows = tuple((f"s{i}", f"t{i}", f"type{i}", "null", 5, 60_000, 0, RETRY,
                       tuple(deps), rule) for i, (deps, rule) in enumerate(graph))
-        assert self.apply(c.SubmitWorkflow, workflow_id="w", tenant="a", steps=rows).ok
+        assert self.apply(c.SubmitWorkflow, workflow_id="w", tenant="a", **compact(rows)).ok
         self.wf = self.sm.workflows.by_id["w"]
         self.seqs: dict[str, int] = {}   # task id -> its seq, the first time it was seen
         self.started: set[int] = set()   # steps the reference made runnable, in its turn

@@ -44,10 +44,10 @@ EXAMPLES = [
     c.AuditNote(request_id="r18", now_ms=T0, actor="admin",
                 action="cluster.transfer_leadership", target="n1", change_json="{}"),
     c.Cancel(request_id="r19", now_ms=T0, task_id="t", tenant="a", actor="tenant:a"),
-    c.SubmitWorkflow(request_id="r20", now_ms=T0, workflow_id="w", tenant="a", steps=(
-        ("s1", "t1", "x", "null", 5, 60_000, 3, ("fixed", 1, 2, 1_000, 0), (), "cancel"),
-        ("s2", "t2", "x", "{}", 5, 60_000, 3, ("fixed", 1, 2, 1_000, 0), (0,), "run")),
-        idempotency_key="k"),
+    c.SubmitWorkflow(request_id="r20", now_ms=T0, workflow_id="w", tenant="a",
+                     templates=(("x", 5, 60_000, 3, ("fixed", 1, 2, 1_000, 0)),),
+                     steps=(("s1", "t1", 0, "null", (), "cancel"),
+                            ("s2", "t2", 0, "{}", (0,), "run")), idempotency_key="k"),
     c.CancelWorkflow(request_id="r21", now_ms=T0, workflow_id="w", tenant="a", actor="x"),
 ]
 

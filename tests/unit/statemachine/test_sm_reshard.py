@@ -7,6 +7,7 @@ import pytest
 from tsched.statemachine import StateMachine
 from tsched.statemachine import commands as c
 from tsched.statemachine.errors import DecodeError
+from tsched.statemachine.graphs import compact
 from tsched.statemachine.reshard import reshard
 
 from sm_support import T0, Driver
@@ -108,7 +109,7 @@ def test_workflows_go_to_their_tenants_shard_and_keep_resolving() -> None:
     for tenant in ("acme", "delta"):
         d = Driver()
         step_rows = tuple((r[0], f"{tenant}-{r[1]}", *r[2:]) for r in rows)
-        d.ok(c.SubmitWorkflow, workflow_id=f"w-{tenant}", tenant=tenant, steps=step_rows)
+        d.ok(c.SubmitWorkflow, workflow_id=f"w-{tenant}", tenant=tenant, **compact(step_rows))
         olds.append(d.sm.snapshot())
     news = [StateMachine.restore(b) for b in reshard(olds, 2, _shard_of(2))]
     assert [list(sm.workflows.by_id) for sm in news] == [["w-acme"], ["w-delta"]]

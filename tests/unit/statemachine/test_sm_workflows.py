@@ -8,7 +8,7 @@ import pytest
 
 from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine import commands as c
-from tsched.statemachine.graphs import deps_by_index
+from tsched.statemachine.graphs import compact, deps_by_index
 from tsched.statemachine.validate import Rejected
 
 from sm_support import T0, Driver
@@ -21,7 +21,7 @@ def row(name, deps=(), rule="cancel"):
 
 
 def submit(d: Driver, rows, workflow_id="w1", **fields):
-    return d.run(c.SubmitWorkflow, workflow_id=workflow_id, tenant="acme", steps=tuple(rows),
+    return d.run(c.SubmitWorkflow, workflow_id=workflow_id, tenant="acme", **compact(rows),
                  **fields)
 
 
@@ -71,14 +71,26 @@ def test_too_many_steps_is_refused_and_nothing_is_created():
     assert not d.sm.tasks
 
 
-def test_a_bad_step_field_names_the_step():
+def test_a_bad_field_is_refused_and_a_steps_own_field_names_the_step():
     d = Driver()
     bad = ("a", "t-a", "job", "null", 99, 60_000, 0, RETRY, (), "cancel")
     result = submit(d, [bad])
-    assert result.code == "invalid_argument" and result.details["step"] == "a"
-    assert "priority" in result.message
+    assert result.code == "invalid_argument" and "priority" in result.message
     result = submit(d, [row("a", rule="maybe")])
-    assert result.details["field"] == "on_parent_failure"
+    assert result.details["field"] == "on_parent_failure" and result.details["step"] == "a"
+    result = submit(d, [("a", "t-a", "job", "x" * 70_000, 5, 60_000, 0, RETRY, (), "run")])
+    assert result.code == "too_large" and result.details["step"] == "a"
+    assert not d.sm.tasks
+
+
+def test_steps_share_their_task_fields_in_the_command():
+    rows = [row("a"), ("b", "t-b", "job-a", '{"i":1}', 5, 60_000, 0, RETRY, (0,), "run")]
+    packed = compact(rows)
+    assert len(packed["templates"]) == 1
+    assert packed["steps"][1] == ("b", "t-b", 0, '{"i":1}', (0,), "run")
+    d = Driver()
+    assert submit(d, rows).ok
+    assert d.sm.workflows.by_id["w1"].steps[1].template.payload_json == '{"i":1}'
 
 
 def test_roots_start_at_once_and_a_child_in_the_apply_of_its_last_parent():

@@ -118,3 +118,20 @@ async def test_a_steps_result_over_its_bound_is_refused_413(api: Api, tt):
                                   "result": "x" * 20_000})
     assert_error(status, out, 413, "too_large")
     assert out["error"]["details"]["limit"] == 16_384
+
+
+async def test_a_10000_step_fan_out_and_its_callback_is_one_submit(api: Api, tt):
+    steps = [{"name": f"s{i}", "task_type": tt} for i in range(10_000)]
+    steps.append({"name": "cb", "task_type": tt + "cb", "deps": [s["name"] for s in steps]})
+    status, wf = await _submit(api, steps, tenant=_tenant())
+    assert status == 201 and wf["counts"] == {"pending": 10_000, "waiting": 1}, wf["counts"]
+
+
+async def test_a_workflow_over_the_log_entry_bound_is_a_413_and_nothing_is_created(api: Api):
+    tenant = _tenant()   # 20,000 small steps: about 0.7 MB of JSON, 1.1 MB in the log
+    steps = [{"name": f"s{i}", "task_type": "t"} for i in range(STEPS_MAX)]
+    status, body = await _submit(api, steps, tenant=tenant)
+    assert_error(status, body, 413, "too_large")
+    assert body["error"]["details"]["limit"] == api.node.replica.options.entry_bytes_max
+    status, page = await api.call("GET", f"/v1/workflows?tenant={tenant}")
+    assert page["workflows"] == []
