@@ -69,7 +69,7 @@ class Step:
 class Workflow:
     """A workflow: its steps in the order submitted, and counts of them by state."""
 
-    __slots__ = ("workflow_id", "tenant", "seq", "steps", "by_name", "counts", "state",
+    __slots__ = ("workflow_id", "tenant", "seq", "steps", "counts", "state",
                  "cancelled", "idempotency_key", "created_at_ms", "finished_at_ms",
                  "finish_seq")
 
@@ -79,7 +79,6 @@ class Workflow:
         self.tenant = tenant
         self.seq = seq
         self.steps = steps
-        self.by_name = {s.name: i for i, s in enumerate(steps)}
         self.counts = {state: 0 for state in STEP_STATES}
         self.state = WF_RUNNING
         self.cancelled = False

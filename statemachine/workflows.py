@@ -33,11 +33,11 @@ from .graphs import (BY_PARENT, BY_WORKFLOW, FAILED, FINAL, ON_FAILURE_CANCEL,
                      STEP_STATES, WF_RUNNING, Step, Workflow, check_acyclic, check_deps,
                      workflow_record)
 from .lifecycle import CANCEL, decide
-from .model import CANCELLED, COMPLETED, DEAD_LETTER, PENDING, RUNNING, Task
+from .model import CANCELLED, COMPLETED, PENDING, RUNNING, Task
 from .results import Answer
 from .records import retry_from
 from .tasks import add
-from .tenants import check_capacity, tenant
+from .tenants import check_admission, check_capacity, tenant
 from .validate import Rejected
 
 if TYPE_CHECKING:
@@ -203,6 +203,7 @@ def _check_room(sm: StateMachine, workflow_id: str, name: str, steps: list[Step]
         raise Rejected(TENANT_LIMIT, f"tenant {name} has "
                        f"{lim.workflows_open_per_tenant_max} open workflows",
                        limit=lim.workflows_open_per_tenant_max)
+    check_admission(sm, max(s.template.priority for s in steps))   # shed as its least urgent
     check_capacity(sm, name)
     view = sm.tenants.get(name)
     if view is not None and view.live + len(steps) > lim.live_tasks_per_tenant_max:
@@ -404,11 +405,6 @@ def _reopen(sm: StateMachine, wf: Workflow) -> None:
     wf.finish_seq = 0
     del book.finished[wf.workflow_id]
     book.open_by_tenant[wf.tenant] = book.open_by_tenant.get(wf.tenant, 0) + 1
-
-
-def dead_letter_of(wf: Workflow) -> list[str]:
-    """The task ids of a workflow's dead-lettered steps (reads, tools)."""
-    return [s.task_id for s in wf.steps if s.state == DEAD_LETTER]
 
 
 # --- snapshots: the records, and the indexes rebuilt from them -------------------------------

@@ -220,3 +220,12 @@ def test_two_steps_with_one_task_id_is_a_conflict_and_nothing_is_created():
     result = submit(d, [row("a"), twin])
     assert result.code == "conflict" and result.details["step"] == "b"
     assert not d.sm.tasks and not d.sm.workflows.by_id
+
+
+def test_under_load_shedding_a_workflow_is_shed_as_its_least_urgent_step():
+    d = Driver(limits=Limits(live_tasks_max=10, shed_above_permille=100))
+    d.add("busy")                      # live 1 of 10: past the 10% shedding mark
+    low = ("b", "t-b", "job-b", "null", 9, 60_000, 0, RETRY, (), "cancel")
+    assert submit(d, [row("a"), low]).code == "overloaded"
+    assert not d.sm.workflows.by_id and "t-a" not in d.sm.tasks
+    assert submit(d, [row("a")]).ok    # priority 5: not shed
