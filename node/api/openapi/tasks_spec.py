@@ -87,6 +87,8 @@ def task() -> Schema:
         "result": ANY_JSON,
         "created_at": TIME, "started_at": nullable(TIME), "completed_at": nullable(TIME),
         "attempts": {"type": "array", "items": ref("Attempt")},
+        "workflow": obj({"workflow_id": string(), "step": string()}, ("workflow_id", "step"),
+                        description="a workflow's step: which (GET one task only)"),
         "duplicate": {"type": "boolean", "description": "answers to a submit only"},
         "applied_seq": APPLIED_SEQ, "shard": SHARD,
     }, ("task_id", "tenant", "task_type", "state", "priority", "run_at", "attempt"))

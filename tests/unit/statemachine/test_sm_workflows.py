@@ -121,7 +121,9 @@ def test_replaying_the_dead_letter_resumes_the_steps_its_failure_cancelled():
     assert finish(d, "x", ok=False).ok   # y has another failed parent: stays cancelled
     assert finish(d, "a", ok=False).ok
     assert states(d)["c"] == "cancelled"
-    assert d.ok(c.Replay, task_id="t-a")
+    assert d.ok(c.Replay, task_id="t-a", actor="admin")
+    change = d.sm.audit.entries[-1].change_json
+    assert '"workflow":{"step":"a","workflow_id":"w1"}' in change
     assert states(d) == {"a": "pending", "b": "waiting", "c": "waiting", "x": "dead_letter",
                          "y": "cancelled"}
     assert finish(d, "a").ok and finish(d, "b").ok

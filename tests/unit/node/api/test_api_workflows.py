@@ -50,6 +50,8 @@ async def test_submit_get_and_children_that_see_their_parents(api: Api, tt):
     status, page = await api.call("GET", f"/v1/workflows?tenant={tenant}&state=running")
     assert status == 200 and [w["workflow_id"] for w in page["workflows"]] == \
         [wf["workflow_id"]]
+    status, task = await api.call("GET", f"/v1/tasks/{child['task_id']}")
+    assert task["workflow"] == {"workflow_id": wf["workflow_id"], "step": "sum"}
 
 
 async def test_a_plain_task_has_no_parents(api: Api, tt):
