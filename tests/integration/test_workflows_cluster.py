@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -168,3 +169,29 @@ def test_chain_group_chord_and_batch_on_the_cluster(cluster):
         handle = app.batch([add.s(i, 1) for i in range(10)], then=count.s())
         assert handle.get(DEADLINE_S) == {"parents": 10, "sum": 55}
     app.close()
+
+
+def test_tsctl_workflows_list_get_and_cancel(cluster):
+    from click.testing import CliRunner
+
+    from tsched.client.cli import cli
+    url = ",".join(cluster.urls)
+    steps = [{"name": "one", "task_type": "wfcli"},
+             {"name": "two", "task_type": "wfcli", "deps": ["one"]}]
+    with Client(cluster.urls, timeout_s=30) as client:
+        wid = client.submit_workflow(steps, tenant="cli")["workflow_id"]
+
+    def run(*args: str):
+        result = CliRunner().invoke(cli, ["--url", url, *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+    listed = run("workflows", "list", "--tenant", "cli", "--state", "running").splitlines()
+    assert listed[0].split()[:3] == ["WORKFLOW_ID", "TENANT", "STATE"]
+    assert listed[1].split()[:4] == [wid, "cli", "running", "2"]
+    shown = run("workflows", "get", wid)
+    assert "pending=1  waiting=1" in shown and "two" in shown and "one" in shown
+    assert run("workflows", "cancel", wid).split() == [wid, "cancelled"]
+    as_json = json.loads(run("--json", "workflows", "get", wid))
+    assert [s["cancelled_by"] for s in as_json["steps"]] == [None, "workflow"]
+    result = CliRunner().invoke(cli, ["--url", url, "workflows", "cancel", wid])
+    assert result.exit_code == 1 and "invalid_state" in result.output
