@@ -129,9 +129,9 @@ def deps_by_index(names: Sequence[str], deps: Sequence[Sequence[str]]) -> list[l
     return out
 
 
-def check_deps(name: str, deps: Sequence[int], n: int, me: int) -> None:
+def check_deps(name: str, deps: Sequence[object], n: int, me: int) -> None:
     """One step's parent indexes: in range, not itself, none twice."""
-    seen: dict[int, bool] = {}
+    seen: dict[object, bool] = {}
     for j in deps:
         if type(j) is not int or not 0 <= j < n:
             raise _bad(name, f"step {name!r} has a dep that is not a step")

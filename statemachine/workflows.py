@@ -33,6 +33,7 @@ from .graphs import (BY_PARENT, BY_WORKFLOW, FAILED, FINAL, ON_FAILURE_CANCEL,
                      STEP_STATES, WF_RUNNING, Step, Workflow, check_acyclic, check_deps,
                      workflow_record)
 from .lifecycle import CANCEL, decide
+from .limits import Limits
 from .model import CANCELLED, COMPLETED, PENDING, RUNNING, Task
 from .results import Answer
 from .records import retry_from
@@ -95,11 +96,8 @@ def workflow_answer(workflow_id: str, duplicate: bool | None = None) -> Answer:
 def submit(sm: StateMachine, cmd: c.SubmitWorkflow) -> Answer:
     """All steps in this one apply, or none: every check comes before any change. A repeated
     idempotency key answers the existing workflow (duplicate=True), as a task submit does."""
-    lim, book = sm.limits, sm.workflows
-    V.string("workflow_id", cmd.workflow_id, lim.id_chars_max)
-    V.string("tenant", cmd.tenant, lim.tenant_chars_max)
-    V.string("idempotency_key", cmd.idempotency_key, lim.idempotency_key_chars_max,
-             optional=True)
+    book = sm.workflows
+    _check_submit(cmd, sm.limits)
     name = sys.intern(cmd.tenant)
     if cmd.idempotency_key is not None:
         existing = book.idem.get((name, cmd.idempotency_key))
@@ -118,7 +116,16 @@ def submit(sm: StateMachine, cmd: c.SubmitWorkflow) -> Answer:
     return workflow_answer(wf.workflow_id, False)
 
 
-def _steps(sm: StateMachine, cmd: c.SubmitWorkflow) -> list[Step]:
+def _check_submit(cmd: V.Unchecked, lim: Limits) -> None:
+    """The command's own fields, read untyped: any of them may hold anything the log can
+    carry (a compiled build checks a typed read), so nothing typed is read before this."""
+    V.string("workflow_id", cmd.workflow_id, lim.id_chars_max)
+    V.string("tenant", cmd.tenant, lim.tenant_chars_max)
+    V.string("idempotency_key", cmd.idempotency_key, lim.idempotency_key_chars_max,
+             optional=True)
+
+
+def _steps(sm: StateMachine, cmd: V.Unchecked) -> list[Step]:
     """The command's templates and step rows, checked field by field and as a graph."""
     lim, rows = sm.limits, cmd.steps
     if not isinstance(rows, (list, tuple)) or not 0 < len(rows) <= lim.workflow_steps_max:
@@ -179,6 +186,10 @@ def _step(sm: StateMachine, row: Any, templates: list[c.TaskTemplate]) -> Step:
     if not isinstance(deps, (list, tuple)) or len(deps) > lim.workflow_deps_max:
         raise Rejected(INVALID_ARGUMENT, f"step {name!r} has more than "
                        f"{lim.workflow_deps_max} deps", field="deps", step=name)
+    for j in deps:   # ints before they are kept as such (their range: check_deps)
+        if type(j) is not int:
+            raise Rejected(INVALID_ARGUMENT, f"step {name!r} has a dep that is not a step",
+                           field="deps", step=name)
     shared = templates[at]
     template = shared if payload == shared.payload_json else \
         c.TaskTemplate(task_type=shared.task_type, payload_json=payload,
@@ -230,8 +241,7 @@ def _make_room(sm: StateMachine, n: int) -> None:
 def cancel(sm: StateMachine, cmd: c.CancelWorkflow) -> Answer:
     """Waiting steps cancelled for good, pending ones cancelled, running ones asked to stop
     (as a task cancel does: the attempt's end cancels them, unless it completes)."""
-    V.string("workflow_id", cmd.workflow_id, sm.limits.id_chars_max)
-    V.scope(cmd, sm.limits)
+    _check_cancel(cmd, sm.limits)
     wf = find(sm, cmd.workflow_id, cmd.tenant)
     if wf.state != WF_RUNNING:
         raise Rejected("invalid_state", f"workflow {wf.workflow_id} is {wf.state}",
@@ -251,6 +261,11 @@ def cancel(sm: StateMachine, cmd: c.CancelWorkflow) -> Answer:
                 sm.store.move(task, row.new, sm.now_ms)
     _audit(sm, cmd, wf)
     return workflow_answer(wf.workflow_id)
+
+
+def _check_cancel(cmd: V.Unchecked, lim: Limits) -> None:
+    V.string("workflow_id", cmd.workflow_id, lim.id_chars_max)
+    V.scope(cmd, lim)
 
 
 def _audit(sm: StateMachine, cmd: c.CancelWorkflow, wf: Workflow) -> None:
