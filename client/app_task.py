@@ -172,5 +172,12 @@ class AsyncTask(_TaskBase[P, R]):
         answers = await self.app.client.submit_many(self._batch(calls, self._call_options))
         return [AsyncTaskHandle(self.app.client, t) for t in _checked(answers or [])]
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """As `Task.s`: `await chain(a.s(1), b.s()).apply_async()` with an AsyncApp."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        return Signature(self, args, kwargs, immutable=True)
+
 
 AnyTask = _TaskBase[Any, Any]

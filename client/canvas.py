@@ -15,6 +15,7 @@ A step's parents' results reach it through the cluster, never through the caller
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Union
@@ -23,8 +24,8 @@ from . import _appcall
 from .handles import TaskFailed, poll_delays
 
 if TYPE_CHECKING:
-    from .app import App
-    from .app_task import Task
+    from .app import App, AsyncApp
+    from .app_task import AnyTask
 
 STEP_NAME_CHARS_MAX = 128
 FIRST, ALL = "first", "list"   # what a mutable signature gets: its parent's result, or all
@@ -33,7 +34,7 @@ FIRST, ALL = "first", "list"   # what a mutable signature gets: its parent's res
 @dataclass(frozen=True)
 class Signature:
     """One call of a task, not yet submitted (Celery's `add.s(1, 2)`)."""
-    task: "Task[..., Any]"
+    task: "AnyTask"
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     immutable: bool = False
@@ -44,7 +45,7 @@ class Signature:
         return Signature(self.task, self.args, self.kwargs, self.immutable,
                          {**self.options, **options})
 
-    def apply_async(self) -> "WorkflowHandle":
+    def apply_async(self) -> Any:
         return chain(self).apply_async()
 
     delay = apply_async
@@ -63,7 +64,7 @@ class group:
             members = tuple(members[0])   # group(generator), as Celery takes
         object.__setattr__(self, "members", tuple(members))
 
-    def apply_async(self) -> "WorkflowHandle":
+    def apply_async(self) -> Any:
         return chain(self).apply_async()
 
     delay = apply_async
@@ -82,7 +83,7 @@ class chain:
             links = tuple(links[0])
         object.__setattr__(self, "links", tuple(links))
 
-    def apply_async(self) -> "WorkflowHandle":
+    def apply_async(self) -> Any:
         return _submit(self)
 
     delay = apply_async
@@ -104,11 +105,11 @@ class chord:
                            else group(*header))
         object.__setattr__(self, "body", body)
 
-    def __call__(self, body: "Canvas") -> "WorkflowHandle":
+    def __call__(self, body: "Canvas") -> Any:
         """`chord(header)(body)`, as in Celery: submitted at once."""
         return chord(self.header, body).apply_async()
 
-    def apply_async(self) -> "WorkflowHandle":
+    def apply_async(self) -> Any:
         if self.body is None:
             raise TypeError("a chord needs its callback: chord(header, body)")
         return _submit(self)
@@ -126,7 +127,7 @@ class _Graph:
 
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
-        self.app: "App | None" = None
+        self.app: "App | AsyncApp | None" = None
 
     def add(self, sig: Signature, deps: list[str], gets: str | None) -> str:
         task = sig.task
@@ -176,14 +177,16 @@ def _gets(previous: Canvas) -> str:
     return FIRST
 
 
-def graph_of(node: Canvas) -> tuple[list[dict[str, Any]], list[str], "App | None"]:
+def graph_of(node: Canvas) -> tuple[list[dict[str, Any]], list[str], "App | AsyncApp | None"]:
     """(the steps, the names of the last ones, the app of its tasks)."""
     g = _Graph()
     tails = g.build(node, [], None)
     return g.steps, tails, g.app
 
 
-def _submit(node: Canvas) -> "WorkflowHandle":
+def _submit(node: Canvas) -> Any:
+    """A WorkflowHandle (an App's tasks), or a coroutine of an AsyncWorkflowHandle (an
+    AsyncApp's: `await chain(...).apply_async()`)."""
     steps, tails, app = graph_of(node)
     if app is None:
         raise ValueError("an empty canvas has nothing to submit")
@@ -223,12 +226,40 @@ class WorkflowHandle:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"workflow {self.id} still running after {timeout_s} s")
             time.sleep(min(next(delays), max(0.0, deadline - time.monotonic())))
+        return self._outcome()
+
+    def _outcome(self) -> Any:
+        """The finished workflow's last steps' results; WorkflowFailed if it did not
+        complete."""
         if self.workflow["state"] != "completed":
             raise WorkflowFailed({"task_id": self.id, "state": self.workflow["state"],
                                   "last_error": f"workflow {self.workflow['state']}"})
         by_name = {s["name"]: s.get("result") for s in self.workflow["steps"]}
         results = [by_name[t] for t in self.tails]
         return results[0] if self.single and len(results) == 1 else results
+
+    get = result
+
+
+class AsyncWorkflowHandle(WorkflowHandle):
+    """A WorkflowHandle over the AsyncClient: `await handle.get()`."""
+
+    async def refresh(self) -> dict[str, Any]:   # type: ignore[override]
+        self.workflow = await self.client.get_workflow(self.id)
+        return self.workflow
+
+    async def cancel(self) -> dict[str, Any]:   # type: ignore[override]
+        self.workflow = await self.client.cancel_workflow(self.id)
+        return self.workflow
+
+    async def result(self, timeout_s: float = 60.0) -> Any:   # type: ignore[override]
+        deadline = time.monotonic() + timeout_s
+        delays = poll_delays()
+        while (await self.refresh())["state"] == "running":
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"workflow {self.id} still running after {timeout_s} s")
+            await asyncio.sleep(min(next(delays), max(0.0, deadline - time.monotonic())))
+        return self._outcome()
 
     get = result
 

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tsched.client import App, Client, ParentFailed, TaskContext, Worker, chain, chord, group
+from tsched.client import (App, AsyncApp, Client, ParentFailed, TaskContext, Worker, chain, chord,
+                           group)
 from tsched.client.effects import effect_once
 
 from tests.harness.waits import wait_until
@@ -195,3 +197,30 @@ def test_tsctl_workflows_list_get_and_cancel(cluster):
     assert [s["cancelled_by"] for s in as_json["steps"]] == [None, "workflow"]
     result = CliRunner().invoke(cli, ["--url", url, "workflows", "cancel", wid])
     assert result.exit_code == 1 and "invalid_state" in result.output
+
+
+aapp = AsyncApp()
+
+
+@aapp.task(name="wf_amul")
+async def amul(x: int, y: int) -> int:
+    return x * y
+
+
+@aapp.task(name="wf_asum")
+def asum(values: list) -> int:
+    return sum(values)
+
+
+def test_the_canvas_of_an_async_app_is_awaited(cluster):
+    aapp.configure(urls=",".join(cluster.urls))
+    handlers = {t.name: t.handler() for t in aapp.tasks.values()}
+
+    async def run() -> tuple:
+        handle = await chord([amul.s(i, 2) for i in range(4)], asum.s()).apply_async()
+        batch = await aapp.batch([amul.s(i, 3) for i in range(3)])
+        out = await handle.get(DEADLINE_S), await batch.get(DEADLINE_S)
+        await aapp.aclose()
+        return out
+    with running(Worker(cluster.urls, handlers, wait_s=1)):
+        assert asyncio.run(run()) == (12, [0, 3, 6])
