@@ -137,3 +137,14 @@ async def test_a_workflow_over_the_log_entry_bound_is_a_413_and_nothing_is_creat
     assert body["error"]["details"]["limit"] == api.node.replica.options.entry_bytes_max
     status, page = await api.call("GET", f"/v1/workflows?tenant={tenant}")
     assert page["workflows"] == []
+
+
+async def test_a_retried_submit_with_its_idempotency_key_header_applies_once(api: Api, tt):
+    tenant = _tenant()
+    body = {"tenant": tenant, "steps": [{"name": "a", "task_type": tt}]}
+    headers = {"Idempotency-Key": "wf-retry-" + tt}
+    s1, first = await api.call("POST", "/v1/workflows", body, headers=headers)
+    s2, again = await api.call("POST", "/v1/workflows", body, headers=headers)
+    assert s1 == s2 == 201 and again["workflow_id"] == first["workflow_id"]
+    status, page = await api.call("GET", f"/v1/workflows?tenant={tenant}")
+    assert len(page["workflows"]) == 1
