@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from . import audit
 from . import commands as c
 from . import validate as V
-from .errors import CONFLICT, DecodeError, INVALID_ARGUMENT, NOT_FOUND, TENANT_LIMIT, TOO_LARGE
+from .errors import (CONFLICT, INVALID_ARGUMENT, INVALID_STATE, NOT_FOUND, TENANT_LIMIT,
+                     DecodeError)
 from .graphs import (BY_PARENT, BY_WORKFLOW, FAILED, FINAL, ON_FAILURE_CANCEL,
                      ON_PARENT_FAILURE, WAITING, WF_CANCELLED, WF_COMPLETED, WF_FAILED,
                      STEP_STATES, WF_RUNNING, Step, Workflow, check_acyclic, check_deps,
@@ -244,7 +245,7 @@ def cancel(sm: StateMachine, cmd: c.CancelWorkflow) -> Answer:
     _check_cancel(cmd, sm.limits)
     wf = find(sm, cmd.workflow_id, cmd.tenant)
     if wf.state != WF_RUNNING:
-        raise Rejected("invalid_state", f"workflow {wf.workflow_id} is {wf.state}",
+        raise Rejected(INVALID_STATE, f"workflow {wf.workflow_id} is {wf.state}",
                        state=wf.state)
     wf.cancelled = True
     for i, step in enumerate(wf.steps):
@@ -270,7 +271,8 @@ def _check_cancel(cmd: V.Unchecked, lim: Limits) -> None:
 
 def _audit(sm: StateMachine, cmd: c.CancelWorkflow, wf: Workflow) -> None:
     audit.record(sm, cmd, "workflow.cancel", wf.tenant, wf.workflow_id,
-                 {"state": [WF_RUNNING, "cancel_requested"]})
+                 {"before": {"state": WF_RUNNING, "cancel_requested": False},
+                  "after": {"state": wf.state, "cancel_requested": True}})
 
 
 def find(sm: StateMachine, workflow_id: str, scope: str | None) -> Workflow:
@@ -285,11 +287,12 @@ def find(sm: StateMachine, workflow_id: str, scope: str | None) -> Workflow:
 def check_result(sm: StateMachine, task: Task, result_json: str) -> None:
     """A step's result is bounded tighter than a task's (its children load all of their
     parents' results): over the bound the completion is refused `too_large`, never cut."""
-    if task.task_id in sm.workflows.step_of and \
-            len(result_json) > sm.limits.step_result_bytes_max:
-        limit = sm.limits.step_result_bytes_max
-        raise Rejected(TOO_LARGE, f"a workflow step's result exceeds {limit} bytes",
-                       field="result", limit=limit)
+    if task.task_id not in sm.workflows.step_of:
+        return
+    try:
+        V.sized("result", result_json, sm.limits.step_result_bytes_max)   # UTF-8 bytes
+    except Rejected as r:
+        raise Rejected(r.code, f"a workflow step's {r.message}", **r.details) from None
 
 
 # --- resolution -------------------------------------------------------------------------------

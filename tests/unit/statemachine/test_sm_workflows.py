@@ -231,3 +231,13 @@ def test_under_load_shedding_a_workflow_is_shed_as_its_least_urgent_step():
     assert submit(d, [row("a"), low]).code == "overloaded"
     assert not d.sm.workflows.by_id and "t-a" not in d.sm.tasks
     assert submit(d, [row("a")]).ok    # priority 5: not shed
+
+
+def test_a_steps_result_bound_counts_utf8_bytes_and_a_cancel_is_audited():
+    d = Driver(limits=Limits(step_result_bytes_max=10))
+    assert submit(d, [row("a"), row("b", (0,))]).ok
+    assert finish(d, "a", result='"ééééé"').code == "too_large"   # 7 characters, 12 bytes
+    assert d.ok(c.CancelWorkflow, workflow_id="w1", actor="admin")
+    entry = d.sm.audit.entries[-1]
+    assert entry.action == "workflow.cancel" and entry.target == "w1"
+    assert '"cancel_requested":true' in entry.change_json
