@@ -367,9 +367,11 @@ def workflows(model: Model) -> list[dict]:
 
 
 def check_step_order(model: Model) -> list[dict]:
-    """No step ran before its parents finished: a step that has a task has parents that
-    all completed ("run": all terminal), and it was created, and every attempt of it
-    started, no earlier than the last of them finished (state clock)."""
+    """No step ran before its parents finished (state clock). A step that has a task has
+    parents that all completed, and it was created, and every attempt of it started, no
+    earlier than the last of them completed. A `run` step needs its parents finished
+    either way: each ended, and is terminal at the end, and each had an attempt end by
+    the step's creation (a parent replayed after the step started ends again later)."""
     out = []
     for wf in workflows(model):
         for name, parents in wf["deps"].items():
@@ -377,18 +379,32 @@ def check_step_order(model: Model) -> list[dict]:
             if child is None or not parents:
                 continue
             found = [model.tasks.get(wf["task_of"].get(p)) for p in parents]
-            ok_states = TERMINAL if name in wf["run"] else ("completed",)
-            if any(p is None or p.get("state") not in ok_states for p in found):
-                out.append({"workflow_id": wf["id"], "step": name,
-                            "why": "has a task while a parent is not finished",
+            why = (_run_step_early if name in wf["run"] else _step_early)(child, found)
+            if why:
+                out.append({"workflow_id": wf["id"], "step": name, "why": why,
                             "parents": [p and p.get("state") for p in found]})
-                continue
-            done_ms = max(to_ms(p.get("completed_at")) or 0 for p in found)
-            starts = [to_ms(a.get("started_at")) or 0 for a in child.get("attempts") or []]
-            if (to_ms(child.get("created_at")) or 0) < done_ms or any(s < done_ms for s in starts):
-                out.append({"workflow_id": wf["id"], "step": name, "parents_done_ms": done_ms,
-                            "why": "created or started before its last parent finished"})
     return out
+
+
+def _step_early(child: dict, parents: list) -> str | None:
+    if any(p is None or p.get("state") != "completed" for p in parents):
+        return "has a task while a parent is not completed"
+    done_ms = max(to_ms(p.get("completed_at")) or 0 for p in parents)
+    starts = [to_ms(a.get("started_at")) or 0 for a in child.get("attempts") or []]
+    if (to_ms(child.get("created_at")) or 0) < done_ms or any(s < done_ms for s in starts):
+        return "created or started before its last parent completed"
+    return None
+
+
+def _run_step_early(child: dict, parents: list) -> str | None:
+    if any(p is None or p.get("state") not in TERMINAL for p in parents):
+        return "has a task while a parent is not finished"
+    created = to_ms(child.get("created_at")) or 0
+    for p in parents:
+        ends = [to_ms(a.get("ended_at")) for a in p.get("attempts") or []]
+        if ends and not any(e is not None and e <= created for e in ends):
+            return "created before a parent's attempt ended"
+    return None
 
 
 def check_callback_twice(model: Model) -> list[dict]:

@@ -405,6 +405,19 @@ def test_a_run_step_may_follow_a_dead_letter():
     assert report["violations"]["step_before_parents"][0]["step"] == "cb"
 
 
+def test_a_run_step_after_a_parent_replayed_later_is_valid():
+    h, final = _workflow_run(1000, 1200, run=True)
+    # p dead-lettered at 1000, c ran on it, then p was replayed and completed at 3000
+    final["tasks"]["tp"] = task("tp", "completed", [attempt(3, 500, 1000, "failed"),
+                                                    attempt(7, 2900, 3000, "completed")],
+                                tenant="t3", completed_at=ts(3000))
+    report = check(h.entries, final)
+    assert [v["step"] for v in report["violations"].get("step_before_parents", [])] == ["cb"]
+    final["tasks"]["tc"]["created_at"] = ts(900)   # before p's first attempt ended
+    report = check(h.entries, final)
+    assert {v["step"] for v in report["violations"]["step_before_parents"]} == {"c", "cb"}
+
+
 def test_a_callback_completed_under_two_tokens_is_flagged():
     h, final = _workflow_run(1000, 1200, cb_tokens=(5, 6))
     report = check(h.entries, final)   # the second is a stale completion too

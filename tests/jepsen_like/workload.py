@@ -245,7 +245,7 @@ class Workload:
                         for i in range(self.n_workers)]
         self._tasks += [spawn(self._worker("cron", CRON_TYPE, honest=True)),
                         spawn(self._canceller())]
-        self._tasks += [spawn(self._workflow_producer()),
+        self._tasks += [spawn(self._workflow_producer()), spawn(self._replayer()),
                         spawn(self._worker("wfs0", STEP_TYPE)),
                         spawn(self._worker("wfs1", STEP_TYPE, carries=True)),
                         spawn(self._worker("wfcb", CALLBACK_TYPE))]
@@ -294,7 +294,9 @@ class Workload:
         while self.shared.producing.is_set():
             n += 1
             key = f"wf-{n}"
-            steps = [{"name": x, "task_type": STEP_TYPE, "max_retries": 3,
+            # every third workflow's first steps dead-letter at their first failure: the
+            # replayer then replays them, and the steps they cancelled resume
+            steps = [{"name": x, "task_type": STEP_TYPE, "max_retries": 0 if n % 3 == 0 else 3,
                       "retry": {"backoff": "fixed", "base_s": 0.5}} for x in "abc"]
             steps.append({"name": "d", "task_type": STEP_TYPE, "deps": ["a", "b"],
                           "on_parent_failure": "run" if n % 2 else "cancel"})
@@ -312,6 +314,23 @@ class Workload:
                     break
                 await asyncio.sleep(0.2)
             await asyncio.sleep(WORKFLOW_EVERY_S)
+
+    async def _replayer(self) -> None:
+        """Replays the workflows' dead-lettered steps now and then (DESIGN 5.2: the steps
+        their failure cancelled resume, and run after them)."""
+        while not self.shared.stopping.is_set():
+            await asyncio.sleep(1.0)
+            if not self.shared.producing.is_set():
+                continue
+            kind, data = await self.api.call(
+                "r0", "list_dead", self.node(), "GET",
+                f"/v1/tasks?state=dead_letter&tenant={WORKFLOW_TENANT}&task_type={STEP_TYPE}"
+                "&limit=5", None, extract=lambda d: {"n": len(d.get("tasks") or [])})
+            for t in (data or {}).get("tasks") or [] if kind == OK else []:
+                await self.api.call("r0", "replay", self.node(), "POST",
+                                    f"/v1/tasks/{t['task_id']}/replay", None,
+                                    extract=lambda d: {"state": d.get("state")},
+                                    task_id=t["task_id"])
 
     async def _canceller(self) -> None:
         while not self.shared.stopping.is_set():
