@@ -147,7 +147,7 @@ async def workflow(request: web.Request) -> web.Response:
     """A workflow's id names its shard as a task id does (the node makes both alike)."""
     r = _router(request)
     wid = validate.name(request.match_info["workflow_id"], "workflow_id")
-    return await r.relay(request, await r.id_shard(request, wid))
+    return await r.relay(request, await r.id_shard(request, wid, "workflows"))
 
 
 async def group_by_task(r: Router, request: web.Request, items: list
