@@ -123,7 +123,20 @@ def _gone_task(sm: StateMachine, data: Any) -> Result:
 
 
 def _evicted(sm: StateMachine, data: Any) -> Result:
-    return Result(OK, "", {"evicted": data}, {})
+    """The evicted tasks; `steps` names the workflow and step of those that are a
+    workflow's steps (the archive's records say so, DESIGN 5.2)."""
+    value: dict = {"evicted": data}
+    step_of = sm.workflows.step_of
+    if step_of:
+        named = {}
+        for task in data:
+            found = step_of.get(task.task_id)
+            if found is not None:
+                named[task.task_id] = {"workflow_id": found[0].workflow_id,
+                                       "step": found[0].steps[found[1]].name}
+        if named:
+            value["steps"] = named
+    return Result(OK, "", value, {})
 
 
 def _gone_schedule(sm: StateMachine, data: Any) -> Result:
