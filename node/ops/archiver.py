@@ -16,6 +16,7 @@ the format version are statemachine/archive_format.py's, which both sides share.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import logging
 import os
@@ -65,9 +66,8 @@ class Archive:
         for cmd, res in zip(cmds, results):
             value = res.value if res.ok else None
             if isinstance(value, dict) and value.get("evicted"):
-                steps = value.get("steps") or {}
-                self._or_stop(lambda ms, tasks: self.write(ms, tasks, steps), cmd.now_ms,
-                              value["evicted"], "tasks")
+                self._or_stop(functools.partial(self.write, steps=value.get("steps")),
+                              cmd.now_ms, value["evicted"], "tasks")
             if res.ok and res.details and res.details.get("audit_evicted"):
                 self._or_stop(self.write_audit, cmd.now_ms, res.details["audit_evicted"],
                               "audit entries")
