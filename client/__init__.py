@@ -9,8 +9,9 @@ module as `__main__`, which must not be imported already by its package.
 """
 from typing import TYPE_CHECKING, Any
 
-from ._jobs import TaskContext
+from ._jobs import ParentFailed, TaskContext
 from .app import App, AsyncApp
+from .canvas import WorkflowFailed, WorkflowHandle, chain, chord, group
 from .client import AsyncClient, Client
 from .effects import effect_once
 from .errors import ApiError, NonRetryable, Overloaded, RateLimited, RetryLater, Unavailable
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
     from .worker import Worker
 
 __all__ = ["ApiError", "App", "AsyncApp", "AsyncClient", "Client", "NonRetryable", "Overloaded",
-           "RateLimited", "RetryLater", "TaskCancelled", "TaskContext", "TaskFailed", "Unavailable", "Worker", "effect_once"]
+           "ParentFailed", "RateLimited", "RetryLater", "TaskCancelled", "TaskContext",
+           "TaskFailed", "Unavailable", "Worker", "WorkflowFailed", "WorkflowHandle", "chain", "chord",
+           "effect_once", "group"]
 
 
 def __getattr__(name: str) -> Any:

@@ -81,6 +81,36 @@ class ApiCalls:
         """Discard a dead-lettered task: it stays, `discarded`, for audit until retention."""
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/discard", write=True))
 
+    # --- workflows (DESIGN 5.2) -------------------------------------------------------
+    def submit_workflow(self, steps: list[dict[str, Any]], tenant: str | None = None,
+                        idempotency_key: str | None = None) -> Any:
+        """Submit a graph of steps in one request (one Raft entry): each step a dict with
+        `name`, `task_type`, the submit fields (payload, priority, timeout_s, max_retries,
+        retry), `deps` (names of other steps) and `on_parent_failure` ("cancel" | "run").
+        Returns the workflow with each step's name, task_id and state."""
+        body: dict[str, Any] = {"steps": steps}
+        if tenant is not None:
+            body["tenant"] = tenant
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+        return self._run(Call("POST", "/v1/workflows", body=body, write=True))
+
+    def get_workflow(self, workflow_id: str, consistency: str | None = None) -> Any:
+        """A workflow: its state, counts by state and every step (deps, result, error)."""
+        return self._run(Call("GET", f"/v1/workflows/{_seg(workflow_id)}",
+                              params={"consistency": consistency}))
+
+    def cancel_workflow(self, workflow_id: str) -> Any:
+        """Cancel a workflow: waiting and pending steps cancelled, running ones asked to
+        stop (as a task cancel)."""
+        return self._run(Call("POST", f"/v1/workflows/{_seg(workflow_id)}/cancel",
+                              write=True))
+
+    def parents(self, task_id: str) -> Any:
+        """What a step's task sees of its parents: {"workflow_id", "step", "parents":
+        {name: {"state", "task_id", "result", "error"}}} (none for a plain task)."""
+        return self._run(Call("GET", f"/v1/tasks/{_seg(task_id)}/parents"))
+
     # --- worker calls --------------------------------------------------------------
     def claim(self, worker_id: str, task_types: list[str], max_tasks: int = 1,
               wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,

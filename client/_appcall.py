@@ -69,7 +69,7 @@ def decode(payload: Any) -> tuple[list[Any], dict[str, Any]]:
     `tsctl submit` may leave it out)."""
     if payload is None:
         return [], {}
-    if not isinstance(payload, dict) or set(payload) - {"args", "kwargs"}:
+    if not isinstance(payload, dict) or set(payload) - {"args", "kwargs", "parents"}:
         raise NonRetryable('the payload must be {"args": [...], "kwargs": {...}}')
     args, kwargs = payload.get("args", []), payload.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
@@ -77,9 +77,24 @@ def decode(payload: Any) -> tuple[list[Any], dict[str, Any]]:
     return args, kwargs
 
 
+def with_parents(payload: Any, args: list[Any], ctx: TaskContext) -> list[Any]:
+    """A workflow step made by `.s()` (canvas.py) gets its parent's result first, or the
+    list of its parents' results (after a group), as Celery's canvas passes them."""
+    gets = payload.get("parents") if isinstance(payload, dict) else None
+    if gets is None:
+        return args
+    results = list(ctx.parents.values())
+    if gets == "first":
+        return [results[0] if results else None, *args]
+    if gets == "list":
+        return [results, *args]
+    raise NonRetryable(f"the payload's parents must be first or list, not {gets!r}")
+
+
 def _prepared(sig: Signature, payload: Any,
               ctx: TaskContext) -> tuple[tuple[Any, ...], dict[str, Any]]:
     args, kwargs = decode(payload)
+    args = with_parents(payload, args, ctx)
     try:
         sig.check(args, kwargs)
     except TypeError as exc:   # a retry would fail the same way

@@ -9,7 +9,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from tsched.statemachine.limits import API_LIMITS, LIMITS
 
@@ -75,11 +75,21 @@ class CancelEvent(threading.Event):
             self._made._at_fork_reinit()  # type: ignore[attr-defined]
 
 
+@dataclass(frozen=True)
+class ParentFailed:
+    """A workflow step's parent that did not complete (DESIGN 5.2): what a step with
+    `on_parent_failure="run"` finds in `ctx.parents` in place of that parent's result."""
+    state: str                 # dead_letter, cancelled or discarded
+    error: str | None          # the parent's last error ("Type: message"), if any
+    task_id: str
+
+
 @dataclass
 class TaskContext:
     """What a handler learns about the run it is doing. `cancelled` is set when the cluster
     asks to cancel the task, when the lease is lost, or when the worker stops past its grace
-    period: a long handler should check it and return early."""
+    period: a long handler should check it and return early. `parents`: a workflow step's
+    parents, name -> result (or `ParentFailed`), fetched on first use."""
     task_id: str
     execution_id: str
     fencing_token: int
@@ -88,18 +98,43 @@ class TaskContext:
     tenant: str | None
     run_at: _dt.datetime | None
     cancelled: threading.Event = field(default_factory=CancelEvent)
+    parents_of: Callable[[str], Any] | None = field(default=None, repr=False)
+    _parents: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def parents(self) -> dict[str, Any]:
+        """Name -> result of each parent (a `ParentFailed` for one that failed); empty for
+        a task that is no workflow step. One request, on first use: a handler that never
+        looks costs nothing."""
+        if self._parents is None:
+            answer = self.parents_of(self.task_id) if self.parents_of is not None else {}
+            self._parents = parents_from(answer)
+        return self._parents
+
+
+def parents_from(answer: Any) -> dict[str, Any]:
+    """GET /v1/tasks/{id}/parents -> name -> result or ParentFailed, in deps order."""
+    out: dict[str, Any] = {}
+    for name, p in ((answer or {}).get("parents") or {}).items():
+        if p.get("state") == "completed":
+            out[name] = p.get("result")
+        else:
+            out[name] = ParentFailed(state=str(p.get("state")), error=p.get("error"),
+                                     task_id=str(p.get("task_id")))
+    return out
 
 
 class Job:
     """One claimed task: context, local lease deadline, and what happened to it."""
 
-    def __init__(self, task: dict[str, Any], lease_s: float) -> None:
+    def __init__(self, task: dict[str, Any], lease_s: float,
+                 parents_of: Callable[[str], Any] | None = None) -> None:
         self.task = task
         self.ctx = TaskContext(
             task_id=task["task_id"], execution_id=task.get("execution_id") or task["task_id"],
             fencing_token=int(task["fencing_token"]), attempt=int(task.get("attempt") or 1),
             task_type=task.get("task_type", ""), tenant=task.get("tenant"),
-            run_at=parse_time(task.get("run_at")))
+            run_at=parse_time(task.get("run_at")), parents_of=parents_of)
         self.started = False
         self.lost = False          # the lease is gone: the result must not be reported
         self.reported = False

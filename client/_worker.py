@@ -21,7 +21,7 @@ from ._outbox import Outbox
 from ._reserve import check_reserve, lane_workers, run_lanes, split_slots
 from ._threads import HandlerThreads
 from ._window import HELD_MAX_DEFAULT, Window
-from .client import AsyncClient
+from .client import AsyncClient, Client
 from .errors import ApiError
 
 log = logging.getLogger("tsched.worker")
@@ -221,7 +221,7 @@ class Worker(Claiming):
 
     # --- starting a claimed task ----------------------------------------------------
     def _start(self, task: dict) -> None:
-        job = Job(task, self.lease_s)
+        job = Job(task, self.lease_s, self._parents_of)
         self._held += 1
         task_type = job.ctx.task_type
         if (task_type in self.handlers and not self._is_async[task_type]
@@ -230,6 +230,22 @@ class Worker(Claiming):
         else:
             runner = asyncio.create_task(self._run_job(job))
         self._jobs[job.ctx.task_id] = (job, runner)
+
+    def _parents_of(self, task_id: str) -> Any:
+        """A step's parents (`ctx.parents`), asked from a handler's thread through the
+        worker's client on its loop; from the loop itself (an async handler) through a
+        short-lived sync client, which blocks the loop for that one request."""
+        loop = self._loop
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if loop is not None and not on_loop:
+            return asyncio.run_coroutine_threadsafe(self._client.parents(task_id),
+                                                    loop).result(self.timeout_s + 5)
+        with Client(self.urls, token=self.token, timeout_s=self.timeout_s,
+                    ca_file=self.ca_file) as client:
+            return client.parents(task_id)
 
     # --- running ---------------------------------------------------------------------
     # A due task of a sync handler (what a backlog is made of) takes the short way: no

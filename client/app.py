@@ -25,6 +25,7 @@ from ._claiming import check_priorities
 from ._reserve import check_reserve
 from ._core import CA_FILE_ENV, DEFAULT_URLS, TOKEN_ENV, URL_ENV, env_or, parse_urls
 from .app_task import AnyTask, AsyncTask, Options, Periodic, Task, Time
+from .canvas import AsyncWorkflowHandle, Signature, WorkflowHandle, batch_steps
 from .client import AsyncClient, Client
 from .cron_check import CronError, check_cron
 
@@ -191,6 +192,24 @@ class App(_AppBase):
         if self._client is not None:
             self._client.close()
 
+    def batch(self, tasks: Iterable[Signature], then: Signature | None = None
+              ) -> WorkflowHandle:
+        """Submit a fan-out of steps and, with `then`, one callback that runs once, after
+        every one of them completed, in one workflow (DESIGN 5.2). The callback reads their
+        results from `ctx.parents`. `get()` returns its result (without `then`: the list
+        of results)."""
+        handle: WorkflowHandle = batch_steps(tasks, then).apply_async()
+        return handle
+
+    def submit_workflow(self, steps: list[dict[str, Any]], tails: list[str], *,
+                        single: bool = True, tenant: str | None = None,
+                        idempotency_key: str | None = None) -> WorkflowHandle:
+        """Submit steps as the API takes them (canvas.py builds them); `tails`: the
+        steps whose results `get()` returns."""
+        wf = self.client.submit_workflow(steps, tenant=tenant or self.tenant,
+                                         idempotency_key=idempotency_key)
+        return WorkflowHandle(self.client, wf, tails, single)
+
     def __enter__(self) -> "App":
         return self
 
@@ -236,6 +255,19 @@ class AsyncApp(_AppBase):
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+
+    async def batch(self, tasks: Iterable[Signature], then: Signature | None = None
+                    ) -> AsyncWorkflowHandle:
+        """As `App.batch`, awaited."""
+        handle: AsyncWorkflowHandle = await batch_steps(tasks, then).apply_async()
+        return handle
+
+    async def submit_workflow(self, steps: list[dict[str, Any]], tails: list[str], *,
+                              single: bool = True, tenant: str | None = None,
+                              idempotency_key: str | None = None) -> AsyncWorkflowHandle:
+        wf = await self.client.submit_workflow(steps, tenant=tenant or self.tenant,
+                                               idempotency_key=idempotency_key)
+        return AsyncWorkflowHandle(self.client, wf, tails, single)
 
     async def __aenter__(self) -> "AsyncApp":
         return self

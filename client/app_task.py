@@ -10,6 +10,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Generic, Iterable, ParamSpec, 
                     TypeVar)
 
 from . import _appcall
+from .canvas import Signature
 from .errors import ApiError
 from .handles import AsyncTaskHandle, TaskHandle
 
@@ -142,6 +143,16 @@ class Task(_TaskBase[P, R]):
         answers = self.app.client.submit_many(self._batch(calls, self._call_options)) or []
         return [TaskHandle(self.app.client, t) for t in _checked(answers)]
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A call to run as a workflow step (Celery's `add.s(1, 2)`): after a parent, the
+        parent's result comes first (canvas.py)."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable step: its parents' results are not passed in (`ctx.parents` has
+        them)."""
+        return Signature(self, args, kwargs, immutable=True)
+
 
 class AsyncTask(_TaskBase[P, R]):
     """A task of an `AsyncApp`: the same calls, awaited."""
@@ -161,6 +172,13 @@ class AsyncTask(_TaskBase[P, R]):
     async def submit_many(self, calls: Iterable[Call]) -> list[AsyncTaskHandle]:
         answers = await self.app.client.submit_many(self._batch(calls, self._call_options))
         return [AsyncTaskHandle(self.app.client, t) for t in _checked(answers or [])]
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """As `Task.s`: `await chain(a.s(1), b.s()).apply_async()` with an AsyncApp."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        return Signature(self, args, kwargs, immutable=True)
 
 
 AnyTask = _TaskBase[Any, Any]

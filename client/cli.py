@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import sys
 
-from . import cli_admin, cli_archive, cli_audit, cli_limits, cli_tasks  # noqa: F401  (verbs)
+# noqa: F401 below: importing them registers their verbs
+from . import (cli_admin, cli_archive, cli_audit, cli_limits, cli_tasks,  # noqa: F401
+               cli_workflows)
 from .cli_common import cli
 
 __all__ = ["cli", "main"]

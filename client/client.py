@@ -151,6 +151,12 @@ class Client(_Base):
         or RFC 3339), actor, action, target. `limit` caps the total yielded."""
         yield from self._paged("/v1/audit", "entries", limit, audit_filters(filters))
 
+    def list_workflows(self, tenant: str | None = None, state: str | None = None,
+                       limit: int | None = None) -> Iterator[dict]:
+        """Workflows, newest first (without their steps), following `next_cursor`."""
+        yield from self._paged("/v1/workflows", "workflows", limit,
+                               {"tenant": tenant, "state": state})
+
     def _paged(self, path: str, key: str, limit: int | None, filters: dict) -> Iterator[dict]:
         cursor, count = None, 0
         while True:
@@ -239,6 +245,12 @@ class AsyncClient(_Base):
     async def list_schedules(self, tenant: str | None = None,
                              limit: int | None = None) -> AsyncIterator[dict]:
         async for item in self._paged("/v1/schedules", "schedules", limit, {"tenant": tenant}):
+            yield item
+
+    async def list_workflows(self, tenant: str | None = None, state: str | None = None,
+                             limit: int | None = None) -> AsyncIterator[dict]:
+        async for item in self._paged("/v1/workflows", "workflows", limit,
+                                      {"tenant": tenant, "state": state}):
             yield item
 
     async def _paged(self, path: str, key: str, limit: int | None,

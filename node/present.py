@@ -14,6 +14,7 @@ import orjson
 from tsched.statemachine import commands as c
 from tsched.statemachine.audit import AuditEntry
 from tsched.statemachine.errors import Result
+from tsched.statemachine.graphs import Step, Workflow
 from tsched.statemachine.model import RETRYING, Attempt, Schedule, Task, TenantView
 from tsched.statemachine.ratelimits import OVERFLOW, LimitDef, Limiter
 from tsched.statemachine.reads import status
@@ -272,6 +273,8 @@ def result(cmd: c.Command, res: Result) -> Json | list[Json] | ApiError | None:
         return tenant(v["tenant"])
     if "limit" in v:
         return limit(v["limit"])
+    if "workflow" in v:
+        return workflow(v["workflow"], duplicate=v.get("duplicate"), steps="brief")
     if "task" in v:
         duplicate = v.get("duplicate")
         return task(v["task"], duplicate=None if duplicate is None else bool(duplicate))
@@ -318,3 +321,41 @@ def audit_entry(e: AuditEntry) -> Json:
     return {"id": e.id, "at": rfc3339(e.at_ms), "actor": e.actor, "action": e.action,
             "tenant": e.tenant, "target": e.target, "request_id": e.request_id,
             "change": orjson.loads(e.change_json)}
+
+
+def workflow(w: Workflow, *, duplicate: bool | None = None, steps: str = "full") -> Json:
+    """A workflow (DESIGN 5.2): its state, counts of its steps by state, and its steps:
+    `full` (GET one: deps, results, errors), `brief` (a submit's or cancel's answer: name,
+    task id, state; it is rendered under the replica lock) or `none` (a listing)."""
+    out: Json = {"workflow_id": w.workflow_id, "tenant": w.tenant, "state": w.state,
+                 "cancel_requested": bool(w.cancelled), "idempotency_key": w.idempotency_key,
+                 "created_at": rfc3339(w.created_at_ms), "finished_at": rfc3339(w.finished_at_ms),
+                 "step_count": len(w.steps), "counts": {k: n for k, n in w.counts.items() if n}}
+    if steps == "brief":
+        out["steps"] = [{"name": s.name, "task_id": s.task_id, "state": s.state}
+                        for s in w.steps]
+    elif steps == "full":
+        out["steps"] = [step(w, s) for s in w.steps]
+    if duplicate is not None:
+        out["duplicate"] = bool(duplicate)
+    return out
+
+
+def step(w: Workflow, s: Step) -> Json:
+    return {"name": s.name, "task_id": s.task_id, "state": s.state,
+            "task_type": s.template.task_type,
+            "deps": [w.steps[d].name for d in s.deps],
+            "on_parent_failure": s.on_parent_failure, "cancelled_by": s.cause,
+            "result": json_fragment(s.result_json), "error": error_line(s.error)}
+
+
+def parents(w: Workflow, i: int) -> Json:
+    """What step i sees of its parents (a worker's `ctx.parents`): name -> state, result
+    and error."""
+    me = w.steps[i]
+    return {"workflow_id": w.workflow_id, "step": me.name,
+            "parents": {w.steps[d].name: {"state": w.steps[d].state,
+                                          "task_id": w.steps[d].task_id,
+                                          "result": json_fragment(w.steps[d].result_json),
+                                          "error": error_line(w.steps[d].error)}
+                        for d in me.deps}}

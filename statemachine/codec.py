@@ -66,7 +66,8 @@ def _plain(value: object) -> object:
 # with keywords (a 500-submit batch decoded in about 40% of the time).
 BATCH_FORMAT = 2
 _GETTERS = {cls: operator.attrgetter(*_FIELDS[cls]) for cls in c.COMMAND_TYPES}
-_SPECIAL = ("retry", "template", "task_types", "tier_weights", "limits")   # converted
+_SPECIAL = ("retry", "template", "task_types", "tier_weights", "limits", "steps",
+            "templates")   # values converted
 _SPECIAL_AT = {cls: tuple((i + 1, n) for i, n in enumerate(_FIELDS[cls]) if n in _SPECIAL)
                for cls in c.COMMAND_TYPES}
 
@@ -163,6 +164,9 @@ def _command(item: object) -> c.Command:
             fields[name] = tuple(fields[name])
     if "tier_weights" in fields:
         fields["tier_weights"] = _triples(fields["tier_weights"])
+    for name in ("steps", "templates"):
+        if name in fields:
+            fields[name] = _rows(fields[name])
     if "timeout_ms" in fields:
         fields["timeout_ms"] = _shared_timeout(fields["timeout_ms"])
     return cls(**fields)
@@ -252,6 +256,8 @@ def _positional(item: object) -> c.Command:
             item[i] = _template(value)
         elif name == "tier_weights":
             item[i] = _triples(value)
+        elif name == "steps" or name == "templates":
+            item[i] = _rows(value)
         elif isinstance(value, list):   # task_types, limits
             item[i] = tuple(value)
     cmd = make(item)
@@ -266,6 +272,16 @@ def _triples(value: object) -> object:
     if not isinstance(value, list):
         return value
     return tuple(tuple(v) if isinstance(v, list) else v for v in value)
+
+
+def _rows(value: object) -> object:
+    """A workflow's step or template rows as decoded (lists) -> tuples, their lists too (a
+    retry record, deps), as the proposer built them; anything else is left for apply to
+    refuse."""
+    if not isinstance(value, list):
+        return value
+    return tuple(tuple(tuple(v) if isinstance(v, list) else v for v in row)
+                 if isinstance(row, list) else row for row in value)
 
 
 _retry_by_record: dict[tuple, c.RetryPolicy] = {}

@@ -252,6 +252,32 @@ class PauseLimit(Command):
     tenant: str | None = None
 
 
+# --- workflows (DESIGN 5.2) --------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SubmitWorkflow(Command):
+    """A graph of steps, all created in this one entry or none. `templates`: the distinct
+    task fields of its steps, each (task_type, priority, timeout_ms, max_retries, retry
+    record [backoff, base_ms, max_ms, multiplier_milli, jitter_permille]); `steps`: one row
+    per step, in the order given: (name, task_id, template index, payload_json, deps
+    (indexes of other rows), on_parent_failure ("cancel" | "run")). Shared templates keep a
+    10,000-step fan-out inside one Raft entry. The proposer makes the workflow's id and
+    every step's task id (`graphs.compact` builds both tuples from whole rows)."""
+
+    workflow_id: str
+    tenant: str
+    templates: tuple = ()
+    steps: tuple = ()
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CancelWorkflow(Command):
+    workflow_id: str
+    tenant: str | None = None
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
+
+
 # --- the audit trail ------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -282,7 +308,7 @@ class Barrier(Command):
 COMMAND_TYPES: tuple[type[Command], ...] = (
     SubmitTask, Claim, Heartbeat, Complete, Fail, Release, Cancel, Replay, Discard,
     SetTenant, PutSchedule, DeleteSchedule, PauseSchedule, ResumeSchedule, Fire, Tick, Barrier,
-    AuditNote, PutLimit, DeleteLimit, PauseLimit,
+    AuditNote, PutLimit, DeleteLimit, PauseLimit, SubmitWorkflow, CancelWorkflow,
 )
 
 

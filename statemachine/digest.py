@@ -43,6 +43,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from . import audit, codec
+from .graphs import workflow_record
 
 if TYPE_CHECKING:
     from .machine import StateMachine
@@ -125,6 +126,8 @@ def _combine(sm: StateMachine, tasks_acc: int, tenants_acc: int, schedules_acc: 
     limiter = sm.store.limiter
     if limiter.defs or limiter.limited:   # a state that never had a limit keeps its digest
         head += [limiter.records(sm.now_ms), limiter.task_limits()]
+    if sm.workflows.seq:   # likewise a state that never had a workflow
+        head += [sm.workflows.seq, sm.workflows.finish_seq, workflows_acc(sm).to_bytes(16, "big")]
     return hashlib.sha256(codec.pack(head)).hexdigest()
 
 
@@ -134,6 +137,14 @@ def audit_acc(sm: StateMachine) -> int:
     acc = 0
     for e in sm.audit.entries:
         acc = (acc * POLY_BASE + item_hash(codec.pack(audit.entry_record(e)))) % POLY_MOD
+    return acc
+
+
+def workflows_acc(sm: StateMachine) -> int:
+    """The workflows, in submission order."""
+    acc = 0
+    for w in sm.workflows.by_id.values():
+        acc = (acc * POLY_BASE + item_hash(codec.pack(workflow_record(w)))) % POLY_MOD
     return acc
 
 

@@ -23,6 +23,7 @@ from .model import CANCELLED, PENDING, RUNNING, Attempt, Task
 from .results import DONE, Answer, evicted_answer, lease_answer, task_answer, tasks_answer
 from .rules import backoff_ms
 from .tasks import evict, find
+from .workflows import check_result
 
 if TYPE_CHECKING:
     from .machine import StateMachine
@@ -120,6 +121,7 @@ def complete(sm: StateMachine, cmd: c.Complete) -> Answer:
     task = find(sm, cmd.task_id, cmd.tenant)
     row = decide(task, COMPLETE, cmd.fencing_token)
     if not row.repeat:
+        check_result(sm, task, cmd.result_json)   # a workflow step's tighter bound
         _end_attempt(sm, task, "completed")
         task.result_json = cmd.result_json
         sm.store.move(task, row.new, sm.now_ms)

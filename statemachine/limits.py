@@ -120,6 +120,19 @@ class Limits:
     jitter_ms_max: int = 3_600_000
     misfire_skip_grace_ms: int = 1_000       # misfire "skip": a fire later than this is skipped
 
+    # --- workflows (DESIGN 5.2): a graph is one log entry, so its size is bounded; a
+    # fan-in callback may wait on every other step, so deps per step reach steps per
+    # workflow, and the edges in all are bounded apart. Finished workflows are kept until
+    # the steps kept reach their bound (then the oldest finished go first). A step's result
+    # is bounded tighter than a task's: a child loads every parent's result.
+    workflow_steps_max: int = 20_000         # a 10,000-step fan-out and its callbacks fit
+    workflow_deps_max: int = 20_000          # deps of one step
+    workflow_edges_max: int = 100_000        # deps of all steps of one workflow
+    workflows_open_per_tenant_max: int = 1_000
+    workflow_steps_kept_max: int = 2_000_000  # steps of every kept workflow (memory)
+    step_name_chars_max: int = 128
+    step_result_bytes_max: int = 16_384
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ApiLimits:

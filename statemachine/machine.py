@@ -32,11 +32,12 @@ from typing import Any
 from . import codec
 from . import commands as c
 from . import (audit, heads, leases, limit_commands, reads, request_table, schedules, snapshot,
-               tasks, tenants)
+               tasks, tenants, workflows)
 from . import validate as V
 from . import digest as D
 from .errors import INVALID_ARGUMENT, OK, OVERLOADED, REQUEST_EXPIRED, TENANT_LIMIT, Result
 from .limits import Limits
+from .graphs import Workflow
 from .model import Schedule, Task, TenantView
 from .results import DONE, Answer, refused, render
 from .store import Store
@@ -58,10 +59,12 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.AuditNote: audit.note,
     c.PutLimit: limit_commands.put_limit, c.DeleteLimit: limit_commands.delete_limit,
     c.PauseLimit: limit_commands.pause_limit,
+    c.SubmitWorkflow: workflows.submit, c.CancelWorkflow: workflows.cancel,
 }
 # Commands that take an `actor` (DESIGN 14.6): their handlers record an audit entry.
 AUDITED = (c.Cancel, c.Replay, c.Discard, c.SetTenant, c.PutSchedule, c.DeleteSchedule,
-           c.PauseSchedule, c.ResumeSchedule, c.Fire, c.PutLimit, c.DeleteLimit)
+           c.PauseSchedule, c.ResumeSchedule, c.Fire, c.PutLimit, c.DeleteLimit,
+           c.CancelWorkflow)
 UNRECORDED = (c.Tick, c.Barrier)   # repeating them is harmless: not in the request table
 # A successful Complete is not recorded either: its task is then completed for good with
 # that token (no row leaves `completed` but eviction), so a repeat takes the lifecycle's
@@ -98,8 +101,10 @@ class StateMachine:
         self.request_times = request_table.RequestTimes()   # when each was recorded
         self.roll = D.ROLL_START          # digest.py: every batch and its result codes
         self.audit = audit.Trail()        # audit.py: operator actions (its `evicted`: not)
+        self.workflows = workflows.Book()  # workflows.py: graphs of steps (and their indexes)
         # derived
         self.store = Store(self.limits, self.tasks, self.tenants, self.schedules)
+        self.store.watched = self.workflows.step_of   # moves of steps' tasks are noted
         self._queue = self.store.queue    # read by the node's metrics
 
     # --- applying commands ----------------------------------------------------------------
@@ -144,6 +149,8 @@ class StateMachine:
             if type(cmd) in AUDITED:
                 audit.check_actor(cmd, self.limits)
             row = handler(self, cmd)
+            if self.store.moved:   # a step's task moved: its workflow follows, in this apply
+                workflows.settle(self)
         except Rejected as r:
             row = refused(r.code, r.message, r.details)
         code = row[0]
@@ -175,6 +182,17 @@ class StateMachine:
     def list_schedules(self, tenant: str | None = None, cursor: object = None,
                        limit: int = 100) -> tuple[list[Schedule], str | None]:
         return reads.list_schedules(self, tenant, cursor, limit)
+
+    def get_workflow(self, workflow_id: str, tenant: str | None = None) -> Workflow | None:
+        return workflows.get(self, workflow_id, tenant)
+
+    def list_workflows(self, tenant: str | None = None, state: str | None = None,
+                       cursor: object = None, limit: int = 100
+                       ) -> tuple[list[Workflow], str | None]:
+        return workflows.listing(self, tenant, state, cursor, limit)
+
+    def step_of(self, task_id: str) -> tuple[Workflow, int] | None:
+        return workflows.step_of(self, task_id)
 
     def get_tenant(self, tenant: str) -> TenantView | None:
         return self.tenants.get(tenant)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 from . import audit, codec, snapshot_format
 from .errors import DecodeError
+from .graphs import workflow_record
 from .limits import Limits
 from .machine import StateMachine
 from .reads import list_tenants
@@ -59,6 +60,7 @@ def _one(olds: list[StateMachine], rows: list, s: int, shards: int,
     head["audit_seq"], head["audit"] = _audit(olds, s, shard_of, limits or Limits())
     head["limits"] = _limits(olds, s, shards, shard_of)
     head["task_limits"] = sorted([t.task_id, list(t.limits)] for t in renumbered if t.limits)
+    head.update(_workflows(olds, s, shard_of))
     blob = snapshot_format.encode_snapshot(head, renumbered, {}, [])
     return StateMachine.restore(blob, limits=limits).snapshot()
 
@@ -135,6 +137,23 @@ def _audit(olds: list[StateMachine], s: int, shard_of: Callable[[str], int],
         rec[0] = n
         out.append(rec)
     return len(out), out
+
+
+def _workflows(olds: list[StateMachine], s: int, shard_of: Callable[[str], int]) -> dict:
+    """Shard `s`'s workflows (with their tenants), renumbered in (created_at_ms, old shard,
+    old seq) order; finished ones keep their order of finishing the same way."""
+    rows = sorted(((w.created_at_ms, i, w.seq, w) for i, old in enumerate(olds)
+                   for w in old.workflows.by_id.values() if shard_of(w.tenant) == s),
+                  key=lambda row: row[:3])
+    done = sorted((row for row in rows if row[3].state != "running"),
+                  key=lambda row: (row[3].finished_at_ms, row[1], row[3].finish_seq))
+    finish = {id(row[3]): n for n, row in enumerate(done, 1)}
+    out = []
+    for n, (_, _, _, w) in enumerate(rows, 1):
+        rec = workflow_record(w)
+        rec[2], rec[8] = n, finish.get(id(w), 0)
+        out.append(rec)
+    return {"wf_seq": len(out), "wf_finish_seq": len(done), "workflows": out} if out else {}
 
 
 def _roll(olds: list[StateMachine], s: int, shards: int) -> bytes:

@@ -133,7 +133,20 @@ def _gone_task(sm: StateMachine, data: Any) -> Result:
 
 
 def _evicted(sm: StateMachine, data: Any) -> Result:
-    return Result(OK, "", {"evicted": data}, {})
+    """The evicted tasks; `steps` names the workflow and step of those that are a
+    workflow's steps (the archive's records say so, DESIGN 5.2)."""
+    value: dict = {"evicted": data}
+    step_of = sm.workflows.step_of
+    if step_of:
+        named = {}
+        for task in data:
+            found = step_of.get(task.task_id)
+            if found is not None:
+                named[task.task_id] = {"workflow_id": found[0].workflow_id,
+                                       "step": found[0].steps[found[1]].name}
+        if named:
+            value["steps"] = named
+    return Result(OK, "", value, {})
 
 
 def _gone_schedule(sm: StateMachine, data: Any) -> Result:
@@ -166,6 +179,19 @@ def _fire(sm: StateMachine, data: Any) -> Result:
     return result
 
 
+def _workflow(sm: StateMachine, data: Any) -> Result:
+    """A workflow submitted or cancelled (workflows.py), as it is now."""
+    wf = sm.workflows.by_id.get(data[0])
+    if wf is None:
+        return Result(NOT_FOUND, f"workflow {data[0]} is no longer retained", None,
+                      {"workflow_id": data[0]})
+    value: dict = {"workflow": wf}
+    if data[1] is not None:
+        value["duplicate"] = data[1]
+    return Result(OK, "", value, {})
+
+
 _RENDER = {None: _done, "task": _task, "tasks": _tasks, "lease": _lease, "tenant": _tenant,
            "gone_task": _gone_task, "gone_schedule": _gone_schedule, "schedule": _schedule,
-           "fire": _fire, "evicted": _evicted, "limit": _limit, "gone_limit": _gone_limit}
+           "fire": _fire, "evicted": _evicted, "limit": _limit, "gone_limit": _gone_limit,
+           "workflow": _workflow}

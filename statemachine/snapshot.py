@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from . import audit, codec, request_table, snapshot_format
+from . import audit, codec, request_table, snapshot_format, workflows
 from .digest import full_hexdigest, roll_from_blob
 from .model import STATES, Task
 from .reads import list_tenants
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 
 def head(sm: StateMachine) -> dict:
+    """Format 7: the keyed limits always, the workflows' fields for a state that has had
+    workflows (workflows.head_fields)."""
+    wf = workflows.head_fields(sm)
     return {
         "v": snapshot_format.SNAPSHOT_VERSION, "seq": sm.seq, "now_ms": sm.now_ms,
         "cluster_token": sm.cluster_token, "task_seq": sm.task_seq,
@@ -39,6 +42,7 @@ def head(sm: StateMachine) -> dict:
         "audit": [audit.entry_record(e) for e in sm.audit.entries],
         "limits": sm.store.limiter.records(sm.now_ms),
         "task_limits": sm.store.limiter.task_limits(),
+        **wf,
     }
 
 
@@ -69,6 +73,7 @@ def restore(sm: StateMachine, blob: bytes) -> StateMachine:
         audit.restore(sm.audit, top.get("audit_seq"), top.get("audit"))
     if top["v"] >= 7:
         _restore_limits(sm, top.get("limits"))
+        workflows.restore(sm, top)
     for rid, rec in requests:
         sm.requests[rid] = tuple(rec)
     _restore_times(sm, times)

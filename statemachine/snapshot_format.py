@@ -7,9 +7,11 @@ A snapshot (format 5 and 6) is a msgpack map of counters and plain lists in a ca
 recorded, as an array of runs `[ms, count]` in table order (request_table.py; ms -1: an
 entry restored from an older format, untimed): equal states encode to equal bytes.
 Format 6 is format 5 with the audit trail in the head (`audit_seq`, `audit`: entry
-records oldest first, audit.py). Format 7 is format 6 with keyed limits in the head
-(`limits`: each definition with its busy partitions; `task_limits`: [task id, names] of
-the tasks that name limits, by id; ratelimits.py). Format 4 is format 5 without the runs. Formats 1-3 are read (3: the head has `tasks_sum` instead of the
+records oldest first, audit.py). Format 7 is format 6 with keyed limits and workflows in
+the head (`limits`: each definition with its busy partitions; `task_limits`: [task id,
+names] of the tasks that name limits, by id; ratelimits.py; `wf_seq`, `wf_finish_seq`,
+`workflows`: records in submission order, graphs.py, present once a workflow was
+submitted). Format 4 is format 5 without the runs. Formats 1-3 are read (3: the head has `tasks_sum` instead of the
 roll, and the request records are followed by their item hashes, one bin of 16 bytes each).
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .errors import DecodeError
 from .model import Task
 from .records import request_record, task_chunk, task_from, tasks_of_chunk
 
-SNAPSHOT_VERSION = 7
+SNAPSHOT_VERSION = 7               # 7: format 6, keyed limits and workflows in the head
 SNAPSHOT_VERSIONS_READ = (1, 2, 3, 4, 5, 6, 7)   # 1: tasks a list inside the map; 2: one by one
 TASK_CHUNK = 4096                    # task records per array in a format 3, 4 or 5 snapshot
 _first = operator.itemgetter(0)   # mapped lazily: compiled, a returned genexp becomes a list

@@ -20,6 +20,8 @@ peeking at a top see a live one.
 """
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Container
 from heapq import heapify, heappop, heappush
 
 from .limits import Limits
@@ -49,6 +51,10 @@ class Store:
         self.terminal_count = 0
         self.n = 0                        # tie-breaker of heap entries
         self.bulk = False
+        # Workflows (workflows.py): the task ids of steps, and the moves of those tasks
+        # that their workflows have yet to follow (`settle`, after each command).
+        self.watched: Container[str] = {}
+        self.moved: deque[Task] = deque()
 
     # --- tasks ----------------------------------------------------------------------------
     def index(self, task: Task, now_ms: int) -> None:
@@ -125,6 +131,8 @@ class Store:
         self._enter(task, now_ms)
         if task.schedule_id is not None:
             self._occurrence(task, task.schedule_id)
+        if task.task_id in self.watched:
+            self.moved.append(task)
 
     def _enter(self, task: Task, now_ms: int) -> None:
         """Into the queue or heap of the task's (new) state."""

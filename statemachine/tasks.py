@@ -96,7 +96,12 @@ def cancel(sm: StateMachine, cmd: c.Cancel) -> Answer:
 
 
 def _audit(sm: StateMachine, cmd: c.Command, action: str, task: Task, before: str) -> None:
-    audit.record(sm, cmd, action, task.tenant, task.task_id, audit.task_change(before, task))
+    change = audit.task_change(before, task)
+    step = sm.workflows.step_of.get(task.task_id)
+    if step is not None:   # a workflow's step: the entry names the workflow (DESIGN 5.2)
+        change["workflow"] = {"workflow_id": step[0].workflow_id,
+                              "step": step[0].steps[step[1]].name}
+    audit.record(sm, cmd, action, task.tenant, task.task_id, change)
 
 
 def replay(sm: StateMachine, cmd: c.Replay) -> Answer:

@@ -31,6 +31,7 @@ from tsched.statemachine.tiers import DEFAULT_TIERS
 READY_LAG_ENTRIES_MAX = 1000
 
 STATIC_TYPES = {"app.js": "text/javascript", "app.css": "text/css", "charts.js": "text/javascript",
+                "graph.js": "text/javascript",
                 # uPlot 1.6.32 (MIT, uPlot.LICENSE.txt), vendored from npm's `uplot` dist/
                 "uPlot.iife.min.js": "text/javascript", "uPlot.min.css": "text/css",
                 "uPlot.LICENSE.txt": "text/plain"}

@@ -16,6 +16,7 @@ the format version are statemachine/archive_format.py's, which both sides share.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import logging
 import os
@@ -48,6 +49,12 @@ def archive_dir(config_dir: str, data_dir: str | os.PathLike) -> Path:
     return path if path.is_absolute() else Path(data_dir) / path
 
 
+def _named(task: dict, steps: dict[str, dict] | None) -> dict:
+    if steps and task["task_id"] in steps:
+        task["workflow"] = steps[task["task_id"]]
+    return task
+
+
 class Archive:
     def __init__(self, directory: Path) -> None:
         self.dir = Path(directory)
@@ -59,7 +66,8 @@ class Archive:
         for cmd, res in zip(cmds, results):
             value = res.value if res.ok else None
             if isinstance(value, dict) and value.get("evicted"):
-                self._or_stop(self.write, cmd.now_ms, value["evicted"], "tasks")
+                self._or_stop(functools.partial(self.write, steps=value.get("steps")),
+                              cmd.now_ms, value["evicted"], "tasks")
             if res.ok and res.details and res.details.get("audit_evicted"):
                 self._or_stop(self.write_audit, cmd.now_ms, res.details["audit_evicted"],
                               "audit entries")
@@ -76,11 +84,14 @@ class Archive:
             logging.shutdown()
             os._exit(ARCHIVE_FAILURE_EXIT_CODE)
 
-    def write(self, now_ms: int, tasks: Iterable[Task]) -> None:
-        """Append the tasks as one gzip member, durable when this returns."""
+    def write(self, now_ms: int, tasks: Iterable[Task],
+              steps: dict[str, dict] | None = None) -> None:
+        """Append the tasks as one gzip member, durable when this returns. `steps`: the
+        workflow and step of those that are a workflow's steps (as GET /v1/tasks/{id})."""
         stamp = present.rfc3339(now_ms)
         lines = b"".join(orjson.dumps({"v": FORMAT_VERSION, "archived_at": stamp,
-                                       "task": present.task(t)}) + b"\n" for t in tasks)
+                                       "task": _named(present.task(t), steps)}) + b"\n"
+                         for t in tasks)
         self.archived += self._append(file_name(now_ms), lines)
 
     def write_audit(self, now_ms: int, entries: Iterable[AuditEntry]) -> None:

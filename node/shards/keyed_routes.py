@@ -101,6 +101,14 @@ async def split_batch(request: web.Request, r: Router, groups: dict[int, list[in
                          applied_preferences(*sent))
 
 
+@routes.post("/v1/workflows")
+async def submit_workflow(request: web.Request) -> web.Response:
+    """A workflow lives in its tenant's shard (DESIGN 5.2)."""
+    r = _router(request)
+    raw = await request.read()
+    return await r.relay(request, r.tenant_shard(_tenant_of(r, request, loads(raw))), raw)
+
+
 @routes.route("*", "/v1/tenants/{tenant}")
 async def tenant(request: web.Request) -> web.Response:
     r = _router(request)
@@ -125,11 +133,21 @@ async def schedule(request: web.Request) -> web.Response:
 # --- by task id ------------------------------------------------------------------------------
 
 @routes.get("/v1/tasks/{task_id}")
+@routes.get("/v1/tasks/{task_id}/parents")
 @routes.post("/v1/tasks/{task_id}/{action}")
 async def task(request: web.Request) -> web.Response:
     r = _router(request)
     tid = validate.task_id(request.match_info["task_id"])
     return await r.relay(request, await r.id_shard(request, tid))
+
+
+@routes.get("/v1/workflows/{workflow_id}")
+@routes.post("/v1/workflows/{workflow_id}/{action}")
+async def workflow(request: web.Request) -> web.Response:
+    """A workflow's id names its shard as a task id does (the node makes both alike)."""
+    r = _router(request)
+    wid = validate.name(request.match_info["workflow_id"], "workflow_id")
+    return await r.relay(request, await r.id_shard(request, wid, "workflows"))
 
 
 async def group_by_task(r: Router, request: web.Request, items: list

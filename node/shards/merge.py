@@ -179,6 +179,10 @@ async def audit(request: web.Request) -> web.Response:
                                 newest_first=True)
 
 
+routes.get("/v1/workflows")(_listing("/v1/workflows", "workflows",
+                                     lambda w: (w.get("created_at") or "",), newest_first=True))
+
+
 routes.get("/v1/schedules")(_listing(
     "/v1/schedules", "schedules",
     lambda s: (s.get("tenant") or "", s.get("schedule_id") or ""), newest_first=False))

@@ -73,10 +73,12 @@ class Router:
         while len(self.ids) > ID_CACHE_MAX:
             self.ids.popitem(last=False)
 
-    async def id_shard(self, request: web.Request, task_id: str) -> int:
+    async def id_shard(self, request: web.Request, task_id: str,
+                       resource: str = "tasks") -> int:
         """The shard holding `task_id`. On a re-sharded cluster (DESIGN.md section 6.1) an
         id's prefix may name its old shard: the named shard is asked first, then the
-        others (at most `count` requests in all), and the answer is kept in `ids`."""
+        others (at most `count` requests in all), and the answer is kept in `ids`.
+        `resource`: where the id is asked for (a workflow's id: "workflows")."""
         s = shards_mod.shard_of_task_id(task_id, self.count)
         if not self.resharded:
             if s is not None and s >= 0:
@@ -88,15 +90,16 @@ class Router:
             return self.ids[task_id]
         named = [s] if s is not None and s >= 0 else []
         for group in (named, [i for i in range(self.count) if i not in named]):
-            found = await self._ask(request, task_id, group) if group else None
+            found = await self._ask(request, task_id, group, resource) if group else None
             if found is not None:
                 self.remember(task_id, found)
                 return found
         raise ApiError("not_found", f"no task {task_id}", {"task_id": task_id})
 
-    async def _ask(self, request: web.Request, task_id: str, group: list[int]) -> int | None:
+    async def _ask(self, request: web.Request, task_id: str, group: list[int],
+                   resource: str = "tasks") -> int | None:
         """The shard of `group` that has `task_id`; None when every one answers 404."""
-        path = f"/v1/tasks/{task_id}"
+        path = f"/v1/{resource}/{task_id}"
         answers = await asyncio.gather(*(self.send(request, i, "GET", path, None)
                                          for i in group), return_exceptions=True)
         for i, a in zip(group, answers):

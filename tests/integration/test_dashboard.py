@@ -376,7 +376,37 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
                 "document.querySelector('#schedules tbody tr[data-schedule-id]') !== null")
         await until("the schedule's row", schedules_shown)
         await page.screenshot(shots / "dashboard-schedules.png")
+    await _workflows_tab(page, c, node, shots)
     assert page.errors == [], page.errors
+
+
+async def _workflows_tab(page: Page, c: Cluster, node: str, shots: Path) -> None:
+    """A workflow's steps in the workflows tab: its table and its picture, by state."""
+    steps = [{"name": "extract", "task_type": "wf_extract"},
+             {"name": "load", "task_type": "wf_load", "deps": ["extract"]},
+             {"name": "report", "task_type": "wf_report", "deps": ["extract", "load"]}]
+    s, wf = await asyncio.to_thread(c.call, node, "POST", "/v1/workflows",
+                                    {"tenant": "acme", "steps": steps})
+    assert s == 201, wf
+    s, b = await asyncio.to_thread(c.call, node, "POST", "/v1/claims",
+                                   {"worker_id": "w1", "task_types": ["wf_extract"], "wait_s": 5})
+    assert s == 200 and b["tasks"], b
+    s, _ = await asyncio.to_thread(c.call, node, "POST",
+                                   f"/v1/tasks/{b['tasks'][0]['task_id']}/complete",
+                                   {"fencing_token": b["tasks"][0]["fencing_token"]})
+    assert s == 200
+    await page.click("[data-tab=workflows]")
+    row = f"#workflow-list tbody tr[data-workflow-id='{wf['workflow_id']}']"
+    await until("the workflow's row", lambda: page.eval(f"!!document.querySelector(\"{row}\")"))
+    await page.click(row)
+
+    async def pictured():
+        return await page.eval("[...document.querySelectorAll('.workflow-graph g.step')]"
+                               ".map(g => g.dataset.step + ':' + g.classList[1]).join(',')")
+    assert await until("the workflow's picture", pictured) == \
+        "extract:completed,load:pending,report:waiting"
+    assert await page.eval("document.querySelectorAll('.workflow-graph line.edge').length") == 3
+    await page.screenshot(shots / "dashboard-workflow.png")
 
 
 # --- the other operations endpoints on the same kind of cluster (no browser needed) ----------

@@ -382,6 +382,32 @@ def test_task_ids_route_from_any_node_and_an_unknown_shard_is_not_found(shared_s
     assert [t["name"] for t in cluster["tiers"]] == ["critical", "high", "normal", "low", "batch"]
 
 
+def test_a_workflow_lives_in_its_tenants_shard_and_routes_from_any_node(shared_sharded):
+    sharded = shared_sharded
+    steps = [{"name": "a", "task_type": "wf_sharded"},
+             {"name": "b", "task_type": "wf_sharded", "deps": ["a"]}]
+    by_tenant = {}
+    for tenant in TENANTS[:2]:
+        status, wf = sharded.call("n1", "POST", "/v1/workflows",
+                                  {"tenant": tenant, "steps": steps})
+        assert status == 201 and wf["shard"] == shard_of_tenant(tenant, SHARDS), wf
+        assert int(wf["workflow_id"][:2], 16) == wf["shard"]
+        by_tenant[tenant] = wf
+    for node in sharded.ids:
+        for wf in by_tenant.values():
+            q = f"?min_seq={wf['shard']}:{wf['applied_seq']}"
+            status, got = sharded.call(node, "GET", f"/v1/workflows/{wf['workflow_id']}{q}")
+            assert status == 200 and got["steps"][1]["state"] == "waiting", got
+            tid = wf["steps"][1]["task_id"]
+            status, seen = sharded.call(node, "GET", f"/v1/tasks/{tid}/parents{q}")
+            assert status == 200 and seen["parents"]["a"]["state"] == "pending", seen
+    wf = by_tenant[TENANTS[0]]
+    status, out = sharded.call("n2", "POST", f"/v1/workflows/{wf['workflow_id']}/cancel")
+    assert status == 200 and out["state"] == "cancelled", out
+    listed = sharded.pages("n3", "/v1/workflows", "workflows", "limit=1")
+    assert {w["workflow_id"] for w in by_tenant.values()} <= {w["workflow_id"] for w in listed}
+
+
 def test_lateness_by_tier_carries_the_shard_of_each_claim(shared_sharded):
     sharded = shared_sharded
     tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 1)

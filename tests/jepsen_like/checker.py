@@ -21,7 +21,8 @@ from tsched.node.scheduling.timer import FIRE_LEAD_MS   # a fire is made this lo
 
 TERMINAL = ("completed", "cancelled", "dead_letter")
 CHECKS = ("lost", "stale_accepted", "double_lease", "cap_exceeded", "cancel_violations",
-          "missed_fires", "duplicate_fires", "digest_mismatch", "unconverged", "diverged_reads")
+          "missed_fires", "duplicate_fires", "digest_mismatch", "unconverged", "diverged_reads",
+          "step_before_parents", "callback_twice")
 FIRE_START_WINDOW_MS = 5_000      # a fire in quiet time must start this soon after its time
 FAULT_GRACE_MS = 8_000            # election (<= 2.5 s) + reconnect + catch-up after a heal
 UNAVAILABLE_GAP_S = 1.0           # no acknowledged write for this long is an outage
@@ -350,6 +351,80 @@ def _stopped_behind_a_clock(fire_ms: int, stop_ms: int, faults) -> bool:
                and stop_ms <= end + FAULT_GRACE_MS for start, end, kind in faults)
 
 
+def workflows(model: Model) -> list[dict]:
+    """Each acknowledged workflow once: {"id", "task_of": name -> task id, "deps": name ->
+    parent names, "run": names of `on_parent_failure: run` steps}."""
+    out, seen = [], set()
+    for op in model.ops:
+        result = op.result or {}
+        if op.f != "submit_workflow" or op.kind != OK or result.get("workflow_id") in seen:
+            continue
+        seen.add(result["workflow_id"])
+        out.append({"id": result["workflow_id"],
+                    "task_of": {name: tid for name, tid in result.get("steps") or []},
+                    "deps": op.args.get("deps") or {}, "run": set(op.args.get("run_steps") or ())})
+    return out
+
+
+def check_step_order(model: Model) -> list[dict]:
+    """No step ran before its parents finished (state clock). A step that has a task has
+    parents that all completed, and it was created, and every attempt of it started, no
+    earlier than the last of them completed. A `run` step needs its parents finished
+    either way: each ended, and is terminal at the end, and each had an attempt end by
+    the step's creation (a parent replayed after the step started ends again later)."""
+    out = []
+    for wf in workflows(model):
+        for name, parents in wf["deps"].items():
+            child = model.tasks.get(wf["task_of"].get(name))
+            if child is None or not parents:
+                continue
+            found = [model.tasks.get(wf["task_of"].get(p)) for p in parents]
+            why = (_run_step_early if name in wf["run"] else _step_early)(child, found)
+            if why:
+                out.append({"workflow_id": wf["id"], "step": name, "why": why,
+                            "parents": [p and p.get("state") for p in found]})
+    return out
+
+
+def _step_early(child: dict, parents: list) -> str | None:
+    if any(p is None or p.get("state") != "completed" for p in parents):
+        return "has a task while a parent is not completed"
+    done_ms = max(to_ms(p.get("completed_at")) or 0 for p in parents)
+    starts = [to_ms(a.get("started_at")) or 0 for a in child.get("attempts") or []]
+    if (to_ms(child.get("created_at")) or 0) < done_ms or any(s < done_ms for s in starts):
+        return "created or started before its last parent completed"
+    return None
+
+
+def _run_step_early(child: dict, parents: list) -> str | None:
+    if any(p is None or p.get("state") not in TERMINAL for p in parents):
+        return "has a task while a parent is not finished"
+    created = to_ms(child.get("created_at")) or 0
+    for p in parents:
+        ends = [to_ms(a.get("ended_at")) for a in p.get("attempts") or []]
+        if ends and not any(e is not None and e <= created for e in ends):
+            return "created before a parent's attempt ended"
+    return None
+
+
+def check_callback_twice(model: Model) -> list[dict]:
+    """No callback ran twice as far as fencing goes: its accepted completions carry one
+    token, and its final record has at most one completed attempt."""
+    callbacks = {wf["task_of"].get("cb") for wf in workflows(model)} - {None}
+    tokens: dict = defaultdict(set)
+    for op in model.ops:
+        if op.f == "complete" and op.kind == OK and op.args.get("task_id") in callbacks:
+            tokens[op.args["task_id"]].add(op.args.get("fencing_token"))
+    out = []
+    for tid in sorted(callbacks):
+        attempts = (model.tasks.get(tid) or {}).get("attempts") or []
+        completed = sum(1 for a in attempts if a.get("outcome") == "completed")
+        if len(tokens[tid]) > 1 or completed > 1:
+            out.append({"task_id": tid, "accepted_tokens": sorted(tokens[tid]),
+                        "completed_attempts": completed})
+    return out
+
+
 def check_digests(final: dict) -> tuple[list[dict], list[dict]]:
     by_seq = defaultdict(dict)     # (shard, applied_seq) -> digest -> nodes
     for s in final.get("digests") or []:
@@ -405,6 +480,8 @@ def check(entries: list[dict], final: dict) -> dict:
         "digest_mismatch": mismatch,
         "unconverged": unconverged,
         "diverged_reads": check_diverged_reads(final),
+        "step_before_parents": check_step_order(model),
+        "callback_twice": check_callback_twice(model),
     }
     nemesis = defaultdict(int)
     for op in model.ops:
@@ -423,6 +500,7 @@ def check(entries: list[dict], final: dict) -> dict:
         "indeterminate_ops": sum(1 for o in model.ops if o.kind == INFO),
         "fires_checked": sum(1 for s in schedule_windows(model)
                              if (s["tenant"], s["schedule_id"]) not in skip),
+        "workflows_checked": len(workflows(model)),
         "violations": {k: v[:EXAMPLES_MAX] for k, v in found.items() if v},
     }
 
@@ -431,6 +509,7 @@ def summarize(seed: int, duration_s: float, report: dict) -> dict:
     return {"seed": seed, "duration_s": duration_s, "ops": report["ops"],
             "nemesis": report["nemesis"], "checks": report["checks"], "valid": report["valid"],
             "schedules_checked": report["fires_checked"],
+            "workflows_checked": report.get("workflows_checked", 0),
             "unavailability": {k: v for k, v in report["unavailability"].items() if k != "list"}}
 
 

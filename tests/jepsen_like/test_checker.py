@@ -356,3 +356,70 @@ def test_a_retried_fire_made_ahead_of_its_time_covers_its_gap():
     moved["created_at"] = ts(4_000 - FIRE_LEAD_MS)
     report = check(h.entries, final)
     assert report["valid"], report["violations"]
+
+
+def _workflow_run(child_created: int, child_start: int, parent_state: str = "completed",
+                  cb_tokens=(5,), run=False):
+    """A workflow: p completed at 1000, c after it (created and started as given), cb
+    after both, completed with `cb_tokens`."""
+    h, final = clean_run()
+    h.op("submit_workflow", process="wf0", idempotency_key="wf-1",
+         deps={"p": [], "c": ["p"], "cb": ["p", "c"]}, run_steps=["c"] if run else [],
+         result={"workflow_id": "w1", "steps": [["p", "tp"], ["c", "tc"], ["cb", "tcb"]]})
+    for token in cb_tokens:
+        h.op("complete", process="wfcb", task_id="tcb", fencing_token=token,
+             result={"state": "completed"})
+    final["tasks"].update({
+        "tp": task("tp", parent_state, [attempt(3, 500, 1000, "completed")], tenant="t3",
+                   completed_at=ts(1000)),
+        "tc": task("tc", "completed", [attempt(4, child_start, 1800, "completed")],
+                   tenant="t3", created_at=ts(child_created), completed_at=ts(1800)),
+        "tcb": task("tcb", "completed", [attempt(t, 2000 + t, 2100 + t, "completed")
+                                          for t in cb_tokens], tenant="t3",
+                    created_at=ts(1800), completed_at=ts(2200)),
+    })
+    return h, final
+
+
+def test_a_workflow_whose_steps_follow_their_parents_is_valid():
+    h, final = _workflow_run(1000, 1200)
+    report = check(h.entries, final)
+    assert report["valid"], report["violations"]
+    assert report["workflows_checked"] == 1
+
+
+@pytest.mark.parametrize("created, start, parent", [(900, 1200, "completed"),
+                                                    (1000, 990, "completed"),
+                                                    (1000, 1200, "dead_letter")])
+def test_a_step_before_its_parents_finished_is_flagged(created, start, parent):
+    h, final = _workflow_run(created, start, parent)
+    report = check(h.entries, final)
+    assert set(flagged(report)) == {"step_before_parents"}
+    assert "c" in {v["step"] for v in report["violations"]["step_before_parents"]}
+
+
+def test_a_run_step_may_follow_a_dead_letter():
+    h, final = _workflow_run(1000, 1200, "dead_letter", run=True)
+    report = check(h.entries, final)
+    assert flagged(report) == {"step_before_parents": 1}   # cb is "cancel": it may not
+    assert report["violations"]["step_before_parents"][0]["step"] == "cb"
+
+
+def test_a_run_step_after_a_parent_replayed_later_is_valid():
+    h, final = _workflow_run(1000, 1200, run=True)
+    # p dead-lettered at 1000, c ran on it, then p was replayed and completed at 3000
+    final["tasks"]["tp"] = task("tp", "completed", [attempt(3, 500, 1000, "failed"),
+                                                    attempt(7, 2900, 3000, "completed")],
+                                tenant="t3", completed_at=ts(3000))
+    report = check(h.entries, final)
+    assert [v["step"] for v in report["violations"].get("step_before_parents", [])] == ["cb"]
+    final["tasks"]["tc"]["created_at"] = ts(900)   # before p's first attempt ended
+    report = check(h.entries, final)
+    assert {v["step"] for v in report["violations"]["step_before_parents"]} == {"c", "cb"}
+
+
+def test_a_callback_completed_under_two_tokens_is_flagged():
+    h, final = _workflow_run(1000, 1200, cb_tokens=(5, 6))
+    report = check(h.entries, final)   # the second is a stale completion too
+    assert flagged(report)["callback_twice"] == 1
+    assert report["violations"]["callback_twice"][0]["accepted_tokens"] == [5, 6]

@@ -23,6 +23,11 @@ CLAIM_WAIT_S = 1.0
 REQUEST_TIMEOUT_S = 6.0
 TENANT_CAPS = {"t1": 2, "t2": 3, "t3": 0}   # 0: unlimited
 JOB_TYPE, CRON_TYPE = "job", "cron_tick"
+# Workflows (DESIGN 5.2): a fan-out, a step after two of it, and a callback after all;
+# their own task types and an uncapped tenant, so they neither take the job workers'
+# tasks nor count against the caps the checker holds the jobs to.
+STEP_TYPE, CALLBACK_TYPE, WORKFLOW_TENANT = "wf_step", "wf_cb", "t3"
+WORKFLOW_EVERY_S = 1.5
 SCHEDULE_ID, SCHEDULE_TENANT = "every-second", "t3"
 SUBMIT_RETRIES = 3
 FIRST_FIRE_WAIT_S = 5.0
@@ -89,6 +94,13 @@ def _task_view(t: dict) -> dict:
     keys = ("task_id", "tenant", "fencing_token", "lease_expires_at", "started_at", "attempt",
             "run_at", "state")
     return {k: t.get(k) for k in keys}
+
+
+def _workflow_view(data: dict) -> dict:
+    """A submitted workflow: its id and each step's [name, task id] (the deps are the
+    operation's arguments, as submitted)."""
+    return {"workflow_id": data.get("workflow_id"),
+            "steps": [[s.get("name"), s.get("task_id")] for s in data.get("steps") or []]}
 
 
 def _claim_view(data: dict) -> dict:
@@ -233,6 +245,10 @@ class Workload:
                         for i in range(self.n_workers)]
         self._tasks += [spawn(self._worker("cron", CRON_TYPE, honest=True)),
                         spawn(self._canceller())]
+        self._tasks += [spawn(self._workflow_producer()), spawn(self._replayer()),
+                        spawn(self._worker("wfs0", STEP_TYPE)),
+                        spawn(self._worker("wfs1", STEP_TYPE, carries=True)),
+                        spawn(self._worker("wfcb", CALLBACK_TYPE))]
         if self.schedule_enabled:
             self._tasks.append(spawn(self._schedule_reader()))
 
@@ -269,6 +285,52 @@ class Workload:
                     break
                 await asyncio.sleep(0.2)
             await asyncio.sleep(self.submit_interval_s)
+
+    async def _workflow_producer(self) -> None:
+        """A workflow every WORKFLOW_EVERY_S: steps a, b, c; d after a and b ("run" every
+        other time: it runs even when a parent dead-letters); a callback after all four.
+        The answer's step task ids let the checker hold each step to its parents."""
+        n = 0
+        while self.shared.producing.is_set():
+            n += 1
+            key = f"wf-{n}"
+            # every third workflow's first steps dead-letter at their first failure: the
+            # replayer then replays them, and the steps they cancelled resume
+            steps = [{"name": x, "task_type": STEP_TYPE, "max_retries": 0 if n % 3 == 0 else 3,
+                      "retry": {"backoff": "fixed", "base_s": 0.5}} for x in "abc"]
+            steps.append({"name": "d", "task_type": STEP_TYPE, "deps": ["a", "b"],
+                          "on_parent_failure": "run" if n % 2 else "cancel"})
+            steps.append({"name": "cb", "task_type": CALLBACK_TYPE, "max_retries": 5,
+                          "deps": ["a", "b", "c", "d"]})
+            body = {"tenant": WORKFLOW_TENANT, "idempotency_key": key, "steps": steps}
+            for _ in range(SUBMIT_RETRIES):
+                kind, _ = await self.api.call(
+                    "wf0", "submit_workflow", self.node(), "POST", "/v1/workflows", body,
+                    extract=_workflow_view, idempotency_key=key,
+                    deps={x["name"]: x.get("deps", []) for x in steps},
+                    run_steps=[x["name"] for x in steps
+                               if x.get("on_parent_failure") == "run"])
+                if kind != INFO:
+                    break
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(WORKFLOW_EVERY_S)
+
+    async def _replayer(self) -> None:
+        """Replays the workflows' dead-lettered steps now and then (DESIGN 5.2: the steps
+        their failure cancelled resume, and run after them)."""
+        while not self.shared.stopping.is_set():
+            await asyncio.sleep(1.0)
+            if not self.shared.producing.is_set():
+                continue
+            kind, data = await self.api.call(
+                "r0", "list_dead", self.node(), "GET",
+                f"/v1/tasks?state=dead_letter&tenant={WORKFLOW_TENANT}&task_type={STEP_TYPE}"
+                "&limit=5", None, extract=lambda d: {"n": len(d.get("tasks") or [])})
+            for t in (data or {}).get("tasks") or [] if kind == OK else []:
+                await self.api.call("r0", "replay", self.node(), "POST",
+                                    f"/v1/tasks/{t['task_id']}/replay", None,
+                                    extract=lambda d: {"state": d.get("state")},
+                                    task_id=t["task_id"])
 
     async def _canceller(self) -> None:
         while not self.shared.stopping.is_set():

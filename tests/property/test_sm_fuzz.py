@@ -26,6 +26,20 @@ values = st.one_of(scalars, policies, templates, st.lists(scalars, max_size=3).m
                    st.lists(scalars, max_size=3))
 
 
+# A workflow's template and step rows: the right shape with junk in any field, so that
+# apply's checks past the shape are reached too.
+template_rows = st.lists(st.tuples(
+    st.just("x") | scalars, st.integers(0, 10) | scalars, st.just(60_000) | scalars,
+    st.integers(0, 3) | scalars,
+    st.just(("fixed", 1, 1, 1_000, 0)) | st.lists(scalars, max_size=6).map(tuple)),
+    max_size=3).map(tuple)
+step_rows = st.lists(st.tuples(
+    st.sampled_from(["a", "b", "a"]) | scalars, st.sampled_from(["s1", "s2", "t1"]) | scalars,
+    st.integers(-1, 2) | scalars, st.just("null") | scalars,
+    st.lists(st.integers(-1, 3), max_size=3).map(tuple) | scalars,
+    st.sampled_from(["cancel", "run"]) | scalars), max_size=4).map(tuple)
+
+
 @st.composite
 def junk_commands(draw):
     cls = draw(st.sampled_from(c.COMMAND_TYPES))
@@ -35,6 +49,10 @@ def junk_commands(draw):
             fields[f.name] = draw(st.sampled_from(["r1", "r2", "r3"]) | scalars)
         elif f.name == "now_ms":
             fields[f.name] = draw(st.integers(T0, T0 + 10 ** 7) | scalars)
+        elif f.name == "steps":
+            fields[f.name] = draw(step_rows | values)
+        elif f.name == "templates":
+            fields[f.name] = draw(template_rows | values)
         else:
             fields[f.name] = draw(values)
     return cls(**fields)

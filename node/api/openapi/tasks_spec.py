@@ -99,6 +99,8 @@ def task() -> Schema:
                                "a running task of that limit's partition ends"})},
             ("limit", "partition", "until"), description="GET /v1/tasks/{id} only: a pending "
             "task held by a spent limit")),
+        "workflow": obj({"workflow_id": string(), "step": string()}, ("workflow_id", "step"),
+                        description="a workflow's step: which (GET one task only)"),
         "duplicate": {"type": "boolean", "description": "answers to a submit only"},
         "applied_seq": APPLIED_SEQ, "shard": SHARD,
     }, ("task_id", "tenant", "task_type", "state", "priority", "run_at", "attempt"))

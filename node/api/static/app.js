@@ -20,6 +20,7 @@
     tab: "tasks",
     audit: { actor: "", action: "", target: "" },
     selected: null,       // task id shown in the detail pane
+    workflow: null,       // workflow id shown in the workflows tab's detail pane
     search: {},
     timer: null,
     refreshes: 0,
@@ -391,6 +392,49 @@
     7, "no schedules");
   }
 
+  // --- workflows (DESIGN 5.2; graph.js draws their steps) ---------------------------------------
+
+  const countsText = (counts) => Object.entries(counts || {}).map(([k, n]) => `${k.replace("_", " ")} ${n}`).join(" · ");
+
+  async function loadWorkflows() {
+    const page = await api("GET", "/v1/workflows", { fresh: true, params: { limit: LIST_LIMIT } });
+    $("workflow-list-note").textContent = page.next_cursor ? `newest ${LIST_LIMIT} shown` : "";
+    fill($("workflow-list").tBodies[0], page.workflows.map((w) => h("tr", {
+      class: `clickable${w.workflow_id === view.workflow ? " selected" : ""}`,
+      dataset: { workflowId: w.workflow_id },
+      onclick: () => { view.workflow = w.workflow_id; refreshSoon(); },
+    },
+    h("td", null, shortId(w.workflow_id)), h("td", null, w.tenant), h("td", null, badge(w.state)),
+    h("td", { class: "num" }, w.step_count), h("td", { class: "counts" }, countsText(w.counts)),
+    h("td", null, when(w.created_at)))), 6, "no workflows");
+    if (view.workflow) await loadWorkflowDetail(view.workflow);
+  }
+
+  async function loadWorkflowDetail(id) {
+    let w;
+    try {
+      w = await api("GET", `/v1/workflows/${encodeURIComponent(id)}`, { fresh: true });
+    } catch (e) {
+      if (e.status !== 404) throw e;
+      view.workflow = null;
+      $("workflow-detail").replaceChildren(h("p", { class: "muted" }, `workflow ${id} is gone (evicted)`));
+      return;
+    }
+    const picture = TschedGraph.draw(w);
+    const steps = w.steps.map((s) => h("tr", { dataset: { step: s.name } },
+      h("td", null, s.name), h("td", null, badge(s.state)), h("td", null, shortId(s.task_id)),
+      h("td", null, (s.deps || []).join(", ")), h("td", { title: s.error || "" }, s.error || "")));
+    $("workflow-detail").replaceChildren(
+      h("h3", null, "Workflow ", h("code", null, w.workflow_id), " ", badge(w.state)),
+      h("p", { class: "muted" }, countsText(w.counts)),
+      picture ? h("div", { class: "graph-box" }, picture)
+        : h("p", { class: "muted" }, `${w.step_count} steps: too many to draw (at most ${TschedGraph.GRAPH_STEPS_MAX})`),
+      h("table", { class: "grid", id: "workflow-steps" },
+        h("thead", null, h("tr", null, h("th", null, "step"), h("th", null, "state"), h("th", null, "task"),
+          h("th", null, "deps"), h("th", null, "error"))),
+        h("tbody", null, steps)));
+  }
+
   // --- graphs (charts.js draws them) -------------------------------------------------------------
 
   async function loadGraphs() {
@@ -429,7 +473,8 @@
     5, "no operator actions recorded");
   }
 
-  const TAB_LOADERS = { tasks: loadTasks, dlq: loadDeadLetters, schedules: loadSchedules, audit: loadAudit };
+  const TAB_LOADERS = { tasks: loadTasks, dlq: loadDeadLetters, schedules: loadSchedules,
+    workflows: loadWorkflows, audit: loadAudit };
 
   async function refresh() {
     clearTimeout(view.timer);

@@ -51,6 +51,11 @@ EXAMPLES = [
     c.DeleteLimit(request_id="r21", now_ms=T0, name="partner"),
     c.PauseLimit(request_id="r22", now_ms=T0, task_id="t", fencing_token=3, limit="partner",
                  after_ms=30_000),
+    c.SubmitWorkflow(request_id="r23", now_ms=T0, workflow_id="w", tenant="a",
+                     templates=(("x", 5, 60_000, 3, ("fixed", 1, 2, 1_000, 0)),),
+                     steps=(("s1", "t1", 0, "null", (), "cancel"),
+                            ("s2", "t2", 0, "{}", (0,), "run")), idempotency_key="k"),
+    c.CancelWorkflow(request_id="r24", now_ms=T0, workflow_id="w", tenant="a", actor="x"),
 ]
 
 

@@ -10,6 +10,7 @@ from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine import commands as c
 from tsched.statemachine import codec
 from tsched.statemachine.digest import full_hexdigest, roll_from_blob
+from tsched.statemachine.graphs import compact
 
 # A request table of 8 ids kept no longer than the millisecond they were recorded in
 SMALL = Limits(requests_max=8, request_window_ms=0, request_ahead_ms_max=0,
@@ -50,6 +51,11 @@ def _pause_limit(d: Driver) -> None:
     task = d.claim_one(task_types=("call",))
     d.ok(c.PauseLimit, task_id=task.task_id, fencing_token=task.fencing_token,
          limit="partner", after_ms=1_000)
+
+
+_STEPS = compact((
+    ("a", "wa", "email", "null", 5, 60_000, 0, ("fixed", 1, 1, 1_000, 0), (), "cancel"),
+    ("b", "wb", "email", "null", 5, 60_000, 0, ("fixed", 1, 1, 1_000, 0), (0,), "run")))
 
 
 # Each case: (name, action(driver) -> None). Every command type appears at least once,
@@ -128,6 +134,11 @@ CASES = {
     "delete_limit": lambda d: (d.ok(c.PutLimit, name="partner", rate=5),
                                d.ok(c.DeleteLimit, name="partner")),
     "pause_limit": _pause_limit,
+    "submit_workflow": lambda d: d.ok(c.SubmitWorkflow, workflow_id="w", tenant="acme",
+                                      **_STEPS),
+    "cancel_workflow": lambda d: (d.ok(c.SubmitWorkflow, workflow_id="w", tenant="acme",
+                                       **_STEPS), _checked(d),
+                                  d.ok(c.CancelWorkflow, workflow_id="w")),
 }
 
 

@@ -7,6 +7,7 @@ import pytest
 from tsched.statemachine import StateMachine
 from tsched.statemachine import commands as c
 from tsched.statemachine.errors import DecodeError
+from tsched.statemachine.graphs import compact
 from tsched.statemachine.reshard import reshard
 
 from sm_support import T0, Driver
@@ -99,3 +100,24 @@ def test_a_task_id_in_two_old_shards_is_refused() -> None:
     with pytest.raises(DecodeError):
         reshard([_old_shard("a", ("acme",), n=1).snapshot(), twin,
                  _old_shard("a", ("delta",), n=1).snapshot()], 2, _shard_of(2))
+
+
+def test_workflows_go_to_their_tenants_shard_and_keep_resolving() -> None:
+    rows = tuple((n, f"{n}-task", "wf", "null", 5, 60_000, 0, ("fixed", 1, 1, 1_000, 0),
+                  deps, "cancel") for n, deps in (("a", ()), ("b", (0,))))
+    olds = []
+    for tenant in ("acme", "delta"):
+        d = Driver()
+        step_rows = tuple((r[0], f"{tenant}-{r[1]}", *r[2:]) for r in rows)
+        d.ok(c.SubmitWorkflow, workflow_id=f"w-{tenant}", tenant=tenant, **compact(step_rows))
+        olds.append(d.sm.snapshot())
+    news = [StateMachine.restore(b) for b in reshard(olds, 2, _shard_of(2))]
+    assert [list(sm.workflows.by_id) for sm in news] == [["w-acme"], ["w-delta"]]
+    sm = news[0]
+    assert [s.state for s in sm.workflows.by_id["w-acme"].steps] == ["pending", "waiting"]
+    task = sm.tasks["acme-a-task"]
+    assert sm.apply(c.Claim(request_id="c", now_ms=T0 + 1, worker_id="w",
+                            task_types=("wf",))).ok
+    assert sm.apply(c.Complete(request_id="k", now_ms=T0 + 1, task_id=task.task_id,
+                               fencing_token=task.fencing_token)).ok
+    assert sm.tasks["acme-b-task"].state == "pending"

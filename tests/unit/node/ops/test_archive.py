@@ -9,6 +9,7 @@ from tsched.client.archive import Query, search
 from tsched.node.ops.archiver import Archive
 from tsched.statemachine import commands as c
 from tsched.statemachine.archive_format import file_name
+from tsched.statemachine.graphs import compact
 
 DAY_MS = 86_400_000
 
@@ -41,6 +42,24 @@ def test_a_tick_that_evicts_is_archived_and_read_back(tmp_path) -> None:
     assert [r["task"]["task_id"] for r in search(tmp_path, Query(task_type="settle")).records] \
         == ["a"]
     assert search(tmp_path, Query(from_ms=d.now)).records == []   # completed long before
+
+
+def test_an_archived_step_names_its_workflow(tmp_path) -> None:
+    d = Driver()
+    rows = (("only", "step-1", "settle", "null", 5, 60_000, 0, ("fixed", 1, 1, 1_000, 0), (),
+             "cancel"),)
+    d.ok(c.SubmitWorkflow, workflow_id="wf-1", tenant="acme", **compact(rows))
+    d.add("plain", tenant="acme", task_type="settle")
+    for _ in range(2):
+        t = d.claim_one(task_types=("settle",))
+        d.ok(c.Complete, task_id=t.task_id, fencing_token=t.fencing_token)
+    archive = Archive(tmp_path)
+    d.now += d.sm.limits.retention_ms + 1
+    tick = c.Tick(request_id="t", now_ms=d.now)
+    archive.on_apply(d.sm.seq, [tick], d.sm.apply_batch([tick]))
+    by_id = {r["task"]["task_id"]: r["task"] for r in search(tmp_path, Query()).records}
+    assert by_id["step-1"]["workflow"] == {"workflow_id": "wf-1", "step": "only"}
+    assert "workflow" not in by_id["plain"]
 
 
 def test_repeats_are_dropped_and_bad_files_skipped_by_name(tmp_path) -> None:

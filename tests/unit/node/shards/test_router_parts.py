@@ -111,11 +111,12 @@ def _resharded_router(count: int, holder: dict[str, int], resharded: bool = True
     from tsched.node.shards.router import Router
     from tsched.node.shards.upstream import Answer
     r = Router.__new__(Router)
-    r.count, r.resharded, r.ids, r.asked = count, resharded, OrderedDict(), []
+    r.count, r.resharded, r.ids, r.asked, r.paths = count, resharded, OrderedDict(), [], []
 
     async def send(request, shard, method, path_qs, body, **kw):
         tid = path_qs.rsplit("/", 1)[1]
         r.asked.append(shard)
+        r.paths.append(path_qs)
         return Answer(200 if holder.get(tid) == shard else 404, b"{}", "application/json", {})
     r.send = send
     return r
@@ -140,6 +141,15 @@ def test_a_resharded_router_asks_the_named_shard_then_the_others_once_per_id():
     assert e.value.code == "not_found" and sorted(r.asked) == [0, 1, 2]
     plain = _resharded_router(3, {old: 2}, resharded=False)
     assert asyncio.run(plain.id_shard(None, old)) == 1 and plain.asked == []   # as before
+
+
+def test_a_resharded_router_finds_a_workflow_by_asking_for_workflows():
+    import asyncio
+
+    wid = "01" + "b" * 30           # made on shard 1, lives on shard 0 since the restore
+    r = _resharded_router(2, {wid: 0})
+    assert asyncio.run(r.id_shard(None, wid, "workflows")) == 0
+    assert r.paths == [f"/v1/workflows/{wid}"] * 2
 
 
 def _router(tmp_path, nodes: int, extra: str):
