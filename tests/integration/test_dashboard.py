@@ -557,6 +557,29 @@ def _limits_answers(call) -> None:
     call("GET", "/v1/limits/{name}", name="partner", status=404)
 
 
+def _workflows_answers(call) -> None:
+    """Workflows' answers (DESIGN 5.2): submit, read, list, a step's parents, a refused
+    graph, cancel."""
+    steps = [{"name": "a", "task_type": "wfa", "payload": {"n": 1}},
+             {"name": "b", "task_type": "wfb", "deps": ["a"]}]
+    wf = call("POST", "/v1/workflows", {"steps": steps, "tenant": "acme"}, 201)
+    call("POST", "/v1/workflows", {"steps": [{"name": "a", "task_type": "wfa",
+                                              "deps": ["nope"]}]}, 400)
+    (a,) = call("POST", "/v1/claims", {"worker_id": "w", "task_types": ["wfa"],
+                                       "wait_s": 5}, 200)["tasks"]
+    call("POST", "/v1/tasks/{task_id}/complete", {"fencing_token": a["fencing_token"],
+                                                  "result": {"x": 1}}, 200, task_id=a["task_id"])
+    (b,) = call("POST", "/v1/claims", {"worker_id": "w", "task_types": ["wfb"],
+                                       "wait_s": 5}, 200)["tasks"]
+    seen = call("GET", "/v1/tasks/{task_id}/parents", task_id=b["task_id"], status=200)
+    assert seen["parents"]["a"]["result"] == {"x": 1}, seen
+    wid = {"workflow_id": wf["workflow_id"]}
+    call("GET", "/v1/workflows/{workflow_id}", status=200, **wid)
+    call("GET", "/v1/workflows", query="?tenant=acme", status=200)
+    call("POST", "/v1/workflows/{workflow_id}/cancel", None, 200, **wid)
+    call("GET", "/v1/workflows/{workflow_id}", status=404, workflow_id="nope")
+
+
 def test_real_answers_match_the_openapi_document(tmp_path):
     from tsched.node.api import openapi
     doc = openapi.document()
@@ -623,6 +646,7 @@ def test_real_answers_match_the_openapi_document(tmp_path):
         call("GET", "/v1/tenants/{tenant}", tenant="acme", status=200)
         call("GET", "/v1/tenants", status=200)
         _limits_answers(call)
+        _workflows_answers(call)
         put = {"tenant": "acme", "cron": "H 3 * * 1-5", "timezone": "Europe/Paris",
                "task": {"task_type": "report", "payload": {"x": 1}, "priority": 2},
                "overlap": "skip", "misfire": "run_once", "jitter_s": 5}
