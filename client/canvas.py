@@ -31,8 +31,21 @@ STEP_NAME_CHARS_MAX = 128
 FIRST, ALL = "first", "list"   # what a mutable signature gets: its parent's result, or all
 
 
+class _Step:
+    """What a signature and a group share: submitted as a chain of one, piped into one."""
+
+    def apply_async(self) -> Any:
+        return chain(self).apply_async()
+
+    def delay(self) -> Any:
+        return self.apply_async()
+
+    def __or__(self, other: "Canvas") -> "chain":
+        return chain(self, other)
+
+
 @dataclass(frozen=True)
-class Signature:
+class Signature(_Step):
     """One call of a task, not yet submitted (Celery's `add.s(1, 2)`)."""
     task: "AnyTask"
     args: tuple[Any, ...] = ()
@@ -45,17 +58,9 @@ class Signature:
         return Signature(self.task, self.args, self.kwargs, self.immutable,
                          {**self.options, **options})
 
-    def apply_async(self) -> Any:
-        return chain(self).apply_async()
-
-    delay = apply_async
-
-    def __or__(self, other: "Canvas") -> "chain":
-        return chain(self, other)
-
 
 @dataclass(frozen=True, init=False)
-class group:
+class group(_Step):
     """Steps that run side by side; after one, the next step gets the list of results."""
     members: tuple["Canvas", ...]
 
@@ -63,14 +68,6 @@ class group:
         if len(members) == 1 and not isinstance(members[0], (Signature, group, chain, chord)):
             members = tuple(members[0])   # group(generator), as Celery takes
         object.__setattr__(self, "members", tuple(members))
-
-    def apply_async(self) -> Any:
-        return chain(self).apply_async()
-
-    delay = apply_async
-
-    def __or__(self, other: "Canvas") -> "chain":
-        return chain(self, other)
 
 
 @dataclass(frozen=True, init=False)

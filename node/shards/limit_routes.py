@@ -10,14 +10,13 @@ the shards' use (their partitions are disjoint: one tenant, one shard).
 """
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 
 from tsched.node.api.keyed_limits import PARTITIONS_SHOWN, limit_name
 from tsched.node.errors import ApiError
 from tsched.node.shards.keyed_routes import loads
-from tsched.node.shards.router import ROUTER, Relayed, Router, as_response, json_response
+from tsched.node.shards.merge import gather
+from tsched.node.shards.router import ROUTER, Router, as_response, json_response
 
 routes = web.RouteTableDef()
 SHARDED_PARTITION = "tenant"   # the one partitioning a sharded cluster enforces exactly
@@ -79,16 +78,9 @@ async def list_limits(request: web.Request) -> web.Response:
 
 
 async def _gather(request: web.Request) -> dict[int, dict]:
+    """Every shard's answer to this request's GET."""
     r = _router(request)
-    shards = list(range(r.up.count))
-    answers = await asyncio.gather(*(r.send(request, s, "GET", request.path_qs, None)
-                                     for s in shards))
-    out = {}
-    for s, a in zip(shards, answers):
-        if a.status != 200:
-            raise Relayed(a)
-        out[s] = a.json()
-    return out
+    return await gather(r, request, {s: request.path_qs for s in range(r.up.count)})
 
 
 def _merge(items: list[dict]) -> dict:

@@ -24,7 +24,7 @@ CURSOR_PREFIX = "m1."
 SortKey = Callable[[dict], tuple[str | int | float, ...]]
 
 
-async def _gather(r: Router, request: web.Request, paths: dict[int, str]) -> dict[int, dict]:
+async def gather(r: Router, request: web.Request, paths: dict[int, str]) -> dict[int, dict]:
     """GET each shard's path; its parsed answer by shard. A shard's 4xx is the answer."""
     shards = list(paths)
     answers = await asyncio.gather(*(r.send(request, s, "GET", paths[s], None)
@@ -94,7 +94,7 @@ async def merged_listing(request: web.Request, path: str, key: str, sort_key: So
     paths = {s: path + _query(request, s, ("cursor", "limit"), cursor=state[s][0],
                               limit=min(validate.LIST_LIMIT_MAX, state[s][1] + limit))
              for s in live}
-    docs = await _gather(r, request, paths)
+    docs = await gather(r, request, paths)
     heads = {}
     for s in live:
         items = (docs[s].get(key) or [])[state[s][1]:]
@@ -191,7 +191,7 @@ routes.get("/v1/schedules")(_listing(
 @routes.get("/v1/tenants")
 async def list_tenants(request: web.Request) -> web.Response:
     r: Router = request.app[ROUTER]
-    docs = await _gather(r, request, {s: "/v1/tenants" + _query(request, s)
+    docs = await gather(r, request, {s: "/v1/tenants" + _query(request, s)
                                       for s in range(r.count)})
     views = sorted((v for d in docs.values() for v in d.get("tenants") or ()),
                    key=lambda v: v.get("tenant") or "")
@@ -206,7 +206,7 @@ async def stats(request: web.Request) -> web.Response:
     tenant = _single_tenant(r, request)
     if tenant is not None:
         return await r.relay(request, r.tenant_shard(tenant))
-    docs = await _gather(r, request, {s: "/v1/stats" + _query(request, s)
+    docs = await gather(r, request, {s: "/v1/stats" + _query(request, s)
                                       for s in range(r.count)})
     return json_response(sum_stats(docs))
 
@@ -248,7 +248,7 @@ def _sum_nested(a: object, b: object) -> object:
 async def timeseries(request: web.Request) -> web.Response:
     """The graphs' points summed over every shard (DESIGN 14.5)."""
     r: Router = request.app[ROUTER]
-    docs = await _gather(r, request, {s: "/v1/timeseries" + _query(request, s)
+    docs = await gather(r, request, {s: "/v1/timeseries" + _query(request, s)
                                       for s in range(r.count)})
     return json_response(sum_timeseries(list(docs.values())))
 
