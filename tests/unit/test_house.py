@@ -326,3 +326,12 @@ def test_no_two_node_modules_share_a_file_name() -> None:
         if path.name != "__init__.py":
             names.setdefault(path.name, []).append(_rel(path))
     assert {n: p for n, p in names.items() if len(p) > 1} == {}
+
+
+def test_docs_internals_names_every_module_of_the_node_and_the_state_machine() -> None:
+    """A newcomer finds any module in docs/internals.md (it walks the rooms in order)."""
+    text = (ROOT / "docs" / "internals.md").read_text()
+    unnamed = [_rel(p) for package in ("node", "statemachine") for p in _modules(ROOT, package)
+               if p.name != "__init__.py" and f"`{p.name}`" not in text
+               and f"{p.parent.name}/{p.name}`" not in text]
+    assert unnamed == []
