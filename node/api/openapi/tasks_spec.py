@@ -113,6 +113,9 @@ def _schemas() -> dict[str, Schema]:
         "Task": task(),
         "MinimalTask": obj({"task_id": string(), "state": {"type": "string", "enum": STATES},
                             "duplicate": {"type": "boolean", "description": "submits only"},
+                            "next_retry_at": {**TIME, "description": "failures only, when the "
+                                              "task will run again: its run_at, the end of "
+                                              "its backoff"},
                             "applied_seq": APPLIED_SEQ, "shard": SHARD},
                            ("task_id", "state"), closed=True,
                            description="a task as `Prefer: return=minimal` answers it"),
