@@ -141,8 +141,9 @@ def _restore(cfg: ClusterConfig, me: NodeConfig, backup: str) -> None:
     except RestoreRefused as e:
         click.echo(f"tsnode: restore refused: {e}", err=True)
         sys.exit(2)
+    at = ", ".join(f"shard {s['shard']} at log index {s['raft_index']}" for s in head["sections"])
     click.echo(f"tsnode: restored {backup} (cluster {head['cluster']}, {head['shards']} "
-               f"shard(s), taken {head['created_at']}) into {me.data_dir}", err=True)
+               f"shard(s): {at}; taken {head['created_at']}) into {me.data_dir}", err=True)
 
 
 def _discard_local_data(cfg: ClusterConfig, me: NodeConfig, shard: int | None) -> None:
