@@ -66,9 +66,13 @@ class ApiCalls:
                               minimal=minimal),
                          _key("tasks"))
 
-    def get(self, task_id: str, consistency: str | None = None) -> Any:
+    def get(self, task_id: str, consistency: str | None = None,
+            deadline_s: float | None = None) -> Any:
+        """One task. `consistency="linearizable"`: read at the leader (its answer of a
+        pending task also says whether a worker asked for its type lately,
+        `unclaimed_type`). `deadline_s`: give up sooner than the client's timeout."""
         return self._run(Call("GET", f"/v1/tasks/{_seg(task_id)}",
-                              params={"consistency": consistency}))
+                              params={"consistency": consistency}, deadline_s=deadline_s))
 
     def cancel(self, task_id: str) -> Any:
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/cancel", write=True))

@@ -23,10 +23,11 @@ ATTEMPT_S_MIN = 1.0          # the shortest deadline of one try of a batch
 # polling and sends them at once after this.
 LINGER_S = 0.005
 
-Pending = tuple  # (completion item, function called once with its error code and state)
+Pending = tuple  # (completion item, function called once with its error code and answer)
 # The cluster's answer to one completion: its error code (None: applied) and, when applied,
-# the task's state after it (a failure: `pending` for a retry, `dead_letter`, `cancelled`).
-Answer = tuple[str | None, str | None]
+# the task as the minimal answer shows it: its `state` after it (a failure: `pending` for a
+# retry, `dead_letter`, `cancelled`) and, for a retry, `next_retry_at`.
+Answer = tuple[str | None, dict | None]
 
 
 class Outbox:
@@ -41,9 +42,9 @@ class Outbox:
         self._apart: list[Pending] = []   # never carried by a claim again
         self._ready = asyncio.Event()
 
-    def post(self, item: dict, on_code: Callable[[str | None, str | None], None]) -> None:
-        """Queue one completion item; `on_code(error code, state)` once it is sent (code
-        None: accepted, and `state` the task's state after it, when the answer says),
+    def post(self, item: dict, on_code: Callable[[str | None, dict | None], None]) -> None:
+        """Queue one completion item; `on_code(error code, task)` once it is sent (code
+        None: accepted, and `task` the answer's task after it, when the answer has one),
         called exactly once, on the loop."""
         self._queue.append((item, on_code))
         self._ready.set()
@@ -51,7 +52,7 @@ class Outbox:
     async def send(self, item: dict) -> str | None:
         """`post`, awaiting the error code."""
         fut = asyncio.get_running_loop().create_future()
-        self.post(item, lambda code, _state: None if fut.done() else fut.set_result(code))
+        self.post(item, lambda code, _task: None if fut.done() else fut.set_result(code))
         return await fut
 
     def take(self, limit: int) -> list[Pending]:
@@ -88,7 +89,7 @@ class Outbox:
                     on_code(*outcome)
 
     async def _send_batch(self, items: list[dict]) -> list[Answer]:
-        """(error code, state) per item. Repeats an unanswered batch with the same
+        """(error code, task) per item. Repeats an unanswered batch with the same
         idempotency key until the leases it reports on have surely expired."""
         key = new_key()
         give_up_at = time.monotonic() + self._give_up_s
@@ -110,7 +111,6 @@ class Outbox:
 
 
 def answer_of(answer: object) -> Answer:
-    """(error code, state) of one entry of a completions answer."""
+    """(error code, task) of one entry of a completions answer."""
     code = error_code_of(answer)
-    state = answer.get("state") if code is None and isinstance(answer, dict) else None
-    return code, state if isinstance(state, str) else None
+    return code, answer if code is None and isinstance(answer, dict) else None

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ._claiming import CLAIM_WAIT_S_MAX, UNSERVABLE_CODES, Claiming, check_priorities
 from ._jobs import (LEASE_LOST_CODES, RETRY_ALL, Job, RetryRule, error_code_of,
-                    outcome_of)
+                    outcome_of, parse_time)
 from ._outbox import Outbox
 from ._reserve import check_reserve, lane_workers, run_lanes, split_slots
 from ._threads import HandlerThreads
@@ -64,14 +64,26 @@ def _attempt_of(job: Job) -> str:
     return f"attempt {job.ctx.attempt}{runs}"
 
 
-def _log_next_step(job: Job, outcome: dict, state: str | None) -> None:
+def _retry_in(outcome: dict, task: dict) -> str:
+    """When a retry runs: `in N s` until the answer's `next_retry_at` (the end of the
+    backoff, or of the handler's RetryLater) by the local clock, as the worker starts a
+    task at its run_at; a node that does not say it leaves the handler's own delay."""
+    try:
+        when = parse_time(task.get("next_retry_at"))
+    except (TypeError, ValueError):   # a log line must never stop the report's callback
+        when = None
+    after = outcome.get("retry_after_s") if when is None else \
+        round(max(0.0, when.timestamp() - time.time()), 1)
+    return f"in {after:g} s" if isinstance(after, (int, float)) else "after its backoff"
+
+
+def _log_next_step(job: Job, outcome: dict, task: dict | None) -> None:
     """What the cluster does after a failure it accepted, as its answer (the task's state)
-    says: a retry (after the task's backoff, or the handler's RetryLater), the dead-letter
-    queue, or a cancel."""
+    says: a retry (when), the dead-letter queue, or a cancel."""
     task_id = job.ctx.task_id
-    if state == "pending":
-        after = outcome.get("retry_after_s")
-        when = f"in {after:g} s" if isinstance(after, (int, float)) else "after its backoff"
+    state = task.get("state") if task else None
+    if task and state == "pending":
+        when = _retry_in(outcome, task)
         most = job.task.get("max_retries")
         of = f" of {most}" if isinstance(most, int) else ""
         log.info("task %s: retry %d%s %s", task_id, job.ctx.attempt, of, when)
@@ -373,14 +385,14 @@ class Worker(Claiming):
             report.add_done_callback(self._side_reports.discard)
             return
         item = {"task_id": job.ctx.task_id, "fencing_token": job.ctx.fencing_token, **outcome}
-        self._outbox.post(item, lambda code, state: self._on_reported(job, outcome, done,
-                                                                      code, state))
+        self._outbox.post(item, lambda code, task: self._on_reported(job, outcome, done,
+                                                                     code, task))
 
     def _on_reported(self, job: Job, outcome: dict, done: asyncio.Future,
-                     code: str | None, state: str | None = None) -> None:
+                     code: str | None, task: dict | None = None) -> None:
         job.reported = True
         if code is None and "error" in outcome:
-            _log_next_step(job, outcome, state)
+            _log_next_step(job, outcome, task)
         if code in UNSERVABLE_CODES and "result" in outcome:
             self._post_report(job, {"error": f"result refused by the cluster: {code}",
                                     "retryable": False}, done)

@@ -1,6 +1,7 @@
 """tsctl verbs for schedules, tenants, the cluster and `dev` (registered on `cli`)."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -215,7 +216,9 @@ def backup_cmd(st: State, path: str) -> None:
     """Write a consistent backup of every shard to FILE (admin token)."""
     from .backup import take_backup
     head = take_backup(st.urls, st.token, path, ca_file=st.ca_file, timeout_s=st.timeout_s)
+    size = os.path.getsize(path)   # the sections, the head before them and the checksum
     text = (f"backup of cluster {head['cluster']} ({head['shards']} shard(s)) written to "
-            f"{path}: " + ", ".join(f"shard {s['shard']} at log index {s['raft_index']} "
-                                    f"({s['bytes']} bytes)" for s in head["sections"]))
-    st.show(head, text)
+            f"{path} ({size} bytes): " + ", ".join(
+                f"shard {s['shard']} at log index {s['raft_index']} (a snapshot of "
+                f"{s['bytes']} bytes)" for s in head["sections"]))
+    st.show({**head, "file_bytes": size}, text)

@@ -14,10 +14,12 @@ from tsched.statemachine.limits import LIMITS, SECOND_MS
 from . import render
 from ._api import TERMINAL_STATES
 from .cli_common import State, json_option, time_option, cli, pass_state
+from .errors import ApiError
 
 SUBMIT_BATCH_MAX = 100        # tasks per request in `submit --file`
 FILE_TASKS_MAX = 1_000_000    # lines read from one --file
 WAIT_POLL_S = 0.5             # `get --wait` asks this often
+HINT_READ_S = 3.0             # the leader's hint is worth this long a wait, no more
 STATES = ["pending", "retrying", "running", "completed", "cancelled", "dead_letter",
           "discarded"]   # `retrying`: a view of pending (DESIGN 14.1)
 
@@ -59,6 +61,25 @@ def submit(st: State, task_type: str | None, payload: Any, tenant: str | None,
                             idempotency_key=idempotency_key, limits=list(limits) or None)
     dup = " (duplicate)" if task.get("duplicate") else ""
     st.show(task, f"{task.get('task_id')}  {task.get('state')}{dup}")
+    hint = _with_leader_hint(st, task).get("unclaimed_type")
+    if isinstance(hint, dict):
+        click.echo(f"hint: {hint.get('message')}", err=True)
+
+
+def _with_leader_hint(st: State, task: dict) -> dict:
+    """`task`, with the leader's `unclaimed_type` when it is pending: no worker has asked
+    for its type lately (advisory). A follower's answer leaves it out, so the leader is
+    asked once, briefly; a failure to ask leaves `task` as it was."""
+    if task.get("state") != "pending" or "unclaimed_type" in task or not task.get("task_id"):
+        return task
+    try:
+        leader = st.client.get(task["task_id"], consistency="linearizable",
+                               deadline_s=HINT_READ_S)
+    except ApiError:
+        return task
+    if isinstance(leader, dict) and "unclaimed_type" in leader:
+        return {**task, "unclaimed_type": leader["unclaimed_type"]}
+    return task
 
 
 def _read_tasks(file: IO[str], tenant: str | None, priority: int | None) -> list[dict]:
@@ -104,6 +125,7 @@ def get(st: State, task_id: str, wait: bool, wait_timeout: float) -> None:
     task = st.client.get(task_id)
     if wait and task.get("state") not in TERMINAL_STATES:
         task = _wait_terminal(st, task_id, task, wait_timeout)
+    task = _with_leader_hint(st, task)
     st.show(task, render.task_detail(task))
 
 

@@ -81,7 +81,11 @@ def limit_detail(limit: dict) -> str:
 def task_detail(task: dict) -> str:
     if isinstance(task.get("limited_by"), dict):
         task = {**task, "limited_by": limited_by(task["limited_by"])}
+    hint = task.get("unclaimed_type")
+    task = {k: v for k, v in task.items() if k != "unclaimed_type"}
     out = fields(task)
+    if isinstance(hint, dict):   # the leader's hint, in full on a line of its own
+        out += f"\nhint: {hint.get('message')}"
     if task.get("attempts"):
         out += "\n\nattempts:\n" + table(task["attempts"], ATTEMPT_COLUMNS)
         out += "".join(_traceback(a) for a in task["attempts"])

@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
@@ -141,8 +142,9 @@ def _restore(cfg: ClusterConfig, me: NodeConfig, backup: str) -> None:
     except RestoreRefused as e:
         click.echo(f"tsnode: restore refused: {e}", err=True)
         sys.exit(2)
+    at = ", ".join(f"shard {s['shard']} at log index {s['raft_index']}" for s in head["sections"])
     click.echo(f"tsnode: restored {backup} (cluster {head['cluster']}, {head['shards']} "
-               f"shard(s), taken {head['created_at']}) into {me.data_dir}", err=True)
+               f"shard(s): {at}; taken {head['created_at']}) into {me.data_dir}", err=True)
 
 
 def _discard_local_data(cfg: ClusterConfig, me: NodeConfig, shard: int | None) -> None:
@@ -285,13 +287,16 @@ def _state_machine_build() -> str:
 
 
 async def _watch_role(node: Node) -> None:
-    """Log leadership changes as they are seen."""
+    """Log leadership changes as they are seen; a new leader starts watching which task
+    types workers ask for (scheduling/claimed_types.py) from then on."""
     last = None
     while True:
         now = (node.replica.leader_id(), node.replica.is_ready_leader())
         if now != last:
             log.info("event=leader_changed leader=%s ready_leader=%s", now[0], now[1])
             last = now
+        if now[1]:
+            node.claimed_types.watch(node.replica.term, time.monotonic())
         await asyncio.sleep(ROLE_CHECK_S)
 
 

@@ -299,17 +299,21 @@ MINIMAL_COMMANDS = (c.SubmitTask, c.Complete, c.Fail)   # a producer's and a wor
 
 def minimal_result(cmd: c.Command, res: Result) -> Json | list[Json] | ApiError | None:
     """`result`, but a submit, completion or failure that applied is answered by the task's
-    id and state only (and a submit's `duplicate`), and a claim's tasks as a worker needs
-    them (`claimed`): `Prefer: return=minimal`, DESIGN.md section 7. A producer or worker
-    needs no more, and rendering, sending and parsing whole tasks was about a tenth of a
-    lifecycle's CPU (bench/notes/2026-12-02-minimal-answers.md)."""
+    id and state only (and a submit's `duplicate`; a failure that left the task retrying,
+    its `next_retry_at`, so that a worker can say when it runs again), and a claim's tasks
+    as a worker needs them (`claimed`): `Prefer: return=minimal`, DESIGN.md section 7. A
+    producer or worker needs no more, and rendering, sending and parsing whole tasks was
+    about a tenth of a lifecycle's CPU (bench/notes/2026-12-02-minimal-answers.md)."""
     if res.ok and isinstance(cmd, c.Claim) and isinstance(res.value, dict) \
             and "tasks" in res.value:
         return [claimed(t) for t in res.value["tasks"]]
     if res.ok and isinstance(cmd, MINIMAL_COMMANDS) and isinstance(res.value, dict) \
             and "task" in res.value:
         v = res.value
-        out = {"task_id": v["task"].task_id, "state": v["task"].state}
+        t = v["task"]
+        out = {"task_id": t.task_id, "state": t.state}
+        if isinstance(cmd, c.Fail) and status(t) == RETRYING:
+            out["next_retry_at"] = rfc3339(t.run_at_ms)
         if "duplicate" in v:
             out["duplicate"] = bool(v["duplicate"])
         return out

@@ -15,6 +15,7 @@ from tsched.node.raft.proposer import Proposer
 from tsched.node.raft.replica import Replica
 from tsched.node.raft.seq_watcher import SeqWatcher
 from tsched.node.scheduling.claim_hub import ClaimHub
+from tsched.node.scheduling.claimed_types import ClaimedTypes
 from tsched.node.scheduling.timer import LeaderTimer
 from tsched.node.topology import task_id_in
 
@@ -40,6 +41,8 @@ class Node:
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)   # set on SIGTERM
     shard: int | None = None    # this process's shard when the cluster has several
     backup_in_progress: bool = False   # GET /v1/cluster/backup: one at a time (api/backup.py)
+    # The task types workers asked for while this node led: a hint, not replicated.
+    claimed_types: ClaimedTypes = field(default_factory=ClaimedTypes)
 
     def new_task_id(self) -> str:
         """A fresh task id; with shards its first two hex digits name this shard, so any

@@ -1,12 +1,14 @@
 """Task endpoints: submit, read, list, cancel, replay, discard (DESIGN.md section 7)."""
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import cast
 
 from aiohttp import web
 
 from tsched.statemachine import commands as c
+from tsched.statemachine.model import PENDING
 
 from tsched.node import present
 from tsched.node.api import submission, validate
@@ -15,7 +17,7 @@ from tsched.node.api.jsonio import json_body, respond
 from tsched.node.api.idempotency import request_id
 from tsched.node.raft.commit import propose_one
 from tsched.node.api.reads import before_read
-from tsched.node.services import node_of
+from tsched.node.services import Node, node_of
 from tsched.node.api.scope import actor_of, tenant_scope
 from tsched.node.errors import ApiError
 from tsched.node.scheduling import submits
@@ -67,7 +69,28 @@ async def get_task(request: web.Request) -> web.Response:
         if step is not None:   # a workflow's step (DESIGN 5.2)
             out["workflow"] = {"workflow_id": step[0].workflow_id,
                                "step": step[0].steps[step[1]].name}
+        pending = t.state == PENDING
+    if pending:
+        _hint_unclaimed_type(node, out)
     return respond(out, seq)
+
+
+def _hint_unclaimed_type(node: Node, out: dict) -> None:
+    """A pending task's `unclaimed_type`, from the types the leader saw claims for
+    (scheduling/claimed_types.py): an object when no worker asked for its type within the
+    window, null when one did; absent where this node cannot tell (not the ready leader,
+    or it has not led for a whole window): advisory (DESIGN 14.1)."""
+    if not node.replica.is_ready_leader():
+        return
+    seen = node.claimed_types
+    told = seen.unclaimed(out["task_type"], node.replica.term, time.monotonic())
+    if told is None:
+        return
+    window = f"{seen.window_s / 60:g} minutes" if seen.window_s >= 60 else f"{seen.window_s:g} s"
+    out["unclaimed_type"] = None if not told else {
+        "task_type": out["task_type"], "window_s": seen.window_s,
+        "message": f"no worker has asked for task type {out['task_type']!r} in the last "
+                   f"{window}: is a worker for it running?"}
 
 
 @routes.get("/v1/tasks")

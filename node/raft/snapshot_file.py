@@ -98,7 +98,9 @@ def read_open_snapshot_header(f: BinaryIO, path: Path) -> dict:
 
 
 def snapshot_index(path: Path) -> int | None:
-    """The log index the snapshot at `path` was taken at, or None without a snapshot."""
+    """The index of the entry before the last one the snapshot at `path` covers (the log
+    pysyncobj loads with a snapshot starts with those two entries: the journal keeps it), or
+    None without a snapshot."""
     if not path.exists():
         return None
     return int(read_snapshot_header(path)["raft"][1][1])
@@ -110,7 +112,7 @@ def read_snapshot(path: Path) -> tuple[list, bytes]:
     header, start = _parse_snapshot_header(path, data)
     state = data[start:]
     try:
-        index = header["raft"][1][1]
+        index = header["raft"][0][1]   # the last entry it covers, as a backup names it
         intact = len(state) == header["state_len"] and (
             crc32c.crc32c(state) == header["state_crc32c"] if "state_crc32c" in header
             else hashlib.sha256(state).hexdigest() == header["state_sha256"])

@@ -71,8 +71,9 @@ def load(path: Path, watchdog: Watchdog,
         with watchdog.busy("restoring a snapshot"):
             raft_data, state = read_snapshot(path)
             sm = restore(state)
+        # its index is its last entry's, the one a backup names (raft_data[1] is the one before)
         log.info("raft: snapshot at index %d restored in %.2f s (%d bytes)",
-                 raft_data[1][1], time.perf_counter() - started, len(state))
+                 raft_data[0][1], time.perf_counter() - started, len(state))
     except CorruptStorage as exc:
         watchdog.mark_fatal(str(exc))
         fatal_corruption(exc)

@@ -65,7 +65,8 @@ class SnapshotWriter:
         self.pid = pid
         stall_ms = (time.perf_counter() - started) * 1000
         self.stalls_ms.append(stall_ms)
-        log.info("raft: snapshot at index %d forked (Raft thread stalled %.1f ms)", prev[1], stall_ms)
+        log.info("raft: snapshot at index %d forked (Raft thread stalled %.1f ms)", last[1],
+                 stall_ms)
 
     def check(self, obj: SyncObj | None) -> int:
         """pysyncobj's serializer checker: the child's outcome, the file published on success."""

@@ -33,12 +33,14 @@ forward to it); it takes a parsed `ClaimRequest` (claim_request.py) and answers 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from tsched.node.errors import ApiError
 from tsched.node.scheduling.claim_hub import HubServices
 from tsched.node.scheduling.claim_request import ClaimOutcome, ClaimRequest
+from tsched.node.scheduling.claimed_types import ClaimedTypes
 from tsched.node.scheduling.reports import completion_commands
 from tsched.node.scheduling.waiters import READY, Completions, NotLeader
 
@@ -58,6 +60,7 @@ class ClaimServices(HubServices, Protocol):
     """What a claim needs of the node's services (`services.Node` is one)."""
 
     stop_event: asyncio.Event
+    claimed_types: ClaimedTypes   # the types asked for at this node as the leader
 
     @property
     def stopping(self) -> bool: ...
@@ -97,6 +100,7 @@ async def _claim(node: ClaimServices, req: ClaimRequest, is_gone: Callable[[], b
         leader = replica.leader_id()
         if leader == node.node_id and replica.is_ready_leader():
             leader_seen = True
+            node.claimed_types.note(req.task_types, replica.term, time.monotonic())
             try:
                 return await _here(node, req, remaining, is_gone, done)
             except NotLeader:
@@ -154,6 +158,7 @@ async def head(node: ClaimServices, req: ClaimRequest, forward: HeadForward) -> 
     replica = node.replica
     leader = replica.leader_id()
     if leader == node.node_id and replica.is_ready_leader():
+        node.claimed_types.note(req.task_types, replica.term, time.monotonic())
         now = node.clock.now_ms()
         # A weighted claim takes from its tiers' ranges only: its head is their most urgent.
         ranges = [(lo, hi) for lo, hi, _ in req.tier_weights]

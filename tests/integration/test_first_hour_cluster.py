@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -107,7 +108,8 @@ def test_worker_says_what_follows_a_failure_and_reports_the_users_frames(cluster
                        DEADLINE_S, "two dead letters in the worker's log")
     text = _worker_log(caplog)
     assert f"task {boom_id} attempt 1 of 2 failed: RuntimeError('boom')" in text
-    assert f"task {boom_id}: retry 1 of 1 after its backoff" in text
+    retry = re.search(rf"task {boom_id}: retry 1 of 1 in (\S+) s$", text, re.M)
+    assert retry and 0 <= float(retry.group(1)) <= 0.1, text   # the 0.1 s backoff's rest
     assert f"task {boom_id}: dead-lettered after attempt 2 of 2: no retries left" in text
     assert f"task {refuse_id}: dead-lettered after attempt 1 of 4: not retryable" in text
     with Client(cluster.urls) as client:

@@ -99,6 +99,14 @@ def task() -> Schema:
                                "a running task of that limit's partition ends"})},
             ("limit", "partition", "until"), description="GET /v1/tasks/{id} only: a pending "
             "task held by a spent limit")),
+        "unclaimed_type": nullable(obj({
+            "task_type": string(), "window_s": {"type": "number", "minimum": 0},
+            "message": string(description="the hint, for a person")},
+            ("task_type", "window_s", "message"), description="GET /v1/tasks/{id} only, as "
+            "the leader answers it (a follower leaves it out: read with "
+            "`consistency=linearizable`), for a pending task: no worker has asked for its "
+            "task type in the last `window_s` seconds; null when one has; advisory, from "
+            "the claims the leader saw (not replicated)")),
         "workflow": obj({"workflow_id": string(), "step": string()}, ("workflow_id", "step"),
                         description="a workflow's step: which (GET one task only)"),
         "duplicate": {"type": "boolean", "description": "answers to a submit only"},
@@ -113,6 +121,9 @@ def _schemas() -> dict[str, Schema]:
         "Task": task(),
         "MinimalTask": obj({"task_id": string(), "state": {"type": "string", "enum": STATES},
                             "duplicate": {"type": "boolean", "description": "submits only"},
+                            "next_retry_at": {**TIME, "description": "failures only, when the "
+                                              "task will run again: its run_at, the end of "
+                                              "its backoff"},
                             "applied_seq": APPLIED_SEQ, "shard": SHARD},
                            ("task_id", "state"), closed=True,
                            description="a task as `Prefer: return=minimal` answers it"),

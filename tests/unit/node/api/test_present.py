@@ -65,3 +65,30 @@ def test_a_minimal_claim_answer_is_the_whole_tasks_worker_fields_as_the_contract
     assert tuple(brief) == CLAIMED_FIELDS
     assert brief == {k: whole[k] for k in CLAIMED_FIELDS}
     assert brief["payload"] == {"n": 1} and brief["worker_id"] == "w" and brief["attempt"] == 1
+
+
+def test_a_minimal_failure_answer_says_when_a_retry_runs_and_fits_its_schema():
+    """`next_retry_at` (the task's run_at, as the whole answer shows it) on a failure that
+    left the task retrying only: not on a dead letter, a completion or a submit."""
+    from tsched.node.api.openapi.document import components
+    allowed = set(components()["MinimalTask"]["properties"])
+    d = Driver()
+    retry = c.RetryPolicy(backoff="fixed", base_ms=30_000, max_ms=30_000, jitter_permille=0)
+    d.add("t1", max_retries=1, retry=retry)
+    briefs = []
+    for attempt in (1, 2):
+        claim = d.ok(c.Claim, worker_id="w", task_types=("email",), max_tasks=1,
+                     lease_ms=30_000, now_ms=T0 + (attempt - 1) * 30_000)
+        (task,) = claim["tasks"]
+        cmd = c.Fail(request_id=f"f{attempt}", now_ms=T0 + (attempt - 1) * 30_000,
+                     task_id="t1", fencing_token=task.fencing_token, error="boom",
+                     retryable=True)
+        res = d.sm.apply(cmd)
+        brief = orjson.loads(orjson.dumps(present.minimal_result(cmd, res)))
+        whole = orjson.loads(orjson.dumps(present.result(cmd, res)))
+        assert set(brief) <= allowed, brief
+        briefs.append((brief, whole))
+    (first, first_whole), (last, _) = briefs
+    assert first["state"] == "pending" and first["next_retry_at"] == first_whole["next_retry_at"]
+    assert first["next_retry_at"] == _plain_rfc3339(T0 + 30_000)
+    assert last == {"task_id": "t1", "state": "dead_letter"}

@@ -36,7 +36,7 @@ def test_snapshot_round_trip_is_published_only_by_rename(tmp_path):
 
 def test_a_corrupt_snapshot_is_detected_naming_the_file_and_the_index(tmp_path):
     path = tmp_path / "snapshot.bin"
-    write_snapshot(path, [[b"", 2, 1], [b"", 7, 1], []], b"abcdef" * 100)
+    write_snapshot(path, [[b"", 7, 1], [b"", 6, 1], []], b"abcdef" * 100)
     publish_snapshot(path)
     data = bytearray(path.read_bytes())
     data[-3] ^= 0xFF

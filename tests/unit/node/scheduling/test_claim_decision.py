@@ -21,6 +21,7 @@ from tsched.node.raft.replica import Replica
 from tsched.node.scheduling import claims
 from tsched.node.scheduling.claim_hub import ClaimHub
 from tsched.node.scheduling.claim_request import ClaimOutcome, ClaimRequest
+from tsched.node.scheduling.claimed_types import ClaimedTypes
 
 SCHEDULING = Path(__file__).parents[4] / "node" / "scheduling"
 
@@ -37,6 +38,7 @@ class Services:
     timer: Any = None
     propose_timeout_s: float = 10.0
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)
+    claimed_types: ClaimedTypes = field(default_factory=ClaimedTypes)
 
     @property
     def stopping(self) -> bool:
