@@ -240,6 +240,8 @@ async def serve(cfg: ClusterConfig, node_id: str, clock: Clock,
                 shard=shard)
     if "propose_s" in cfg.timeouts:
         node.propose_timeout_s = cfg.timeouts["propose_s"]
+    if "unclaimed_hint_s" in cfg.timeouts:
+        node.claimed_types.window_s = cfg.timeouts["unclaimed_hint_s"]
     runner = web.AppRunner(node_app(node), access_log=None, handle_signals=False,
                            shutdown_timeout=SHUTDOWN_S)
     notifier = Notifier()

@@ -70,7 +70,9 @@ def placement(cfg: ClusterConfig, shard: int) -> tuple[NodeConfig, ...]:
 NODE_ID_LEN_MAX = 64
 NODES_MAX = 9
 # Timeouts an operator may tune under [cluster.timeouts]; values in seconds.
-TIMEOUT_KEYS = ("raft_min_s", "raft_max_s", "propose_s", "leader_fallback_s")
+# `unclaimed_hint_s`: how long no worker may have asked for a task type before a pending
+# task of it carries the hint (node/scheduling/claimed_types.py; default 120 s).
+TIMEOUT_KEYS = ("raft_min_s", "raft_max_s", "propose_s", "leader_fallback_s", "unclaimed_hint_s")
 # Log compaction under [cluster.compaction]: a snapshot is taken every `min_entries` log
 # entries and every `min_time_s` seconds, and once the log holds `min_bytes` bytes of
 # applied commands, each node in its own phase (`raft.Replica.compaction_phase`).

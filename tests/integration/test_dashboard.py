@@ -24,6 +24,7 @@ import aiohttp
 import pytest
 
 from tests.harness.cluster import Cluster
+from tests.harness.raft_options import timeouts_toml
 
 CHROMIUM = next(filter(None, (shutil.which(n) for n in (
     "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"))), None)
@@ -182,10 +183,10 @@ def screenshot_dir(tmp_path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def leader_cluster(tmp_path: Path):
+def leader_cluster(tmp_path: Path, extra_toml: str = ""):
     """A started 3-node cluster in tmp_path/cluster and its leader's id."""
     (tmp_path / "cluster").mkdir()
-    with Cluster(tmp_path / "cluster") as c:
+    with Cluster(tmp_path / "cluster", extra_toml=extra_toml) as c:
         c.start()
         yield c, c.wait_leader()
 
@@ -247,7 +248,9 @@ def seed(c: Cluster, leader: str) -> tuple[str, str]:
 @needs_chromium
 async def test_dashboard_shows_the_cluster_and_replays_a_dead_letter(tmp_path):
     shots = screenshot_dir(tmp_path)
-    with leader_cluster(tmp_path) as (c, leader):
+    # The harness's election timeouts, and a no-worker hint after 1 s (not 2 minutes)
+    hint_1s = timeouts_toml() + "unclaimed_hint_s = 1\n"
+    with leader_cluster(tmp_path, hint_1s) as (c, leader):
         dead_id, discard_id = seed(c, leader)
         later = later_and_cancelled(c, leader)
         follower = c.followers(leader)[0]
@@ -257,6 +260,50 @@ async def test_dashboard_shows_the_cluster_and_replays_a_dead_letter(tmp_path):
         assert '<span id="dlq-count" class="pill" hidden></span>' in page_html
         async with browser_page(tmp_path) as page:
             await _drive(page, c, follower, leader, dead_id, discard_id, shots, later)
+
+
+async def _show_detail(page: Page, task_id: str) -> None:
+    """The task searched by id, then its detail opened."""
+    await page.eval(f"document.querySelector('#f-id').value = {task_id!r}")
+    await page.click("#task-search button[type=submit]")
+
+    async def found():
+        return await page.eval("[...document.querySelectorAll('#task-list tbody tr')]"
+                               ".map(r => r.dataset.taskId).join(',')") == task_id
+    await until("the search to list the pending task", found)
+    await page.click("#task-list tbody tr[data-task-id='%s']" % task_id)
+
+
+async def _no_worker_hint(page: Page, task_id: str) -> None:
+    """A pending task of a type no worker has asked for: its detail says so (the leader's
+    hint, `unclaimed_type`; docs/operations.md)."""
+    await _show_detail(page, task_id)
+
+    async def hint():
+        return await page.eval("(document.querySelector('#unclaimed-hint') || {}).textContent")
+    assert "no worker has asked for task type 'later'" in await until("the hint", hint)
+
+
+async def _held_by_a_limit(page: Page, c: Cluster, leader: str) -> None:
+    """A task the seed's limit holds (concurrency 2 per tenant, both slots running): its
+    detail names the limit and its partition (`limited_by`)."""
+    body = {"task_type": "settle-held", "tenant": "initech", "limits": ["partner-bank"]}
+    made = [c.call(leader, "POST", "/v1/tasks", body)[1]["task_id"] for _ in range(3)]
+    s, b = c.call(leader, "POST", "/v1/claims", {"worker_id": "w-held", "wait_s": 0,
+                                                 "task_types": ["settle-held"], "max_tasks": 3})
+    assert s == 200 and len(b["tasks"]) == 2, b
+    (held,) = set(made) - {t["task_id"] for t in b["tasks"]}
+    await _show_detail(page, held)
+
+    async def detail():
+        return await page.eval("document.querySelector('#task-detail').textContent")
+    assert "limit partner-bank (initech), until a running task of it ends" in \
+        await until("the limit that holds it", lambda: _has(detail, "held by"))
+
+
+async def _has(read, text: str):
+    got = await read()
+    return got if got and text in got else None
 
 
 def later_and_cancelled(c: Cluster, leader: str) -> dict[str, str]:
@@ -331,6 +378,8 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
                                 ".textContent")
     assert 'File "bank.py", line 7, in settle' in traceback
     await page.screenshot(shots / "dashboard-task-detail.png")
+    await _no_worker_hint(page, later["pending"])
+    await _held_by_a_limit(page, c, leader)
 
     # Dead letters: replay from the page.
     await page.click("[data-tab=dlq]")

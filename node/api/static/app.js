@@ -270,10 +270,22 @@
       h("pre", { class: "traceback" }, d.traceback || "(no traceback)"));
   }
 
+  function heldBy(l) {
+    // a pending task a spent keyed limit holds (DESIGN 15): which budget, until when
+    const part = l.partition ? ` (${l.partition})` : "";
+    return [`limit ${l.limit}${part}, `, l.until ? ["until ", when(l.until)] : "until a running task of it ends"];
+  }
+
   async function loadDetail(id) {
     let t;
+    const path = `/v1/tasks/${encodeURIComponent(id)}`;
     try {
-      t = await api("GET", `/v1/tasks/${encodeURIComponent(id)}`, { fresh: true });
+      try {   // through the leader: it alone can tell whether any worker asks for the type
+        t = await api("GET", path, { params: { consistency: "linearizable" } });
+      } catch (e) {
+        if (e.status !== 503 && e.status !== 504) throw e;
+        t = await api("GET", path, { fresh: true });   // no leader now: this node's copy
+      }
     } catch (e) {
       if (e.status !== 404) throw e;
       view.selected = null;
@@ -292,6 +304,8 @@
       h("dl", null,
         row("state", badge(t.status || t.state)), row("tenant", t.tenant),
         row("next retry", t.next_retry_at ? when(t.next_retry_at) : null),
+        t.limited_by ? row("held by", heldBy(t.limited_by)) : [],
+        t.unclaimed_type ? wide("no worker", h("span", { id: "unclaimed-hint" }, t.unclaimed_type.message)) : [],
         row("type", t.task_type), row("priority", t.priority),
         row("attempt", `${t.attempt} of ${t.max_retries + 1}`), row("run at", runAt(t)),
         row("worker", t.worker_id), row("token", t.fencing_token),
