@@ -262,15 +262,20 @@ async def test_dashboard_shows_the_cluster_and_replays_a_dead_letter(tmp_path):
             await _drive(page, c, follower, leader, dead_id, discard_id, shots, later)
 
 
-async def _show_detail(page: Page, task_id: str) -> None:
-    """The task searched by id, then its detail opened."""
-    await page.eval(f"document.querySelector('#f-id').value = {task_id!r}")
+async def _show_detail(page: Page, task_id: str, typed: bool = False) -> None:
+    """The task searched by id (typed into the empty field, or set), then its detail
+    opened."""
+    if typed:
+        await page.click("#f-id")
+        await page.send("Input.insertText", {"text": task_id})
+    else:
+        await page.eval(f"document.querySelector('#f-id').value = {task_id!r}")
     await page.click("#task-search button[type=submit]")
 
     async def found():
         return await page.eval("[...document.querySelectorAll('#task-list tbody tr')]"
                                ".map(r => r.dataset.taskId).join(',')") == task_id
-    await until("the search to list the pending task", found)
+    await until("the search to list only that task", found)
     await page.click("#task-list tbody tr[data-task-id='%s']" % task_id)
 
 
@@ -359,15 +364,7 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
     await page.screenshot(shots / "dashboard-overview.png")
 
     # Task search by id (typed), then its detail with attempts.
-    await page.click("#f-id")
-    await page.send("Input.insertText", {"text": dead_id})
-    await page.click("#task-search button[type=submit]")
-
-    async def found():
-        return await page.eval("[...document.querySelectorAll('#task-list tbody tr')]"
-                               ".map(r => r.dataset.taskId).join(',')") == dead_id
-    await until("the search to list only that task", found)
-    await page.click("#task-list tbody tr[data-task-id='%s']" % dead_id)
+    await _show_detail(page, dead_id, typed=True)
 
     async def detail():
         return await page.eval("document.querySelectorAll('#attempts tbody tr').length === 1 &&"
