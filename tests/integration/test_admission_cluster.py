@@ -20,7 +20,10 @@ FLOOD = IN_PROGRESS_MAX + 100
 REFUSALS_WAIT_S = 60
 # The submits in progress wait for their commit until the followers are resumed; on a
 # busy machine the flood's connections may take a while, so they wait longer than 10 s.
-PATIENT_TOML = "\n[cluster.timeouts]\npropose_s = 60\n"
+# The leader keeps leading meanwhile: cut off from its followers it would step down after
+# its leader fallback (1 s), and a flood that reached it later (a busy machine) would find
+# no leader to take its submits, and so nothing in progress to refuse others for.
+PATIENT_TOML = "\n[cluster.timeouts]\npropose_s = 60\nleader_fallback_s = 120\n"
 
 
 @pytest.fixture

@@ -23,7 +23,8 @@ FILL = API_LIMITS.submits_in_progress_max      # priority-9 submits that make th
 URGENT = 8                                     # priority-0 submits sent while it is busy
 WAIT_S = 90                                    # a bound on every wait, for a loaded machine
 PROBE_WAIT_S = 5.0
-PATIENT_TOML = "\n[cluster.timeouts]\npropose_s = 120\n"
+# The leader keeps leading while its followers are paused (test_admission_cluster.py).
+PATIENT_TOML = "\n[cluster.timeouts]\npropose_s = 120\nleader_fallback_s = 240\n"
 
 
 @pytest.fixture
