@@ -209,4 +209,6 @@ def _admin_only(method: str, path: str) -> bool:
         return True     # the audit archive: every tenant's evicted tasks in one file
     if path.startswith("/v1/tenants/") and method not in ("GET", "HEAD"):
         return True     # caps and weights decide fairness between tenants
+    if path.startswith("/v1/limits/") and method not in ("GET", "HEAD"):
+        return True     # a keyed limit binds every tenant that names it
     return False

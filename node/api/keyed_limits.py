@@ -77,17 +77,11 @@ def limit_fields(body: object) -> LimitFields:
     return {"rate": rate, "per_ms": per_ms, "concurrency": concurrency, "partition_by": by}
 
 
-def _admin_only(request: web.Request) -> None:
-    if tenant_scope(request) is not None:
-        raise ApiError("forbidden", "only an admin token may change limits")
-
-
 @routes.put("/v1/limits/{name}")
 async def put_limit(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
     name = limit_name(request.match_info["name"])
-    _admin_only(request)
     fields = limit_fields(await json_body(request) or {})
     cmd = c.PutLimit(request_id=request_id(request), now_ms=node.clock.now_ms(), name=name,
                      actor=actor_of(request), **fields)
@@ -100,7 +94,6 @@ async def delete_limit(request: web.Request) -> web.Response:
     node = node_of(request)
     validate.query(request.query, ())
     name = limit_name(request.match_info["name"])
-    _admin_only(request)
     cmd = c.DeleteLimit(request_id=request_id(request), now_ms=node.clock.now_ms(), name=name,
                         actor=actor_of(request))
     out, seq = await propose_one(node, cmd)

@@ -169,6 +169,9 @@ def test_schedules_are_scoped_to_the_tokens_tenant(c):
 
 def test_tenant_settings_and_cluster_operations_need_the_admin_token(c):
     assert_error(call(c, ACME, "PUT", "/v1/tenants/acme", {"max_running": 1}), 403, "forbidden")
+    assert_error(call(c, ACME, "PUT", "/v1/limits/partner", {"concurrency": 1}), 403,
+                 "forbidden")
+    assert_error(call(c, ACME, "DELETE", "/v1/limits/partner"), 403, "forbidden")
     assert_error(call(c, ACME, "GET", "/v1/cluster"), 403, "forbidden")
     assert_error(call(c, ACME, "GET", "/v1/cluster/self"), 403, "forbidden")
     assert_error(call(c, ACME, "POST", "/v1/cluster/transfer-leadership"), 403, "forbidden")
