@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Iterator
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
@@ -173,11 +174,7 @@ class Limiter:
         """The first of the task's limits without budget, as (limit, key), or None. A
         limit that no longer exists binds nothing; a partition the limit has no room for
         (`limit_partitions_max`, `_room`) is (limit, OVERFLOW)."""
-        for name in task.limits:
-            defn = self.defs.get(name)
-            if defn is None:
-                continue
-            key = partition_key(defn, task)
+        for name, defn, key in self._keyed(task):
             part = self.parts[name].get(key)
             if part is None:
                 if not self._room(name, now_ms):
@@ -186,6 +183,14 @@ class Limiter:
             elif part.available(defn, now_ms) <= 0:
                 return (name, key)
         return None
+
+    def _keyed(self, task: Task) -> Iterator[tuple[str, LimitDef, str]]:
+        """(name, definition, partition key) of each limit `task` names that exists (a
+        limit since deleted binds nothing)."""
+        for name in task.limits:
+            defn = self.defs.get(name)
+            if defn is not None:
+                yield name, defn, partition_key(defn, task)
 
     def _room(self, name: str, now_ms: int) -> bool:
         """Room for one more partition of `name`, forgetting idle ones when full."""
@@ -200,11 +205,8 @@ class Limiter:
 
     def granted(self, task: Task, start_ms: int) -> None:
         """A claim granted `task` (its limits all had budget): take a slot of each."""
-        for name in task.limits:
-            defn = self.defs.get(name)
-            if defn is None:
-                continue
-            part = self._part(name, partition_key(defn, task))
+        for name, defn, key in self._keyed(task):
+            part = self._part(name, key)
             if defn.concurrency:
                 part.running[task.task_id] = None
             if defn.rate:
@@ -231,17 +233,13 @@ class Limiter:
         heappush(heap, entry)
         self.held_of[task.task_id] = where
         self._watch_free(name, part, self.defs[name], now_ms)
-        for other in task.limits:   # budgets it did not use: another task may use them
-            if other != name and other in self.defs:
-                self.opened[(other, partition_key(self.defs[other], task))] = None
+        for other, _, other_key in self._keyed(task):   # budgets it did not use: another
+            if other != name:                             # task may use them
+                self.opened[(other, other_key)] = None
 
     def ended(self, task: Task) -> None:
         """`task` stopped running: its slots free, so its partitions may release."""
-        for name in task.limits:
-            defn = self.defs.get(name)
-            if defn is None:
-                continue
-            key = partition_key(defn, task)
+        for name, _, key in self._keyed(task):
             part = self.parts[name].get(key)
             if part is not None and part.running.pop(task.task_id, 0) is None:
                 self.opened[(name, key)] = None
@@ -250,10 +248,8 @@ class Limiter:
         """A pending task left pending without a claim (cancelled): if it was released but
         unclaimed, the budget it was released for can go to another."""
         if self.held_of.pop(task.task_id, None) is None:
-            for name in task.limits:
-                defn = self.defs.get(name)
-                if defn is not None:
-                    self.opened[(name, partition_key(defn, task))] = None
+            for name, _, key in self._keyed(task):
+                self.opened[(name, key)] = None
 
     # --- releasing ------------------------------------------------------------------------
     def settle(self, now_ms: int) -> None:
