@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import click
 
-from tsched.statemachine.graphs import WORKFLOW_STATES
-
 from . import render
 from .cli_common import State, cli, pass_state
 
+WORKFLOW_STATES = ["running", "completed", "failed", "cancelled"]
 WORKFLOW_COLUMNS = [("workflow_id", "WORKFLOW_ID"), ("tenant", "TENANT"), ("state", "STATE"),
                     ("step_count", "STEPS"), ("created_at", "CREATED"),
                     ("finished_at", "FINISHED")]
@@ -21,7 +20,7 @@ def workflows() -> None:
 
 
 @workflows.command(name="list")
-@click.option("--state", type=click.Choice(list(WORKFLOW_STATES)))
+@click.option("--state", type=click.Choice(WORKFLOW_STATES))
 @click.option("--tenant")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @pass_state
