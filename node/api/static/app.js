@@ -238,8 +238,8 @@
     const s = view.search;
     let tasks;
     if (s.id) {
-      try {
-        tasks = [await api("GET", `/v1/tasks/${encodeURIComponent(s.id)}`, { fresh: true })];
+      try {   // a task submitted anywhere a moment ago is found, as in its detail
+        tasks = [await readTask(s.id)];
       } catch (e) {
         if (e.status !== 404) throw e;
         tasks = [];
@@ -276,16 +276,21 @@
     return [`limit ${l.limit}${part}, `, l.until ? ["until ", when(l.until)] : "until a running task of it ends"];
   }
 
+  async function readTask(id) {
+    const path = `/v1/tasks/${encodeURIComponent(id)}`;
+    try {   // through the leader: it has every acknowledged submit, and it alone can tell
+            // whether any worker asks for the type
+      return await api("GET", path, { params: { consistency: "linearizable" } });
+    } catch (e) {
+      if (e.status !== 503 && e.status !== 504) throw e;
+      return await api("GET", path, { fresh: true });   // no leader now: this node's copy
+    }
+  }
+
   async function loadDetail(id) {
     let t;
-    const path = `/v1/tasks/${encodeURIComponent(id)}`;
     try {
-      try {   // through the leader: it alone can tell whether any worker asks for the type
-        t = await api("GET", path, { params: { consistency: "linearizable" } });
-      } catch (e) {
-        if (e.status !== 503 && e.status !== 504) throw e;
-        t = await api("GET", path, { fresh: true });   // no leader now: this node's copy
-      }
+      t = await readTask(id);
     } catch (e) {
       if (e.status !== 404) throw e;
       view.selected = null;
