@@ -28,6 +28,8 @@ from pathlib import Path
 
 import httpx
 
+from tsched.client.forked import ForkedProcess, Zygotes
+
 PORTS_FLOOR = 10_000
 # How a node starts: `tsnode` as this interpreter runs it (its own environment's package).
 NODE_COMMAND = (sys.executable, "-m", "tsched.node.main")
@@ -154,28 +156,36 @@ class Nodes:
     nodes' working folder (relative data dirs of the file are read from there)."""
 
     def __init__(self, log_dir: Path | str, command: Sequence[str] | None = None, *,
-                 cwd: Path | None = None) -> None:
+                 cwd: Path | None = None, zygotes: Zygotes | None = None) -> None:
         self.log_dir = Path(log_dir)
         self.command = list(NODE_COMMAND if command is None else command)
+        self.default_command = list(self.command)
         self.cwd = cwd
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.zygotes = zygotes      # fork nodes of the default command from these
+        self.procs: dict[str, subprocess.Popen[bytes] | ForkedProcess] = {}
 
     def log_path(self, node_id: str) -> Path:
         return self.log_dir / f"{node_id}.log"
 
     def start(self, node_id: str, config: Path | str, *args: str,
-              env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+              env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes] | ForkedProcess:
         """Start one node of `config`; `args` are extra tsnode options, `env` variables
         added to this process's environment."""
         if self.alive(node_id):
             raise LaunchError(f"{node_id} is running already")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path(node_id), "ab") as out:    # the child holds its own
-            proc = subprocess.Popen(
-                [*self.command, "--config", str(config), "--id", node_id, *args],
-                cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-                env={**os.environ, **env} if env else None)
+        argv = [*self.command, "--config", str(config), "--id", node_id, *args]
+        proc: subprocess.Popen[bytes] | ForkedProcess
+        if self.zygotes is not None and self.command == self.default_command:
+            proc = self.zygotes.start(node_id, ["tsnode", *argv[len(self.command):]],
+                                      log=self.log_path(node_id), cwd=self.cwd,
+                                      env={**os.environ, **(env or {})})
+        else:
+            with open(self.log_path(node_id), "ab") as out:    # the child holds its own
+                proc = subprocess.Popen(
+                    argv, cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                    env={**os.environ, **env} if env else None)
         self.procs[node_id] = proc
         return proc
 

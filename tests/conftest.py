@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 
 from tests.api_support import Api
+from tests.harness import cluster as harness_cluster
 from tests.harness.ports import free_port
 from tests.harness.raft_options import FAST
 from tests.harness.waits import wait_until
+from tsched.client.forked import Zygotes
 from tsched.node.services import Node
 from tsched.node.assembly import node_app
 from tsched.node.clock import Clock
@@ -81,6 +83,18 @@ def pytest_collection_modifyitems(config, items) -> None:
     stable sort by file), so module-scoped clusters are still shared."""
     rank = {path: i for i, path in enumerate(LONGEST_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def node_zygotes():
+    """Every `Cluster` of this test process forks its nodes from zygotes, one per node id
+    with a hash seed of its own (tsched.client.forked): the suite starts some 400 nodes,
+    and each would otherwise spend about half a CPU-second importing the node."""
+    zygotes = Zygotes()
+    harness_cluster.ZYGOTES = zygotes
+    yield zygotes
+    harness_cluster.ZYGOTES = None
+    zygotes.close()
 
 
 @pytest.fixture(scope="module")

@@ -37,12 +37,17 @@ from typing import Any
 
 import httpx
 
+from tsched.client.forked import Zygotes
 from tsched.client.launcher import LaunchError, Nodes, write_cluster_file
 
 from .ports import node_addresses
 from .raft_options import timeouts_toml
 
 TSNODE = shutil.which("tsnode") or str(Path(sys.executable).with_name("tsnode"))
+# Set for a pytest run (tests/conftest.py): clusters fork their nodes from these zygotes
+# (tsched.client.forked) rather than paying `tsnode`'s imports at every start. None (the
+# fault harness run from the command line, which starts few nodes): plain processes.
+ZYGOTES: Zygotes | None = None
 
 
 def _settled(shard: dict, exclude) -> bool:
@@ -59,7 +64,7 @@ class Cluster:
                  name: str = "test", shards: int = 1, fast_raft: bool = True) -> None:
         self.dir = Path(tmp_path)
         self.name = name
-        self.launcher = Nodes(self.dir, [TSNODE])
+        self.launcher = Nodes(self.dir, [TSNODE], zygotes=ZYGOTES)
         self.ids = [f"n{i + 1}" for i in range(size)]
         self.shards = shards
         self.raft, self.http = node_addresses(self.ids, shards)

@@ -46,7 +46,7 @@ ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("services", ("services",)),
     ("api", ("api",)),
     ("shards", ("shards",)),
-    ("top", ("restore", "assembly", "main")),
+    ("top", ("restore", "assembly", "main", "zygote")),
 )
 # Imports inside a function in node/ are allowed only here: "module -> imported" -> why.
 FUNCTION_IMPORTS: dict[str, str] = {
