@@ -624,5 +624,9 @@ def test_limits_on_a_sharded_cluster_are_by_tenant_only_and_exact(shared_sharded
     assert conforms(ok["application/json"]["schema"], usage, doc) == [], usage
     status, gone = sharded.call("n3", "DELETE", "/v1/limits/per-team")
     assert status == 200, gone
-    status, listed = sharded.call("n1", "GET", "/v1/limits")
-    assert "per-team" not in [x["name"] for x in listed["limits"]]
+
+    def deleted() -> bool:      # n1's replicas apply the delete a moment later
+        status, listed = sharded.call("n1", "GET", "/v1/limits")
+        assert status == 200, listed
+        return "per-team" not in [x["name"] for x in listed["limits"]]
+    wait_until(deleted, 30, "the deleted limit gone from every shard's list")
