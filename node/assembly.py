@@ -230,8 +230,10 @@ async def serve(cfg: ClusterConfig, node_id: str, clock: Clock,
         log_context.term_of = lambda: replica.term
     if cfg.archive_dir is not None:   # before start: the log's replay archives too
         where = archive_dir(cfg.archive_dir, me.data_dir)
-        replica.add_apply_listener(Archive(where).on_apply)
-        log.info("event=archive_enabled dir=%s", where)
+        archive = Archive(where, cfg.archive_keep_days)
+        archive.prune(clock.now_ms())
+        replica.add_apply_listener(archive.on_apply)
+        log.info("event=archive_enabled dir=%s keep_days=%d", where, cfg.archive_keep_days)
     try:
         replica.start()
     except CorruptStorage as exc:
