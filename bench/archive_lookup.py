@@ -4,7 +4,7 @@ holds the task 1,000,000 lines back (DESIGN 14.3).
 Builds the archive directory of a one-node cluster directly with the node's own writer
 (`node/ops/archiver.py` `Archive.write`, which writes the day file and its index), in
 members of `--per-member` tasks (an evicting Tick evicts at most 10,000), the sought task
-first and `--lines` others after it, all on today's UTC day. Then starts the node and
+last of the first member and `--lines` others after it, all on today's UTC day. Then starts the node and
 times, over HTTP:
   - the search by id with the index (the first page answers it);
   - the same search with the index moved away: the line-by-line scan of before, following
@@ -52,7 +52,8 @@ def build(directory: Path, lines: int, per_member: int, now_ms: int) -> str:
     """The archive: the sought task, then `lines` others; the sought task's id."""
     archive = Archive(directory)
     sought = completed(0, now_ms)
-    archive.write(now_ms, [sought])
+    # the sought task shares its member with others (a lookup decompresses all of it)
+    archive.write(now_ms, [completed(i, now_ms) for i in range(1 - per_member, 0)] + [sought])
     for start in range(1, lines + 1, per_member):
         archive.write(now_ms, [completed(i, now_ms)
                                for i in range(start, min(lines + 1, start + per_member))])
@@ -89,7 +90,7 @@ def main() -> None:
         task_id = build(directory, args.lines, args.per_member, now_ms)
         data = directory / file_name(now_ms)
         index = directory / index_name(file_name(now_ms))
-        print(f"built {args.lines + 1:,} lines in {time.perf_counter() - t0:.1f} s: "
+        print(f"built {args.lines + args.per_member:,} lines in {time.perf_counter() - t0:.1f} s: "
               f"{data.stat().st_size / 2**20:.1f} MiB gzip, index "
               f"{index.stat().st_size / 2**20:.1f} MiB")
         cluster.start()

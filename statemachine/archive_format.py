@@ -18,6 +18,7 @@ import datetime as _dt
 import hashlib
 import struct
 from collections.abc import Iterable
+from typing import Protocol
 
 import orjson
 
@@ -162,28 +163,43 @@ def index_records(task_ids: Iterable[str], start: int, end: int) -> bytes:
     return b"".join([pack(index_key(t), start) for t in task_ids]) + pack(INDEX_END_KEY, end)
 
 
-def index_end(buf: bytes) -> tuple[int, int]:
+class IndexBytes(Protocol):
+    """An index's bytes as its reader holds them: `bytes`, or an `mmap` of the file."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, at: slice, /) -> bytes: ...
+
+    def find(self, sub: bytes, start: int, end: int, /) -> int: ...
+
+
+def _record(buf: IndexBytes, at: int) -> tuple[bytes, int]:
+    key, offset = INDEX_RECORD.unpack(buf[at:at + INDEX_RECORD.size])
+    return key, offset
+
+
+def index_end(buf: IndexBytes) -> tuple[int, int]:
     """(byte offset in the data file up to which `buf` indexes it, bytes of `buf` that
     count): the last end record's. (0, 0) when there is none."""
     size = INDEX_RECORD.size
     at = len(buf) - len(buf) % size - size
     while at >= 0:
-        key, offset = INDEX_RECORD.unpack_from(buf, at)
+        key, offset = _record(buf, at)
         if key == INDEX_END_KEY:
             return offset, at + size
         at -= size
     return 0, 0
 
 
-def index_members(buf: bytes, task_id: str, used: int) -> list[int]:
+def index_members(buf: IndexBytes, task_id: str, used: int) -> list[int]:
     """Byte offsets of the members that may hold `task_id`, in order, from the first
     `used` bytes of `buf` (index_end's second value). `buf` may be an mmap: `find` runs
     over it in C, so a million records take milliseconds."""
-    key, size, out = index_key(task_id), INDEX_RECORD.size, []
+    key, size, out = index_key(task_id), INDEX_RECORD.size, list[int]()
     at = buf.find(key, 0, used)
     while at >= 0:
         if at % size == 0:
-            offset = INDEX_RECORD.unpack_from(buf, at)[1]
+            offset = _record(buf, at)[1]
             if not out or out[-1] != offset:
                 out.append(offset)
             at += size
@@ -197,7 +213,7 @@ def expired_files(names: Iterable[str], now_ms: int, keep_days: int) -> list[str
     """The archive files (tasks, audit and index) among `names` whose whole UTC day ended
     `keep_days` days or more before `now_ms`, sorted."""
     cutoff = now_ms - keep_days * DAY_MS
-    out = []
+    out: list[str] = []
     for name in names:
         for prefix, suffix in ((FILE_PREFIX, FILE_SUFFIX), (AUDIT_FILE_PREFIX, FILE_SUFFIX),
                                (FILE_PREFIX, INDEX_SUFFIX)):

@@ -20,8 +20,8 @@ from typing import Iterable
 
 import orjson
 
-from tsched.statemachine.archive_format import (INDEX_RECORD, index_end, index_members,
-                                                index_name, index_records)
+from tsched.statemachine.archive_format import (INDEX_RECORD, index_end, index_name,
+                                                index_records)
 
 from tsched.node.ops.archive_search import Damaged, lines_of
 
