@@ -14,6 +14,7 @@ hold a task id, and how far the index covers the data file.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 from pathlib import Path
 from typing import Iterable
@@ -67,8 +68,12 @@ class IndexWriter:
 
 
 def _end_of(path: Path) -> int:
+    """Where the index at `path` ends in its data file (mapped: its last records are read)."""
     with open(path, "rb") as f:
-        return index_end(f.read())[0] if os.fstat(f.fileno()).st_size else 0
+        if os.fstat(f.fileno()).st_size == 0:
+            return 0
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return index_end(buf)[0]
 
 
 def rebuild(data: Path, index: Path, upto: int) -> None:
@@ -108,4 +113,3 @@ def _task_id(line: bytes) -> str:
     if not isinstance(task, dict) or not isinstance(task.get("task_id"), str):
         raise ValueError("a line that is not an archive record")
     return task["task_id"]
-

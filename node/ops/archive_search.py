@@ -205,8 +205,7 @@ def _lookup(path: Path, start: Position, q: Search, by_id: dict, page: Page,
         return start
     try:
         found = indexed_members(path, q.task_id)
-    except (OSError, ValueError) as e:    # an unreadable index: read the lines instead
-        page.skipped.append({"file": path.name, "reason": f"index: {e}"})
+    except (OSError, ValueError):    # an unreadable index: the lines are read instead
         found = None
     if found is None:
         return _scan(path, start, q, by_id, page, lines_max)
