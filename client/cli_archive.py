@@ -22,9 +22,10 @@ ARCHIVE_COLUMNS = [("task_id", "TASK_ID"), ("task_type", "TYPE"), ("tenant", "TE
                    ("state", "STATE"), ("attempt", "ATTEMPT"), ("completed_at", "COMPLETED"),
                    ("last_error", "LAST_ERROR")]
 PAGE_SIZE = 1_000
-ENABLE_HINT = ('To archive, add `[archive]` with `dir = "archive"` (under each node\'s '
-               "data_dir) to cluster.toml on every node and restart them one by one; tasks "
-               "evicted from then on are archived (docs/operations.md, Audit)")
+ENABLE_HINT = ("To archive, remove `enabled = false` from `[archive]` in cluster.toml on "
+               "every node (without it each node archives under its data_dir) and restart "
+               "them one by one; tasks evicted from then on are archived "
+               "(docs/operations.md, Audit)")
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -87,7 +88,8 @@ def search(ctx: click.Context, directory: str | None, task_id: str | None, tenan
     Without --dir it asks the first node that answers (GET /v1/archive, admin token) and
     takes exactly one of --task-id and --tenant (--type, --from and --to narrow it). With
     --dir it reads an archive directory, a node's or a copy, with any of the filters. A
-    node archives only with an [archive] section in its cluster.toml (docs/operations.md).
+    node archives unless its cluster.toml says [archive] enabled = false
+    (docs/operations.md).
     A corrupt or truncated file is reported and skipped."""
     as_json = as_json or bool(ctx.find_root().params.get("as_json"))
     if directory is not None:

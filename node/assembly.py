@@ -221,6 +221,16 @@ def _shed_permille(value: object) -> int:
     return round(value * 1000)
 
 
+def _archive(cfg: ClusterConfig, data_dir: str, clock: Clock) -> Archive:
+    """The node's archive (DESIGN 14.3), its expired day files pruned by the node's clock."""
+    assert cfg.archive_dir is not None
+    where = archive_dir(cfg.archive_dir, data_dir)
+    archive = Archive(where, cfg.archive_keep_days)
+    archive.prune(clock.now_ms())
+    log.info("event=archive_enabled dir=%s keep_days=%d", where, cfg.archive_keep_days)
+    return archive
+
+
 async def serve(cfg: ClusterConfig, node_id: str, clock: Clock,
                 log_context: LogContext | None = None,
                 gc_policy: GcPolicy | None = None, shard: int | None = None) -> int:
@@ -229,9 +239,7 @@ async def serve(cfg: ClusterConfig, node_id: str, clock: Clock,
     if log_context is not None:
         log_context.term_of = lambda: replica.term
     if cfg.archive_dir is not None:   # before start: the log's replay archives too
-        where = archive_dir(cfg.archive_dir, me.data_dir)
-        replica.add_apply_listener(Archive(where).on_apply)
-        log.info("event=archive_enabled dir=%s", where)
+        replica.add_apply_listener(_archive(cfg, me.data_dir, clock).on_apply)
     try:
         replica.start()
     except CorruptStorage as exc:

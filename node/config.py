@@ -120,7 +120,10 @@ class ClusterConfig:
     auth: Table | None = None                   # kept for the auth layer (api/auth.parse)
     # kept for state machine limits: `Limits(**limits)` checks the values (node/assembly.py)
     limits: Mapping[str, Any] | None = None
-    archive_dir: str | None = None   # [archive] dir: relative to each node's data_dir
+    # [archive] dir, relative to each node's data_dir; a file without [archive] archives
+    # under "archive" (parse), a config built in code only when it says so
+    archive_dir: str | None = None
+    archive_keep_days: int = 365     # [archive] keep_days: older day files are removed
     path: str | None = None
     ca_file: str | None = None   # CA bundle (absolute path) for HTTPS between nodes
     shards: int = 1              # Raft groups (DESIGN.md section 13); fixed for life
@@ -183,19 +186,36 @@ def _limits(table: Table) -> dict[str, object]:
     return out
 
 
-def _archive_dir(table: object) -> str | None:
-    """`[archive] dir = "archive"` (DESIGN 14.3); no table: no archive."""
+# `[archive]` (DESIGN 14.3). A cluster file without the table archives under each node's
+# data_dir: a completed task must outlive its retention somewhere unless the operator says
+# otherwise (`enabled = false`). Day files older than keep_days are removed: a year by
+# default, at most a century (ship them elsewhere for longer, docs/operations.md).
+ARCHIVE_DIR_DEFAULT = "archive"
+ARCHIVE_KEEP_DAYS_DEFAULT = 365
+ARCHIVE_KEEP_DAYS_BOUNDS = (1, 36_500)
+
+
+def _archive(table: object) -> tuple[str | None, int]:
+    """`[archive]` as (dir or None when disabled, keep_days)."""
     if table is None:
-        return None
+        return ARCHIVE_DIR_DEFAULT, ARCHIVE_KEEP_DAYS_DEFAULT
     if not isinstance(table, dict):
         raise ConfigError("[archive] must be a table")
-    extra = sorted(set(table) - {"dir"})
+    extra = sorted(set(table) - {"dir", "enabled", "keep_days"})
     if extra:
         raise ConfigError(f"[archive] unknown keys: {', '.join(extra)}")
-    value = table.get("dir")
+    enabled = table.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError("[archive] enabled must be true or false")
+    value = table.get("dir", ARCHIVE_DIR_DEFAULT)
     if not isinstance(value, str) or not value:
         raise ConfigError("[archive] dir must be a non-empty path")
-    return value
+    keep = table.get("keep_days", ARCHIVE_KEEP_DAYS_DEFAULT)
+    low, high = ARCHIVE_KEEP_DAYS_BOUNDS
+    if isinstance(keep, bool) or not isinstance(keep, int) or not low <= keep <= high:
+        raise ConfigError(f"[archive] keep_days must be a whole number of days in "
+                          f"[{low}, {high}], not {keep!r}")
+    return (value if enabled else None), keep
 
 
 def _tiers(table: object) -> tuple[Tier, ...]:
@@ -225,13 +245,14 @@ def parse(doc: Table, *, base_dir: str, path: str | None = None) -> ClusterConfi
         raise ConfigError(f"[cluster] unknown keys: {', '.join(extra)}")
     nodes = _nodes(doc.get("node"), base_dir)
     auth, limits = _optional_table(doc, "auth"), _optional_table(doc, "limits")
+    archive_dir, keep_days = _archive(doc.get("archive"))
     cfg = ClusterConfig(
         name=name, nodes=nodes, secret=secret,
         timeouts=MappingProxyType(_timeouts(cluster.get("timeouts"))),
         compaction=MappingProxyType(_compaction(cluster.get("compaction"))),
         auth=MappingProxyType(auth) if auth is not None else None,
         limits=MappingProxyType(_limits(limits)) if limits is not None else None,
-        archive_dir=_archive_dir(doc.get("archive")),
+        archive_dir=archive_dir, archive_keep_days=keep_days,
         path=path, ca_file=_path(cluster, "ca_file", "[cluster]", base_dir),
         shards=_shards(cluster), replicas=_replicas(cluster),
         tiers=_tiers(doc.get("priority")))

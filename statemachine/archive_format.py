@@ -6,11 +6,19 @@ Files are named by the UTC day of the Tick that evicted their tasks,
 `{"v": FORMAT_VERSION, "archived_at": ..., "task": {...}}`. A node that replayed its log
 after a crash may have written a task twice: readers keep the last line by `task_id`.
 
+Beside each task file, `tasks-YYYY-MM-DD.idx` finds a task by id without reading the
+file's lines (INDEX_RECORD below); day files older than `[archive] keep_days` are removed
+whole (`expired_files`).
+
 Pure (no I/O, no clock): the files' reading and writing stay with their callers.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import struct
+from collections.abc import Iterable
+from typing import Protocol
 
 import orjson
 
@@ -124,3 +132,97 @@ def last_by_task_id(records: list[dict], by_id: dict[str, dict]) -> None:
         tid = record["task"]["task_id"]
         by_id.pop(tid, None)           # re-insert: the last occurrence's place
         by_id[tid] = record
+
+
+# --- the index of a task file ----------------------------------------------------------------
+# `tasks-DAY.idx` beside `tasks-DAY.jsonl.gz`, written with it (node/ops/archive_index.py):
+# after each gzip member the writer appends one record (key of a task id, the member's byte
+# offset) per task of the member, then (INDEX_END_KEY, the member's end). The key is 8 bytes
+# of BLAKE2b of the id: ids are random hex today, but old occurrence ids (`s-...`) are not,
+# and a hash spreads both; a collision (2**-64 per pair) only costs reading one more member.
+# Records after the last end record are a torn append and are ignored; the data file past
+# the last end is not indexed (a reader scans it).
+INDEX_SUFFIX = ".idx"
+INDEX_RECORD = struct.Struct(">8sQ")
+INDEX_END_KEY = bytes(8)
+
+
+def index_name(data_name: str) -> str:
+    """`tasks-DAY.idx` of `tasks-DAY.jsonl.gz`."""
+    return data_name[:-len(FILE_SUFFIX)] + INDEX_SUFFIX
+
+
+def index_key(task_id: str) -> bytes:
+    key = hashlib.blake2b(task_id.encode(), digest_size=8).digest()
+    return key if key != INDEX_END_KEY else b"\x00" * 7 + b"\x01"
+
+
+def index_records(task_ids: Iterable[str], start: int, end: int) -> bytes:
+    """The records of one member at bytes [start, end) holding `task_ids`."""
+    pack = INDEX_RECORD.pack
+    return b"".join([pack(index_key(t), start) for t in task_ids]) + pack(INDEX_END_KEY, end)
+
+
+class IndexBytes(Protocol):
+    """An index's bytes as its reader holds them: `bytes`, or an `mmap` of the file."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, at: slice, /) -> bytes: ...
+
+    def find(self, sub: bytes, start: int, end: int, /) -> int: ...
+
+
+def _record(buf: IndexBytes, at: int) -> tuple[bytes, int]:
+    key, offset = INDEX_RECORD.unpack(buf[at:at + INDEX_RECORD.size])
+    return key, offset
+
+
+def index_end(buf: IndexBytes) -> tuple[int, int]:
+    """(byte offset in the data file up to which `buf` indexes it, bytes of `buf` that
+    count): the last end record's. (0, 0) when there is none."""
+    size = INDEX_RECORD.size
+    at = len(buf) - len(buf) % size - size
+    while at >= 0:
+        key, offset = _record(buf, at)
+        if key == INDEX_END_KEY:
+            return offset, at + size
+        at -= size
+    return 0, 0
+
+
+def index_members(buf: IndexBytes, task_id: str, used: int) -> list[int]:
+    """Byte offsets of the members that may hold `task_id`, in order, from the first
+    `used` bytes of `buf` (index_end's second value). `buf` may be an mmap: `find` runs
+    over it in C, so a million records take milliseconds."""
+    key, size, out = index_key(task_id), INDEX_RECORD.size, list[int]()
+    at = buf.find(key, 0, used)
+    while at >= 0:
+        if at % size == 0:
+            offset = _record(buf, at)[1]
+            if not out or out[-1] != offset:
+                out.append(offset)
+            at += size
+        else:
+            at += 1
+        at = buf.find(key, at, used)
+    return out
+
+
+def expired_files(names: Iterable[str], now_ms: int, keep_days: int) -> list[str]:
+    """The archive files (tasks, audit and index) among `names` whose whole UTC day ended
+    `keep_days` days or more before `now_ms`, sorted."""
+    cutoff = now_ms - keep_days * DAY_MS
+    out: list[str] = []
+    for name in names:
+        for prefix, suffix in ((FILE_PREFIX, FILE_SUFFIX), (AUDIT_FILE_PREFIX, FILE_SUFFIX),
+                               (FILE_PREFIX, INDEX_SUFFIX)):
+            if name.startswith(prefix) and name.endswith(suffix):
+                try:
+                    start = day_start_ms(name[len(prefix):-len(suffix)])
+                except ValueError:
+                    continue
+                if start + DAY_MS <= cutoff:
+                    out.append(name)
+                break
+    return sorted(out)

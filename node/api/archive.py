@@ -112,7 +112,8 @@ async def archive(request: web.Request) -> web.Response:
     configured = getattr(node.config, "archive_dir", None)
     if configured is None:
         raise ApiError("archive_not_configured",
-                       f"node {node.node_id} has no [archive] section: it archives nothing")
+                       f"node {node.node_id} has [archive] enabled = false: it archives "
+                       "nothing")
     directory = archive_dir(configured, node.config.node(node.node_id).data_dir)
     page = await asyncio.get_running_loop().run_in_executor(None, arch.search, directory,
                                                             query)

@@ -10,9 +10,14 @@ one line (at most RECORD_BYTES_MAX) and the page. A position is (day, byte offse
 member, lines of it already read), so the next page seeks to its member instead of
 decompressing the file again from its start. One search reads at most `days_max` files
 and `lines_max` lines and keeps at most `limit` records, then says where to go on.
+
+A search by task id reads a file's index (`tasks-DAY.idx`, archive_index.py) instead of its
+lines: only the members the index names are decompressed, then whatever part of the file
+the index does not cover yet (a file without an index is read line by line, as before).
 """
 from __future__ import annotations
 
+import mmap
 import os
 import zlib
 from dataclasses import dataclass, field
@@ -20,7 +25,8 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from tsched.statemachine.archive_format import (FILE_PREFIX, FILE_SUFFIX, RECORD_BYTES_MAX,
-                                                day_of, file_day, last_by_task_id, matches,
+                                                day_of, file_day, index_end, index_members,
+                                                index_name, last_by_task_id, matches,
                                                 needle, parse_record)
 
 ARCHIVE_DAYS_SCANNED_MAX = 31
@@ -95,6 +101,30 @@ def lines_of(f: BinaryIO, offset: int) -> Iterator[tuple[int, int, bytes]]:
             d, lineno = zlib.decompressobj(GZIP_WBITS), 0
 
 
+def member_lines(f: BinaryIO, offset: int) -> Iterator[tuple[int, bytes]]:
+    """(line number from 1, line) of the one gzip member at byte `offset`; Damaged as
+    `lines_of`."""
+    f.seek(offset)
+    d, pending, lineno, data = zlib.decompressobj(GZIP_WBITS), b"", 0, b""
+    while not d.eof:
+        data = data or f.read(CHUNK_BYTES)
+        if not data:
+            raise Damaged(f"truncated gzip member at byte {offset}")
+        try:
+            out = d.decompress(data, CHUNK_BYTES)
+        except zlib.error as e:
+            raise Damaged(f"not gzip at byte {offset}: {e}") from None
+        data = d.unconsumed_tail
+        *complete, pending = (pending + out).split(b"\n")
+        if len(pending) > RECORD_BYTES_MAX:
+            raise Damaged(f"a line over {RECORD_BYTES_MAX} bytes in the member at byte {offset}")
+        for line in complete:
+            lineno += 1
+            yield lineno, line
+    if pending:
+        raise Damaged(f"the member at byte {offset} ends inside a line")
+
+
 def search(directory: Path, q: Search, days_max: int = ARCHIVE_DAYS_SCANNED_MAX,
            lines_max: int = ARCHIVE_LINES_SCANNED_MAX) -> Page:
     """The records of `directory`'s files that match `q`, from `q.start` (else the first
@@ -115,8 +145,11 @@ def search(directory: Path, q: Search, days_max: int = ARCHIVE_DAYS_SCANNED_MAX,
         if i >= days_max:
             page.next = start
             break
-        page.next = _scan(directory / f"{FILE_PREFIX}{day}{FILE_SUFFIX}", start, q, by_id,
-                          page, lines_max)
+        path = directory / f"{FILE_PREFIX}{day}{FILE_SUFFIX}"
+        if q.task_id is not None and start.offset == 0 and start.skip == 0:
+            page.next = _lookup(path, start, q, by_id, page, lines_max)
+        else:
+            page.next = _scan(path, start, q, by_id, page, lines_max)
         if page.next is not None:
             break
     page.records = list(by_id.values())
@@ -145,3 +178,55 @@ def _scan(path: Path, start: Position, q: Search, by_id: dict, page: Page,
     except (Damaged, ValueError, OSError) as e:
         page.skipped.append({"file": path.name, "reason": str(e)})
     return None
+
+
+def indexed_members(data: Path, task_id: str) -> tuple[list[int], int] | None:
+    """(offsets of the members of `data` that may hold `task_id`, the byte offset up to
+    which its index covers it); None when `data` has no index. The index is mapped, not
+    read: one `find` in C over 16 bytes a task."""
+    try:
+        f = open(data.with_name(index_name(data.name)), "rb")
+    except FileNotFoundError:
+        return None
+    with f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return [], 0
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            end, used = index_end(buf)
+            return index_members(buf, task_id, used), end
+
+
+def _lookup(path: Path, start: Position, q: Search, by_id: dict, page: Page,
+            lines_max: int) -> Position | None:
+    """A search by id of one whole file through its index: the members it names, then the
+    part past what it covers (line by line); `_scan` of the whole file without an index."""
+    assert q.task_id is not None
+    if len(by_id) >= q.limit:
+        return start
+    try:
+        found = indexed_members(path, q.task_id)
+    except (OSError, ValueError):    # an unreadable index: the lines are read instead
+        found = None
+    if found is None:
+        return _scan(path, start, q, by_id, page, lines_max)
+    offsets, covered = found
+    mark = needle("task_id", q.task_id)
+    try:
+        with open(path, "rb") as f:
+            for offset in offsets:
+                for lineno, line in member_lines(f, offset):
+                    page.lines += 1
+                    if mark in line:
+                        record = parse_record(line, lineno)
+                        if record["task"].get("task_id") == q.task_id and matches(
+                                record["task"], None, None, None, q.from_ms, q.to_ms):
+                            last_by_task_id([record], by_id)
+            size = os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        return None
+    except (Damaged, ValueError, OSError) as e:
+        page.skipped.append({"file": path.name, "reason": str(e)})
+        return None
+    if size <= covered:
+        return None
+    return _scan(path, Position(start.day, covered, 0), q, by_id, page, lines_max)

@@ -1,4 +1,5 @@
-"""`GET /v1/archive` on real clusters (DESIGN 14.3): tasks evicted by retention are found
+"""`GET /v1/archive` on real clusters (DESIGN 14.3), whose cluster files have no [archive]
+table (the archive is on by default, under each node's data_dir): tasks evicted by retention are found
 by task id and by tenant over HTTP and through `tsctl archive search` without --dir; a
 tenant token is refused; with shards the router sends
 the search to the shard that archived the tasks."""
@@ -27,9 +28,6 @@ def sha(token: str) -> str:
 
 
 TOML = f"""
-[archive]
-dir = "archive"
-
 [limits]
 retention_ms = {RETENTION_MS}
 
@@ -80,6 +78,8 @@ def test_archive_is_searched_over_http_and_by_tsctl(archiving, monkeypatch):
     wait_until(lambda: archived("bank") == sorted(bank) and archived("other") == sorted(other),
                60, "the evicted tasks in n1's archive")
 
+    # the node keeps an index beside each day's file; a search by id goes through it
+    assert list((cluster.data_dir(cluster.ids[0]) / "archive").glob("tasks-*.idx"))
     by_id = search(url, task_id=bank[-1]).json()
     (record,) = by_id["records"]
     assert by_id["node"] == cluster.ids[0] and by_id["next_cursor"] is None
@@ -124,7 +124,7 @@ def test_archive_is_searched_over_http_and_by_tsctl(archiving, monkeypatch):
 
 @pytest.fixture
 def sharded(tmp_path):
-    toml = f'\n[archive]\ndir = "archive"\n\n[limits]\nretention_ms = {RETENTION_MS}\n'
+    toml = f'\n[limits]\nretention_ms = {RETENTION_MS}\n'
     yield from running(tmp_path, extra_toml=toml, shards=2)
 
 

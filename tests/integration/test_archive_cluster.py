@@ -1,10 +1,12 @@
 """The audit archive on a real 3-node cluster (DESIGN 14.3): with `[archive] dir`, every
 node writes the tasks retention evicts to its own files under its data_dir, a killed and
-restarted node replays its log and archives nothing twice as far as a reader can tell,
-and `tsctl archive search` finds them."""
+restarted node replays its log and archives nothing twice as far as a reader can tell
+and removes the day files older than keep_days, and `tsctl archive search` finds them."""
 from __future__ import annotations
 
 import json
+import shutil
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -14,10 +16,13 @@ from tests.harness.waits import wait_until
 from tsched.client import ApiError, Client
 from tsched.client.cli import cli
 from tsched.client.archive import Query, search
+from tsched.statemachine.archive_format import DAY_MS, file_name
 
 pytestmark = pytest.mark.slow
 RETENTION_MS = 2_000
-TOML = f'\n[archive]\ndir = "archive"\n\n[limits]\nretention_ms = {RETENTION_MS}\n'
+KEEP_DAYS = 30
+TOML = (f'\n[archive]\ndir = "archive"\nkeep_days = {KEEP_DAYS}\n\n'
+        f'[limits]\nretention_ms = {RETENTION_MS}\n')
 
 
 @pytest.fixture
@@ -52,11 +57,21 @@ def test_evicted_tasks_are_archived_by_every_node_and_searchable(archiving):
 
     # a node killed after archiving replays its log on restart: readers still see each
     # task once, as it was when evicted
+    # and, at its start, removes the day files that ended keep_days or more ago
     victim = cluster.ids[-1]
     cluster.kill(victim)
+    directory = cluster.data_dir(victim) / "archive"
+    today = sorted(directory.glob("tasks-*.jsonl.gz"))[-1]
+    now_ms = time.time_ns() // 1_000_000
+    old, kept = file_name(now_ms - (KEEP_DAYS + 2) * DAY_MS), file_name(now_ms - 3 * DAY_MS)
+    for name in (old, kept):
+        shutil.copy(today, directory / name)
     cluster.restart(victim)
     cluster.wait_leader()
-    found = search(cluster.data_dir(victim) / "archive", Query())
+    wait_until(lambda: not (directory / old).exists(), 30, f"{old} pruned")
+    assert (directory / kept).exists()
+    (directory / kept).unlink()
+    found = search(directory, Query())
     assert sorted(r["task"]["task_id"] for r in found.records) == want and not found.skipped
 
     directory = str(cluster.data_dir(cluster.ids[0]) / "archive")

@@ -1,5 +1,5 @@
 """`tsctl dev`: a leader within 15 s, every node stopped on SIGINT, exit 0, and nothing
-left for git to see (data and logs go under the ignored .tsched/)."""
+left for git to see (data, archive and logs go under the ignored .tsched/)."""
 from __future__ import annotations
 
 import os
@@ -124,6 +124,8 @@ def test_dev_runs_the_cluster_until_sigint(tmp_path):
     assert left == []
     assert not any(answers(h) for h in https)
     assert (tmp_path / ".tsched" / "data" / "n1").is_dir()   # data went where the file says
+    # no [archive] in the file: each node archives under its data dir all the same
+    assert (tmp_path / ".tsched" / "data" / "n1" / "archive").is_dir()
     status = subprocess.run(["git", "status", "--porcelain"], cwd=tmp_path, check=True,
                             capture_output=True, text=True).stdout
     assert status == ""

@@ -1,6 +1,6 @@
 """What a newcomer meets against a real 3-node cluster: `--json` after the verb, the digest
-column of `tsctl cluster status`, a running cap of 0 shown as none, the hints for a node
-without [archive], for a URL whose base is wrong and for https against a plain node, the
+column of `tsctl cluster status`, a running cap of 0 shown as none, an archive without
+[archive], the hints for a URL whose base is wrong and for https against a plain node, the
 worker's log of what follows a failure, tracebacks that start in the user's code, and
 tsworker naming the schedule a node refused."""
 from __future__ import annotations
@@ -68,9 +68,10 @@ def test_a_tenant_without_a_running_cap_shows_none(tsctl):
     assert next(t for t in shown if t["tenant"] == "uncapped")["max_running"] == 0
 
 
-def test_archive_search_on_a_node_without_archive_says_how_to_enable_it(tsctl):
-    out = tsctl("archive", "search", "--tenant", "default", code=1)
-    assert "archive_not_configured" in out and '[archive]` with `dir = "archive"' in out
+def test_a_node_without_an_archive_table_archives(tsctl, cluster):
+    # no [archive] in the cluster file: each node archives under its data_dir
+    assert tsctl("archive", "search", "--tenant", "default", "--json") == ""
+    assert (cluster.data_dir(cluster.ids[0]) / "archive").is_dir()
 
 
 def test_a_wrong_base_url_is_named(tsctl, cluster):

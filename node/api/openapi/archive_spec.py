@@ -46,9 +46,10 @@ def fragment() -> Fragment:
                 tag="operations", description=(
                     "Tasks this node evicted, from its [archive] files (DESIGN 14.3). One "
                     f"request reads at most {arch.ARCHIVE_DAYS_SCANNED_MAX} day files and "
-                    f"{arch.ARCHIVE_LINES_SCANNED_MAX} lines. Needs an admin token when the "
+                    f"{arch.ARCHIVE_LINES_SCANNED_MAX} lines; a search by task_id reads "
+                    "only the part of a file its index names. Needs an admin token when the "
                     "cluster has [auth]."))
     search["responses"]["403"]["description"] = "forbidden: not an admin token"
-    search["responses"]["404"]["description"] = ("archive_not_configured: the node has no "
-                                                 "[archive]")
+    search["responses"]["404"]["description"] = ("archive_not_configured: the node has "
+                                                 "[archive] enabled = false")
     return Fragment({"/v1/archive": {"get": search}})

@@ -198,3 +198,23 @@ def test_priority_tiers_default_to_the_designs_five_and_may_be_set(tmp_path):
         config.parse(gap, base_dir=str(tmp_path))
     with pytest.raises(config.ConfigError, match=r"\[priority\]"):
         config.parse({**base, "priority": {"weights": 1}}, base_dir=str(tmp_path))
+
+
+def test_a_file_without_archive_archives_under_data_dir_for_a_year(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD))
+    assert cfg.archive_dir == "archive" and cfg.archive_keep_days == 365
+    repo = config.load(str(ROOT / "cluster.toml"))
+    assert repo.archive_dir == "archive"
+    off = config.load(write(tmp_path, GOOD + "\n[archive]\nenabled = false\n"))
+    assert off.archive_dir is None
+    kept = config.load(write(tmp_path, GOOD + '\n[archive]\ndir = "/srv/a"\nkeep_days = 2555\n'))
+    assert kept.archive_dir == "/srv/a" and kept.archive_keep_days == 2555
+
+
+@pytest.mark.parametrize("table, match", [
+    ("keep_days = 0", "keep_days"), ("keep_days = 40000", "keep_days"),
+    ("keep_days = 1.5", "keep_days"), ("keep_days = true", "keep_days"),
+    ('enabled = "no"', "enabled"), ('dir = ""', "dir"), ("days = 3", "unknown keys")])
+def test_bad_archive_settings_are_refused(tmp_path, table, match):
+    with pytest.raises(config.ConfigError, match=match):
+        config.load(write(tmp_path, GOOD + f"\n[archive]\n{table}\n"))

@@ -42,7 +42,8 @@ def test_every_metric_the_rules_use_is_exported_by_a_node() -> None:
     names |= {n + suffix for n in names for suffix in ("_total", "_bucket")}
     # gauges computed from a replica appear once a node is attached: the queue and Raft ones
     attached_only = {"tsched_tenant_tasks", "tsched_tenant_oldest_due_task_age_seconds",
-                     "tsched_raft_has_leader"}
+                     "tsched_raft_has_leader", "tsched_tasks",
+                     "tsched_oldest_claimable_task_age_seconds"}
     assert used - attached_only <= names, used - attached_only - names
     # TschedTierLate selects the lateness histogram's tier label, one rule per tier with an
     # SLA in the default table
@@ -55,3 +56,10 @@ def test_every_metric_the_rules_use_is_exported_by_a_node() -> None:
     source = (Path(__file__).resolve().parents[4] / "node" / "ops" / "scrape.py").read_text()
     for name in attached_only:
         assert f'"{name}"' in source
+
+
+def test_the_operations_guide_says_what_to_do_for_every_rule() -> None:
+    rules = set(re.findall(r"- alert: (\w+)", (DEPLOY / "alerts.yml").read_text()))
+    guide = (DEPLOY.parent / "docs" / "operations.md").read_text()
+    section = guide[guide.index("### 5.1 When an alert"):guide.index("## 6.")]
+    assert {r for r in rules if f"`{r}" not in section} == set()
