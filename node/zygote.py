@@ -9,12 +9,17 @@ command line (`main.cli`) in a process of its own, in a session of its own, with
 environment, working folder and log file, exactly as the launcher's `subprocess.Popen`
 would have started it; only the import is shared.
 
-The protocol, on the Unix socket FD the launcher passes (client/launcher.py, `Zygote`):
-a request is one JSON object {argv, env, cwd, log} sent with one file descriptor, a fresh
-socket of the launcher's for that child. The zygote answers on that socket {"pid": N} once
-forked and {"status": S} when the child is reaped (S as `subprocess.Popen.returncode`:
-negative for a signal), then closes it. The zygote exits when the control socket closes
-(its launcher is gone); its children run on, as a Popen's would.
+The protocol, on the Unix socket FD its starter passes (client/forked.py for a launcher;
+shards/spawner.py for a sharded node's supervisor): a request is one JSON object {argv,
+env, cwd, log} sent with a fresh socket of the starter's for that child, and, when `log`
+is null, the child's stdin, stdout and stderr after it. The zygote answers on that socket
+{"pid": N} once forked and {"status": S} when the child is reaped (S as
+`subprocess.Popen.returncode`: negative for a signal), then closes it. A child with a
+log runs in a session of its own (a launched node); one given its stdio stays in the
+zygote's process group, which is its starter's (a shard process, whom a signal to the
+node's group reaches). The zygote exits when the control socket closes (its starter is
+gone); its children run on, as a Popen's would, and a shard process learns it from its
+parent-death signal.
 
 What a fork cannot give: a hash seed of the child's own. Every child of one zygote shares
 its `PYTHONHASHSEED`, so the launcher runs one zygote per node id, each with a seed of its
@@ -38,7 +43,7 @@ from typing import Any
 from tsched.node import main as node_main
 
 REQUEST_BYTES_MAX = 1 << 20     # argv and environment of one node
-FDS_MAX = 1
+FDS_MAX = 4                     # the report socket, then stdin, stdout and stderr
 
 
 def _exit_status(status: int) -> int:
@@ -46,16 +51,22 @@ def _exit_status(status: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def _run_child(req: dict[str, Any]) -> int:
+def _stdio(req: dict[str, Any], fds: list[int]) -> None:
+    """The child's stdin, stdout and stderr: the log file of a launched node in a session
+    of its own, or the three descriptors its starter sent."""
+    if req.get("log"):
+        os.setsid()
+        log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fds = [os.open(os.devnull, os.O_RDONLY), log, log]
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+
+
+def _run_child(req: dict[str, Any], stdio: list[int]) -> int:
     """In the forked child: become the node process the request describes, run `tsnode`'s
     command line, and return its exit code (as the interpreter would at exit)."""
-    os.setsid()
-    log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    _stdio(req, stdio)
     if req.get("cwd"):
         os.chdir(req["cwd"])
     os.environ.clear()
@@ -74,13 +85,15 @@ def _run_child(req: dict[str, Any]) -> int:
         return 1
 
 
-def _child(req: dict[str, Any]) -> None:
+def _child(req: dict[str, Any], stdio: list[int]) -> None:
     """The forked child never returns into the zygote's loop."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        code = _run_child(req)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        code = _run_child(req, stdio)
         threading._shutdown()      # type: ignore[attr-defined]  # as at interpreter exit
         atexit._run_exitfuncs()
     finally:
@@ -104,6 +117,11 @@ class Zygote:
         os.set_blocking(self.wake_r, False)
 
     def serve(self) -> None:
+        # It lives exactly as long as its control socket: a signal to its starter's group
+        # (a node's SIGTERM) is for the node and its children, and a zygote gone first
+        # could not report their exit codes.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.sel.register(self.control, selectors.EVENT_READ, "control")
@@ -125,7 +143,9 @@ class Zygote:
         report = socket.socket(fileno=fds[0])
         pid = os.fork()
         if pid == 0:
-            _child(json.loads(msg))
+            _child(json.loads(msg), fds[1:])
+        for fd in fds[1:]:      # the child's now: a pipe end held here would never close
+            os.close(fd)
         try:
             report.sendall(json.dumps({"pid": pid}).encode() + b"\n")
         except OSError:

@@ -19,7 +19,6 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from tsched.node.raft.storage_faults import STORAGE_CORRUPT_EXIT_CODE, STORAGE_E
 from tsched.node.raft.membership import members_path
 from tsched.node.shards.router import Router
 from tsched.node.shards.router_app import make_router_app
+from tsched.node.shards.spawner import NODE_MAIN, ShardProc, Spawner
 from tsched.node.shards.upstream import Upstreams
 
 log = logging.getLogger("tsched.node.supervisor")
@@ -52,16 +52,18 @@ FATAL_EXIT_CODES = (STORAGE_ERROR_EXIT_CODE, STORAGE_CORRUPT_EXIT_CODE)
 class ShardProcess:
     """One local shard replica's process, started again whenever it dies."""
 
-    def __init__(self, shard: int, argv: list[str], spreader: Spreader | None = None,
-                 on_fatal: Callable[[int], None] | None = None, joining: tuple[list[str], Path] | None = None) -> None:
-        self.shard, self.argv = shard, argv
+    def __init__(self, shard: int, argv: list[str], spawner: Spawner,
+                 spreader: Spreader | None = None,
+                 on_fatal: Callable[[int], None] | None = None,
+                 joining: tuple[list[str], Path] | None = None) -> None:
+        self.shard, self.argv, self.spawner = shard, argv, spawner
         # (`--join URL`, the replica's members.json): added to every start until the file
         # exists. A replica that stopped before it recorded its members must not start
         # again from a file that lists this node alone: that would be a group of one.
         self.joining = joining
         self.spreader = spreader
         self.on_fatal = on_fatal        # called with the exit code of a storage failure
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: ShardProc | None = None
         self.restarts = 0
         self.stopping = False
 
@@ -77,9 +79,7 @@ class ShardProcess:
             argv = self.argv
             if self.joining is not None and not self.joining[1].exists():
                 argv = argv + self.joining[0]
-            self.proc = await asyncio.create_subprocess_exec(
-                *argv, env=env, stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE)
+            self.proc = await self.spawner.start(argv, env)
             started = loop.time()
             log.info("event=shard_started shard=%d pid=%d", self.shard, self.proc.pid)
             await self._read_status(self.proc)
@@ -103,7 +103,7 @@ class ShardProcess:
             await asyncio.sleep(backoff)   # a stop that came meanwhile ends the loop
             backoff = min(RESTART_BACKOFF_MAX_S, backoff * 2)
 
-    async def _read_status(self, proc: asyncio.subprocess.Process) -> None:
+    async def _read_status(self, proc: ShardProc) -> None:
         stdout = proc.stdout
         assert stdout is not None, "shard processes start with stdout=PIPE"
         while True:
@@ -139,7 +139,7 @@ class ShardProcess:
 
 
 def shard_argv(config_path: str, node_id: str, shard: int, log_format: str) -> list[str]:
-    return [sys.executable, "-m", "tsched.node.main", "--config", os.path.abspath(config_path),
+    return [*NODE_MAIN, "--config", os.path.abspath(config_path),
             "--id", node_id, "--shard", str(shard), "--log-format", log_format]
 
 
@@ -168,8 +168,10 @@ async def run_supervisor(cfg: ClusterConfig, node_id: str, config_path: str, log
     def on_fatal(code: int) -> None:
         fatal.append(code)
         halt()
-    procs = {s: ShardProcess(s, shard_argv(config_path, node_id, s, log_format), spreader,
-                             on_fatal, _joining(cfg, me, s, join_url)) for s in local}
+    spawner = Spawner()
+    procs = {s: ShardProcess(s, shard_argv(config_path, node_id, s, log_format), spawner,
+                             spreader, on_fatal, _joining(cfg, me, s, join_url))
+             for s in local}
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, halt)
     runs = [loop.create_task(p.run(), name=f"shard-{p.shard}") for p in procs.values()]
@@ -195,6 +197,7 @@ async def run_supervisor(cfg: ClusterConfig, node_id: str, config_path: str, log
         for t in runs:
             t.cancel()
         await asyncio.gather(*runs, return_exceptions=True)
+        await spawner.close()
     log.info("event=stopped")
     return fatal[0] if fatal else 0
 

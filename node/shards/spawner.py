@@ -1,0 +1,190 @@
+"""How a sharded node's supervisor starts its shard processes: forked from a zygote of its
+own (`python -m tsched.node.zygote`, node/zygote.py), else as plain subprocesses.
+
+A shard process is `tsnode --shard s`; started from scratch, it spends about half a
+CPU-second importing the node before it reads its config, at every start and every
+restart. The supervisor starts one zygote, which pays that once, and asks it to fork each
+shard process with the supervisor's pipes as its stdin and stdout and the node's log as
+its stderr. The zygote is the supervisor's child in the node's process group, so its
+children are too: a signal to the node's group reaches every shard as before. It lives as
+long as the supervisor holds its control socket; it ignores SIGTERM and SIGINT so that it
+can report every shard's exit code. Its children's parent is the zygote, so
+`SUPERVISOR_PID_ENV` names the zygote: a shard stops when it goes, and it goes with the
+supervisor.
+
+A zygote that cannot start, or that died, is replaced once per start; if that fails too,
+the shard process is a plain subprocess (`asyncio.create_subprocess_exec`), as it was
+before zygotes.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+from typing import Protocol
+
+from tsched.node.shards.parent_link import SUPERVISOR_PID_ENV
+
+log = logging.getLogger("tsched.node.supervisor")
+
+ZYGOTE_PID_WAIT_S = 10.0     # for a fork's pid; a zygote slower than that is replaced
+# How a shard process starts when not forked (its options follow)
+NODE_MAIN = [sys.executable, "-m", "tsched.node.main"]
+
+
+class ShardProc(Protocol):
+    """What the supervisor uses of a shard process (asyncio.subprocess.Process has it)."""
+    pid: int
+
+    @property
+    def returncode(self) -> int | None: ...
+    @property
+    def stdin(self) -> asyncio.StreamWriter | None: ...
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+    async def wait(self) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
+class ForkedShard:
+    """A shard process forked by the zygote: its pipes, and its exit status as the zygote
+    reports it (read once, by a task of its own: the supervisor's run and stop both wait)."""
+
+    def __init__(self, pid: int, report: asyncio.StreamReader, stdin: asyncio.StreamWriter,
+                 stdout: asyncio.StreamReader, report_writer: asyncio.StreamWriter) -> None:
+        self.pid = pid
+        self.stdin: asyncio.StreamWriter | None = stdin
+        self.stdout: asyncio.StreamReader | None = stdout
+        self._status: int | None = None
+        self._ended = asyncio.Event()
+        self._watch = asyncio.get_running_loop().create_task(
+            self._reported(report, report_writer, stdin))
+
+    async def _reported(self, report: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        stdin: asyncio.StreamWriter) -> None:
+        try:
+            line = await report.readline()
+            # no line: the zygote died before it reaped the shard (a SIGKILL of the whole
+            # node), which went with it
+            self._status = int(json.loads(line)["status"]) if line else -9
+        finally:
+            if self._status is None:
+                self._status = -9
+            writer.close()
+            stdin.close()
+            self._ended.set()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._status
+
+    async def wait(self) -> int:
+        await self._ended.wait()
+        assert self._status is not None, "set before the event"
+        return self._status
+
+    def send_signal(self, sig: int) -> None:
+        if self._status is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass    # exited; its status is on its way
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+
+class Spawner:
+    """Starts shard processes; `close` ends the zygote once they have stopped."""
+
+    def __init__(self) -> None:
+        self.zygote: asyncio.subprocess.Process | None = None
+        self.control: socket.socket | None = None
+        self.starting = asyncio.Lock()     # shards start together: one zygote for all
+
+    async def _zygote(self) -> socket.socket | None:
+        async with self.starting:
+            if self.zygote is not None and self.zygote.returncode is None:
+                return self.control
+            if self.control is not None:
+                self.control.close()
+            return await self._new_zygote()
+
+    async def _new_zygote(self) -> socket.socket | None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.zygote = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "tsched.node.zygote", str(theirs.fileno()),
+                pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL)
+        except OSError as e:
+            log.warning("event=zygote_unavailable error=%r: shard processes start plainly", e)
+            mine.close()
+            return None
+        finally:
+            theirs.close()
+        self.control = mine
+        return mine
+
+    async def start(self, argv: list[str], env: dict[str, str]) -> ShardProc:
+        """`argv` (`python -m tsched.node.main --shard s ...`) with `env`: stdin and stdout
+        piped to the supervisor, stderr its own."""
+        control = await self._zygote()
+        if control is not None and self.zygote is not None:
+            try:
+                return await self._fork(control, self.zygote.pid, argv, env)
+            except (OSError, ValueError, asyncio.TimeoutError) as e:
+                log.warning("event=zygote_failed error=%r: this shard starts plainly", e)
+                if self.zygote.returncode is None:
+                    self.zygote.kill()
+        return await asyncio.create_subprocess_exec(
+            *argv, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+
+    async def _fork(self, control: socket.socket, zygote_pid: int, argv: list[str],
+                    env: dict[str, str]) -> ForkedShard:
+        loop = asyncio.get_running_loop()
+        report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        assert argv[:len(NODE_MAIN)] == NODE_MAIN, argv
+        request = {"argv": ["tsnode", *argv[len(NODE_MAIN):]], "log": None, "cwd": os.getcwd(),
+                   "env": {**env, SUPERVISOR_PID_ENV: str(zygote_pid)}}
+        try:
+            socket.send_fds(control, [json.dumps(request).encode()],
+                            [theirs.fileno(), in_r, out_w, 2])
+        except OSError:
+            for fd in (in_w, out_r):
+                os.close(fd)
+            report.close()
+            raise
+        finally:
+            theirs.close()
+            os.close(in_r)
+            os.close(out_w)
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=report)
+            line = await asyncio.wait_for(reader.readline(), ZYGOTE_PID_WAIT_S)
+            pid = int(json.loads(line)["pid"])
+        except BaseException:
+            for fd in (in_w, out_r):
+                os.close(fd)
+            report.close()
+            raise
+        stdout = asyncio.StreamReader(loop=loop)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
+                                     os.fdopen(out_r, "rb", 0))
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(in_w, "wb", 0))
+        stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+        return ForkedShard(pid, reader, stdin, stdout, writer)
+
+    async def close(self) -> None:
+        """After every shard process has stopped: the zygote exits with its socket."""
+        if self.control is not None:
+            self.control.close()
+        if self.zygote is not None:
+            await self.zygote.wait()
