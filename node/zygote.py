@@ -1,4 +1,4 @@
-"""`python -m tsched.node.zygote FD`: a process that has imported the node once and forks a
+"""`python -m tsched.node.zygote FD [LABEL...]`: a process that has imported the node once and forks a
 `tsnode` per request, for a machine that starts hundreds of nodes (a test suite).
 
 Theory of operation. Starting `tsnode` costs about half a CPU-second before it reads its

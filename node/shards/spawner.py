@@ -101,7 +101,8 @@ class ForkedShard:
 class Spawner:
     """Starts shard processes; `close` ends the zygote once they have stopped."""
 
-    def __init__(self) -> None:
+    def __init__(self, label: list[str] | None = None) -> None:
+        self.label = list(label or [])      # shown by `ps` after the zygote's own argv
         self.zygote: asyncio.subprocess.Process | None = None
         self.control: socket.socket | None = None
         self.starting = asyncio.Lock()     # shards start together: one zygote for all
@@ -119,7 +120,7 @@ class Spawner:
         try:
             self.zygote = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "tsched.node.zygote", str(theirs.fileno()),
-                pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
+                *self.label, pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL)
         except OSError as e:
             log.warning("event=zygote_unavailable error=%r: shard processes start plainly", e)

@@ -168,7 +168,8 @@ async def run_supervisor(cfg: ClusterConfig, node_id: str, config_path: str, log
     def on_fatal(code: int) -> None:
         fatal.append(code)
         halt()
-    spawner = Spawner()
+    # `ps` names the node's config and id on the zygote and every shard forked from it
+    spawner = Spawner(["--config", os.path.abspath(config_path), "--id", node_id])
     procs = {s: ShardProcess(s, shard_argv(config_path, node_id, s, log_format), spawner,
                              spreader, on_fatal, _joining(cfg, me, s, join_url))
              for s in local}

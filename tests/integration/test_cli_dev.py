@@ -158,7 +158,9 @@ def test_dev_with_shards_runs_every_shard_and_leaves_the_file_s_data_alone(tmp_p
             doc = httpx.get(f"http://127.0.0.1:{https[0]}/v1/cluster", timeout=10).json()
             return all(s["leader"] for s in doc["shards"])
         wait_until(every_shard_led, timeout_s=30, what="a leader in every shard")
-        assert len(processes_using(derived)) == 3 + 3 * 2     # supervisors + shard processes
+        # supervisors, their zygotes and shard processes (forked: the zygote's command line,
+        # which names the node's file)
+        assert len(processes_using(derived)) == 3 + 3 + 3 * 2
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
     except BaseException:

@@ -4,6 +4,7 @@ die without losing anything, and a data dir made with other values is refused.""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -17,7 +18,7 @@ from tsched.node.topology import shard_of_tenant, shifted
 from tsched.node.config import internal_http
 from tsched.node.shards.claim_fanout import SHARD_WAIT_S
 
-from tests.harness.cluster import TSNODE
+from tests.harness.cluster import TSNODE, Cluster
 from tests.harness.cluster import running as running_cluster
 from tests.harness.waits import wait_until
 from tests.integration.worker_support import DEADLINE_S, running
@@ -33,15 +34,12 @@ def sharded(tmp_path):
     yield from running_cluster(tmp_path, shards=SHARDS)
 
 
-def shard_pids(supervisor_pid: int) -> dict[int, int]:
-    """{shard: pid} of a supervisor's shard processes."""
-    out = {}
-    for pid in subprocess.run(["pgrep", "-P", str(supervisor_pid)], capture_output=True,
-                              text=True).stdout.split():
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if b"--shard" in argv:
-            out[int(argv[argv.index(b"--shard") + 1])] = int(pid)
-    return out
+def shard_pids(cluster: Cluster, node_id: str) -> dict[int, int]:
+    """{shard: pid} of a node's shard processes, as its supervisor logs each start (they
+    are forked from its zygote, so `ps` shows them under the zygote's command line)."""
+    started = re.findall(r"event=shard_started shard=(\d+) pid=(\d+)",
+                         cluster.log_path(node_id).read_text(errors="replace"))
+    return {int(s): int(p) for s, p in started}     # the last start of each shard
 
 
 def test_tenants_cover_every_shard():
@@ -67,14 +65,14 @@ def test_sigkill_of_a_node_leading_shards_loses_nothing_and_every_shard_elects(s
 
 
 def test_a_shard_process_killed_alone_is_restarted_and_catches_up(sharded):
-    pids = shard_pids(sharded.procs["n1"].pid)
+    pids = shard_pids(sharded, "n1")
     assert sorted(pids) == list(range(SHARDS))
     tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 1)
     os.kill(pids[1], signal.SIGKILL)
     with Client([sharded.url("n2")], timeout_s=30) as c:
         for _ in range(5):
             c.submit("t", tenant=tenant)
-    wait_until(lambda: shard_pids(sharded.procs["n1"].pid).get(1) not in (None, pids[1]),
+    wait_until(lambda: shard_pids(sharded, "n1").get(1) not in (None, pids[1]),
                DEADLINE_S, "shard 1 of n1 started again")
 
     def caught_up():
@@ -84,11 +82,11 @@ def test_a_shard_process_killed_alone_is_restarted_and_catches_up(sharded):
         return "n1" in nodes and nodes["n1"]["reachable"] and len(seqs) == 1
     wait_until(caught_up, DEADLINE_S, "n1's shard 1 applied what the others applied")
     assert "event=shard_exited shard=1" in sharded.log("n1")
-    assert shard_pids(sharded.procs["n1"].pid).keys() == pids.keys()
+    assert shard_pids(sharded, "n1").keys() == pids.keys()
 
 
 def test_sigkill_of_the_supervisor_leaves_no_shard_process(sharded):
-    pids = shard_pids(sharded.procs["n3"].pid)
+    pids = shard_pids(sharded, "n3")
     assert len(pids) == SHARDS
     sharded.procs["n3"].send_signal(signal.SIGKILL)   # the supervisor alone, not its group
     sharded.procs["n3"].wait(10)
@@ -100,7 +98,7 @@ def test_sigkill_of_the_supervisor_leaves_no_shard_process(sharded):
 
 
 def test_sigterm_stops_every_shard_process_with_status_0(sharded):
-    pids = shard_pids(sharded.procs["n2"].pid)
+    pids = shard_pids(sharded, "n2")
     assert sharded.stop("n2") == 0
     assert not any(Path(f"/proc/{p}").exists() for p in pids.values())
     log = sharded.log("n2", 100_000)
@@ -578,7 +576,7 @@ def test_leaders_gathered_on_one_node_spread_out_again(shared_sharded):
 def test_readiness_needs_every_local_shard(shared_sharded):
     sharded = shared_sharded
     assert sharded.call("n1", "GET", "/readyz")[0] == 200
-    pids = shard_pids(sharded.procs["n1"].pid)
+    pids = shard_pids(sharded, "n1")
     os.kill(pids[2], signal.SIGSTOP)      # one shard replica stops answering
     try:
         status, body = sharded.call("n1", "GET", "/readyz", timeout_s=60)
