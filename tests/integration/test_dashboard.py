@@ -578,6 +578,19 @@ def conforms(schema: dict, value, doc: dict, where: str = "$") -> list[str]:
     return problems
 
 
+def _queues_answers(call) -> None:
+    """Paused queues' answers (issue 48): pause, a paused task's `paused`, list, resume."""
+    made = call("POST", "/v1/tasks", {"task_type": "held", "tenant": "acme"}, 201)
+    out = call("POST", "/v1/queues/pause", {"task_type": "held", "reason": "bank down"}, 200)
+    got = call("GET", "/v1/tasks/{task_id}", task_id=made["task_id"], status=200,
+               query=f"?min_seq={out['applied_seq']}")
+    assert got["paused"]["reason"] == "bank down", got
+    call("GET", "/v1/queues", status=200)
+    call("POST", "/v1/queues/pause", {"tenant": ""}, 400)
+    call("POST", "/v1/queues/resume", {"task_type": "held"}, 200)
+    call("POST", "/v1/queues/resume", {"task_type": "held"}, 404)
+
+
 def _limits_answers(call) -> None:
     """Keyed limits' answers (DESIGN 15): put, read, a held task's `limited_by`, a
     RateLimited report, delete."""
@@ -693,6 +706,7 @@ def test_real_answers_match_the_openapi_document(tmp_path):
         call("GET", "/v1/tenants", status=200)
         _limits_answers(call)
         _workflows_answers(call)
+        _queues_answers(call)
         put = {"tenant": "acme", "cron": "H 3 * * 1-5", "timezone": "Europe/Paris",
                "task": {"task_type": "report", "payload": {"x": 1}, "priority": 2},
                "overlap": "skip", "misfire": "run_once", "jitter_s": 5}
