@@ -14,6 +14,9 @@ def pause_schema() -> Schema:
         "tenant": nullable({**TENANT, "description": "null: every tenant"}),
         "paused_at": TIME, "actor": nullable(string(description="who paused it (audit)")),
         "reason": nullable(string(REASON_CHARS_MAX)),
+        "missing_shards": {"type": "array", "items": SHARD, "description": "a sharded "
+                           "cluster's listing: shards that lack this pause (a write cut "
+                           "short; repeat it)"},
     }, ("task_type", "tenant", "paused_at", "actor", "reason"))
 
 
