@@ -8,7 +8,7 @@ import orjson
 from tsched.node.api.openapi import (archive_spec, audit_spec, backup_spec, cluster_spec,
                                      limits_spec, members_spec, monitoring_spec, queues_spec,
                                      schedules_spec, tasks_spec, tenants_spec, workers_spec,
-                                     workflows_spec, queues_spec)
+                                     workflows_spec)
 from tsched.node.api.openapi.schema import Fragment, Schema, error_schema, merge
 
 OPENAPI_VERSION = "3.1.0"
