@@ -242,6 +242,9 @@ def seed(c: Cluster, leader: str) -> tuple[str, str]:
     s, b = c.call(leader, "PUT", "/v1/limits/partner-bank",
                   {"rate": 50, "per_s": 1, "concurrency": 2, "partition_by": "tenant"})
     assert s == 200, b
+    s, b = c.call(leader, "POST", "/v1/queues/pause",
+                  {"task_type": "bank.transfer", "reason": "partner bank maintenance"})
+    assert s == 200, b
     return to_replay, to_discard
 
 
@@ -348,6 +351,10 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
     limits = await page.eval("[...document.querySelectorAll('#limits tbody tr')]"
                              ".map(r => [r.dataset.limit, r.cells[1].textContent])")
     assert limits == [["partner-bank", "50 per 1 s, 2 at once"]], limits
+    pauses = await page.eval("[...document.querySelectorAll('#pauses tbody tr')]"
+                             ".map(r => [...r.cells].map(c => c.textContent))")
+    assert [[p[0], p[1], p[3], p[4]] for p in pauses] == [
+        ["bank.transfer", "all", "anonymous", "partner bank maintenance"]], pauses
     dead = await page.eval("document.querySelector('[data-state=dead_letter] .n').textContent")
     assert dead == "2"
     # The tab's count is shown with the first counts, and right.
