@@ -25,7 +25,8 @@ from tsched.node.api.queues import pause_body, resume_body
 from tsched.node.errors import ApiError
 from tsched.node.shards.keyed_routes import loads
 from tsched.node.shards.merge import gather
-from tsched.node.shards.router import ROUTER, Relayed, Router, as_response, json_response
+from tsched.node.shards.router import (ROUTER, Relayed, Router, as_response, json_response,
+                                      with_min_seq)
 from tsched.node.shards.upstream import Answer
 
 routes = web.RouteTableDef()
@@ -63,10 +64,12 @@ async def _everywhere(request: web.Request, raw: bytes, ok: tuple[int, ...]) -> 
     applied = [a for a in answers if a.status == 200]
     if not applied:                    # a resume of what no shard has paused
         return as_response(answers[0])
+    docs = {s: a.json() for s, a in zip(shards, sent) if isinstance(a, Answer)}
     out = applied[0].json()
     out["changed"] = any(a.json().get("changed") for a in applied)
     out.pop("shard", None)
     out.pop("applied_seq", None)
+    out["applied_seqs"] = _seqs(docs)    # read-your-writes on every shard
     return json_response(out)
 
 
@@ -102,9 +105,21 @@ def _partial(shards: list[int], sent: list, took: list[int]) -> Exception:
 @routes.get("/v1/queues")
 async def list_queues(request: web.Request) -> web.Response:
     """Every shard's pauses, merged by selector (the earliest `paused_at`); a pause some
-    shard lacks (a write cut short) names its `missing_shards`."""
+    shard lacks (a write cut short) names its `missing_shards`. A replica may not have
+    applied a pause its leader has: a shard that seems to lack one is read again from its
+    leader (linearizable) before it is named."""
     r = _router(request)
-    docs = await gather(r, request, {s: request.path_qs for s in range(r.up.count)})
+    shards = range(r.up.count)
+    docs = await gather(r, request, {s: with_min_seq(request, s) for s in shards})
+    out = _merged(docs)
+    lagging = sorted({s for p in out for s in p.get("missing_shards", ())})
+    if lagging:
+        docs.update(await gather(r, request, {s: PROBE for s in lagging}))
+        out = _merged(docs)
+    return json_response({"pauses": out, "applied_seqs": _seqs(docs)})
+
+
+def _merged(docs: dict[int, dict]) -> list[dict]:
     by_key: dict[tuple[str, str], dict] = {}
     holders: dict[tuple[str, str], list[int]] = {}
     for s in sorted(docs):
@@ -121,4 +136,9 @@ async def list_queues(request: web.Request) -> web.Response:
         if missing:
             item["missing_shards"] = missing
         out.append(item)
-    return json_response({"pauses": out})
+    return out
+
+
+def _seqs(docs: dict[int, dict]) -> dict[str, int]:
+    return {str(s): d["applied_seq"] for s, d in docs.items()
+            if isinstance(d, dict) and isinstance(d.get("applied_seq"), int)}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from tsched.node.api.openapi.schema import (
-    APPLIED_SEQ, READ_PARAMS, SHARD, TASK_TYPE, TENANT, TIME, WRITE_ERRORS, Fragment, Schema,
+    APPLIED_SEQ, APPLIED_SEQS, READ_PARAMS, SHARD, TASK_TYPE, TENANT, TIME, WRITE_ERRORS, Fragment, Schema,
     nullable, obj, op, ref, string)
 from tsched.node.api.queues import REASON_CHARS_MAX
 
@@ -26,7 +26,7 @@ def _change() -> Schema:
         "changed": {"type": "boolean", "description": "false: it was paused already (left "
                     "as it was)"},
         "resumed_at": {**TIME, "description": "a resume: when the pause was lifted"},
-        "applied_seq": APPLIED_SEQ, "shard": SHARD,
+        "applied_seq": APPLIED_SEQ, "shard": SHARD, "applied_seqs": APPLIED_SEQS,
     }, ("task_type", "tenant", "paused_at", "changed"))
 
 
@@ -38,7 +38,8 @@ def fragment() -> Fragment:
     return Fragment({
         "/v1/queues": {"get": op(
             "List paused queues", obj({"pauses": {"type": "array", "items": ref("Pause")},
-                                       "applied_seq": APPLIED_SEQ}, ("pauses",)),
+                                       "applied_seq": APPLIED_SEQ,
+                                       "applied_seqs": APPLIED_SEQS}, ("pauses",)),
             params=READ_PARAMS, errors=(503, 504), tag="queues",
             description="the standing pauses; a tenant token sees those that cover its "
                         "tasks")},

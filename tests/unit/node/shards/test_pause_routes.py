@@ -32,12 +32,15 @@ class Shards:
         self.count, self.down, self.fail_writes = count, set(down), set(fail_writes)
         self.paused = paused if paused is not None else {s: False for s in range(count)}
         self.writes: list[int] = []
+        self.lagging: set[int] = set()   # replicas the router reads first, behind their leader
 
     async def send(self, request, shard, method, path_qs, body, **kw) -> Answer:
         if shard in self.down:
             raise ApiError("unavailable", f"shard {shard} did not answer", {"shard": shard})
         if method == "GET":
-            return _answer(200, {"pauses": [PAUSE] if self.paused[shard] else []})
+            fresh = "consistency=linearizable" in path_qs or shard not in self.lagging
+            return _answer(200, {"pauses": [PAUSE] if self.paused[shard] and fresh else [],
+                                 "applied_seq": 7})
         if shard in self.fail_writes:
             return _answer(503, {"error": {"code": "no_leader", "message": "no leader"}})
         self.writes.append(shard)
@@ -110,3 +113,12 @@ async def test_a_bad_body_is_400_before_any_shard_is_asked(aiohttp_client):
         assert r.status == 400 and (await r.json())["error"]["code"] == "invalid_argument"
     r = await client.post("/v1/queues/resume", data=b"not json")
     assert r.status == 400
+
+
+async def test_a_lagging_replica_is_read_again_from_its_leader(aiohttp_client):
+    shards = Shards(2, paused={0: True, 1: True})
+    shards.lagging = {1}
+    client = await _client(aiohttp_client, shards)
+    r = await client.get("/v1/queues")
+    body = await r.json()
+    assert body["pauses"] == [PAUSE] and body["applied_seqs"] == {"0": 7, "1": 7}
