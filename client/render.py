@@ -98,11 +98,11 @@ def pauses_table(pauses: list[dict]) -> str:
 def task_detail(task: dict) -> str:
     if isinstance(task.get("limited_by"), dict):
         task = {**task, "limited_by": limited_by(task["limited_by"])}
-    if isinstance(task.get("paused"), dict):
-        task = {**task, "paused": paused(task["paused"])}
-    hint = task.get("unclaimed_type")
-    task = {k: v for k, v in task.items() if k != "unclaimed_type"}
+    hint, pause = task.get("unclaimed_type"), task.get("paused")
+    task = {k: v for k, v in task.items() if k not in ("unclaimed_type", "paused")}
     out = fields(task)
+    if isinstance(pause, dict):   # the pause that holds it, in full (its reason is long)
+        out += f"\npaused: {paused(pause)}"
     if isinstance(hint, dict):   # the leader's hint, in full on a line of its own
         out += f"\nhint: {hint.get('message')}"
     if task.get("attempts"):

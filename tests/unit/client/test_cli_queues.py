@@ -46,4 +46,5 @@ def test_pause_resume_and_the_listing():
 def test_tsctl_get_says_which_pause_holds_a_task():
     from tsched.client import render
     out = render.task_detail({"task_id": "t1", "state": "pending", "paused": PAUSE})
-    assert "task_type=charge, tenant=* since 2026-12-06T10:00:00.000Z by admin: bank down" in out
+    assert "\npaused: task_type=charge, tenant=* since 2026-12-06T10:00:00.000Z by admin: " \
+        "bank down" in out
