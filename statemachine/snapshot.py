@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 def head(sm: StateMachine) -> dict:
     """Format 7: the keyed limits always, the workflows' fields for a state that has had
-    workflows (workflows.head_fields)."""
+    workflows (workflows.head_fields), the paused queues while any pause stands."""
     wf = workflows.head_fields(sm)
     return {
         "v": snapshot_format.SNAPSHOT_VERSION, "seq": sm.seq, "now_ms": sm.now_ms,
