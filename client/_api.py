@@ -217,6 +217,25 @@ class ApiCalls:
     def delete_limit(self, name: str) -> Any:
         return self._run(Call("DELETE", f"/v1/limits/{_seg(name)}", write=True))
 
+    # --- paused queues (issue 48) ----------------------------------------------------
+    def pause_queue(self, task_type: str | None = None, tenant: str | None = None,
+                    reason: str | None = None) -> Any:
+        """Stop claims of a task type, a tenant's tasks, or both (at least one) until a
+        resume: the tasks stay pending and their schedules fire. Admin only."""
+        pairs = (("task_type", task_type), ("tenant", tenant), ("reason", reason))
+        return self._run(Call("POST", "/v1/queues/pause",
+                              body={k: v for k, v in pairs if v is not None}, write=True))
+
+    def resume_queue(self, task_type: str | None = None, tenant: str | None = None) -> Any:
+        """Lift the pause of exactly this selector (not_found when none stands)."""
+        pairs = (("task_type", task_type), ("tenant", tenant))
+        return self._run(Call("POST", "/v1/queues/resume",
+                              body={k: v for k, v in pairs if v is not None}, write=True))
+
+    def list_pauses(self) -> Any:
+        """The standing pauses."""
+        return self._run(Call("GET", "/v1/queues"), _key("pauses"))
+
     # --- schedules -----------------------------------------------------------------
     def put_schedule(self, schedule_id: str, cron: str, task_type: str, payload: Any = None,
                      timezone: str | None = None, tenant: str | None = None, **fields: Any) -> Any:

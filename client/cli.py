@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 
 # noqa: F401 below: importing them registers their verbs
-from . import (cli_admin, cli_archive, cli_audit, cli_limits, cli_tasks,  # noqa: F401
-               cli_workflows)
+from . import (cli_admin, cli_archive, cli_audit, cli_limits, cli_queues,  # noqa: F401
+               cli_tasks, cli_workflows)
 from .cli_common import cli
 
 __all__ = ["cli", "main"]

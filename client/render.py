@@ -78,12 +78,31 @@ def limit_detail(limit: dict) -> str:
     return out
 
 
+PAUSE_COLUMNS = [("task_type", "TYPE"), ("tenant", "TENANT"), ("paused_at", "PAUSED_AT"),
+                 ("actor", "BY"), ("reason", "REASON")]
+
+
+def paused(pause: dict) -> str:
+    """A paused task's wait: `task_type=charge, tenant=* since <time> by admin: <reason>`."""
+    sel = f"task_type={pause.get('task_type') or '*'}, tenant={pause.get('tenant') or '*'}"
+    reason = f": {pause['reason']}" if pause.get("reason") else ""
+    return f"{sel} since {pause.get('paused_at')} by {pause.get('actor') or '-'}{reason}"
+
+
+def pauses_table(pauses: list[dict]) -> str:
+    rows = [{**p, "task_type": p.get("task_type") or "*", "tenant": p.get("tenant") or "*"}
+            for p in pauses]
+    return table(rows, PAUSE_COLUMNS) if rows else "no queue is paused"
+
+
 def task_detail(task: dict) -> str:
     if isinstance(task.get("limited_by"), dict):
         task = {**task, "limited_by": limited_by(task["limited_by"])}
-    hint = task.get("unclaimed_type")
-    task = {k: v for k, v in task.items() if k != "unclaimed_type"}
+    hint, pause = task.get("unclaimed_type"), task.get("paused")
+    task = {k: v for k, v in task.items() if k not in ("unclaimed_type", "paused")}
     out = fields(task)
+    if isinstance(pause, dict):   # the pause that holds it, in full (its reason is long)
+        out += f"\npaused: {paused(pause)}"
     if isinstance(hint, dict):   # the leader's hint, in full on a line of its own
         out += f"\nhint: {hint.get('message')}"
     if task.get("attempts"):

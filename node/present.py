@@ -16,6 +16,7 @@ from tsched.statemachine.audit import AuditEntry
 from tsched.statemachine.errors import Result
 from tsched.statemachine.graphs import Step, Workflow
 from tsched.statemachine.model import RETRYING, Attempt, Schedule, Task, TenantView
+from tsched.statemachine.pauses import Pause, Pauses
 from tsched.statemachine.ratelimits import OVERFLOW, LimitDef, Limiter
 from tsched.statemachine.reads import status
 
@@ -194,6 +195,30 @@ def limited_by(limiter: Limiter, t: Task, now_ms: int) -> Json | None:
             "until": rfc3339(until_ms)}
 
 
+def pause(p: Pause) -> Json:
+    """A standing pause (issue 48): its selector (null: any), since when, who and why."""
+    return {"task_type": p.task_type, "tenant": p.tenant, "paused_at": rfc3339(p.paused_at_ms),
+            "actor": p.actor, "reason": p.reason}
+
+
+def paused(pauses: Pauses, t: Task) -> Json | None:
+    """Why a pending task is not claimed: the pause that covers it (null: none does)."""
+    if t.state != "pending":
+        return None
+    p = pauses.of_task(t)
+    return None if p is None else pause(p)
+
+
+def pause_change(v: dict) -> Json:
+    """A pause's or resume's answer: the pause, whether the command changed it, and for a
+    resume when it was lifted."""
+    out = pause(v["pause"])
+    out["changed"] = bool(v["changed"])
+    if v.get("resumed_at_ms") is not None:
+        out["resumed_at"] = rfc3339(v["resumed_at_ms"])
+    return out
+
+
 def limit(d: LimitDef) -> Json:
     return {"name": d.name, "rate": d.rate or None,
             "per_s": seconds(d.per_ms) if d.rate else None,
@@ -273,6 +298,8 @@ def result(cmd: c.Command, res: Result) -> Json | list[Json] | ApiError | None:
         return tenant(v["tenant"])
     if "limit" in v:
         return limit(v["limit"])
+    if "pause" in v:
+        return pause_change(v)
     if "workflow" in v:
         return workflow(v["workflow"], duplicate=v.get("duplicate"), steps="brief")
     if "task" in v:

@@ -252,6 +252,26 @@ class PauseLimit(Command):
     tenant: str | None = None
 
 
+# --- paused queues (pauses.py, issue 48) --------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PauseQueue(Command):
+    """Stop claiming the pending tasks of a task type, a tenant, or both (at least one):
+    they wait, pending, until a ResumeQueue of the same selector."""
+
+    task_type: str | None = None
+    tenant: str | None = None
+    reason: str | None = None        # the operator's words, shown with the pause
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResumeQueue(Command):
+    task_type: str | None = None
+    tenant: str | None = None
+    actor: str | None = None         # who asked (DESIGN 14.6); None: not audited
+
+
 # --- workflows (DESIGN 5.2) --------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -309,6 +329,7 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     SubmitTask, Claim, Heartbeat, Complete, Fail, Release, Cancel, Replay, Discard,
     SetTenant, PutSchedule, DeleteSchedule, PauseSchedule, ResumeSchedule, Fire, Tick, Barrier,
     AuditNote, PutLimit, DeleteLimit, PauseLimit, SubmitWorkflow, CancelWorkflow,
+    PauseQueue, ResumeQueue,
 )
 
 

@@ -126,6 +126,9 @@ def _combine(sm: StateMachine, tasks_acc: int, tenants_acc: int, schedules_acc: 
     limiter = sm.store.limiter
     if limiter.defs or limiter.limited:   # a state that never had a limit keeps its digest
         head += [limiter.records(sm.now_ms), limiter.task_limits()]
+    pauses = sm.store.pauses
+    if pauses.by_key:   # and a state without a standing pause (pauses.py)
+        head += ["queue_pauses", pauses.records()]
     if sm.workflows.seq:   # likewise a state that never had a workflow
         head += [sm.workflows.seq, sm.workflows.finish_seq, workflows_acc(sm).to_bytes(16, "big")]
     return hashlib.sha256(codec.pack(head)).hexdigest()

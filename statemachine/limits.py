@@ -110,6 +110,11 @@ class Limits:
     limit_concurrency_max: int = 100_000
     limit_pause_ms_max: int = 3_600_000      # a RateLimited report's after_s
 
+    # --- paused queues (pauses.py, issue 48): every shard holds every pause, and a claim
+    # looks each of its buckets up among them, so they are few.
+    queue_pauses_max: int = 256
+    pause_reason_chars_max: int = 256
+
     # --- ordering and retention -----------------------------------------------------------
     aging_interval_ms: int = 600_000         # one priority level gained per interval waited
     retention_ms: int = 7 * DAY_MS           # terminal tasks kept this long

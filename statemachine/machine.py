@@ -18,7 +18,8 @@ Where things are (each module readable on its own):
 - digest.py: the rolling digest and the state digest; codec.py: bytes in and out.
 
 Replicated state: tasks, tenants, schedules, the request table (with the times its
-entries were recorded), the audit trail (audit.py) and four counters (seq,
+entries were recorded), the audit trail (audit.py), paused queues (pauses.py, kept by the
+store) and four counters (seq,
 now_ms, cluster_token, task_seq), and the digest's `roll` (a hash of every batch applied and
 its result codes, digest.py). Everything else is derived (the store) and rebuilt by
 `restore`.
@@ -31,8 +32,8 @@ from typing import Any
 
 from . import codec
 from . import commands as c
-from . import (audit, heads, leases, limit_commands, reads, request_table, schedules, snapshot,
-               tasks, tenants, workflows)
+from . import (audit, heads, leases, limit_commands, pause_commands, reads, request_table,
+               schedules, snapshot, tasks, tenants, workflows)
 from . import validate as V
 from . import digest as D
 from .errors import INVALID_ARGUMENT, OK, OVERLOADED, REQUEST_EXPIRED, TENANT_LIMIT, Result
@@ -60,11 +61,12 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.PutLimit: limit_commands.put_limit, c.DeleteLimit: limit_commands.delete_limit,
     c.PauseLimit: limit_commands.pause_limit,
     c.SubmitWorkflow: workflows.submit, c.CancelWorkflow: workflows.cancel,
+    c.PauseQueue: pause_commands.pause_queue, c.ResumeQueue: pause_commands.resume_queue,
 }
 # Commands that take an `actor` (DESIGN 14.6): their handlers record an audit entry.
 AUDITED = (c.Cancel, c.Replay, c.Discard, c.SetTenant, c.PutSchedule, c.DeleteSchedule,
            c.PauseSchedule, c.ResumeSchedule, c.Fire, c.PutLimit, c.DeleteLimit,
-           c.CancelWorkflow)
+           c.CancelWorkflow, c.PauseQueue, c.ResumeQueue)
 UNRECORDED = (c.Tick, c.Barrier)   # repeating them is harmless: not in the request table
 # A successful Complete is not recorded either: its task is then completed for good with
 # that token (no row leaves `completed` but eviction), so a repeat takes the lifecycle's

@@ -27,7 +27,7 @@ rebuilt from the tasks; the choice never depends on a heap's layout (keys are un
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from heapq import heapify, heappop, heappush
 
 from . import bands
@@ -45,6 +45,9 @@ class ClaimQueue:
         self.by_type: dict[str, dict[str, Bucket]] = {}
         self.bulk = False
         self.unsorted: dict[int, Bucket] = {}   # buckets appended to in bulk mode
+        # The standing pauses by (task type, tenant), "" for any (pauses.py; the store
+        # shares its dict): their buckets are left out of every claim (`_buckets`).
+        self.paused: Mapping[tuple[str, str], object] = {}
 
     # --- membership -----------------------------------------------------------------------
     def push(self, task: Task, now_ms: int) -> None:
@@ -133,16 +136,39 @@ class ClaimQueue:
         self._clean(bucket)
 
     def _buckets(self, task_types: Iterable[str], tenant: str | None) -> list[Bucket]:
+        """The buckets a claim of these types (and tenant) looks at: every claim path and
+        peek gathers here, so a paused bucket (pauses.py) is left out here alone, at one
+        or two lookups per bucket and none while nothing is paused."""
         found: list[Bucket] = []
+        paused = self.paused
         for task_type in dict.fromkeys(task_types):   # duplicates once, in the given order
             buckets = self.by_type.get(task_type)
             if not buckets:
                 continue
-            if tenant is None:
+            if paused:
+                found.extend(self._unpaused(buckets, task_type, tenant))
+            elif tenant is None:
                 found.extend(buckets.values())
             elif tenant in buckets:
                 found.append(buckets[tenant])
         return found
+
+    def _unpaused(self, buckets: dict[str, Bucket], task_type: str,
+                  tenant: str | None) -> list[Bucket]:
+        paused = self.paused
+        if (task_type, "") in paused:
+            return []
+        if tenant is not None:
+            bucket = buckets.get(tenant)
+            return [] if bucket is None or self.is_paused(task_type, tenant) else [bucket]
+        return [b for name, b in buckets.items()
+                if (task_type, name) not in paused and ("", name) not in paused]
+
+    def is_paused(self, task_type: str, tenant: str) -> bool:
+        """A pause covers this (task type, tenant) bucket (pauses.py: "" is any)."""
+        paused = self.paused
+        return bool(paused) and ((task_type, tenant) in paused or (task_type, "") in paused
+                                 or ("", tenant) in paused)
 
     # --- selection ------------------------------------------------------------------------
     def select(self, task_types: Sequence[str], tenant: str | None,

@@ -3,7 +3,8 @@
 `reshard(blobs, shards, shard_of)` takes the snapshots of every old shard, in shard order,
 and returns one snapshot per new shard: every task (with its attempts and idempotency
 key), schedule (with its fire history), tenant and audit entry goes to the shard
-`shard_of(tenant)` names (an audit entry without a tenant to shard 0). Each new state is
+`shard_of(tenant)` names (an audit entry without a tenant to shard 0); every paused queue
+goes to every shard. Each new state is
 made by the snapshot's own encode and restore, so its derived indexes, counts and bytes
 are those of any state holding the same records: equal inputs give equal bytes on every
 node.
@@ -61,6 +62,9 @@ def _one(olds: list[StateMachine], rows: list, s: int, shards: int,
     head["limits"] = _limits(olds, s, shards, shard_of)
     head["task_limits"] = sorted([t.task_id, list(t.limits)] for t in renumbered if t.limits)
     head.update(_workflows(olds, s, shard_of))
+    pauses = _pauses(olds)
+    if pauses:
+        head["queue_pauses"] = pauses
     blob = snapshot_format.encode_snapshot(head, renumbered, {}, [])
     return StateMachine.restore(blob, limits=limits).snapshot()
 
@@ -112,6 +116,19 @@ def _limits(olds: list[StateMachine], s: int, shards: int,
                     _merge(mine, key, running, window, paused)
     return [[defs[n], [mine[k] for k in sorted(mine)]]
             for n, mine in sorted((n, parts[n]) for n in defs)]
+
+
+def _pauses(olds: list[StateMachine]) -> list:
+    """Every shard holds every pause (a pause must hold on every shard, DESIGN 15.1); a
+    selector paused on several old shards keeps its earliest record."""
+    by_key: dict[tuple[str, str], list] = {}
+    for old in olds:
+        for rec in old.store.pauses.records():
+            key = (rec[0] or "", rec[1] or "")
+            have = by_key.get(key)
+            if have is None or rec[2] < have[2]:
+                by_key[key] = rec
+    return [by_key[k] for k in sorted(by_key)]
 
 
 def _merge(mine: dict[str, list], key: str, running: list, window: list, paused: int) -> None:

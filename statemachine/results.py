@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import codec
 from .errors import NOT_FOUND, OK, Result
+from .pauses import Pause
 from .ratelimits import LimitDef
 
 if TYPE_CHECKING:
@@ -195,3 +196,18 @@ _RENDER = {None: _done, "task": _task, "tasks": _tasks, "lease": _lease, "tenant
            "gone_task": _gone_task, "gone_schedule": _gone_schedule, "schedule": _schedule,
            "fire": _fire, "evicted": _evicted, "limit": _limit, "gone_limit": _gone_limit,
            "workflow": _workflow}
+
+
+def pause_answer(pause: Pause, changed: bool, resumed_at_ms: int | None = None) -> Answer:
+    """A pause or resume (pause_commands.py): the pause's record, whether this command
+    changed anything, and when it was lifted (a resume)."""
+    return (OK, "", None, "pause", [pause.record(), changed, resumed_at_ms])
+
+
+def _pause(sm: StateMachine, data: Any) -> Result:
+    record, changed, resumed_at_ms = data
+    return Result(OK, "", {"pause": Pause(*record), "changed": changed,
+                           "resumed_at_ms": resumed_at_ms}, {})
+
+
+_RENDER["pause"] = _pause

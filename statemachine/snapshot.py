@@ -1,4 +1,4 @@
-"""Snapshots: the replicated state to bytes (format 6, snapshot_format.py) and back.
+"""Snapshots: the replicated state to bytes (format 7, snapshot_format.py) and back.
 
 Written: the counters, tenants and schedules in canonical order, the tasks in seq order,
 the request table in its order and when its entries were recorded, the audit trail
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 def head(sm: StateMachine) -> dict:
     """Format 7: the keyed limits always, the workflows' fields for a state that has had
-    workflows (workflows.head_fields)."""
+    workflows (workflows.head_fields), the paused queues while any pause stands."""
     wf = workflows.head_fields(sm)
     return {
         "v": snapshot_format.SNAPSHOT_VERSION, "seq": sm.seq, "now_ms": sm.now_ms,
@@ -43,7 +43,15 @@ def head(sm: StateMachine) -> dict:
         "limits": sm.store.limiter.records(sm.now_ms),
         "task_limits": sm.store.limiter.task_limits(),
         **wf,
+        **pause_fields(sm),
     }
+
+
+def pause_fields(sm: StateMachine) -> dict:
+    """Paused queues (pauses.py): `queue_pauses`, the records by key, present while any
+    pause stands (an optional key of format 7: absent reads as none)."""
+    records = sm.store.pauses.records()
+    return {"queue_pauses": records} if records else {}
 
 
 def snapshot(sm: StateMachine) -> bytes:
@@ -74,6 +82,7 @@ def restore(sm: StateMachine, blob: bytes) -> StateMachine:
     if top["v"] >= 7:
         _restore_limits(sm, top.get("limits"))
         workflows.restore(sm, top)
+        _restore_pauses(sm, top.get("queue_pauses"))
     for rid, rec in requests:
         sm.requests[rid] = tuple(rec)
     _restore_times(sm, times)
@@ -97,6 +106,13 @@ def _restore_limits(sm: StateMachine, records: object) -> None:
         sm.store.limiter.restore(records, sm.now_ms)
     except (TypeError, ValueError, KeyError) as exc:
         raise codec.DecodeError(f"snapshot limits: {exc.__class__.__name__}") from None
+
+
+def _restore_pauses(sm: StateMachine, records: object) -> None:
+    try:
+        sm.store.pauses.restore(records)
+    except (TypeError, ValueError) as exc:
+        raise codec.DecodeError(f"snapshot queue pauses: {exc.__class__.__name__}") from None
 
 
 def _index_tasks(sm: StateMachine, chunks: Iterable[snapshot_format.TaskChunk],

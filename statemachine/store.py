@@ -27,6 +27,7 @@ from heapq import heapify, heappop, heappush
 from .limits import Limits
 from .listing import SeqIndex
 from .model import LIVE, PENDING, RUNNING, STATES, TERMINAL, Schedule, Task, TenantView
+from .pauses import Pauses
 from .queue import ClaimQueue
 from .ratelimits import Limiter
 
@@ -37,6 +38,8 @@ class Store:
         self.tasks, self.tenants, self.schedules = tasks, tenants, schedules
         self.queue = ClaimQueue(limits.aging_interval_ms)
         self.limiter = Limiter(limits, self.queue)   # keyed limits (partly replicated)
+        self.pauses = Pauses()                        # paused queues (replicated)
+        self.queue.paused = self.pauses.by_key        # the claim queue skips their buckets
         self.all = SeqIndex()
         self.by_state = {s: SeqIndex() for s in STATES}
         self.by_tenant: dict[str, SeqIndex] = {}

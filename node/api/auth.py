@@ -211,4 +211,6 @@ def _admin_only(method: str, path: str) -> bool:
         return True     # caps and weights decide fairness between tenants
     if path.startswith("/v1/limits/") and method not in ("GET", "HEAD"):
         return True     # a keyed limit binds every tenant that names it
+    if path.startswith("/v1/queues/") and method not in ("GET", "HEAD"):
+        return True     # a pause by task type stops every tenant's tasks of that type
     return False

@@ -65,6 +65,10 @@ RUN_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
                  120.0, 300.0, 600.0, 1800.0, 3600.0)
 
 
+# Resumes remembered for the lateness histogram: as many as pauses may stand at once.
+RESUMES_KEPT = Limits().queue_pauses_max
+
+
 class Waiting(Protocol):
     """The leader's claim hub (scheduling/claim_hub.py) as metrics count it."""
 
@@ -118,6 +122,10 @@ class NodeMetrics:
         # submits the state machine shed, by the task's tier (Raft thread)
         self.shed_priority: dict[str, int] = {}
         self.aging_interval_ms = Limits().aging_interval_ms   # the replica's, once attached
+        # Paused queues (issue 48) lifted, by selector key ((task type, tenant), "" for any)
+        # -> the state clock at the resume: a task claimed later whose run_at is before it
+        # waited in the pause, on purpose, and is left out of the lateness histogram.
+        self.resumed: dict[tuple[str, str], int] = {}
         self.lateness = TierHistograms(
             "tsched_scheduling_lateness_seconds",
             "Claim time minus run_at, per claimed task (0 when handed out early by prefetch), "
@@ -207,9 +215,12 @@ class NodeMetrics:
     def _on_claim(self, cmd: c.Claim, value: Applied) -> None:
         started, of_priority = self.attempts.started, self.lateness.of_priority
         now, aging = cmd.now_ms, self.aging_interval_ms
+        resumed = self.resumed
         for task in value["tasks"]:
             if started(task):
                 self.events.claimed += 1
+                if resumed and self._was_paused(task):
+                    continue
                 at = task.started_at_ms if task.started_at_ms is not None else now
                 # The tier of its effective priority at the claim (DESIGN 5): aging counts
                 # from run_at, so a task handed out before it is due has its own priority
@@ -217,6 +228,23 @@ class NodeMetrics:
                 wait = now - task.run_at_ms
                 eff = task.priority - wait // aging if wait > 0 else task.priority
                 of_priority[eff if eff > 0 else 0].observe(max(0, at - task.run_at_ms) / 1000)
+
+    def _was_paused(self, task: Task) -> bool:
+        """Was the task due before a resume of a pause that covers it (so it waited in
+        the pause)?"""
+        resumed, run_at = self.resumed, task.run_at_ms
+        for key in ((task.task_type, task.tenant), (task.task_type, ""), ("", task.tenant)):
+            at = resumed.get(key)
+            if at is not None and run_at < at:
+                return True
+        return False
+
+    def _on_resume(self, cmd: c.ResumeQueue, value: object) -> None:
+        key = (cmd.task_type or "", cmd.tenant or "")
+        self.resumed.pop(key, None)        # re-inserted last: the dict stays oldest first
+        self.resumed[key] = self._state_clock_ms
+        if len(self.resumed) > RESUMES_KEPT:
+            del self.resumed[next(iter(self.resumed))]
 
     def _on_complete(self, cmd: c.Complete, value: Applied) -> None:
         if self.attempts.ended(cmd.task_id, cmd.fencing_token):
@@ -304,6 +332,7 @@ _EVENTS: dict[type[c.Command], Callable[..., None]] = {
     c.Replay: NodeMetrics._on_replay,
     c.Tick: NodeMetrics._on_tick,
     c.Barrier: NodeMetrics._on_barrier,
+    c.ResumeQueue: NodeMetrics._on_resume,
 }
 
 

@@ -53,12 +53,16 @@ def _oldest_due_ms(sm: StateMachine, now_ms: int) -> dict[str, int]:
     until aging lifts it. O(queues), never a scan of the pending tasks. The state machine
     has no public read for this (`next_due_ms` clamps due tasks to now), so it peeks at
     the claim queue's heap tops, read-only; if their layout changes the gauge goes empty
-    rather than failing the scrape. Tenants with nothing due are absent.
+    rather than failing the scrape. Tenants with nothing due are absent, and so are paused
+    queues' tasks (statemachine/pauses.py): they wait because an operator said so.
     """
     try:
         best: dict[str, int] = {}
-        for buckets in sm._queue.by_type.values():
+        queue = sm._queue
+        for task_type, buckets in queue.by_type.items():
             for tenant, bucket in buckets.items():
+                if queue.is_paused(task_type, tenant):
+                    continue     # paused (issue 48): waiting on purpose, not late
                 heads = [bucket.ready[0][1]] if bucket.ready else []
                 if bucket.delayed and bucket.delayed[0][0] <= now_ms:
                     heads.append(bucket.delayed[0][0])   # due, not yet promoted

@@ -172,6 +172,13 @@ def test_tenant_settings_and_cluster_operations_need_the_admin_token(c):
     assert_error(call(c, ACME, "PUT", "/v1/limits/partner", {"concurrency": 1}), 403,
                  "forbidden")
     assert_error(call(c, ACME, "DELETE", "/v1/limits/partner"), 403, "forbidden")
+    for path in ("/v1/queues/pause", "/v1/queues/resume"):   # a pause may hold every tenant
+        assert_error(call(c, ACME, "POST", path, {"tenant": "acme"}), 403, "forbidden")
+    status, body = call(c, ADMIN, "POST", "/v1/queues/pause", {"tenant": "globex"})
+    assert status == 200 and body["actor"] == "admin", body
+    status, body = call(c, ACME, "GET", "/v1/queues")        # only what covers its tasks
+    assert status == 200 and body["pauses"] == [], body
+    assert call(c, ADMIN, "POST", "/v1/queues/resume", {"tenant": "globex"})[0] == 200
     assert_error(call(c, ACME, "GET", "/v1/cluster"), 403, "forbidden")
     assert_error(call(c, ACME, "GET", "/v1/cluster/self"), 403, "forbidden")
     assert_error(call(c, ACME, "POST", "/v1/cluster/transfer-leadership"), 403, "forbidden")

@@ -63,8 +63,11 @@ class _Submitter(threading.Thread):
 
 
 def _seed_source(src: Cluster, leader: str) -> tuple[dict[str, str], int]:
-    """Tasks in several states, a schedule and a tenant: (task id -> state, highest token)."""
+    """Tasks in several states, a schedule, a tenant and a paused queue: (task id -> state,
+    highest token)."""
     s, b = src.call(leader, "PUT", "/v1/tenants/acme", {"max_running": 7, "weight": 3})
+    assert s == 200, b
+    s, b = src.call(leader, "POST", "/v1/queues/pause", {"task_type": "bank", "reason": "r"})
     assert s == 200, b
     s, b = src.call(leader, "PUT", "/v1/schedules/nightly", {
         "cron": "0 3 * * *", "task": {"task_type": "report"}, "tenant": "acme"})
@@ -122,6 +125,9 @@ def test_backup_under_load_restores_into_a_fresh_cluster(tmp_path):
         assert s == 200, b
         s, b = dst.call(leader, "GET", "/v1/tenants/acme")
         assert s == 200 and b["max_running"] == 7 and b["weight"] == 3, b
+        s, b = dst.call(leader, "GET", "/v1/queues")
+        assert s == 200 and [(p["task_type"], p["reason"]) for p in b["pauses"]] == [
+            ("bank", "r")], b
         s, b = dst.call(leader, "POST", "/v1/tasks", {"task_type": "work", "tenant": "acme",
                                                       "idempotency_key": "k-3"})
         assert s == 201 and b["duplicate"] is True, b     # idempotency keys survive
@@ -269,6 +275,9 @@ def test_a_single_group_backup_restores_into_three_shards(tmp_path):
         assert s == 200, b
         s, b = dst.call("n2", "GET", "/v1/tenants/acme")
         assert s == 200 and b["max_running"] == 7 and b["weight"] == 3, b
+        s, b = dst.call("n3", "GET", "/v1/queues")      # on every shard: none missing
+        assert s == 200 and b["pauses"] and b["pauses"][0]["task_type"] == "bank", b
+        assert "missing_shards" not in b["pauses"][0], b
         claimed = _claim(dst, "n3", "work", 1)
         assert claimed and claimed[0]["fencing_token"] > top_token, (claimed, top_token)
         s, b = dst.call("n2", "POST", f"/v1/tasks/{claimed[0]['task_id']}/complete",

@@ -242,6 +242,9 @@ def seed(c: Cluster, leader: str) -> tuple[str, str]:
     s, b = c.call(leader, "PUT", "/v1/limits/partner-bank",
                   {"rate": 50, "per_s": 1, "concurrency": 2, "partition_by": "tenant"})
     assert s == 200, b
+    s, b = c.call(leader, "POST", "/v1/queues/pause",
+                  {"task_type": "bank.transfer", "reason": "partner bank maintenance"})
+    assert s == 200, b
     return to_replay, to_discard
 
 
@@ -348,6 +351,10 @@ async def _drive(page: Page, c: Cluster, node: str, leader: str, dead_id: str,
     limits = await page.eval("[...document.querySelectorAll('#limits tbody tr')]"
                              ".map(r => [r.dataset.limit, r.cells[1].textContent])")
     assert limits == [["partner-bank", "50 per 1 s, 2 at once"]], limits
+    pauses = await page.eval("[...document.querySelectorAll('#pauses tbody tr')]"
+                             ".map(r => [...r.cells].map(c => c.textContent))")
+    assert [[p[0], p[1], p[3], p[4]] for p in pauses] == [
+        ["bank.transfer", "all", "anonymous", "partner bank maintenance"]], pauses
     dead = await page.eval("document.querySelector('[data-state=dead_letter] .n').textContent")
     assert dead == "2"
     # The tab's count is shown with the first counts, and right.
@@ -578,6 +585,19 @@ def conforms(schema: dict, value, doc: dict, where: str = "$") -> list[str]:
     return problems
 
 
+def _queues_answers(call) -> None:
+    """Paused queues' answers (issue 48): pause, a paused task's `paused`, list, resume."""
+    made = call("POST", "/v1/tasks", {"task_type": "held", "tenant": "acme"}, 201)
+    out = call("POST", "/v1/queues/pause", {"task_type": "held", "reason": "bank down"}, 200)
+    got = call("GET", "/v1/tasks/{task_id}", task_id=made["task_id"], status=200,
+               query=f"?min_seq={out['applied_seq']}")
+    assert got["paused"]["reason"] == "bank down", got
+    call("GET", "/v1/queues", status=200)
+    call("POST", "/v1/queues/pause", {"tenant": ""}, 400)
+    call("POST", "/v1/queues/resume", {"task_type": "held"}, 200)
+    call("POST", "/v1/queues/resume", {"task_type": "held"}, 404)
+
+
 def _limits_answers(call) -> None:
     """Keyed limits' answers (DESIGN 15): put, read, a held task's `limited_by`, a
     RateLimited report, delete."""
@@ -693,6 +713,7 @@ def test_real_answers_match_the_openapi_document(tmp_path):
         call("GET", "/v1/tenants", status=200)
         _limits_answers(call)
         _workflows_answers(call)
+        _queues_answers(call)
         put = {"tenant": "acme", "cron": "H 3 * * 1-5", "timezone": "Europe/Paris",
                "task": {"task_type": "report", "payload": {"x": 1}, "priority": 2},
                "overlap": "skip", "misfire": "run_once", "jitter_s": 5}

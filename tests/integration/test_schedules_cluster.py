@@ -152,3 +152,58 @@ def test_a_waiting_worker_is_handed_each_fire_once_due(cluster: Cluster):
     # (wait_s = 2): the waiting claim is woken by the fire, not answered empty and retried.
     # How late, in milliseconds, is a figure of bench.lateness, not a test's assertion.
     assert all(0 <= late < 2000 for late in lateness), lateness
+
+
+def test_a_paused_task_type_waits_through_a_leader_kill_and_runs_on_resume(cluster: Cluster):
+    """Paused queues (issue 48), through tsctl: a paused task type's schedule still fires,
+    no claim takes its tasks, the pause survives a SIGKILL of the leader, and a resume
+    lets every occurrence run."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tsched.client.cli import cli
+    c = cluster
+    leader, followers = roles(c)
+    sid, tt = unique("maint"), unique("bank")
+
+    def tsctl(*args: str) -> dict | list:
+        live = ",".join(c.url(i) for i in c.ids if c.alive(i))
+        result = CliRunner().invoke(cli, ["--url", live, "--json", *args])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    def claim(node: str) -> list[dict]:
+        return ok(c.call(node, "POST", "/v1/claims", {
+            "worker_id": "maint", "task_types": [tt], "max_tasks": 100, "wait_s": 0.5}))["tasks"]
+
+    paused = tsctl("pause", "--type", tt, "--reason", "partner bank maintenance")
+    assert paused["changed"] and paused["task_type"] == tt and paused["tenant"] is None
+    put_every_second(c, followers[0], sid, tt)
+    wait_until(lambda: len(occurrences(c, followers[0], sid)) >= 2, 10, "fires while paused")
+    assert claim(followers[0]) == []
+    first = occurrences(c, followers[0], sid)[-1]
+    got = ok(c.call(followers[1], "GET", f"/v1/tasks/{first['task_id']}"))
+    assert got["state"] == "pending" and got["paused"]["reason"] == "partner bank maintenance"
+    c.kill(leader)                                              # SIGKILL while paused
+    try:
+        new_leader = c.wait_leader(exclude=[leader])
+        listed = [p for p in tsctl("queues") if p["task_type"] == tt]
+        assert [p["paused_at"] for p in listed] == [paused["paused_at"]], listed
+        seen = len(occurrences(c, new_leader, sid))
+        wait_until(lambda: len(occurrences(c, new_leader, sid)) >= seen + 1, 15,
+                   "a fire after the failover, still paused")
+        assert claim(new_leader) == []
+    finally:
+        c.start_node(leader)
+    ok(c.call(new_leader, "POST", f"/v1/schedules/{sid}/pause"))
+    waiting = {t["task_id"] for t in occurrences(c, new_leader, sid)}
+    assert all(t["state"] == "pending" for t in occurrences(c, new_leader, sid))
+    resumed = tsctl("resume", "--type", tt)
+    assert resumed["resumed_at"]
+    taken: set[str] = set()
+    wait_until(lambda: taken.update(t["task_id"] for t in claim(new_leader)) or
+               taken == waiting, 15, "every waiting occurrence claimed after the resume")
+    assert all(p["task_type"] != tt for p in tsctl("queues"))
+    ok(c.call(new_leader, "DELETE", f"/v1/schedules/{sid}"))
+    c.wait_leader()

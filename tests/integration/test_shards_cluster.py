@@ -628,3 +628,44 @@ def test_limits_on_a_sharded_cluster_are_by_tenant_only_and_exact(shared_sharded
         assert status == 200, listed
         return "per-team" not in [x["name"] for x in listed["limits"]]
     wait_until(deleted, 30, "the deleted limit gone from every shard's list")
+
+
+def test_a_pause_holds_on_every_shard_until_resumed(shared_sharded):
+    """Paused queues (issue 48): a pause by task type, sent to one node, holds that type's
+    tasks on every shard; a task shows it; resuming lets them all be claimed."""
+    from .test_dashboard import conforms   # the router's merged answers keep the schema
+    sharded = shared_sharded
+    status, doc = sharded.call("n1", "GET", "/v1/openapi.json")
+
+    def check(path: str, value) -> None:
+        schema = doc["paths"][path]["post" if path != "/v1/queues" else "get"]["responses"][
+            "200"]["content"]["application/json"]["schema"]
+        assert conforms(schema, value, doc) == [], (path, value)
+    teams = [next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == s) for s in range(SHARDS)]
+    status, out = sharded.call("n2", "POST", "/v1/queues/pause", {"task_type": "held"})
+    assert status == 200 and out["changed"] is True, out
+    check("/v1/queues/pause", out)
+    status, listed = sharded.call("n3", "GET", "/v1/queues")
+    assert status == 200 and [p["task_type"] for p in listed["pauses"]] == ["held"], listed
+    assert "missing_shards" not in listed["pauses"][0]
+    check("/v1/queues", listed)
+    with Client([sharded.url("n3")], timeout_s=30) as c:
+        made = c.submit_many([{"task_type": "held", "tenant": t} for t in teams])
+        assert c.get(made[1]["task_id"])["paused"]["task_type"] == "held"
+    status, got = sharded.call("n1", "POST", "/v1/claims", {
+        "worker_id": "w", "task_types": ["held"], "max_tasks": 10, "wait_s": 0.5})
+    assert status == 200 and got["tasks"] == [], got
+    status, out = sharded.call("n1", "POST", "/v1/queues/resume", {"task_type": "held"})
+    assert status == 200 and out["resumed_at"], out
+    check("/v1/queues/resume", out)
+    claimed: list[dict] = []
+
+    def all_claimed() -> bool:
+        status, got = sharded.call("n1", "POST", "/v1/claims", {
+            "worker_id": "w", "task_types": ["held"], "max_tasks": 10, "wait_s": 0})
+        claimed.extend(got["tasks"])
+        return len(claimed) >= len(made)
+    wait_until(all_claimed, 30, "every held task claimed after the resume")
+    assert sorted(t["task_id"] for t in claimed) == sorted(t["task_id"] for t in made)
+    wait_until(lambda: sharded.call("n2", "GET", "/v1/queues")[1]["pauses"] == [], 30,
+               "the resume applied on n2's replicas")

@@ -6,15 +6,16 @@ import functools
 import orjson
 
 from tsched.node.api.openapi import (archive_spec, audit_spec, backup_spec, cluster_spec,
-                                     limits_spec, members_spec, monitoring_spec, schedules_spec,
-                                     tasks_spec, tenants_spec, workers_spec, workflows_spec)
+                                     limits_spec, members_spec, monitoring_spec, queues_spec,
+                                     schedules_spec, tasks_spec, tenants_spec, workers_spec,
+                                     workflows_spec)
 from tsched.node.api.openapi.schema import Fragment, Schema, error_schema, merge
 
 OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1"
 FRAGMENTS = (tasks_spec, workers_spec, schedules_spec, tenants_spec, cluster_spec, backup_spec,
              monitoring_spec, archive_spec, audit_spec, members_spec, limits_spec,
-             workflows_spec)
+             workflows_spec, queues_spec)
 
 
 def fragments() -> list[Fragment]:

@@ -99,6 +99,9 @@ def task() -> Schema:
                                "a running task of that limit's partition ends"})},
             ("limit", "partition", "until"), description="GET /v1/tasks/{id} only: a pending "
             "task held by a spent limit")),
+        "paused": nullable({**ref("Pause"), "description": "GET /v1/tasks/{id} only: the "
+                            "pause that keeps this pending task from being claimed "
+                            "(POST /v1/queues/pause); null: none"}),
         "unclaimed_type": nullable(obj({
             "task_type": string(), "window_s": {"type": "number", "minimum": 0},
             "message": string(description="the hint, for a person")},

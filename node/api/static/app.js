@@ -214,6 +214,14 @@
     }), 7, "no limits declared");
   }
 
+  function renderPauses(answer) {
+    // paused queues (DESIGN 15.1): "all" where a selector leaves a part open
+    fill($("pauses").tBodies[0], (answer.pauses || []).map((p) => h("tr", null,
+      h("td", null, p.task_type || "all"), h("td", null, p.tenant || "all"),
+      h("td", null, when(p.paused_at)), h("td", null, p.actor || "—"),
+      h("td", null, p.reason || "—"))), 5, "nothing is paused");
+  }
+
   function renderFacts(cluster, stats) {
     const nodes = cluster.nodes || [];
     const up = nodes.filter((n) => n.reachable !== false).length;
@@ -310,6 +318,8 @@
         row("state", badge(t.status || t.state)), row("tenant", t.tenant),
         row("next retry", t.next_retry_at ? when(t.next_retry_at) : null),
         t.limited_by ? row("held by", heldBy(t.limited_by)) : [],
+        t.paused ? row("paused", [`${t.paused.task_type || "all types"} / ${t.paused.tenant || "all tenants"} since `,
+          when(t.paused.paused_at), t.paused.reason ? `: ${t.paused.reason}` : ""]) : [],
         t.unclaimed_type ? wide("no worker", h("span", { id: "unclaimed-hint" }, t.unclaimed_type.message)) : [],
         row("type", t.task_type), row("priority", t.priority),
         row("attempt", `${t.attempt} of ${t.max_retries + 1}`), row("run at", runAt(t)),
@@ -514,6 +524,7 @@
         TAB_LOADERS[view.tab](),
         loadGraphs(),
         api("GET", "/v1/limits", { fresh: true }).then(renderLimits),
+        api("GET", "/v1/queues", { fresh: true }).then(renderPauses),
       ]);
       renderFacts(cluster, stats);
       renderShards(cluster, stats);

@@ -56,6 +56,8 @@ EXAMPLES = [
                      steps=(("s1", "t1", 0, "null", (), "cancel"),
                             ("s2", "t2", 0, "{}", (0,), "run")), idempotency_key="k"),
     c.CancelWorkflow(request_id="r24", now_ms=T0, workflow_id="w", tenant="a", actor="x"),
+    c.PauseQueue(request_id="r25", now_ms=T0, task_type="x", reason="bank down", actor="x"),
+    c.ResumeQueue(request_id="r26", now_ms=T0, tenant="a", actor="x"),
 ]
 
 

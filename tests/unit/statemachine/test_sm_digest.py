@@ -139,6 +139,9 @@ CASES = {
     "cancel_workflow": lambda d: (d.ok(c.SubmitWorkflow, workflow_id="w", tenant="acme",
                                        **_STEPS), _checked(d),
                                   d.ok(c.CancelWorkflow, workflow_id="w")),
+    "pause_queue": lambda d: d.ok(c.PauseQueue, task_type="email", actor="admin"),
+    "resume_queue": lambda d: (d.ok(c.PauseQueue, tenant="acme"),
+                               d.ok(c.ResumeQueue, tenant="acme", actor="admin")),
 }
 
 
