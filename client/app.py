@@ -12,6 +12,7 @@ way), built on `Client` / `AsyncClient` and run by `tsworker` (a `Worker`).
 
     handle = send_email.submit("ada@example.com", subject="welcome", delay_s=10)
     handle.result(timeout_s=30)     # {"sent_to": ...}, or raises TaskFailed
+    app.handle(handle.task_id)      # a handle again from a stored id (Celery's AsyncResult)
 
 A task's type is its name (default `module.function`); a call's arguments are its payload
 `{"args": [...], "kwargs": {...}}`. Calling a decorated function runs it here, as is.
@@ -27,6 +28,7 @@ from ._core import CA_FILE_ENV, DEFAULT_URLS, TOKEN_ENV, URL_ENV, env_or, parse_
 from .app_task import AnyTask, AsyncTask, Options, Periodic, Task, Time
 from .canvas import AsyncWorkflowHandle, Signature, WorkflowHandle, batch_steps
 from .client import AsyncClient, Client
+from .handles import AsyncTaskHandle, TaskHandle
 from .cron_check import CronError, check_cron
 
 P = ParamSpec("P")
@@ -70,6 +72,13 @@ def _check_name(name: str, what: str) -> None:
     """Refused here rather than by the cluster at the first submit or at tsworker's start."""
     if not name or len(name) > NAME_CHARS_MAX:
         raise ValueError(f"a {what} has 1 to {NAME_CHARS_MAX} characters: {name[:40]!r}...")
+
+
+def _task_id(task_id: str) -> str:
+    """A task id as a handle takes it: a non-empty string (the cluster checks the rest)."""
+    if not isinstance(task_id, str) or not task_id:
+        raise TypeError(f"a task id is a non-empty string, not {task_id!r}")
+    return task_id
 
 
 class _AppBase:
@@ -192,6 +201,12 @@ class App(_AppBase):
         if self._client is not None:
             self._client.close()
 
+    def handle(self, task_id: str) -> TaskHandle:
+        """The handle of a task submitted earlier, by its id (Celery's
+        `AsyncResult(task_id)`): `result()`, `status()`, `cancel()`, `refresh()`. An id the
+        cluster does not know raises ApiError `not_found` at the first call."""
+        return TaskHandle(self.client, {"task_id": _task_id(task_id)})
+
     def batch(self, tasks: Iterable[Signature], then: Signature | None = None
               ) -> WorkflowHandle:
         """Submit a fan-out of steps and, with `then`, one callback that runs once, after
@@ -255,6 +270,10 @@ class AsyncApp(_AppBase):
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+
+    def handle(self, task_id: str) -> AsyncTaskHandle:
+        """As `App.handle`: `await app.handle(task_id).result()`."""
+        return AsyncTaskHandle(self.client, {"task_id": _task_id(task_id)})
 
     async def batch(self, tasks: Iterable[Signature], then: Signature | None = None
                     ) -> AsyncWorkflowHandle:

@@ -1,5 +1,5 @@
 """tsctl against a real 3-node cluster: every verb's success path (exit 0), in tables and
-in JSON, and an API error (exit 1)."""
+in JSON, an API error (exit 1), and the leader's no-worker hint read through a follower."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,22 @@ from click.testing import CliRunner
 from tsched.client import Client
 from tsched.client.cli import cli
 
+from tests.harness.cluster import running
+from tests.harness.raft_options import timeouts_toml
+from tests.harness.waits import wait_until
+
 pytestmark = pytest.mark.slow
+HINT_WINDOW_S = 2      # the cluster's unclaimed_hint_s: 2 s without a claim for a type
+DEADLINE_S = 30        # a bound only
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The module's 3-node cluster, whose leader gives the no-worker hint after
+    HINT_WINDOW_S (not 2 minutes). tsctl prints the hint on stderr: the verbs' tests read
+    stdout."""
+    toml = timeouts_toml() + f"unclaimed_hint_s = {HINT_WINDOW_S}\n"
+    yield from running(tmp_path_factory.mktemp("cluster"), extra_toml=toml)
 
 
 @pytest.fixture
@@ -116,3 +131,39 @@ def test_bulk_submit_and_wait_for_a_worker(tsctl, cluster, tmp_path):
         worker.stop()
         thread.join(30)
     assert waited["state"] == "completed" and waited["result"] == {"echo": 7}
+
+
+def test_tsctl_on_a_follower_prints_the_leaders_hint_and_does_without_it(cluster):
+    """Only the leader sees the claims, so a follower's answer leaves `unclaimed_type` out:
+    tsctl, given that follower alone, asks through it for the leader's answer
+    (`consistency=linearizable`, relayed) and prints the hint. A follower that can reach
+    no leader still shows the task, without the hint (the leader's read gives up after
+    a few seconds), and a write sent to it fails as unavailable (exit 3), naming the
+    request."""
+    leader = cluster.wait_leader()
+    follower, other = cluster.followers(leader)
+
+    def tsctl(*args: str, code: int = 0):
+        result = CliRunner().invoke(cli, ["--url", cluster.url(follower), *args])
+        assert result.exit_code == code, f"tsctl {' '.join(args)}: {result.output}"
+        return result
+
+    task_id = tsctl("submit", "nobody_serves", "--delay", "3600").stdout.split()[0]
+    status, own = cluster.call(follower, "GET", f"/v1/tasks/{task_id}")
+    assert status == 200 and "unclaimed_type" not in own
+    hint = f"hint: no worker has asked for task type 'nobody_serves' in the last {HINT_WINDOW_S} s"
+    # once the leader has watched its term for a whole window; `get` shows the hint in the
+    # task's detail, `submit` after its one line, on stderr
+    wait_until(lambda: hint in tsctl("get", task_id).stdout, DEADLINE_S, "the leader's hint")
+    assert hint in tsctl("submit", "nobody_serves", "--delay", "3600").stderr
+
+    for node in (leader, other):      # SIGSTOP: no leader, and no quorum to elect one
+        cluster.pause(node)
+    try:
+        shown = tsctl("get", task_id)
+        refused = tsctl("--timeout", "1", "submit", "nobody_serves", code=3)
+    finally:
+        for node in (leader, other):
+            cluster.resume(node)
+    assert task_id in shown.stdout and "hint:" not in shown.output
+    assert "error: unavailable: no node answered POST /v1/tasks" in refused.stderr

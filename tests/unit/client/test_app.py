@@ -241,3 +241,25 @@ def test_an_api_error_of_submit_reaches_the_caller(app, node):
         pass
     with pytest.raises(ApiError, match="invalid_argument"):
         bad.submit()
+
+
+def test_a_handle_from_a_stored_id_reads_the_task_as_submit_s_does(app, node):
+    """`app.handle(task_id)`, Celery's `AsyncResult(task_id)`: nothing is asked until used;
+    an id the cluster does not know raises its not_found."""
+    node.json("GET", "/v1/tasks/a", 200, {"task_id": "a", "state": "completed", "result": 4})
+    node.route("GET", "/v1/tasks/nope", lambda r: error("not_found", "no task nope", 404))
+    handle = app.handle("a")
+    assert handle.task_id == "a" and node.seen == []
+    assert handle.result(timeout_s=10) == 4 and handle.status() == "completed"
+    with pytest.raises(ApiError, match="not_found"):
+        app.handle("nope").result(timeout_s=10)
+    with pytest.raises(TypeError, match="task id"):
+        app.handle("")
+
+
+async def test_an_async_app_s_handle_from_a_stored_id(node):
+    node.json("GET", "/v1/tasks/a", 200, {"task_id": "a", "state": "dead_letter",
+                                          "last_error": "KeyError('x')"})
+    async with AsyncApp(node.url, timeout_s=2) as app:
+        with pytest.raises(TaskFailed, match="KeyError"):
+            await app.handle("a").result(timeout_s=10)
