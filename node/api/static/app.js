@@ -351,16 +351,27 @@
     refreshSoon();
   }
 
+  // Discarding is for good: the first click arms the button, the second one acts. Armed
+  // ids outlive the list's refresh (which draws new buttons) until they time out.
+  const DISCARD_ARMED_MS = 4000;
+  const armedDiscards = new Map();   // task id -> when its arming ends (ms)
+
   function discardButton(id) {
-    const b = h("button", { type: "button", class: "ghost", dataset: { action: "discard", taskId: id } }, "discard");
+    const b = h("button", { type: "button", dataset: { action: "discard", taskId: id } });
+    const show = () => {
+      const armed = (armedDiscards.get(id) || 0) > Date.now();
+      if (!armed) armedDiscards.delete(id);
+      b.textContent = armed ? "confirm discard" : "discard";
+      b.className = armed ? "danger" : "ghost";
+      return armed;
+    };
     b.addEventListener("click", () => {
-      if (b.dataset.armed) { act(b, "discard", id); return; }
-      // Discarding is for good: the first click arms the button, the second one acts.
-      b.dataset.armed = "1";
-      b.textContent = "confirm discard";
-      b.className = "danger";
-      setTimeout(() => { delete b.dataset.armed; b.textContent = "discard"; b.className = "ghost"; }, 4000);
+      if (show()) { armedDiscards.delete(id); act(b, "discard", id); return; }
+      armedDiscards.set(id, Date.now() + DISCARD_ARMED_MS);
+      show();
+      setTimeout(show, DISCARD_ARMED_MS + 10);
     });
+    show();
     return b;
   }
 
