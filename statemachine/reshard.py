@@ -60,6 +60,7 @@ def _one(olds: list[StateMachine], rows: list, s: int, shards: int,
     head["audit_seq"], head["audit"] = _audit(olds, s, shard_of, limits or Limits())
     head["limits"] = _limits(olds, s, shards, shard_of)
     head["task_limits"] = sorted([t.task_id, list(t.limits)] for t in renumbered if t.limits)
+    head.update(snapshot_format.trace_fields(renumbered))
     head.update(_workflows(olds, s, shard_of))
     blob = snapshot_format.encode_snapshot(head, renumbered, {}, [])
     return StateMachine.restore(blob, limits=limits).snapshot()
