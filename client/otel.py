@@ -25,6 +25,7 @@ release (messaging spans, semconv 1.26+).
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from typing import Any, Callable
 
 SYSTEM = "tsched"            # messaging.system
@@ -37,13 +38,16 @@ _api: Any = None             # (propagate, trace, SpanKind) once imported
 
 
 def available() -> bool:
-    """Whether opentelemetry-api is installed (looked up once, nothing imported)."""
+    """Whether opentelemetry-api is installed: looked up once, and nothing imported (a
+    submodule's spec would import its package; the top level's imports nothing)."""
     global _found
     if _found is None:
         try:
-            _found = importlib.util.find_spec("opentelemetry.trace") is not None
-        except (ImportError, ValueError):   # no `opentelemetry` package at all
-            _found = False
+            spec = importlib.util.find_spec("opentelemetry")
+        except (ImportError, ValueError):   # sys.modules says it is not there
+            spec = None
+        places = (spec.submodule_search_locations or ()) if spec is not None else ()
+        _found = any((Path(place) / "trace").is_dir() for place in places)
     return _found
 
 

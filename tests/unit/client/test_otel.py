@@ -18,7 +18,9 @@ def _python(code: str) -> str:
 
 def test_importing_the_client_imports_no_opentelemetry() -> None:
     pytest.importorskip("opentelemetry.trace")   # installed (the test extra): still not loaded
-    out = _python("import sys, tsched.client, tsched.client.worker, tsched.client.otel\n"
+    out = _python("import sys, tsched.client, tsched.client.worker\n"
+                  "from tsched.client import otel\n"
+                  "assert otel.available()   # looked up, not imported\n"
                   "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
     assert out == "[]"
 
