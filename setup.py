@@ -4,8 +4,14 @@
 Python's headers needed): the same code, the same results, 13-17% less of a replica's
 state-machine CPU (bench/notes/2026-12-02-compiled-state-machine.md; 25% in
 bench/notes/2026-12-03-where-the-cpu-goes.md). Without the
-variable, or when anything of the build fails (no compiler, no headers), the install is
-the plain Python package and says so; nothing else changes.
+variable, or when anything of the build fails (no compiler, no headers, a type mypyc cannot
+find), the install is the plain Python package and says so in one `tsched:` line (pip
+shows a build's lines with `-v`); nothing else changes.
+
+The build's own requirements are asked for only with the variable (`build_requires`):
+mypy (mypyc) and the libraries whose types the state machine's modules use, so that pip's
+isolated build environment, which holds nothing of the project's dependencies, can
+type-check them. `python -m build --wheel` asks for the same.
 
 Only a regular install is compiled, never an editable one (`pip install -e .`): compiled
 modules sit beside their sources and are imported instead of them, so an edited source
@@ -13,9 +19,13 @@ would silently not run.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
 import shutil
 import sys
+import tomllib
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -34,6 +44,19 @@ WANTED = os.environ.get("TSCHED_COMPILE", "") == "1"
 # same generated C, compiled in a fraction of the time; a release build keeps 3.
 OPT_LEVEL = os.environ.get("TSCHED_COMPILE_OPT", "3")
 _generated: list[Extension] = []
+# The installed libraries the compiled modules import with types (mypy reads their hints):
+# missing from the build environment, mypy stops with "Cannot find implementation".
+TYPED_IMPORTS = ("orjson",)
+# Commands that compile: the metadata (`dist_info`, `egg_info`) and `sdist` steps also set
+# build_ext up, to list its sources, and must not spend mypyc's half minute on it.
+BUILDING = ("build", "bdist", "install")
+
+
+def build_requires() -> list[str]:
+    """mypy, and the project's own pins of TYPED_IMPORTS (pyproject.toml, one source)."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    typed = [d for d in deps if re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0] in TYPED_IMPORTS]
+    return ["mypy>=1.10,<3", *typed]
 
 
 def compiled_sources() -> list[str]:
@@ -44,9 +67,20 @@ def _say(message: str) -> None:
     print(f"tsched: {message}", file=sys.stderr)
 
 
-def _fallback(exc: BaseException) -> None:
+def _fallback(exc: BaseException, detail: str = "") -> None:
+    """The one line a failed compiled build prints (README); `detail`: the first line of
+    what the failing step printed (mypy's first error), when the exception says nothing."""
+    reason = detail or str(exc)
     _say(f"the compiled state machine could not be built ({exc.__class__.__name__}: "
-         f"{str(exc)[:300]}); installing the Python one, which computes the same")
+         f"{reason[:300]}); installing the Python one, which computes the same")
+
+
+def _compiler_works() -> bool:
+    try:
+        _check_compiler()
+        return True
+    except Exception:  # noqa: BLE001 - whatever it is, the build will say so (one line)
+        return False
 
 
 def _check_compiler() -> None:
@@ -61,6 +95,11 @@ def _check_compiler() -> None:
                           timeout=60)
     if proc.returncode != 0:
         raise RuntimeError(f"the C compiler {cc!r} does not work: {proc.stderr.strip()[:200]}")
+
+
+def _first_error(output: str) -> str:
+    errors = [line for line in output.splitlines() if ": error:" in line]
+    return errors[0].strip() if errors else ""
 
 
 class BuildExt(build_ext):
@@ -80,12 +119,18 @@ class BuildExt(build_ext):
             _say("an editable install keeps the state machine in Python (TSCHED_COMPILE "
                  "applies to `pip install .`)")
             return []
+        if not any(cmd.startswith(BUILDING) for cmd in self.distribution.commands):
+            return []   # metadata or sdist: nothing is compiled in this process
+        output = io.StringIO()
         try:
             _check_compiler()
-            _generated.extend(self._mypycify())
+            # mypy's errors go to stdout, then it exits (SystemExit, not an Exception):
+            # both are caught, and the first error goes into the one line.
+            with contextlib.redirect_stdout(output):
+                _generated.extend(self._mypycify())
             return _generated
-        except Exception as exc:  # noqa: BLE001 - any failure means: install the Python one
-            _fallback(exc)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure: Python build
+            _fallback(exc, _first_error(output.getvalue()))
             return []
 
     def run(self) -> None:
@@ -135,5 +180,8 @@ setup(
     cmdclass={"build_ext": BuildExt},
     # One placeholder makes setuptools run build_ext; BuildExt puts the real modules in.
     ext_modules=[Extension(f"{GROUP}__placeholder", sources=[])] if WANTED else [],
-    setup_requires=["mypy>=1.10,<3"] if WANTED else [],
+    # setuptools' build backend hands these to pip as the build's own requirements
+    # (get_requires_for_build_wheel): installed in the isolated build environment. Without
+    # a working compiler none are asked for: the build falls back before needing them.
+    setup_requires=build_requires() if WANTED and _compiler_works() else [],
 )

@@ -12,6 +12,7 @@ from urllib.parse import quote
 from tsched.statemachine.limits import LIMITS
 from tsched.statemachine.tiers import TIER_NAME
 
+from . import otel
 from ._core import Call, to_time
 
 TEMPLATE_FIELDS = frozenset({"priority", "timeout_s", "max_retries", "retry"})
@@ -51,9 +52,10 @@ class ApiCalls:
     def submit(self, task_type: str, payload: Any = None, **fields: Any) -> Any:
         """Submit one task. `fields`: tenant, priority, run_at (datetime, RFC 3339 or epoch
         seconds), delay_s, timeout_s, max_retries, retry, idempotency_key, limits (names of
-        declared limits). Returns the task (with `duplicate`)."""
-        return self._run(Call("POST", "/v1/tasks", body=_task_fields(task_type, payload, fields),
-                              write=True))
+        declared limits), traceparent (with the `otel` extra: the current span's, otel.py).
+        Returns the task (with `duplicate`)."""
+        body = otel.with_traceparent(_task_fields(task_type, payload, fields))
+        return self._run(Call("POST", "/v1/tasks", body=body, write=True))
 
     def submit_many(self, tasks: list[dict[str, Any]], minimal: bool = False) -> Any:
         """Submit a batch in one request (one Raft entry). Each dict has the submit fields.
@@ -62,6 +64,10 @@ class ApiCalls:
         items = [_task_fields(t["task_type"], t.get("payload"),
                               {k: v for k, v in t.items() if k not in ("task_type", "payload")})
                  for t in tasks]
+        traceparent = otel.current_traceparent()   # the batch's submitter: one for all
+        if traceparent is not None:
+            for item in items:
+                item.setdefault(otel.TRACEPARENT, traceparent)
         return self._run(Call("POST", "/v1/tasks", body={"tasks": items}, write=True,
                               minimal=minimal),
                          _key("tasks"))
@@ -97,6 +103,7 @@ class ApiCalls:
             body["tenant"] = tenant
         if idempotency_key is not None:
             body["idempotency_key"] = idempotency_key
+        otel.with_step_contexts(body)   # every step's span is of the submitter's trace
         return self._run(Call("POST", "/v1/workflows", body=body, write=True))
 
     def get_workflow(self, workflow_id: str, consistency: str | None = None) -> Any:

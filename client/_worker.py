@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterable, Mapping
 
+from . import otel
 from ._claiming import CLAIM_WAIT_S_MAX, UNSERVABLE_CODES, Claiming, check_priorities
 from ._jobs import (LEASE_LOST_CODES, RETRY_ALL, Job, RetryRule, error_code_of,
                     outcome_of, parse_time)
@@ -121,6 +122,7 @@ class Worker(Claiming):
         self.ca_file = ca_file     # CA bundle for https:// nodes
         self.handlers = dict(handlers)
         self._is_async = {t: inspect.iscoroutinefunction(h) for t, h in self.handlers.items()}
+        self._traced = otel.available()   # the `otel` extra: each handler in a span (otel.py)
         # Per task type: which exception class names are retried (DESIGN 14.1).
         self.retry_rules = retry_rules(self.handlers, retry_on or {}, no_retry_on or {})
         self.concurrency, self.lease_s, self.prefetch_ms = concurrency, lease_s, prefetch_ms
@@ -269,10 +271,15 @@ class Worker(Claiming):
     def _run_on_thread(self, job: Job) -> asyncio.Future:
         assert self._loop is not None, "tasks are claimed only inside run_async"
         runner = self._loop.create_future()
-        self._pool.call(_in_thread, (self.handlers[job.ctx.task_type], job.task.get("payload"),
+        self._pool.call(_in_thread, (self._handler_of(job, False), job.task.get("payload"),
                                      job), lambda ok, value: self._on_thread_done(
                                          job, runner, ok, value))
         return runner
+
+    def _handler_of(self, job: Job, is_async: bool) -> Callable:
+        """The task type's handler; with the `otel` extra, run in its task's span."""
+        handler = self.handlers[job.ctx.task_type]
+        return otel.traced(handler, job.task, is_async) if self._traced else handler
 
     def _on_thread_done(self, job: Job, runner: asyncio.Future, ok: bool, value: Any) -> None:
         self._handler_returned()
@@ -321,12 +328,13 @@ class Worker(Claiming):
             await asyncio.sleep(delay_s)
 
     async def _call_handler(self, job: Job) -> dict:
-        handler = self.handlers.get(job.ctx.task_type)
-        if handler is None:
+        if job.ctx.task_type not in self.handlers:
             return {"error": f"no handler for task type {job.ctx.task_type!r}", "retryable": False}
+        is_async = self._is_async[job.ctx.task_type]
+        handler = self._handler_of(job, is_async)
         payload = job.task.get("payload")
         try:
-            if self._is_async[job.ctx.task_type]:
+            if is_async:
                 async with self._async_slots:
                     job.started = True
                     result = await handler(payload, job.ctx)

@@ -146,7 +146,7 @@ _TASK_FIELDS: Json = dict.fromkeys((
     "run_at", "attempt", "max_retries", "retry", "timeout_s", "idempotency_key", "execution_id",
     "schedule_id", "lease_expires_at", "fencing_token", "worker_id", "cancel_requested",
     "last_error", "result", "created_at", "started_at", "completed_at", "attempts",
-    "limits"))
+    "limits", "traceparent"))
 
 
 def task(t: Task, *, duplicate: bool | None = None) -> Json:
@@ -179,6 +179,7 @@ def task(t: Task, *, duplicate: bool | None = None) -> Json:
     out["completed_at"] = rfc3339(t.completed_at_ms)
     out["attempts"] = [attempt(a) for a in t.attempts]
     out["limits"] = list(t.limits) if t.limits else []
+    out["traceparent"] = t.traceparent
     if duplicate is not None:
         out["duplicate"] = duplicate
     return out
@@ -318,7 +319,8 @@ def claimed(t: Task) -> Json:
             "max_retries": t.max_retries, "timeout_s": seconds(t.timeout_ms),
             "execution_id": t.execution_id, "schedule_id": t.schedule_id,
             "lease_expires_at": rfc3339(t.lease_expires_at_ms),
-            "fencing_token": t.fencing_token, "worker_id": t.worker_id}
+            "fencing_token": t.fencing_token, "worker_id": t.worker_id,
+            "traceparent": t.traceparent}
 
 
 MINIMAL_COMMANDS = (c.SubmitTask, c.Complete, c.Fail)   # a producer's and a worker's writes

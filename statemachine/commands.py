@@ -52,6 +52,7 @@ class SubmitTask(Command):
     retry: RetryPolicy = RetryPolicy()
     idempotency_key: str | None = None
     limits: tuple[str, ...] = ()     # names of keyed limits (added later: codec)
+    traceparent: str | None = None   # W3C trace context of the submitter (added later: codec)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -289,6 +290,7 @@ class SubmitWorkflow(Command):
     templates: tuple = ()
     steps: tuple = ()
     idempotency_key: str | None = None
+    traceparent: str | None = None   # W3C trace context of the submitter, for every step
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -45,7 +45,8 @@ class Step:
     are kept by the apply that changes a parent, so resolving a step costs O(children)."""
 
     __slots__ = ("name", "task_id", "template", "deps", "children", "on_parent_failure",
-                 "state", "unfinished", "failed", "cause", "result_json", "error")
+                 "state", "unfinished", "failed", "cause", "result_json", "error",
+                 "traceparent")
 
     def __init__(self, name: str, task_id: str, template: TaskTemplate, deps: tuple[int, ...],
                  on_parent_failure: str) -> None:
@@ -61,6 +62,7 @@ class Step:
         self.cause: str | None = None          # BY_PARENT or BY_WORKFLOW, when cancelled so
         self.result_json: str | None = None    # kept from the task: it may be evicted first
         self.error: str | None = None
+        self.traceparent: str | None = None    # its own trace context (else the workflow's)
 
     def __repr__(self) -> str:
         return f"Step({self.name!r}, {self.state}, unfinished={self.unfinished})"
@@ -71,7 +73,7 @@ class Workflow:
 
     __slots__ = ("workflow_id", "tenant", "seq", "steps", "counts", "state",
                  "cancelled", "idempotency_key", "created_at_ms", "finished_at_ms",
-                 "finish_seq")
+                 "finish_seq", "traceparent")
 
     def __init__(self, workflow_id: str, tenant: str, seq: int, steps: list[Step],
                  idempotency_key: str | None, created_at_ms: int) -> None:
@@ -86,6 +88,7 @@ class Workflow:
         self.created_at_ms = created_at_ms
         self.finished_at_ms: int | None = None
         self.finish_seq = 0                    # order of finishing: oldest evicted first
+        self.traceparent: str | None = None    # the submitter's, given to every step's task
 
     @property
     def open_steps(self) -> int:
@@ -179,15 +182,20 @@ def _bad(step: str, message: str) -> Rejected:
 
 def compact(rows: Sequence[Sequence]) -> dict[str, tuple]:
     """Whole step rows (name, task_id, task_type, payload_json, priority, timeout_ms,
-    max_retries, retry record, deps, on_parent_failure) -> SubmitWorkflow's `templates`
-    and `steps` (commands.py): equal task fields are written once."""
+    max_retries, retry record, deps, on_parent_failure[, traceparent]) -> SubmitWorkflow's
+    `templates` and `steps` (commands.py): equal task fields are written once; a step's own
+    trace context ends its row, only when it has one."""
     index: dict[tuple, int] = {}
     steps = []
-    for name, task_id, task_type, payload, priority, timeout_ms, retries, retry, deps, rule \
-            in rows:
+    for row in rows:
+        name, task_id, task_type, payload, priority, timeout_ms, retries, retry, deps, rule \
+            = row[:10]
         key = (task_type, priority, timeout_ms, retries, tuple(retry))
         at = index.setdefault(key, len(index))
-        steps.append((name, task_id, at, payload, tuple(deps), rule))
+        step: tuple = (name, task_id, at, payload, tuple(deps), rule)
+        if len(row) > 10 and row[10] is not None:
+            step += (row[10],)
+        steps.append(step)
     return {"templates": tuple(index), "steps": tuple(steps)}
 
 
@@ -199,9 +207,15 @@ def step_record(s: Step) -> list:
             t.max_retries, [t.retry.backoff, t.retry.base_ms, t.retry.max_ms,
                             t.retry.multiplier_milli, t.retry.jitter_permille],
             list(s.deps), s.on_parent_failure, s.state, s.unfinished, s.failed, s.cause,
-            s.result_json, s.error]
+            s.result_json, s.error] + ([] if s.traceparent is None else [s.traceparent])
 
 
 def workflow_record(w: Workflow) -> list:
-    return [w.workflow_id, w.tenant, w.seq, w.state, w.cancelled, w.idempotency_key,
-            w.created_at_ms, w.finished_at_ms, w.finish_seq, [step_record(s) for s in w.steps]]
+    """The trace context is appended only when the workflow has one (the record and the
+    digest of one without are unchanged)."""
+    record = [w.workflow_id, w.tenant, w.seq, w.state, w.cancelled, w.idempotency_key,
+              w.created_at_ms, w.finished_at_ms, w.finish_seq,
+              [step_record(s) for s in w.steps]]
+    if w.traceparent is not None:
+        record.append(w.traceparent)
+    return record

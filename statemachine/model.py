@@ -63,7 +63,7 @@ class Task:
                  "schedule_id", "lease_expires_at_ms", "fencing_token", "worker_id",
                  "cancel_requested", "last_error", "result_json", "created_at_ms",
                  "started_at_ms", "completed_at_ms", "_attempts", "seq", "failures", "qver",
-                 "limits")
+                 "limits", "traceparent")
 
     def __init__(self, task_id: str, tenant: str, task_type: str, payload_json: str,
                  priority: int, run_at_ms: int, max_retries: int, retry: RetryPolicy,
@@ -96,6 +96,9 @@ class Task:
         self.failures = 0
         self.qver = 0
         self.limits: tuple[str, ...] = ()   # names of keyed limits (ratelimits.py)
+        # The submitter's W3C trace context (`traceparent`), handed to the worker with each
+        # claim: every attempt's span is a child of the submitter's (DESIGN 12).
+        self.traceparent: str | None = None
 
     @property
     def execution_id(self) -> str:

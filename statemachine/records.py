@@ -29,13 +29,21 @@ def retry_from(r: Sequence[Any], cache: dict) -> c.RetryPolicy:
 
 
 def task_record(t: Task) -> list:
+    """The task's fields in record order; the trace context is appended only when the task
+    has one, so the record (and the digest) of a task without one is unchanged."""
     attempts = [[a.attempt, a.worker_id, a.fencing_token, a.started_at_ms, a.ended_at_ms,
                  a.outcome, a.error] for a in t._attempts] if t._attempts else ()
-    return [t.seq, t.task_id, t.tenant, t.task_type, t.payload_json, t.priority, t.run_at_ms,
-            t.state, t.attempt, t.max_retries, retry_record(t.retry), t.timeout_ms,
-            t.idempotency_key, t.schedule_id, t.lease_expires_at_ms, t.fencing_token,
-            t.worker_id, t.cancel_requested, t.last_error, t.result_json, t.created_at_ms,
-            t.started_at_ms, t.completed_at_ms, t.failures, attempts]
+    record = [t.seq, t.task_id, t.tenant, t.task_type, t.payload_json, t.priority, t.run_at_ms,
+              t.state, t.attempt, t.max_retries, retry_record(t.retry), t.timeout_ms,
+              t.idempotency_key, t.schedule_id, t.lease_expires_at_ms, t.fencing_token,
+              t.worker_id, t.cancel_requested, t.last_error, t.result_json, t.created_at_ms,
+              t.started_at_ms, t.completed_at_ms, t.failures, attempts]
+    if t.traceparent is not None:
+        record.append(t.traceparent)
+    return record
+
+
+_TASK_FIELDS = 25   # of a record without the optional trace context
 
 
 def _blank_task(cls: type[Task]) -> Task:
@@ -57,6 +65,9 @@ def task_from(r: Sequence[Any], cache: dict,
     Equal times and timeouts share one int object (a decoded int is a fresh 32-byte object
     per field, and created_at/run_at are mostly equal), as they do in a node that applied
     the submits."""
+    traceparent = r[_TASK_FIELDS] if len(r) > _TASK_FIELDS else None
+    if traceparent is not None:
+        r = r[:_TASK_FIELDS]
     (seq, task_id, tenant, task_type, payload_json, priority, run_at_ms, state, attempt,
      max_retries, retry, timeout_ms, idempotency_key, schedule_id, lease_expires_at_ms,
      fencing_token, worker_id, cancel_requested, last_error, result_json, created_at_ms,
@@ -92,6 +103,7 @@ def task_from(r: Sequence[Any], cache: dict,
     t.failures = failures
     t.qver = 0
     t.limits = ()
+    t.traceparent = traceparent
     return t
 
 
@@ -192,6 +204,7 @@ def tasks_of_chunk(chunk: Any, cache: dict, intern: Callable[[str], str]) -> lis
             t.failures = failures
             t.qver = 0
             t.limits = ()
+            t.traceparent = None   # the snapshot's head holds them (`task_traces`)
             out.append(t)
         return out
     except DecodeError:

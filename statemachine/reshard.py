@@ -61,6 +61,7 @@ def _one(olds: list[StateMachine], rows: list, s: int, shards: int,
     head["audit_seq"], head["audit"] = _audit(olds, s, shard_of, limits or Limits())
     head["limits"] = _limits(olds, s, shards, shard_of)
     head["task_limits"] = sorted([t.task_id, list(t.limits)] for t in renumbered if t.limits)
+    head.update(snapshot_format.trace_fields(renumbered))
     head.update(_workflows(olds, s, shard_of))
     pauses = _pauses(olds)
     if pauses:

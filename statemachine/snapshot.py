@@ -42,6 +42,7 @@ def head(sm: StateMachine) -> dict:
         "audit": [audit.entry_record(e) for e in sm.audit.entries],
         "limits": sm.store.limiter.records(sm.now_ms),
         "task_limits": sm.store.limiter.task_limits(),
+        **snapshot_format.trace_fields(sm.tasks.values()),
         **wf,
         **pause_fields(sm),
     }
@@ -70,7 +71,8 @@ def restore(sm: StateMachine, blob: bytes) -> StateMachine:
         view = codec.tenant_from(r)
         view.tenant = sys.intern(view.tenant)
         sm.tenants[view.tenant] = view
-    _index_tasks(sm, tasks, dict(top.get("task_limits", ())) if top["v"] >= 7 else {})
+    _index_tasks(sm, tasks, dict(top.get("task_limits", ())) if top["v"] >= 7 else {},
+                 snapshot_format.traces_of(top))
     sm.roll = top["roll"] if top["v"] >= 4 else roll_from_blob(top["v"], blob)
     cache: dict = {}
     for r in top["schedules"]:
@@ -116,9 +118,10 @@ def _restore_pauses(sm: StateMachine, records: object) -> None:
 
 
 def _index_tasks(sm: StateMachine, chunks: Iterable[snapshot_format.TaskChunk],
-                 limited: dict) -> None:
+                 limited: dict, traced: dict[str, str]) -> None:
     """Tasks in seq order from a snapshot, chunk by chunk, through the store's `index` in
-    bulk mode; `limited`: the limit names of the tasks that have some."""
+    bulk mode; `limited`: the limit names of the tasks that have some; `traced`: the trace
+    contexts of the tasks that have one."""
     store, now_ms, index = sm.store, sm.now_ms, sm.store.index
     store.begin_bulk()
     for chunk, _encodings in chunks:
@@ -127,6 +130,8 @@ def _index_tasks(sm: StateMachine, chunks: Iterable[snapshot_format.TaskChunk],
                 raise codec.DecodeError(f"snapshot: task {task.task_id!r} is {task.state!r}")
             if limited and task.task_id in limited:
                 task.limits = tuple(sys.intern(n) for n in limited[task.task_id])
+            if traced and task.task_id in traced:
+                task.traceparent = traced[task.task_id]
             index(task, now_ms)
     store.end_bulk()
     if len(sm.tasks) != len(store.all):   # checked once here rather than per task

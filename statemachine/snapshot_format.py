@@ -12,7 +12,8 @@ the head (`limits`: each definition with its busy partitions; `task_limits`: [ta
 names] of the tasks that name limits, by id; ratelimits.py; `wf_seq`, `wf_finish_seq`,
 `workflows`: records in submission order, graphs.py, present once a workflow was
 submitted; `queue_pauses`: the paused queues' records by key, pauses.py, present while a
-pause stands). Format 4 is format 5 without the runs. Formats 1-3 are read (3: the head has `tasks_sum` instead of the
+pause stands; `task_traces`: [task id, traceparent] of the tasks that carry the submitter's
+W3C trace context, by id, present once one does: optional keys, absent = none). Format 4 is format 5 without the runs. Formats 1-3 are read (3: the head has `tasks_sum` instead of the
 roll, and the request records are followed by their item hashes, one bin of 16 bytes each).
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .codec import pack
 from .errors import DecodeError
 from .model import Task
 from .records import request_record, task_chunk, task_from, tasks_of_chunk
+from .validate import Rejected, traceparent
 
 SNAPSHOT_VERSION = 7               # 7: format 6, keyed limits and workflows in the head
 SNAPSHOT_VERSIONS_READ = (1, 2, 3, 4, 5, 6, 7)   # 1: tasks a list inside the map; 2: one by one
@@ -44,6 +46,27 @@ class SizedTasks(Protocol):
     def __len__(self) -> int: ...
 
     def __iter__(self) -> Iterator[Task]: ...
+
+
+def trace_fields(tasks: Iterable[Task]) -> dict:
+    """The head's `task_traces`: [task id, traceparent] of the tasks that have one, by id;
+    absent when none has (an optional key: absent = none, so a state without trace
+    contexts writes the same head as before)."""
+    traces = sorted([t.task_id, t.traceparent] for t in tasks if t.traceparent is not None)
+    return {"task_traces": traces} if traces else {}
+
+
+def traces_of(head: dict) -> dict[str, str]:
+    """task id -> traceparent from a head's `task_traces`, each one checked."""
+    try:
+        traces = {task_id: tp for task_id, tp in head.get("task_traces", ())}
+        for tp in traces.values():
+            traceparent(tp)
+    except (TypeError, ValueError, Rejected) as exc:
+        raise DecodeError(f"snapshot task traces: {exc.__class__.__name__}") from None
+    if len(traces) != len(head.get("task_traces", ())):
+        raise DecodeError("snapshot task traces: a task id appears twice")
+    return traces
 
 
 def encode_snapshot(head: dict, tasks: SizedTasks, requests: Mapping[str, tuple],

@@ -69,6 +69,7 @@ def submit(sm: StateMachine, cmd: c.SubmitTask) -> Answer:
                 cmd.idempotency_key, None, sm.now_ms, sm.task_seq)
     if cmd.limits:
         task.limits = tuple(sys.intern(n) for n in cmd.limits)
+    task.traceparent = cmd.traceparent
     add(sm, task)
     return task_answer(task.task_id, False)
 

@@ -7,6 +7,7 @@ needs that) and integers must be real ints (not bools, not floats).
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from . import commands as c
@@ -18,6 +19,10 @@ from .limits import Limits
 # code would raise TypeError on a typed read of a wrong value instead of refusing it).
 Unchecked = Any
 
+# A W3C `traceparent` (version 00, https://www.w3.org/TR/trace-context/): version, trace id,
+# parent span id, flags, in lowercase hex; 55 characters, its own bound.
+TRACEPARENT_CHARS = 55
+TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}\Z")
 BACKOFFS = ("exponential", "linear", "fixed")
 OVERLAPS = ("allow", "skip", "buffer_one")
 MISFIRES = ("run_all", "run_once", "skip")
@@ -125,6 +130,17 @@ def submit(cmd: Unchecked, lim: Limits, now_ms: int) -> None:
     string("idempotency_key", cmd.idempotency_key, lim.idempotency_key_chars_max,
            optional=True)
     limit_names(cmd.limits, lim)
+    traceparent(cmd.traceparent)
+
+
+def traceparent(value: Unchecked) -> None:
+    """None, or a W3C traceparent of version 00 with non-zero ids."""
+    if value is None:
+        return
+    if type(value) is not str or len(value) != TRACEPARENT_CHARS \
+            or TRACEPARENT.match(value) is None:
+        raise Rejected(INVALID_ARGUMENT, "traceparent must be a W3C traceparent "
+                       "(00-<32 hex>-<16 hex>-<2 hex>)", field="traceparent")
 
 
 def limit_names(names: Unchecked, lim: Limits) -> None:

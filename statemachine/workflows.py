@@ -45,7 +45,8 @@ from .validate import Rejected
 if TYPE_CHECKING:
     from .machine import StateMachine
 
-_STEP_FIELDS = 6       # a step row of SubmitWorkflow (commands.py)
+_STEP_FIELDS = 6       # a step row of SubmitWorkflow (commands.py), then its traceparent
+_STEP_RECORD_FIELDS = 16   # a step's record without its trace context (graphs.step_record)
 _TEMPLATE_FIELDS = 5   # a template row of it
 
 
@@ -108,6 +109,7 @@ def submit(sm: StateMachine, cmd: c.SubmitWorkflow) -> Answer:
     _check_room(sm, cmd.workflow_id, name, steps)
     book.seq += 1
     wf = Workflow(cmd.workflow_id, name, book.seq, steps, cmd.idempotency_key, sm.now_ms)
+    wf.traceparent = cmd.traceparent
     wf.link()
     book.index(wf)
     tenant(sm, name)
@@ -124,6 +126,7 @@ def _check_submit(cmd: V.Unchecked, lim: Limits) -> None:
     V.string("tenant", cmd.tenant, lim.tenant_chars_max)
     V.string("idempotency_key", cmd.idempotency_key, lim.idempotency_key_chars_max,
              optional=True)
+    V.traceparent(cmd.traceparent)
 
 
 def _steps(sm: StateMachine, cmd: V.Unchecked) -> list[Step]:
@@ -173,12 +176,14 @@ def _templates(sm: StateMachine, rows: Any, steps: int) -> list[c.TaskTemplate]:
 
 def _step(sm: StateMachine, row: Any, templates: list[c.TaskTemplate]) -> Step:
     lim = sm.limits
-    if not isinstance(row, (list, tuple)) or len(row) != _STEP_FIELDS:
+    if not isinstance(row, (list, tuple)) or len(row) not in (_STEP_FIELDS, _STEP_FIELDS + 1):
         raise Rejected(INVALID_ARGUMENT, "a step is a row of its fields", field="steps")
-    name, task_id, at, payload, deps, rule = row
+    name, task_id, at, payload, deps, rule = row[:_STEP_FIELDS]
+    traceparent = row[_STEP_FIELDS] if len(row) > _STEP_FIELDS else None
     V.string("step", name, lim.step_name_chars_max)
     V.string("task_id", task_id, lim.id_chars_max)
     try:
+        V.traceparent(traceparent)
         V.integer("template", at, 0, len(templates) - 1)
         V.sized("payload", payload, lim.payload_bytes_max)
         V.choice("on_parent_failure", rule, ON_PARENT_FAILURE)
@@ -196,7 +201,9 @@ def _step(sm: StateMachine, row: Any, templates: list[c.TaskTemplate]) -> Step:
         c.TaskTemplate(task_type=shared.task_type, payload_json=payload,
                        priority=shared.priority, timeout_ms=shared.timeout_ms,
                        max_retries=shared.max_retries, retry=shared.retry)
-    return Step(sys.intern(name), task_id, template, tuple(deps), rule)
+    step = Step(sys.intern(name), task_id, template, tuple(deps), rule)
+    step.traceparent = traceparent
+    return step
 
 
 def _check_room(sm: StateMachine, workflow_id: str, name: str, steps: list[Step]) -> None:
@@ -385,6 +392,7 @@ def _start(sm: StateMachine, wf: Workflow, i: int) -> None:
     task = Task(step.task_id, wf.tenant, sys.intern(t.task_type), t.payload_json, t.priority,
                 sm.now_ms, t.max_retries, t.retry, t.timeout_ms, None, None, sm.now_ms,
                 sm.task_seq)
+    task.traceparent = step.traceparent or wf.traceparent
     add(sm, task)
     _set(sm, wf, i, PENDING)
 
@@ -444,7 +452,7 @@ def restore(sm: StateMachine, head: dict) -> None:
     try:
         book.seq, book.finish_seq = int(head.get("wf_seq", 0)), int(head.get("wf_finish_seq", 0))
         wfs = [workflow_from(r) for r in records]
-    except (TypeError, ValueError, KeyError, IndexError) as exc:
+    except (TypeError, ValueError, KeyError, IndexError, Rejected) as exc:
         raise DecodeError(f"snapshot workflows: {exc.__class__.__name__}") from None
     for wf in wfs:
         book.index(wf)
@@ -455,20 +463,28 @@ def restore(sm: StateMachine, head: dict) -> None:
     book.finished = OrderedDict((w.workflow_id, w) for w in finished)
 
 
+_WORKFLOW_FIELDS = 10   # of a record without the optional trace context (graphs.py)
+
+
 def workflow_from(r: Any) -> Workflow:
+    traceparent = r[_WORKFLOW_FIELDS] if len(r) > _WORKFLOW_FIELDS else None
+    V.traceparent(traceparent)
     (workflow_id, tenant_name, seq, state, cancelled, idem, created_at_ms, finished_at_ms,
-     finish_seq, steps) = r
+     finish_seq, steps) = r[:_WORKFLOW_FIELDS]
     wf = Workflow(workflow_id, sys.intern(tenant_name), seq, [_step_from(s) for s in steps],
                   idem, created_at_ms)
     wf.state, wf.cancelled = state, cancelled
     wf.finished_at_ms, wf.finish_seq = finished_at_ms, finish_seq
+    wf.traceparent = traceparent
     wf.link()
     return wf
 
 
 def _step_from(r: Any) -> Step:
+    traceparent = r[_STEP_RECORD_FIELDS] if len(r) > _STEP_RECORD_FIELDS else None
+    V.traceparent(traceparent)
     (name, task_id, task_type, payload, priority, timeout_ms, retries, retry, deps, rule,
-     state, unfinished, failed, cause, result_json, error) = r
+     state, unfinished, failed, cause, result_json, error) = r[:_STEP_RECORD_FIELDS]
     template = c.TaskTemplate(task_type=task_type, payload_json=payload, priority=priority,
                               timeout_ms=timeout_ms, max_retries=retries,
                               retry=retry_from(retry, {}))
@@ -477,6 +493,7 @@ def _step_from(r: Any) -> Step:
         raise ValueError(state)
     step.state, step.unfinished, step.failed, step.cause = state, unfinished, failed, cause
     step.result_json, step.error = result_json, error
+    step.traceparent = traceparent
     return step
 
 

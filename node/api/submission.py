@@ -11,7 +11,8 @@ from tsched.node.api.validate import (BATCH_MAX, DELAY_S_MAX, IDEMPOTENCY_KEY_CH
                                       JITTER_MAX, MAX_RETRIES_MAX, MULTIPLIER_MAX, MULTIPLIER_MIN,
                                       NAME_RE, PRIORITY_MAX, RETRY_S_MAX, TASK_TYPE_CHARS_MAX,
                                       TIMEOUT_S_MAX, TIMEOUT_S_MIN, Fields, L, instant_ms, integer,
-                                      json_text, name, number, seconds_ms, tenant, text)
+                                      json_text, name, number, seconds_ms, tenant, text,
+                                      traceparent)
 from tsched.node.api.idempotency import request_id, request_ids
 from tsched.node.api.keyed_limits import limit_names
 from tsched.node.api.jsonio import prefers_minimal
@@ -93,6 +94,7 @@ def submit(body: object, *, now_ms: int, request_id: str, task_id: str,
         idempotency_key=text(f.get("idempotency_key"), "idempotency_key",
                              IDEMPOTENCY_KEY_CHARS_MAX, lo=0, pattern=NAME_RE) or None,
         limits=limit_names(f.get("limits")),
+        traceparent=traceparent(f.get("traceparent")),
     )
     f.done()
     return cmd

@@ -15,6 +15,7 @@ from typing import Mapping, TypedDict, overload
 
 import orjson
 
+from tsched.statemachine import validate as SV
 from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
 
 from tsched.node.errors import ApiError, invalid
@@ -33,6 +34,7 @@ ID_CHARS_MAX = L.id_chars_max
 TENANT_CHARS_MAX = L.tenant_chars_max
 TASK_TYPE_CHARS_MAX = L.task_type_chars_max
 IDEMPOTENCY_KEY_CHARS_MAX = L.idempotency_key_chars_max
+TRACEPARENT_CHARS = SV.TRACEPARENT_CHARS     # a W3C traceparent (version 00)
 BODY_BYTES_MAX = A.body_bytes_max
 BATCH_MAX = A.request_items_max
 TASK_TYPES_MAX = L.claim_task_types_max
@@ -141,6 +143,17 @@ def text(value: object, name: str, hi: int, *, lo: int = 1, default: str | None 
         raise invalid(f"{name} must be a string of {lo}..{hi} characters", field=name)
     if pattern is not None and not pattern.match(value):
         raise invalid(f"{name} {value!r} has characters that are not allowed", field=name)
+    return value
+
+
+def traceparent(value: object) -> str | None:
+    """A W3C traceparent (the submitter's trace context: DESIGN 12), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or SV.TRACEPARENT.match(value) is None:
+        raise invalid(f"traceparent must be a W3C traceparent of {TRACEPARENT_CHARS} "
+                      "characters: 00-<32 hex>-<16 hex>-<2 hex>, ids not all zero",
+                      field="traceparent")
     return value
 
 

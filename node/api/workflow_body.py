@@ -13,7 +13,7 @@ from tsched.statemachine.validate import Rejected
 
 from tsched.node.api import submission
 from tsched.node.api.validate import (IDEMPOTENCY_KEY_CHARS_MAX, NAME_RE, Fields, name,
-                                      tenant, text)
+                                      tenant, text, traceparent)
 from tsched.node.errors import ApiError, invalid
 
 STEPS_MAX = LIMITS.workflow_steps_max
@@ -32,6 +32,7 @@ def parse(body: object, *, now_ms: int, request_id: str, workflow_id: str,
     who = tenant(f.get("tenant"), default=default_tenant)
     key = text(f.get("idempotency_key"), "idempotency_key", IDEMPOTENCY_KEY_CHARS_MAX, lo=0,
                pattern=NAME_RE) or None
+    trace = traceparent(f.get("traceparent"))
     f.get("steps")
     f.done()
     names, deps, rows = [], [], []
@@ -40,15 +41,17 @@ def parse(body: object, *, now_ms: int, request_id: str, workflow_id: str,
         names.append(step_name)
         deps.append(parents)
         rows.append([step_name, task_ids[i], task.task_type, task.payload_json, task.priority,
-                     task.timeout_ms, task.max_retries, retry_record(task.retry), (), rule])
+                     task.timeout_ms, task.max_retries, retry_record(task.retry), (), rule,
+                     task.traceparent])
     _edges(deps)
     try:
         indexes = deps_by_index(names, deps)
     except Rejected as r:
         raise ApiError(r.code, r.message, r.details) from None
-    whole = [tuple(row[:8]) + (tuple(ix), row[9]) for row, ix in zip(rows, indexes)]
+    whole = [tuple(row[:8]) + (tuple(ix), row[9], row[10]) for row, ix in zip(rows, indexes)]
     return c.SubmitWorkflow(request_id=request_id, now_ms=now_ms, workflow_id=workflow_id,
-                            tenant=who, idempotency_key=key, **compact(whole))
+                            tenant=who, idempotency_key=key, traceparent=trace,
+                            **compact(whole))
 
 
 def check_entry_size(cmd: c.SubmitWorkflow, entry_bytes_max: int) -> None:

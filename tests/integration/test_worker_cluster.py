@@ -200,3 +200,104 @@ def test_worker_rides_out_a_leader_kill(fresh_cluster):
                                      f"logs: {[c.log(i)[-3000:] for i in survivors]}") from None
         results = sorted(client.get(i)["result"] for i in ids)
     assert results == list(range(80))
+
+
+# --- OpenTelemetry (the `otel` extra, client/otel.py; DESIGN 12) ------------------------------
+
+@pytest.fixture(scope="module")
+def spans():
+    """Every span of this process, kept in memory by the SDK (one global provider per
+    process: another test's is reused)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield exporter
+    exporter.shutdown()
+
+
+def _process_spans(spans, task_id: str) -> list:
+    return sorted((s for s in spans.get_finished_spans()
+                   if (s.attributes or {}).get("messaging.message.id") == task_id),
+                  key=lambda s: s.attributes["tsched.task.attempt"])
+
+
+def test_each_attempt_runs_in_a_consumer_span_child_of_the_submitters(cluster, client, spans):
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind, StatusCode
+
+    def once_broken(payload, ctx):
+        if ctx.attempt == 1:
+            raise ValueError("broken once")
+        return {"n": payload["n"]}
+    with trace.get_tracer("producer").start_as_current_span("submit traced") as submit:
+        task = client.submit("traced", {"n": 1}, tenant="acme", max_retries=1,
+                             retry=FAST_RETRY)
+    parent = submit.get_span_context()
+    assert task["traceparent"] == (f"00-{parent.trace_id:032x}-{parent.span_id:016x}-"
+                                   f"{int(parent.trace_flags):02x}")
+    with running(Worker(cluster.urls, {"traced": once_broken}, wait_s=1,
+                        worker_id="otel-w")):
+        wait_until(lambda: state_of(client, task["task_id"]) == "completed", DEADLINE_S,
+                   "completed on its second attempt")
+        wait_until(lambda: len(_process_spans(spans, task["task_id"])) == 2, DEADLINE_S,
+                   "both attempts' spans ended")
+    first, second = _process_spans(spans, task["task_id"])
+    for span, attempt in ((first, 1), (second, 2)):
+        assert span.name == "process traced" and span.kind == SpanKind.CONSUMER
+        assert span.context.trace_id == parent.trace_id      # a retry: the same trace
+        assert span.parent is not None and span.parent.span_id == parent.span_id
+        assert span.parent.is_remote
+        assert dict(span.attributes) == {
+            "messaging.system": "tsched", "messaging.operation.type": "process",
+            "messaging.operation.name": "process", "messaging.destination.name": "traced",
+            "messaging.message.id": task["task_id"], "tsched.task.attempt": attempt,
+            "tsched.tenant": "acme", "messaging.client.id": "otel-w"}
+    assert first.status.status_code == StatusCode.ERROR
+    assert first.events[0].name == "exception"
+    assert second.status.status_code != StatusCode.ERROR
+
+
+def test_a_workflows_steps_run_in_the_submitters_trace_linked_to_their_parents(
+        cluster, client, spans):
+    """Each step has a `create` span, child of the submitter's and linked to its parent
+    steps' (the graph); its `process` span is a child of its `create` span."""
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind
+
+    steps = [{"name": "b", "task_type": "wf_traced", "deps": ["a"]},   # a parent listed later
+             {"name": "a", "task_type": "wf_traced"},
+             {"name": "c", "task_type": "wf_traced", "deps": ["a", "b"]}]
+    with trace.get_tracer("producer").start_as_current_span("submit workflow") as submit:
+        wf = client.submit_workflow(steps)
+    assert "traceparent" not in steps[0]          # the caller's dicts are left alone
+    parent = submit.get_span_context()
+    ids = {s["name"]: s["task_id"] for s in wf["steps"]}
+    with running(Worker(cluster.urls, {"wf_traced": lambda payload, ctx: None}, wait_s=1)):
+        wait_until(lambda: all(len(_process_spans(spans, i)) == 1 for i in ids.values()),
+                   DEADLINE_S, "every step's span")
+    creates = {s.attributes["tsched.step"]: s for s in spans.get_finished_spans()
+               if s.name == "create wf_traced" and s.context.trace_id == parent.trace_id}
+    assert sorted(creates) == ["a", "b", "c"]
+    for name, task_id in ids.items():
+        create, (process,) = creates[name], _process_spans(spans, task_id)
+        assert create.kind == SpanKind.PRODUCER and create.parent.span_id == parent.span_id
+        assert process.context.trace_id == parent.trace_id
+        assert process.parent.span_id == create.context.span_id
+        assert client.get(task_id)["traceparent"].split("-")[2] == \
+            f"{create.context.span_id:016x}"
+    linked = {n: sorted(link.context.span_id for link in creates[n].links) for n in creates}
+    assert linked == {"a": [], "b": [creates["a"].context.span_id],
+                      "c": sorted([creates["a"].context.span_id,
+                                   creates["b"].context.span_id])}
+
+
+def test_a_task_submitted_outside_any_span_has_none(cluster, client):
+    assert client.submit("untraced")["traceparent"] is None

@@ -10,6 +10,12 @@ from tsched.node.api.openapi.schema import (
     TIME, TIME_IN, TIMEOUT_S, WRITE_ERRORS, Fragment, PathItem, Schema, integer, nullable,
     number, obj, op, path_param, query, ref, string)
 
+# The submitter's W3C trace context, kept with the task and handed to the worker with each
+# claim (DESIGN 12; the client's `otel` extra sets and reads it).
+TRACEPARENT = string(v.TRACEPARENT_CHARS, v.TRACEPARENT_CHARS,
+                     pattern="^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+                     description="W3C trace context of the submitter (version 00; the ids "
+                                 "not all zero); a worker's span of the task is its child")
 STATES = list(v.STATES)
 LISTED_STATES = list(v.LISTED_STATES)   # and the `retrying` view
 TASK_ID = path_param("task_id", "the task's id")
@@ -54,6 +60,7 @@ def _task_submit() -> Schema:
                    "items": string(LIMITS.limit_name_chars_max),
                    "description": "names of declared limits (PUT /v1/limits/{name}) this task "
                                   "is claimed under; an unknown name is a 400 naming it"},
+        "traceparent": TRACEPARENT,
     }, ("task_type",), closed=True)
 
 
@@ -93,6 +100,7 @@ def task() -> Schema:
         "created_at": TIME, "started_at": nullable(TIME), "completed_at": nullable(TIME),
         "attempts": {"type": "array", "items": ref("Attempt")},
         "limits": {"type": "array", "items": string(), "description": "its keyed limits"},
+        "traceparent": nullable(TRACEPARENT),
         "limited_by": nullable(obj({
             "limit": string(), "partition": nullable(string()),
             "until": nullable({**TIME, "description": "the earliest it can run; null: when "

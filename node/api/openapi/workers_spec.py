@@ -11,7 +11,7 @@ from tsched.node.api.openapi.tasks_spec import ERROR_DETAIL, PREFER, TASK_ID, ta
 
 CLAIMED_FIELDS = ("task_id", "tenant", "task_type", "state", "payload", "run_at", "attempt",
                   "max_retries", "timeout_s", "execution_id", "schedule_id",
-                  "lease_expires_at", "fencing_token", "worker_id")
+                  "lease_expires_at", "fencing_token", "worker_id", "traceparent")
 FENCING_TOKEN = integer(0, v.FENCING_TOKEN_MAX)
 RESULT = {**ANY_JSON, "description": f"JSON, at most {v.RESULT_BYTES_MAX} bytes"}
 ERROR = {"oneOf": [string(v.ERROR_CHARS_MAX, 0,

@@ -8,6 +8,7 @@ from tsched.statemachine.limits import LIMITS
 
 from tsched.node.api import validate as v
 from tsched.node.api import workflow_body as wb
+from tsched.node.api.openapi.tasks_spec import TRACEPARENT
 from tsched.node.api.openapi.schema import (
     ANY_JSON, APPLIED_SEQ, PRIORITY, READ_PARAMS, TASK_TYPE, TENANT, TIME, TIMEOUT_S,
     WRITE_ERRORS, Fragment, Schema, integer, nullable, obj, op, path_param, query, ref, string)
@@ -33,6 +34,9 @@ def _step_in() -> Schema:
                               "description": "cancel: a dead-lettered or cancelled parent "
                                              "cancels this step (and its dependents); run: "
                                              "it runs anyway and sees the failure"},
+        "traceparent": {**TRACEPARENT, "description": "this step's own W3C trace context "
+                        "(the client's span of the step, linked to its parents'); without "
+                        "it the step's task gets the workflow's"},
     }, ("name", "task_type"), closed=True)
 
 
@@ -44,6 +48,8 @@ def _submit() -> Schema:
                                  "dep or a duplicate name is a 400 naming the step"},
         "tenant": {**TENANT, "default": "default"},
         "idempotency_key": string(v.IDEMPOTENCY_KEY_CHARS_MAX),
+        "traceparent": {**TRACEPARENT, "description": "W3C trace context of the submitter, "
+                        "kept with every step's task"},
     }, ("steps",), closed=True)
 
 
