@@ -1,4 +1,4 @@
-"""Snapshots: the replicated state to bytes (format 7, snapshot_format.py) and back.
+"""Snapshots: the replicated state to bytes (format 8, snapshot_format.py) and back.
 
 Written: the counters, tenants and schedules in canonical order, the tasks in seq order,
 the request table in its order and when its entries were recorded, the audit trail
@@ -50,7 +50,7 @@ def head(sm: StateMachine) -> dict:
 
 def pause_fields(sm: StateMachine) -> dict:
     """Paused queues (pauses.py): `queue_pauses`, the records by key, present while any
-    pause stands (an optional key of format 7: absent reads as none)."""
+    pause stands (an optional key of format 8: absent reads as none)."""
     records = sm.store.pauses.records()
     return {"queue_pauses": records} if records else {}
 

@@ -241,7 +241,7 @@ def test_a_snapshot_carries_its_state_digest() -> None:
     head = msgpack.Unpacker(raw=False)
     head.feed(d.sm.snapshot())
     top = head.unpack()
-    assert top["v"] == 7 and top["state_digest"] == d.sm.state_digest()
+    assert top["v"] == 8 and top["state_digest"] == d.sm.state_digest()
     assert top["roll"] == d.sm.roll
 
 

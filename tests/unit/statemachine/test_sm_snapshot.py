@@ -132,7 +132,7 @@ def test_the_parts_repacked_restore() -> None:
 
 
 @pytest.mark.parametrize("damage, match", [
-    ("version", "unknown snapshot version 8"), ("no_roll", "roll"),
+    ("version", "unknown snapshot version 9"), ("no_roll", "roll"),
     ("short_row", "rows"), ("count", "task rows"), ("requests", "requests"),
     ("strings", "strings"), ("duplicate", "twice"), ("trailing", "trailing"),
     ("times_count", "times do not match"), ("times_order", "ascending"),
@@ -140,7 +140,7 @@ def test_the_parts_repacked_restore() -> None:
 def test_a_bad_format_5_snapshot_is_a_decode_error(damage: str, match: str) -> None:
     head, chunk, records, times = parts = _parts(_mixed(20).sm)
     if damage == "version":
-        head["v"] = 8
+        head["v"] = 9
     elif damage == "no_roll":
         del head["roll"]
     elif damage == "short_row":

@@ -208,7 +208,7 @@ def test_a_snapshot_carries_workflows_and_a_state_without_any_writes_none():
     assert submit(d, [row("a"), row("b", (0,))]).ok
     assert finish(d, "a", result='{"n":1}').ok
     back = StateMachine.restore(d.sm.snapshot())
-    assert back._head()["v"] == 7
+    assert back._head()["v"] == 8
     assert back.state_digest() == d.sm.state_digest()
     wf = back.workflows.by_id["w1"]
     assert [s.state for s in wf.steps] == ["completed", "pending"]
