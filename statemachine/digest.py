@@ -126,6 +126,8 @@ def _combine(sm: StateMachine, tasks_acc: int, tenants_acc: int, schedules_acc: 
     limiter = sm.store.limiter
     if limiter.defs or limiter.limited:   # a state that never had a limit keeps its digest
         head += [limiter.records(sm.now_ms), limiter.task_limits()]
+    if sm.sessions:   # worker sessions (sessions.py): a state without any keeps its digest
+        head += [[sm.sessions[w].record() for w in sorted(sm.sessions)]]
     if sm.workflows.seq:   # likewise a state that never had a workflow
         head += [sm.workflows.seq, sm.workflows.finish_seq, workflows_acc(sm).to_bytes(16, "big")]
     return hashlib.sha256(codec.pack(head)).hexdigest()

@@ -56,6 +56,8 @@ EXAMPLES = [
                      steps=(("s1", "t1", 0, "null", (), "cancel"),
                             ("s2", "t2", 0, "{}", (0,), "run")), idempotency_key="k"),
     c.CancelWorkflow(request_id="r24", now_ms=T0, workflow_id="w", tenant="a", actor="x"),
+    c.OpenSession(request_id="r25", now_ms=T0, worker_id="w/low", timeout_ms=3_000, tenant="a"),
+    c.EndSession(request_id="r26", now_ms=T0, worker_id="w/low", expired=True),
 ]
 
 
