@@ -45,7 +45,8 @@ from bench.lib.report import Report, add_common_flags  # noqa: E402
 
 TARGET_S = 5.0
 SUBMIT_BATCH = 1_000
-POLL_S = 0.01          # the kill point and the end are polled (a run lasts seconds)
+POLL_S = 0.01
+DUE_IN_S = 5.0         # the backlog falls due this long after its submission starts          # the kill point and the end are polled (a run lasts seconds)
 KILLED, SURVIVOR = "A", "B"
 WORKER_CLAIMS_MIN = 1  # claims an idle Worker keeps open at the leader
 
@@ -71,10 +72,15 @@ def start_worker(cluster: LocalCluster, name: str, task_type: str, log: Path,
 
 
 async def submit_all(api: Api, base: str, task_type: str, tenant: str, n: int) -> None:
+    """The backlog, due all at once `DUE_IN_S` from now: both workers face all of it (a
+    backlog submitted as it is drained would leave a worker idle at its kill)."""
+    due = time.time() + DUE_IN_S
     for i in range(0, n, SUBMIT_BATCH):
-        batch = [{"task_type": task_type, "tenant": tenant, "payload": j}
+        batch = [{"task_type": task_type, "tenant": tenant, "payload": j, "run_at": due}
                  for j in range(i, min(n, i + SUBMIT_BATCH))]
         await api.submit(base, batch)
+    if time.time() > due:
+        raise RuntimeError(f"submitting took over {DUE_IN_S} s: the backlog was not whole")
 
 
 async def all_tasks(api: Api, base: str, tenant: str) -> list[dict]:
@@ -117,7 +123,7 @@ async def one_run(cluster: LocalCluster, api: Api, args: argparse.Namespace,
     logs = {w: tmp / f"{task_type}-{w}.log" for w in (KILLED, SURVIVOR)}
     procs = {w: start_worker(cluster, w, task_type, logs[w], args) for w in logs}
     try:
-        await until_waiting(api, base, 2 * WORKER_CLAIMS_MIN)   # both claim before the backlog
+        await until_waiting(api, base, 2 * WORKER_CLAIMS_MIN)   # both wait for the backlog
         await submit_all(api, base, task_type, tenant, args.tasks)
         kill_at = int(args.tasks * args.kill_at)
         while sum(len(lines(p)) for p in logs.values()) < kill_at:

@@ -23,7 +23,7 @@ from .errors import ApiError
 log = logging.getLogger("tsched.worker")
 
 SESSION_TIMEOUT_S = 3.0   # a dead worker's tasks come back within about this
-END_DEADLINE_S = 5.0      # a stopping worker waits this long for its session to end
+END_DEADLINE_S = 2.0      # a stopping worker waits this long for its session to end
 
 
 class Session:

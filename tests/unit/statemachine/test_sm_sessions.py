@@ -96,3 +96,15 @@ def test_sessions_are_in_snapshots_and_the_digest() -> None:
         ("w0", None, 7_000), ("w1", "acme", 3_000)]
     # a state without sessions writes no `sessions` key (the snapshot format is unchanged)
     assert "sessions" not in StateMachine()._head()
+
+
+def test_a_reshard_carries_no_session() -> None:
+    from tsched.statemachine.reshard import reshard
+    d = Driver()
+    d.add()
+    d.ok(c.OpenSession, worker_id="w1", timeout_ms=3_000)
+    d.claim_one(worker_id="w1")
+    blobs = reshard([d.sm.snapshot()], 2, lambda tenant: 0)
+    states = [StateMachine.restore(b) for b in blobs]
+    assert [s.sessions for s in states] == [{}, {}]
+    assert states[0].tasks["t1"].state == "running"   # its lease still holds it
