@@ -1,7 +1,8 @@
 """A worker SIGKILLed mid-backlog: how long until its tasks are done by the other one.
 
-Issue 48's scenario: two Worker processes of 4 slots drain 10,000 no-op tasks; worker A
-gets SIGKILL once the two have started 30% of them (A holds tasks it claimed ahead,
+Issue 48's scenario: two Worker processes of 4 slots, started together on a backlog of
+10,000 no-op tasks submitted first, drain it; worker A gets SIGKILL once the two have
+started 30% of them (A holds tasks it claimed ahead,
 leased to it). Without worker sessions the last of those waited for their lease (30 s)
 to run out; with them the leader hears nothing from A for its session timeout (the
 Worker's default, 3 s), gives A's tasks back at once through the log, and B runs them.
@@ -45,10 +46,8 @@ from bench.lib.report import Report, add_common_flags  # noqa: E402
 
 TARGET_S = 5.0
 SUBMIT_BATCH = 1_000
-POLL_S = 0.01
-DUE_IN_S = 5.0         # the backlog falls due this long after its submission starts          # the kill point and the end are polled (a run lasts seconds)
+POLL_S = 0.01          # the kill point and the end are polled (a run lasts seconds)
 KILLED, SURVIVOR = "A", "B"
-WORKER_CLAIMS_MIN = 1  # claims an idle Worker keeps open at the leader
 
 
 def epoch_s(rfc3339: str) -> float:
@@ -60,27 +59,22 @@ def lines(path: Path) -> list[str]:
 
 
 def start_worker(cluster: LocalCluster, name: str, task_type: str, log: Path,
-                 args: argparse.Namespace) -> subprocess.Popen:
+                 args: argparse.Namespace, go: Path) -> subprocess.Popen:
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.lib.session_worker", "--urls", ",".join(cluster.urls),
          "--task-type", task_type, "--log", str(log), "--worker-id", f"{name}-{task_type}",
          "--concurrency", str(args.concurrency), "--lease-s", str(args.lease_s),
-         "--session-timeout-s", str(args.session_timeout_s)],
+         "--session-timeout-s", str(args.session_timeout_s), "--go", str(go)],
         stdout=subprocess.PIPE, start_new_session=True, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
 
 
 async def submit_all(api: Api, base: str, task_type: str, tenant: str, n: int) -> None:
-    """The backlog, due all at once `DUE_IN_S` from now: both workers face all of it (a
-    backlog submitted as it is drained would leave a worker idle at its kill)."""
-    due = time.time() + DUE_IN_S
     for i in range(0, n, SUBMIT_BATCH):
-        batch = [{"task_type": task_type, "tenant": tenant, "payload": j, "run_at": due}
+        batch = [{"task_type": task_type, "tenant": tenant, "payload": j}
                  for j in range(i, min(n, i + SUBMIT_BATCH))]
         await api.submit(base, batch)
-    if time.time() > due:
-        raise RuntimeError(f"submitting took over {DUE_IN_S} s: the backlog was not whole")
 
 
 async def all_tasks(api: Api, base: str, tenant: str) -> list[dict]:
@@ -92,16 +86,6 @@ async def all_tasks(api: Api, base: str, tenant: str) -> list[dict]:
         cursor = body.get("next_cursor")
         if not cursor:
             return out
-
-
-async def until_waiting(api: Api, base: str, claims: int) -> None:
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        stats = await api.call("GET", base + "/v1/stats", timeout_s=30)
-        if stats["waiting_claims"] >= claims:
-            return
-        await asyncio.sleep(POLL_S)
-    raise RuntimeError("the workers did not claim within 30 s")
 
 
 async def until_done(api: Api, base: str, tenant: str, deadline_s: float) -> None:
@@ -120,11 +104,12 @@ async def one_run(cluster: LocalCluster, api: Api, args: argparse.Namespace,
     task_type = f"dead-{uuid.uuid4().hex[:6]}"
     tenant = f"t{task_type}"
     base = cluster.url(cluster.wait_leader())
+    await submit_all(api, base, task_type, tenant, args.tasks)   # the whole backlog first
     logs = {w: tmp / f"{task_type}-{w}.log" for w in (KILLED, SURVIVOR)}
-    procs = {w: start_worker(cluster, w, task_type, logs[w], args) for w in logs}
+    go = tmp / f"{task_type}.go"
+    procs = {w: start_worker(cluster, w, task_type, logs[w], args, go) for w in logs}
     try:
-        await until_waiting(api, base, 2 * WORKER_CLAIMS_MIN)   # both wait for the backlog
-        await submit_all(api, base, task_type, tenant, args.tasks)
+        go.touch()   # both workers start together
         kill_at = int(args.tasks * args.kill_at)
         while sum(len(lines(p)) for p in logs.values()) < kill_at:
             await asyncio.sleep(POLL_S)

@@ -3,12 +3,14 @@ task it starts to its log (unbuffered, so a SIGKILL loses no line), until it is 
 
     python -m bench.lib.session_worker --urls URL,URL --task-type T --log FILE
         [--concurrency 4] [--lease-s 30] [--session-timeout-s 3 | 0 (no session)]
+        [--go FILE]   # start only once FILE exists (both workers of a run start together)
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import time
 
 
 def main() -> int:
@@ -20,6 +22,7 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--lease-s", type=float, default=30.0)
     p.add_argument("--session-timeout-s", type=float, default=3.0)
+    p.add_argument("--go")
     args = p.parse_args()
     from tsched.client import Worker
     fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -31,6 +34,8 @@ def main() -> int:
                     concurrency=args.concurrency, lease_s=args.lease_s, wait_s=1.0,
                     grace_s=5.0, session_timeout_s=args.session_timeout_s or None)
     print("ready", flush=True)
+    while args.go and not os.path.exists(args.go):
+        time.sleep(0.001)   # a start signal across processes, not synchronisation
     worker.run()
     return 0
 
