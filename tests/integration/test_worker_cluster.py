@@ -188,8 +188,11 @@ def test_worker_rides_out_a_leader_kill(fresh_cluster):
             return all(s == "completed" for s in states) and len(finished) >= 80
 
         progress: list = []
-        with running(Worker(c.urls, {"steady": steady}, lease_s=3, wait_s=1)):
+        worker = Worker(c.urls, {"steady": steady}, lease_s=3, wait_s=1)
+        with running(worker):
             wait_until(lambda: len(finished) >= 20, DEADLINE_S, "some progress")
+            opened = wait_until(lambda: session_of(client, worker.worker_id),
+                                DEADLINE_S, "the worker's session")["opened_at"]
             c.kill(leader)
             try:
                 wait_until(all_done, 120, "every task completed after the failover")
@@ -198,8 +201,13 @@ def test_worker_rides_out_a_leader_kill(fresh_cluster):
                 raise AssertionError(f"progress (time, handled, states): {progress[::20]}; "
                                      f"status: {[c.self_status(i) for i in survivors]}; "
                                      f"logs: {[c.log(i)[-3000:] for i in survivors]}") from None
+            # the new leader gave the live worker's session a fresh timeout: not expired
+            kept = session_of(client, worker.worker_id)
+            assert kept is not None and kept["opened_at"] == opened, kept
         results = sorted(client.get(i)["result"] for i in ids)
+        errors = {a["error"] for i in ids for a in client.get(i)["attempts"]}
     assert results == list(range(80))
+    assert "worker session expired" not in errors
 
 
 # --- worker sessions (DESIGN 9): a dead or cut-off worker's tasks back in seconds ---------
