@@ -196,6 +196,28 @@ class ApiCalls:
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/release",
                               body={"fencing_token": fencing_token}, write=True))
 
+    def keep_session(self, worker_id: str, timeout_s: float,
+                     deadline_s: float | None = None) -> Any:
+        """Open the worker's session, or keep it alive (DESIGN 9, "Worker sessions"): once
+        the cluster has not heard from the worker for `timeout_s`, every task leased to it
+        is given back. Answers the session: `created` says it was (re)opened now, so a
+        worker that had one lost it (its tasks were given back)."""
+        return self._run(Call("PUT", f"/v1/sessions/{_seg(worker_id)}",
+                              body={"timeout_s": timeout_s}, write=True,
+                              deadline_s=deadline_s, to_leader=True))
+
+    def end_session(self, worker_id: str, deadline_s: float | None = None) -> Any:
+        """End the worker's session (a worker stopping; its tasks are not touched)."""
+        return self._run(Call("DELETE", f"/v1/sessions/{_seg(worker_id)}", write=True,
+                              deadline_s=deadline_s))
+
+    def sessions(self, consistency: str | None = None) -> Any:
+        """The open worker sessions: [{"worker_id", "tenant", "timeout_s", "opened_at",
+        "silent_s"}]. `silent_s`, since the leader last heard from the worker, is known at
+        the leader only: ask with `consistency="linearizable"` (None elsewhere)."""
+        return self._run(Call("GET", "/v1/sessions", params={"consistency": consistency}),
+                         _key("sessions"))
+
     def rate_limited(self, task_id: str, fencing_token: int, limit: str,
                      after_s: float) -> Any:
         """A handler's RateLimited: the task's partition of `limit` claims nothing for

@@ -129,7 +129,8 @@ def lane_workers(worker: Worker, lanes: list[Lane]) -> list[Worker]:
             wait_s=worker.wait_s, timeout_s=worker.timeout_s, ca_file=worker.ca_file,
             claim_ahead=math.ceil(worker.claim_ahead * share),
             held_max=math.ceil(worker.held_max * share),
-            carry_completions=worker.carry_completions, priorities=lane.priorities)
+            carry_completions=worker.carry_completions, priorities=lane.priorities,
+            session_timeout_s=worker.session_timeout_s)
         sub.retry_rules = worker.retry_rules
         sub.handles_signals = False      # the worker's own handlers stop every lane
         subs.append(sub)

@@ -20,6 +20,7 @@ from ._jobs import (LEASE_LOST_CODES, RETRY_ALL, Job, RetryRule, error_code_of,
                     outcome_of, parse_time)
 from ._outbox import Outbox
 from ._reserve import check_reserve, lane_workers, run_lanes, split_slots
+from ._session import SESSION_TIMEOUT_S, Session
 from ._threads import HandlerThreads
 from ._window import HELD_MAX_DEFAULT, Window
 from .client import AsyncClient, Client
@@ -110,7 +111,8 @@ class Worker(Claiming):
                  retry_on: dict[str, Iterable[str]] | None = None,
                  no_retry_on: dict[str, Iterable[str]] | None = None,
                  priorities: tuple[int, int] | str | None = None,
-                 reserve: Mapping[str, float | str] | str | Iterable[str] | None = None
+                 reserve: Mapping[str, float | str] | str | Iterable[str] | None = None,
+                 session_timeout_s: float | None = SESSION_TIMEOUT_S
                  ) -> None:
         if not handlers:
             raise ValueError("handlers: at least one task type is needed")
@@ -118,6 +120,10 @@ class Worker(Claiming):
             raise ValueError("concurrency must be >= 1")
         if lease_s <= 0 or not 0 <= prefetch_ms <= 1000 or grace_s < 0 or wait_s < 0:
             raise ValueError("lease_s > 0, prefetch_ms in 0..1000, grace_s >= 0, wait_s >= 0")
+        if session_timeout_s is not None and not 1 <= session_timeout_s <= 60:
+            raise ValueError("session_timeout_s must be in 1..60 seconds, or None (no session)")
+        # The worker's session (_session.py): its tasks go back this long after it dies.
+        self.session_timeout_s = session_timeout_s
         self.urls, self.token, self.timeout_s = urls, token, timeout_s
         self.ca_file = ca_file     # CA bundle for https:// nodes
         self.handlers = dict(handlers)
@@ -195,8 +201,11 @@ class Worker(Claiming):
         self._client = AsyncClient(self.urls, token=self.token, timeout_s=self.timeout_s,
                                    ca_file=self.ca_file)
         self._outbox = Outbox(self._client, give_up_s=self.lease_s)
+        self._keepalive = Session(self._client, self.worker_id, self.session_timeout_s,
+                                self._heartbeat_once)
         helpers = [asyncio.create_task(self._heartbeat_loop()),
-                   asyncio.create_task(self._outbox.run())]
+                   asyncio.create_task(self._outbox.run()),
+                   asyncio.create_task(self._keepalive.run())]
         claimer = asyncio.create_task(self._claim_loop())
         try:
             await self._stopping.wait()
@@ -207,6 +216,7 @@ class Worker(Claiming):
             for h in helpers:
                 h.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
+            await self._keepalive.end()   # after the drain: its tasks are given back already
             self._pool.close()
             await self._client.aclose()
 

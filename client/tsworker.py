@@ -30,6 +30,7 @@ from .limit_sync import sync_limits
 from .schedule_sync import sync_schedules
 from ._claiming import check_priorities
 from ._reserve import Lane, Reserve, check_reserve, describe, split_slots
+from ._session import SESSION_TIMEOUT_S
 from ._worker import Worker
 
 log = logging.getLogger("tsched.tsworker")
@@ -134,11 +135,16 @@ def _configure_logging(level: str) -> None:
                    "TIER's priorities, e.g. low=10% or low=0.1; repeatable or comma-separated "
                    "(default tiers: critical, high, normal, low, batch); default: the "
                    "app's `reserve`, else none.")
+@click.option("--session-timeout", "session_timeout_s", type=float, default=SESSION_TIMEOUT_S,
+              show_default=True, metavar="S",
+              help="Seconds without a word from this worker after which the cluster gives "
+                   "its tasks back (1-60; 0: no session, they wait for their leases).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
               default="INFO", show_default=True)
 def cli(app_spec: str, task_names: str | None, concurrency: int, url: str | None,
         token: str | None, ca_file: str | None, grace_s: float, prune_schedules: bool,
-        priorities: str | None, reserve: tuple[str, ...], log_level: str) -> None:
+        priorities: str | None, reserve: tuple[str, ...], session_timeout_s: float,
+        log_level: str) -> None:
     """Run a worker for the tasks of the App in MODULE (e.g. `tsworker myproject.tasks`).
 
     Puts the app's periodic schedules first (an unchanged one is left as it is), then
@@ -154,6 +160,8 @@ def cli(app_spec: str, task_names: str | None, concurrency: int, url: str | None
         prio = check_priorities(priorities) if priorities is not None else app.priorities
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--priorities") from None
+    if session_timeout_s != 0 and not 1 <= session_timeout_s <= 60:
+        raise click.BadParameter("must be 0 (no session) or 1..60", param_hint="--session-timeout")
     shares, lanes = _lanes(concurrency, reserve, app, prio)
     served = served_tasks(app, task_names)
     if len(served) > TASK_TYPES_MAX:
@@ -162,7 +170,8 @@ def cli(app_spec: str, task_names: str | None, concurrency: int, url: str | None
     periodics = _put_or_exit(app, served, prune_schedules)
     worker = Worker(app.urls, {t.name: t.handler() for t in served}, concurrency=concurrency,
                     token=app.token, grace_s=grace_s, timeout_s=app.timeout_s,
-                    ca_file=app.ca_file, priorities=prio, reserve=shares)
+                    ca_file=app.ca_file, priorities=prio, reserve=shares,
+                    session_timeout_s=session_timeout_s or None)
     # Graceful from the startup line on: a supervisor may send SIGTERM as soon as it reads
     # it, before the Worker's loop has installed its own handlers (which replace these).
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -49,6 +49,7 @@ from tsched.node.raft.rejoin import discard_data
 from tsched.node.raft.replica import Replica
 from tsched.node.restore import RestoreRefused, restore
 from tsched.node.scheduling.claim_hub import ClaimHub, enables_claims
+from tsched.node.scheduling.session_watch import SessionWatch
 from tsched.node.scheduling.timer import LeaderTimer
 from tsched.node.services import NODE, Node
 from tsched.node.shards.join_all_groups import node_view
@@ -328,6 +329,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     await forwarder.start()
     claims = node.claims = ClaimHub(node)
     timer = node.timer = LeaderTimer(node)
+    sessions = node.sessions = SessionWatch(node)
     closed = False
 
     def on_applied(seq: int, wake: bool) -> None:
@@ -351,8 +353,10 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     members.follow_membership(node, loop)
     claims.start()
     timer.start()
+    sessions.start()
     yield
     closed = True
+    await sessions.close()
     await timer.close()
     await claims.close()
     close = getattr(proposer, "close", None)

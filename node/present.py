@@ -303,10 +303,19 @@ def result(cmd: c.Command, res: Result) -> Json | list[Json] | ApiError | None:
         return pause_change(v)
     if "workflow" in v:
         return workflow(v["workflow"], duplicate=v.get("duplicate"), steps="brief")
+    if "session" in v:
+        return session(v["session"])
     if "task" in v:
         duplicate = v.get("duplicate")
         return task(v["task"], duplicate=None if duplicate is None else bool(duplicate))
     return None
+
+
+def session(s: dict) -> Json:
+    """A worker session (statemachine/sessions.py, DESIGN 9) as the API shows it."""
+    return {"worker_id": s["worker_id"], "tenant": s["tenant"],
+            "timeout_s": seconds(s["timeout_ms"]), "opened_at": rfc3339(s["opened_ms"]),
+            "created": bool(s["created"]), "given_back": s["given_back"]}
 
 
 def claimed(t: Task) -> Json:

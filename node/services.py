@@ -16,6 +16,7 @@ from tsched.node.raft.replica import Replica
 from tsched.node.raft.seq_watcher import SeqWatcher
 from tsched.node.scheduling.claim_hub import ClaimHub
 from tsched.node.scheduling.claimed_types import ClaimedTypes
+from tsched.node.scheduling.session_watch import SessionWatch
 from tsched.node.scheduling.timer import LeaderTimer
 from tsched.node.topology import task_id_in
 
@@ -35,6 +36,7 @@ class Node:
     forwarder: Forwarder | None = None
     claims: ClaimHub | None = None
     timer: LeaderTimer | None = None
+    sessions: SessionWatch | None = None   # worker sessions' liveness, at the leader
     gc_policy: GcPolicy | None = None   # tsnode installs one; tests may not
     seqs: SeqWatcher = field(default_factory=lambda: SeqWatcher())
     propose_timeout_s: float = PROPOSE_TIMEOUT_S

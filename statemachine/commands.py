@@ -313,6 +313,30 @@ class AuditNote(Command):
     change_json: str = "null"
 
 
+# --- worker sessions (sessions.py, DESIGN 9) ------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OpenSession(Command):
+    """A worker's session: open it, or change its timeout. Its liveness is the leader's
+    business (node/scheduling/sessions.py), not replicated: a session records only that
+    the worker asked to have its tasks given back once it is silent for `timeout_ms`."""
+
+    worker_id: str
+    timeout_ms: int
+    tenant: str | None = None        # a tenant-scoped caller's session: its tasks only
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EndSession(Command):
+    """End a worker's session. `expired` (the leader heard nothing from the worker for its
+    timeout): every task still leased to the worker is given back at once, its attempt
+    ended as a lease expiry. Not expired (the worker stopping): nothing else changes."""
+
+    worker_id: str
+    expired: bool = False
+    tenant: str | None = None
+
+
 # --- the clock and barriers -----------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -331,7 +355,7 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     SubmitTask, Claim, Heartbeat, Complete, Fail, Release, Cancel, Replay, Discard,
     SetTenant, PutSchedule, DeleteSchedule, PauseSchedule, ResumeSchedule, Fire, Tick, Barrier,
     AuditNote, PutLimit, DeleteLimit, PauseLimit, SubmitWorkflow, CancelWorkflow,
-    PauseQueue, ResumeQueue,
+    PauseQueue, ResumeQueue, OpenSession, EndSession,
 )
 
 

@@ -129,6 +129,8 @@ def _combine(sm: StateMachine, tasks_acc: int, tenants_acc: int, schedules_acc: 
     pauses = sm.store.pauses
     if pauses.by_key:   # and a state without a standing pause (pauses.py)
         head += ["queue_pauses", pauses.records()]
+    if sm.sessions:   # worker sessions (sessions.py): a state without any keeps its digest
+        head += ["sessions", [sm.sessions[w].record() for w in sorted(sm.sessions)]]
     if sm.workflows.seq:   # likewise a state that never had a workflow
         head += [sm.workflows.seq, sm.workflows.finish_seq, workflows_acc(sm).to_bytes(16, "big")]
     return hashlib.sha256(codec.pack(head)).hexdigest()

@@ -183,6 +183,19 @@ def _expire(sm: StateMachine) -> None:
         _after_failure(sm, task, row)
 
 
+def cut_short(sm: StateMachine, task: Task, why: str) -> None:
+    """End a running task's lease now, as its expiry would (the attempt ends
+    `lease_expired` with `why` as its error, one retry used up), but the task is due again
+    at once rather than after a backoff: its worker is gone, the task did not fail
+    (sessions.py). A cancel requested meanwhile cancels it; no retry left dead-letters it."""
+    row = decide(task, EXPIRE)
+    _end_attempt(sm, task, "lease_expired", why)
+    task.last_error = why
+    if row.new != CANCELLED:
+        task.failures += 1
+    sm.store.move(task, row.new, sm.now_ms)
+
+
 def _end_attempt(sm: StateMachine, task: Task, outcome: str, error: str | None = None) -> None:
     attempt = task.current_attempt()
     assert attempt is not None and attempt.outcome is None, task

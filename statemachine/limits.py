@@ -98,6 +98,12 @@ class Limits:
     lease_ms_min: int = 1_000                # shorter leases expire under normal GC pauses
     lease_ms_max: int = 3_600_000
     prefetch_ms_max: int = 1_000             # early dispatch horizon (DESIGN section 4)
+    # Worker sessions (sessions.py): a silent worker's tasks go back after its timeout.
+    # Under a second, a GC pause or a busy loop would cut a live worker off; past a minute
+    # a lease does as well.
+    session_timeout_ms_min: int = 1_000
+    session_timeout_ms_max: int = 60_000
+    sessions_max: int = 100_000              # open sessions (one per worker lane)
 
     # --- keyed limits (ratelimits.py, issue 46) ------------------------------------------
     limits_max: int = 64                     # declared limits

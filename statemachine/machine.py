@@ -17,9 +17,9 @@ Where things are (each module readable on its own):
 - reads.py and snapshot.py: reads, and snapshot/restore.
 - digest.py: the rolling digest and the state digest; codec.py: bytes in and out.
 
-Replicated state: tasks, tenants, schedules, the request table (with the times its
-entries were recorded), the audit trail (audit.py), paused queues (pauses.py, kept by the
-store) and four counters (seq,
+Replicated state: tasks, tenants, schedules, worker sessions (sessions.py), the request
+table (with the times its entries were recorded), the audit trail (audit.py), paused queues
+(pauses.py, kept by the store) and four counters (seq,
 now_ms, cluster_token, task_seq), and the digest's `roll` (a hash of every batch applied and
 its result codes, digest.py). Everything else is derived (the store) and rebuilt by
 `restore`.
@@ -33,7 +33,7 @@ from typing import Any
 from . import codec
 from . import commands as c
 from . import (audit, heads, leases, limit_commands, pause_commands, reads, request_table,
-               schedules, snapshot, tasks, tenants, workflows)
+               schedules, sessions, snapshot, tasks, tenants, workflows)
 from . import validate as V
 from . import digest as D
 from .errors import INVALID_ARGUMENT, OK, OVERLOADED, REQUEST_EXPIRED, TENANT_LIMIT, Result
@@ -62,6 +62,7 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.PauseLimit: limit_commands.pause_limit,
     c.SubmitWorkflow: workflows.submit, c.CancelWorkflow: workflows.cancel,
     c.PauseQueue: pause_commands.pause_queue, c.ResumeQueue: pause_commands.resume_queue,
+    c.OpenSession: sessions.open_session, c.EndSession: sessions.end_session,
 }
 # Commands that take an `actor` (DESIGN 14.6): their handlers record an audit entry.
 AUDITED = (c.Cancel, c.Replay, c.Discard, c.SetTenant, c.PutSchedule, c.DeleteSchedule,
@@ -104,6 +105,7 @@ class StateMachine:
         self.roll = D.ROLL_START          # digest.py: every batch and its result codes
         self.audit = audit.Trail()        # audit.py: operator actions (its `evicted`: not)
         self.workflows = workflows.Book()  # workflows.py: graphs of steps (and their indexes)
+        self.sessions: dict[str, sessions.Session] = {}   # sessions.py: by worker id
         # derived
         self.store = Store(self.limits, self.tasks, self.tenants, self.schedules)
         self.store.watched = self.workflows.step_of   # moves of steps' tasks are noted

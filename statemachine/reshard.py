@@ -14,8 +14,11 @@ client's `min_seq` and every token handed out stay below them); tasks are renumb
 (created_at_ms, old shard, old seq) order, so `task_seq` is the new shard's task count;
 audit ids are renumbered in (at_ms, old shard, old id) order, the newest
 `audit_entries_max` kept. The request table starts empty: a request id's answer may name
-tasks of several tenants, and a restore rolls the cluster back anyway. The digest's roll
-is a hash of the old rolls and the new shard's place.
+tasks of several tenants, and a restore rolls the cluster back anyway. Worker sessions
+(sessions.py) are not carried either: a session belongs to one shard's leader, and a
+worker opens its sessions again with its next keepalive (a task still leased in the
+backup goes back when its lease runs out). The digest's roll is a hash of the old rolls
+and the new shard's place.
 """
 from __future__ import annotations
 

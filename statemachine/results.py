@@ -192,10 +192,18 @@ def _workflow(sm: StateMachine, data: Any) -> Result:
     return Result(OK, "", value, {})
 
 
+def _session(sm: StateMachine, data: Any) -> Result:
+    """A worker session as it was answered (sessions.py; it may be gone since)."""
+    worker_id, tenant, timeout_ms, opened_ms, created, given_back = data
+    return Result(OK, "", {"session": {
+        "worker_id": worker_id, "tenant": tenant, "timeout_ms": timeout_ms,
+        "opened_ms": opened_ms, "created": created, "given_back": given_back}}, {})
+
+
 _RENDER = {None: _done, "task": _task, "tasks": _tasks, "lease": _lease, "tenant": _tenant,
            "gone_task": _gone_task, "gone_schedule": _gone_schedule, "schedule": _schedule,
            "fire": _fire, "evicted": _evicted, "limit": _limit, "gone_limit": _gone_limit,
-           "workflow": _workflow}
+           "workflow": _workflow, "session": _session}
 
 
 def pause_answer(pause: Pause, changed: bool, resumed_at_ms: int | None = None) -> Answer:

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from . import audit, codec, request_table, snapshot_format, workflows
+from . import audit, codec, request_table, sessions, snapshot_format, workflows
 from .digest import full_hexdigest, roll_from_blob
 from .model import STATES, Task
 from .reads import list_tenants
@@ -32,6 +32,8 @@ def head(sm: StateMachine) -> dict:
     """Format 7: the keyed limits always, the workflows' fields for a state that has had
     workflows (workflows.head_fields), the paused queues while any pause stands."""
     wf = workflows.head_fields(sm)
+    # Worker sessions: an optional key, absent when there are none (sessions.py).
+    opened = {"sessions": sessions.records(sm)} if sm.sessions else {}
     return {
         "v": snapshot_format.SNAPSHOT_VERSION, "seq": sm.seq, "now_ms": sm.now_ms,
         "cluster_token": sm.cluster_token, "task_seq": sm.task_seq,
@@ -43,7 +45,7 @@ def head(sm: StateMachine) -> dict:
         "limits": sm.store.limiter.records(sm.now_ms),
         "task_limits": sm.store.limiter.task_limits(),
         **snapshot_format.trace_fields(sm.tasks.values()),
-        **wf,
+        **wf, **opened,
         **pause_fields(sm),
     }
 
@@ -85,6 +87,7 @@ def restore(sm: StateMachine, blob: bytes) -> StateMachine:
         _restore_limits(sm, top.get("limits"))
         workflows.restore(sm, top)
         _restore_pauses(sm, top.get("queue_pauses"))
+        _restore_sessions(sm, top.get("sessions"))
     for rid, rec in requests:
         sm.requests[rid] = tuple(rec)
     _restore_times(sm, times)
@@ -101,6 +104,13 @@ def _restore_times(sm: StateMachine, runs: list) -> None:
         sm.request_times.add(ms, n)
     if sm.request_times.count != len(sm.requests):   # an id twice in the records
         raise codec.DecodeError("snapshot: the request times do not match the table")
+
+
+def _restore_sessions(sm: StateMachine, rows: object) -> None:
+    try:
+        sessions.restore(sm, rows)
+    except (TypeError, ValueError) as exc:
+        raise codec.DecodeError(f"snapshot sessions: {exc}") from None
 
 
 def _restore_limits(sm: StateMachine, records: object) -> None:

@@ -15,7 +15,8 @@ from aiohttp.typedefs import Handler
 from tsched.statemachine.tiers import DEFAULT_TIERS
 
 from tsched.node.api import (archive, audit, auth, backup, cluster, keyed_limits, members,
-                             monitoring, queues, schedules, tasks, tenants, workers, workflows)
+                             monitoring, queues, schedules, sessions, tasks, tenants,
+                             workers, workflows)
 from tsched.node.api.validate import BODY_BYTES_MAX
 from tsched.node.api.admission import ADMISSION, Admission
 from tsched.node.api.jsonio import error_response, http_error
@@ -33,7 +34,7 @@ def make_app(node: Node) -> web.Application:
     app[NODE] = node
     app[ADMISSION] = Admission(tiers=getattr(node.config, "tiers", DEFAULT_TIERS))
     for module in (tasks, workers, tenants, cluster, members, schedules, archive, audit, backup,
-                   keyed_limits, workflows, queues):
+                   keyed_limits, workflows, queues, sessions):
         app.router.add_routes(module.routes)
     monitoring.setup(app)    # metrics, health, stats, OpenAPI, dashboard (and its middleware)
     auth.setup(app)   # parses [auth] once; its middleware runs inside the error shape

@@ -33,6 +33,8 @@ async def claim(request: web.Request) -> web.Response:
     raw = await request.read()
     body = await json_body(request)
     req = claim_parsing.parse_claim(request, body, node.config.tiers)  # the cluster's tiers
+    if node.sessions is not None:   # a claim keeps its worker's session alive (at the leader)
+        node.sessions.seen(req.worker_id)
     if req.head:     # the router's head read (DESIGN 13): nothing leased
         out = await claims.head(node, req, head_forward(node, request, raw))
     else:

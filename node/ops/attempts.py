@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 
-from tsched.statemachine.model import Task
+from tsched.statemachine.model import Attempt, Task
 
 
 class AttemptTracker:
@@ -89,12 +89,31 @@ class AttemptTracker:
         return out
 
 
+    def given_back(self, worker_id: str) -> list[Task]:
+        """Tasks whose attempt by `worker_id` an expired session just ended (statemachine/
+        sessions.py): counted at once, not when their lease would have run out. O(running
+        attempts), paid once per expired session."""
+        out = []
+        for key, task in list(self._live.items()):
+            attempt = _attempt(task, key[1])
+            if attempt is not None and attempt.worker_id == worker_id \
+                    and attempt.outcome == "lease_expired":
+                del self._live[key]
+                out.append(task)
+        return out
+
+
 def _heap_entry(task: Task) -> tuple[int, int, str]:
     return (task.lease_expires_at_ms or 0, task.fencing_token, task.task_id)
 
 
-def _attempt_outcome(task: Task, token: int) -> str | None:
+def _attempt(task: Task, token: int) -> Attempt | None:
     for attempt in reversed(task.attempts):
         if attempt.fencing_token == token:
-            return attempt.outcome
+            return attempt
     return None
+
+
+def _attempt_outcome(task: Task, token: int) -> str | None:
+    attempt = _attempt(task, token)
+    return None if attempt is None else attempt.outcome

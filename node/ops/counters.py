@@ -36,7 +36,11 @@ class EventCounts:
         "completed": ("tsched_completed_tasks", "Tasks completed"),
         "failed": ("tsched_failed_attempts", "Attempts reported failed by workers"),
         "expired": ("tsched_lease_expirations",
-                    "Attempts ended by an expired lease or the task's timeout"),
+                    "Attempts ended by an expired lease, the task's timeout or the "
+                    "expiry of their worker's session"),
+        "sessions_expired": ("tsched_worker_sessions_expired",
+                             "Worker sessions ended because the leader did not hear from "
+                             "the worker for its session timeout (its tasks given back)"),
         "retried": ("tsched_retried_tasks",
                     "Failed or expired attempts whose task went back to pending"),
         "dead": ("tsched_dead_lettered_tasks", "Tasks moved to dead_letter"),
@@ -52,6 +56,7 @@ class EventCounts:
     completed: int
     failed: int
     expired: int
+    sessions_expired: int
     retried: int
     dead: int
     cancelled: int

@@ -275,6 +275,14 @@ class NodeMetrics:
             self.events.expired += 1
             self._count_outcome(task.state)
 
+    def _on_end_session(self, cmd: c.EndSession, value: Applied) -> None:
+        if not cmd.expired:
+            return
+        self.events.sessions_expired += 1
+        for task in self.attempts.given_back(cmd.worker_id):
+            self.events.expired += 1
+            self._count_outcome(task.state)
+
     def _on_barrier(self, cmd: c.Barrier, value: Applied) -> None:
         term = _barrier_term(cmd.request_id)
         if term is not None and term > self._leader_term:
@@ -333,6 +341,7 @@ _EVENTS: dict[type[c.Command], Callable[..., None]] = {
     c.Tick: NodeMetrics._on_tick,
     c.Barrier: NodeMetrics._on_barrier,
     c.ResumeQueue: NodeMetrics._on_resume,
+    c.EndSession: NodeMetrics._on_end_session,
 }
 
 

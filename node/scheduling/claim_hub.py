@@ -35,7 +35,7 @@ UNREADY_GRACE_S = 2.0
 # Commands whose application can make a task claimable (a new or returned task, a freed
 # tenant slot, time passing). A batch of only Claims/Heartbeats/Barriers cannot.
 _ENABLING = (c.SubmitTask, c.Fail, c.Release, c.Replay, c.Complete, c.Cancel, c.Tick, c.Fire,
-             c.SetTenant, c.PutLimit, c.DeleteLimit, c.PauseLimit, c.ResumeQueue)
+             c.SetTenant, c.PutLimit, c.DeleteLimit, c.PauseLimit, c.ResumeQueue, c.EndSession)
 
 
 class Rearming(Protocol):

@@ -16,7 +16,7 @@ from tsched.node.api.validate import BODY_BYTES_MAX
 from tsched.node.errors import ApiError
 from tsched.node.shards import archive_route
 from tsched.node.shards import claim_fanout as router_claims
-from tsched.node.shards import limit_routes, members_routes, pause_routes
+from tsched.node.shards import limit_routes, members_routes, pause_routes, session_routes
 from tsched.node.shards import merge as router_merge
 from tsched.node.shards import keyed_routes as router_routes
 from tsched.node.shards.router import ROUTER, Relayed, Router, as_response
@@ -55,6 +55,7 @@ def make_router_app(router: Router) -> web.Application:
     app.router.add_routes(members_routes.routes)
     app.router.add_routes(limit_routes.routes)
     app.router.add_routes(pause_routes.routes)
+    app.router.add_routes(session_routes.routes)
     app.router.add_route("*", "/{tail:.*}", router_routes.to_any_shard)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:

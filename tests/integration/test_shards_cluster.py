@@ -669,3 +669,39 @@ def test_a_pause_holds_on_every_shard_until_resumed(shared_sharded):
     assert sorted(t["task_id"] for t in claimed) == sorted(t["task_id"] for t in made)
     wait_until(lambda: sharded.call("n2", "GET", "/v1/queues")[1]["pauses"] == [], 30,
                "the resume applied on n2's replicas")
+
+
+def test_a_worker_session_spans_every_shard_and_gives_back_each_shards_tasks(shared_sharded):
+    """docs/DESIGN.md, worker sessions: a keepalive at any node opens the worker's session
+    on every shard; when it stops, each shard's leader gives back that shard's tasks, long
+    before their 600 s leases."""
+    sharded = shared_sharded
+    teams = [next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == s) for s in range(SHARDS)]
+    status, opened = sharded.call("n2", "PUT", "/v1/sessions/sess-w", {"timeout_s": 1})
+    assert status == 200 and opened["created"] is True, opened
+    assert sorted(opened["applied_seqs"]) == [str(s) for s in range(SHARDS)]
+    status, listed = sharded.call("n3", "GET", "/v1/sessions?consistency=linearizable")
+    mine = [s for s in listed["sessions"] if s["worker_id"] == "sess-w"]
+    assert sorted(s["shard"] for s in mine) == list(range(SHARDS)), listed
+    assert all(s["silent_s"] is not None for s in mine)   # each shard's leader answered
+    with Client([sharded.url("n3")], timeout_s=30) as c:
+        made = c.submit_many([{"task_type": "sessioned", "tenant": t} for t in teams])
+        claimed: list[dict] = []
+
+        def all_claimed() -> bool:
+            status, got = sharded.call("n1", "POST", "/v1/claims", {
+                "worker_id": "sess-w", "task_types": ["sessioned"], "max_tasks": 10,
+                "wait_s": 0, "lease_s": 600})
+            assert status == 200, got
+            claimed.extend(got["tasks"])
+            return len(claimed) >= SHARDS
+        wait_until(all_claimed, 30, "a task of each shard claimed")
+        # no keepalive any more: every shard's leader hears nothing for 1 s
+        def leaders_view(task_id: str) -> dict:   # a follower may not have the claim yet
+            return c.get(task_id, consistency="linearizable")
+        wait_until(lambda: all(leaders_view(t["task_id"])["state"] == "pending" for t in made),
+                   30, "every shard's task given back, long before its lease")
+        errors = {leaders_view(t["task_id"])["attempts"][-1]["error"] for t in made}
+    assert errors == {"worker session expired"}
+    status, err = sharded.call("n1", "DELETE", "/v1/sessions/sess-w")
+    assert status == 404 and err["error"]["code"] == "not_found", err

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tsched.client import Client, NonRetryable, Worker
+from tsched.client import ApiError, Client, NonRetryable, Worker
 
 from tests.harness.waits import wait_until
 from tests.integration.worker_support import DEADLINE_S, running
@@ -188,8 +188,11 @@ def test_worker_rides_out_a_leader_kill(fresh_cluster):
             return all(s == "completed" for s in states) and len(finished) >= 80
 
         progress: list = []
-        with running(Worker(c.urls, {"steady": steady}, lease_s=3, wait_s=1)):
+        worker = Worker(c.urls, {"steady": steady}, lease_s=3, wait_s=1)
+        with running(worker):
             wait_until(lambda: len(finished) >= 20, DEADLINE_S, "some progress")
+            opened = wait_until(lambda: session_of(client, worker.worker_id),
+                                DEADLINE_S, "the worker's session")["opened_at"]
             c.kill(leader)
             try:
                 wait_until(all_done, 120, "every task completed after the failover")
@@ -198,8 +201,13 @@ def test_worker_rides_out_a_leader_kill(fresh_cluster):
                 raise AssertionError(f"progress (time, handled, states): {progress[::20]}; "
                                      f"status: {[c.self_status(i) for i in survivors]}; "
                                      f"logs: {[c.log(i)[-3000:] for i in survivors]}") from None
+            # the new leader gave the live worker's session a fresh timeout: not expired
+            kept = session_of(client, worker.worker_id)
+            assert kept is not None and kept["opened_at"] == opened, kept
         results = sorted(client.get(i)["result"] for i in ids)
+        errors = {a["error"] for i in ids for a in client.get(i)["attempts"]}
     assert results == list(range(80))
+    assert "worker session expired" not in errors
 
 
 # --- OpenTelemetry (the `otel` extra, client/otel.py; DESIGN 12) ------------------------------
@@ -301,3 +309,132 @@ def test_a_workflows_steps_run_in_the_submitters_trace_linked_to_their_parents(
 
 def test_a_task_submitted_outside_any_span_has_none(cluster, client):
     assert client.submit("untraced")["traceparent"] is None
+
+
+# --- worker sessions (DESIGN 9): a dead or cut-off worker's tasks back in seconds ---------
+
+SESSION_LEASE_S = 60   # every wait below is bounded well under it: no lease ever expires
+SESSION_WORKER = """
+import os, sys, time, pathlib
+from tsched.client import Worker
+urls, log, worker_id, timeout_s, hold = sys.argv[1:6]
+fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def run(payload, ctx):
+    os.write(fd, f"{ctx.task_id} {ctx.fencing_token}\\n".encode())   # one write: whole lines
+    if hold == "hold":   # until the test lets this task go
+        while not pathlib.Path(log + "." + ctx.task_id).exists():
+            time.sleep(0.01)
+    else:
+        time.sleep(0.01)
+    return {"token": ctx.fencing_token}
+Worker(urls, {"sess": run}, worker_id=worker_id, lease_s=%d, wait_s=1,
+       session_timeout_s=float(timeout_s)).run()
+""" % SESSION_LEASE_S
+
+
+def started(log) -> list[tuple[str, int]]:
+    if not log.exists():
+        return []
+    return [(i, int(tok)) for i, tok in (line.split() for line in log.read_text().splitlines())]
+
+
+def session_of(client: Client, worker_id: str) -> dict | None:
+    """The worker's session as the leader sees it (`silent_s` is known there only)."""
+    found = [s for s in client.sessions(consistency="linearizable")
+             if s["worker_id"] == worker_id]
+    return found[0] if found else None
+
+
+def session_worker(cluster, log, worker_id: str, timeout_s: float, hold: str,
+                   client: Client) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", SESSION_WORKER, ",".join(cluster.urls),
+                             str(log), worker_id, str(timeout_s), hold], start_new_session=True)
+    wait_until(lambda: session_of(client, worker_id), DEADLINE_S, "the worker's session")
+    return proc
+
+
+def ended(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGCONT)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def test_a_killed_workers_tasks_come_back_long_before_their_lease(cluster, client, tmp_path):
+    """Issue 48, small: worker A is SIGKILLed with tasks leased for 60 s; every task is
+    done by worker B within a deadline well under the lease, A's unfinished attempts were
+    cut short by its session (or released, for claims it never received), and only tasks
+    A had started and not reported ran twice."""
+    log_a = tmp_path / "a.log"
+    proc = session_worker(cluster, log_a, "sess-a", 2, "run", client)
+    try:
+        ids = [t["task_id"] for t in client.submit_many(
+            [{"task_type": "sess", "payload": n} for n in range(200)], minimal=True)]
+        wait_until(lambda: len(started(log_a)) >= 60, DEADLINE_S, "A to run 30% of them")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        ended(proc)
+    ran_b: list[str] = []
+    survivor = Worker(cluster.urls, {"sess": lambda p, ctx: ran_b.append(ctx.task_id)},
+                      worker_id="sess-b", lease_s=SESSION_LEASE_S, wait_s=1)
+    with running(survivor):
+        wait_until(lambda: all(t["state"] == "completed"
+                               for t in client.list(task_type="sess", limit=1000)
+                               if t["task_id"] in set(ids)),
+                   SESSION_LEASE_S / 2, "every task done, long before a lease could expire")
+    tasks = {i: client.get(i) for i in ids}
+    cut = {i: a for i, t in tasks.items() for a in t["attempts"]
+           if a["worker_id"] == "sess-a" and a["outcome"] != "completed"}
+    assert cut and any(a["error"] == "worker session expired" for a in cut.values())
+    for a in cut.values():
+        assert a["outcome"] == "released" or (a["outcome"], a["error"]) == (
+            "lease_expired", "worker session expired"), a
+    twice = {i for i, _ in started(log_a)} & set(ran_b)
+    assert twice <= set(cut)   # ran twice: only what A ran and never reported
+
+
+def test_a_cut_off_worker_keeps_its_tasks_within_its_timeout_and_loses_them_after(
+        cluster, client, tmp_path):
+    """A worker stopped with SIGSTOP (its connections stay open, it says nothing): cut off
+    for less than its session timeout it keeps its task; cut off for longer, the task is
+    given back (well before its 60 s lease) and its late reports are refused (409)."""
+    log = tmp_path / "c.log"
+    proc = session_worker(cluster, log, "sess-c", 4, "hold", client)
+    try:
+        short = client.submit("sess")["task_id"]
+        wait_until(lambda: started(log), DEADLINE_S, "the first task to start")
+        first_token = started(log)[0][1]
+        opened = session_of(client, "sess-c")["opened_at"]
+        os.killpg(proc.pid, signal.SIGSTOP)
+        wait_until(lambda: (session_of(client, "sess-c") or {}).get("silent_s", 0) >= 1.0,
+                   DEADLINE_S, "the leader to miss the worker for 1 s of its 4")
+        os.killpg(proc.pid, signal.SIGCONT)
+        (tmp_path / f"c.log.{short}").touch()
+        wait_until(lambda: state_of(client, short) == "completed", DEADLINE_S, "its report")
+        task = client.get(short)
+        assert task["result"] == {"token": first_token}
+        assert [a["outcome"] for a in task["attempts"]] == ["completed"]
+        assert session_of(client, "sess-c")["opened_at"] == opened   # the same session
+
+        long = client.submit("sess")["task_id"]
+        wait_until(lambda: len(started(log)) == 2, DEADLINE_S, "the second task to start")
+        cut_token = started(log)[1][1]
+        os.killpg(proc.pid, signal.SIGSTOP)
+        # read at the leader: a follower may not have applied the claim yet (pending too)
+        wait_until(lambda: client.get(long, consistency="linearizable")["state"] == "pending",
+                   SESSION_LEASE_S / 2, "the task given back, long before its lease expires")
+        given = client.get(long, consistency="linearizable")["attempts"][-1]
+        assert (given["outcome"], given["error"]) == ("lease_expired", "worker session expired")
+        with pytest.raises(ApiError) as late:   # the report the cut-off worker would send
+            client.complete(long, cut_token, {"token": cut_token})
+        assert late.value.code == "stale_token" and late.value.status == 409
+        os.killpg(proc.pid, signal.SIGCONT)
+        (tmp_path / f"c.log.{long}").touch()   # its handler returns: its report is refused
+        wait_until(lambda: state_of(client, long) == "completed", DEADLINE_S, "the re-run")
+        task = client.get(long)
+        assert task["result"]["token"] > cut_token     # not the cut-off run's report
+        assert [a["outcome"] for a in task["attempts"]] == ["lease_expired", "completed"]
+        assert session_of(client, "sess-c")["opened_at"] != opened   # opened anew
+    finally:
+        ended(proc)

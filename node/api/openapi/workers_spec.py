@@ -5,8 +5,10 @@ from __future__ import annotations
 from tsched.node.api import validate as v
 from tsched.node.api.claim_parsing import PRIORITY_MAX, RETRY_AFTER_S_MAX, TIER_WEIGHT_MAX
 from tsched.node.api.openapi.schema import (
-    ANY_JSON, APPLIED_SEQ, APPLIED_SEQS, NAME, SHARD, TASK_TYPE, TIME, WRITE_ERRORS, Fragment,
-    PathItem, Schema, integer, number, obj, op, ref, string)
+    ANY_JSON, APPLIED_SEQ, APPLIED_SEQS, NAME, READ_PARAMS, SHARD, TASK_TYPE, TENANT, TIME,
+    WRITE_ERRORS, Fragment, PathItem, Schema, integer, nullable, number, obj, op, path_param,
+    ref, string)
+from tsched.node.api.sessions import TIMEOUT_MS_DEFAULT, TIMEOUT_S_MAX, TIMEOUT_S_MIN
 from tsched.node.api.openapi.tasks_spec import ERROR_DETAIL, PREFER, TASK_ID, task
 
 CLAIMED_FIELDS = ("task_id", "tenant", "task_type", "state", "payload", "run_at", "attempt",
@@ -119,6 +121,42 @@ def _claims_op(results: Schema) -> Schema:
     return out
 
 
+WORKER_ID = path_param("worker_id", "the worker's id (as its claims name it)")
+SESSION_FIELDS: dict[str, Schema] = {
+    "worker_id": string(), "tenant": nullable(TENANT),
+    "timeout_s": number(TIMEOUT_S_MIN, TIMEOUT_S_MAX), "opened_at": TIME,
+}
+
+
+def _session_paths() -> dict[str, PathItem]:
+    """Worker sessions (DESIGN.md section 9): a silent worker's tasks given back."""
+    answer = obj({**SESSION_FIELDS, "created": {"type": "boolean", "description": "opened "
+                                                "now (a worker that had one: it expired)"},
+                  "given_back": integer(0, description="tasks given back by this end"),
+                  "applied_seq": APPLIED_SEQ, "applied_seqs": APPLIED_SEQS},
+                 ("worker_id", "timeout_s", "created"))
+    keep = obj({"timeout_s": {**number(TIMEOUT_S_MIN, TIMEOUT_S_MAX),
+                              "default": TIMEOUT_MS_DEFAULT / 1000}}, (), closed=True)
+    listed = obj({**SESSION_FIELDS, "shard": SHARD, "silent_s": nullable({"type": "number", "minimum": 0})},
+                 ("worker_id", "timeout_s"))
+    return {
+        "/v1/sessions/{worker_id}": {
+            "put": op("Open or keep alive a worker session", answer, body=keep,
+                      params=[WORKER_ID], errors=WRITE_ERRORS, tag="workers",
+                      body_required=False, description="At the leader (a follower relays "
+                      "it). Once the leader has not heard from the worker (its claims, "
+                      "these keepalives) for `timeout_s`, every task leased to it goes back "
+                      "to pending at once."),
+            "delete": op("End a worker session", answer, params=[WORKER_ID],
+                         errors=WRITE_ERRORS, tag="workers")},
+        "/v1/sessions": {"get": op(
+            "List worker sessions", obj({"sessions": {"type": "array", "items": listed},
+                                         "applied_seq": APPLIED_SEQ,
+                                         "applied_seqs": APPLIED_SEQS}, ("sessions",)),
+            params=READ_PARAMS, errors=(503, 504), tag="workers")},
+    }
+
+
 def _batch(key: str, items: Schema) -> Schema:
     return obj({key: {"type": "array", "items": items, "minItems": 1, "maxItems": v.BATCH_MAX}},
                (key,), closed=True)
@@ -153,6 +191,7 @@ def _paths() -> dict[str, PathItem]:
         "/v1/heartbeats": {"post": op(
             "Heartbeat tasks", answers, body=_batch("heartbeats", _heartbeat_item(batch=True)),
             errors=(413, 503, 504), tag="workers")},
+        **_session_paths(),
     }
 
 

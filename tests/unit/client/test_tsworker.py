@@ -74,9 +74,12 @@ def test_help_describes_the_command():
     (TASKS_MODULE, "{m} --concurrency 2 --reserve low=10% --reserve high=10%", "--reserve"),
     (TASKS_MODULE, "{m} --reserve low=100%", "--reserve"),
     (TASKS_MODULE, "{m} --priorities 0-3 --reserve low=0.1", "--reserve"),
+    (TASKS_MODULE, "{m} --session-timeout 0.5", "--session-timeout"),
+    (TASKS_MODULE, "{m} --session-timeout 61", "--session-timeout"),
 ], ids=["no module", "no app", "no attribute", "not named", "two apps", "import fails",
         "unknown task", "no tasks", "concurrency", "bad url", "range backwards", "range text",
-        "reserve tier", "reserve all slots", "reserve share", "reserve outside range"])
+        "reserve tier", "reserve all slots", "reserve share", "reserve outside range",
+        "session under a second", "session over a minute"])
 def test_usage_errors_exit_2_before_any_request(project, source, spec, message):
     url = dead_url()
     name = project(source.format(url=url)) if source else "unused"
@@ -228,6 +231,16 @@ def test_reserve_reaches_the_worker(project, monkeypatch, caplog, args, app_rese
     assert result.exit_code == 0, result.output
     assert {k: float(v) for k, v in ran[0].reserve.items()} == want
     assert ("reserved slots" in caplog.text) == bool(want)
+
+
+@pytest.mark.parametrize("args, want", [("", 3.0), ("--session-timeout 10", 10.0),
+                                        ("--session-timeout 0", None)])
+def test_session_timeout_reaches_the_worker(project, monkeypatch, args, want):
+    ran = []
+    monkeypatch.setattr("tsched.client.tsworker.Worker.run", lambda self: ran.append(self))
+    result = tsworker(project(TASKS_MODULE.format(url=dead_url())), *args.split())
+    assert result.exit_code == 0, result.output
+    assert ran[0].session_timeout_s == want
 
 
 LIMIT_STORED = {"name": "partner", "rate": 50, "per_s": 1, "concurrency": None,

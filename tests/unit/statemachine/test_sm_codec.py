@@ -58,6 +58,8 @@ EXAMPLES = [
     c.CancelWorkflow(request_id="r24", now_ms=T0, workflow_id="w", tenant="a", actor="x"),
     c.PauseQueue(request_id="r25", now_ms=T0, task_type="x", reason="bank down", actor="x"),
     c.ResumeQueue(request_id="r26", now_ms=T0, tenant="a", actor="x"),
+    c.OpenSession(request_id="r27", now_ms=T0, worker_id="w/low", timeout_ms=3_000, tenant="a"),
+    c.EndSession(request_id="r28", now_ms=T0, worker_id="w/low", expired=True),
 ]
 
 

@@ -53,6 +53,14 @@ def _pause_limit(d: Driver) -> None:
          limit="partner", after_ms=1_000)
 
 
+def _end_session_expired(d: Driver) -> None:
+    """A worker's session ends silent: the task it held is given back."""
+    d.ok(c.OpenSession, worker_id="w1", timeout_ms=3_000)
+    d.claim_one()
+    _checked(d)
+    d.ok(c.EndSession, worker_id="w1", expired=True)
+
+
 _STEPS = compact((
     ("a", "wa", "email", "null", 5, 60_000, 0, ("fixed", 1, 1, 1_000, 0), (), "cancel"),
     ("b", "wb", "email", "null", 5, 60_000, 0, ("fixed", 1, 1, 1_000, 0), (0,), "run")))
@@ -142,6 +150,8 @@ CASES = {
     "pause_queue": lambda d: d.ok(c.PauseQueue, task_type="email", actor="admin"),
     "resume_queue": lambda d: (d.ok(c.PauseQueue, tenant="acme"),
                                d.ok(c.ResumeQueue, tenant="acme", actor="admin")),
+    "open_session": lambda d: d.ok(c.OpenSession, worker_id="w1", timeout_ms=3_000),
+    "end_session_expired": _end_session_expired,
 }
 
 

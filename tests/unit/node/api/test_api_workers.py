@@ -439,3 +439,48 @@ async def test_a_weighted_head_read_answers_the_most_urgent_of_its_tiers(api: Ap
     status, body = await api.call("POST", "/v1/claims",
                                   {**claim, "tier_weights": {"critical": 1}}, headers=head)
     assert status == 200 and body["head"] is None
+
+
+# --- worker sessions (DESIGN 9) -----------------------------------------------------------
+
+async def test_a_session_is_opened_kept_and_ended_and_bad_input_refused(api: Api, tt):
+    worker = f"sess-{tt}"
+    status, body = await api.call("PUT", f"/v1/sessions/{worker}", {"timeout_s": 5})
+    assert status == 200 and body["created"] is True and body["timeout_s"] == 5
+    status, kept = await api.call("PUT", f"/v1/sessions/{worker}", {"timeout_s": 5})
+    assert status == 200 and kept["created"] is False
+    assert kept["applied_seq"] == body["applied_seq"]   # a keepalive writes nothing
+    status, listed = await api.call("GET", "/v1/sessions")
+    mine = [s for s in listed["sessions"] if s["worker_id"] == worker]
+    assert status == 200 and mine[0]["silent_s"] is not None   # this node leads
+    for bad in ({"timeout_s": 0.5}, {"timeout_s": 61}, {"timeout_s": "5"}, {"ttl": 5}, [1]):
+        status, err = await api.call("PUT", f"/v1/sessions/{worker}", bad)
+        assert_error(status, err, 400, "invalid_argument")
+    status, err = await api.call("PUT", f"/v1/sessions/{'x' * 200}", {})
+    assert_error(status, err, 400, "invalid_argument")
+    status, gone = await api.call("DELETE", f"/v1/sessions/{worker}")
+    assert status == 200 and gone["given_back"] == 0
+    status, err = await api.call("DELETE", f"/v1/sessions/{worker}")
+    assert_error(status, err, 404, "not_found")
+
+
+async def test_a_silent_sessions_tasks_are_given_back_at_once(api: Api, tt):
+    worker = f"silent-{tt}"
+    status, _ = await api.call("PUT", f"/v1/sessions/{worker}", {"timeout_s": 1})
+    assert status == 200
+    t = await api.submit(task_type=tt)
+    status, body = await api.call("POST", "/v1/claims", {
+        "worker_id": worker, "task_types": [tt], "lease_s": 600})
+    assert status == 200 and body["tasks"][0]["task_id"] == t["task_id"]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10     # far under the 600 s lease
+    while True:
+        status, got = await api.call("GET", f"/v1/tasks/{t['task_id']}")
+        if got["state"] == "pending":
+            break
+        assert loop.time() < deadline, got
+        await asyncio.sleep(0.05)
+    assert (got["attempts"][-1]["outcome"], got["attempts"][-1]["error"]) == (
+        "lease_expired", "worker session expired")
+    status, listed = await api.call("GET", "/v1/sessions")
+    assert worker not in [s["worker_id"] for s in listed["sessions"]]

@@ -160,6 +160,22 @@ def test_completions_failures_retries_and_dead_letters(replica, metrics):
     assert value(s, "tsched_submitted_tasks_total") == 3
 
 
+def test_an_expired_sessions_tasks_are_counted_when_given_back(replica, metrics):
+    submit(replica, "a", T0, run_at_ms=T0)
+    replica.apply(c.OpenSession(request_id=replica.rid(), now_ms=T0, worker_id="w",
+                                timeout_ms=3_000))
+    claim(replica, T0, lease_ms=60_000)
+    replica.apply(c.EndSession(request_id=replica.rid(), now_ms=T0 + 3_500, worker_id="w",
+                               expired=True))
+    s = scrape(metrics)
+    assert value(s, "tsched_worker_sessions_expired_total") == 1
+    assert value(s, "tsched_lease_expirations_total") == 1      # at once, not in 60 s
+    assert value(s, "tsched_retried_tasks_total") == 1
+    assert len(metrics.attempts) == 0
+    replica.apply(c.Tick(request_id=replica.rid(), now_ms=T0 + 70_000))
+    assert value(scrape(metrics), "tsched_lease_expirations_total") == 1   # counted once
+
+
 def test_lease_expiry_is_counted_once_by_the_tick_that_ends_it(replica, metrics):
     submit(replica, "a", T0, run_at_ms=T0, max_retries=0)
     submit(replica, "b", T0, run_at_ms=T0)
