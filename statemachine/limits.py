@@ -98,6 +98,10 @@ class Limits:
     lease_ms_min: int = 1_000                # shorter leases expire under normal GC pauses
     lease_ms_max: int = 3_600_000
     prefetch_ms_max: int = 1_000             # early dispatch horizon (DESIGN section 4)
+    # A running task's progress (a heartbeat's, DESIGN 9): the fraction is kept in
+    # thousandths (no floats in the state), the message is a short line for a person.
+    progress_permille_max: int = 1_000
+    progress_message_chars_max: int = 200
 
     # --- keyed limits (ratelimits.py, issue 46) ------------------------------------------
     limits_max: int = 64                     # declared limits

@@ -61,6 +61,10 @@ def _one(olds: list[StateMachine], rows: list, s: int, shards: int,
     head["limits"] = _limits(olds, s, shards, shard_of)
     head["task_limits"] = sorted([t.task_id, list(t.limits)] for t in renumbered if t.limits)
     head.update(_workflows(olds, s, shard_of))
+    progress = sorted([tid, *o.store.progress[tid]] for o in olds for tid in o.store.progress
+                      if shard_of(o.tasks[tid].tenant) == s)
+    if progress:   # optional (DESIGN 9): absent is none
+        head["task_progress"] = progress
     blob = snapshot_format.encode_snapshot(head, renumbered, {}, [])
     return StateMachine.restore(blob, limits=limits).snapshot()
 

@@ -43,7 +43,15 @@ def head(sm: StateMachine) -> dict:
         "limits": sm.store.limiter.records(sm.now_ms),
         "task_limits": sm.store.limiter.task_limits(),
         **wf,
+        **_progress_field(sm),
     }
+
+
+def _progress_field(sm: StateMachine) -> dict:
+    """`task_progress` (DESIGN 9), only once a running task has some: optional, absent is
+    none, so a state without progress encodes as it did before it existed."""
+    records = sm.store.progress_records()
+    return {"task_progress": records} if records else {}
 
 
 def snapshot(sm: StateMachine) -> bytes:
@@ -74,6 +82,7 @@ def restore(sm: StateMachine, blob: bytes) -> StateMachine:
     if top["v"] >= 7:
         _restore_limits(sm, top.get("limits"))
         workflows.restore(sm, top)
+    _restore_progress(sm, top.get("task_progress"))
     for rid, rec in requests:
         sm.requests[rid] = tuple(rec)
     _restore_times(sm, times)
@@ -97,6 +106,13 @@ def _restore_limits(sm: StateMachine, records: object) -> None:
         sm.store.limiter.restore(records, sm.now_ms)
     except (TypeError, ValueError, KeyError) as exc:
         raise codec.DecodeError(f"snapshot limits: {exc.__class__.__name__}") from None
+
+
+def _restore_progress(sm: StateMachine, records: object) -> None:
+    try:
+        sm.store.restore_progress(records)
+    except (TypeError, ValueError) as exc:
+        raise codec.DecodeError(f"snapshot task_progress: {exc}") from None
 
 
 def _index_tasks(sm: StateMachine, chunks: Iterable[snapshot_format.TaskChunk],

@@ -55,6 +55,10 @@ class Store:
         # that their workflows have yet to follow (`settle`, after each command).
         self.watched: Container[str] = {}
         self.moved: deque[Task] = deque()
+        # Replicated: the progress its handler last reported of each running task (a
+        # heartbeat's, DESIGN 9): task id -> (permille, message, at_ms). Dropped when the
+        # attempt ends, so it holds at most the running tasks.
+        self.progress: dict[str, tuple[int, str, int]] = {}
 
     # --- tasks ----------------------------------------------------------------------------
     def index(self, task: Task, now_ms: int) -> None:
@@ -118,6 +122,8 @@ class Store:
         self._count(task, 1)
         if old == RUNNING:
             task.lease_expires_at_ms = None
+            if self.progress:
+                self.progress.pop(task.task_id, None)   # the attempt's progress ends with it
             if task.limits:
                 self.limiter.ended(task)   # its slots free
         elif old == PENDING and new != RUNNING:
@@ -173,6 +179,21 @@ class Store:
             live.pop(task.task_id, None)
             if not live:
                 del self.occurrences[key]
+
+    # --- progress (DESIGN 9) ---------------------------------------------------------------
+    def progress_records(self) -> list[list]:
+        """[task id, permille, message, at_ms] by task id: snapshots and the state digest
+        (an empty list: a state that never had progress keeps both as they were)."""
+        return [[tid, *self.progress[tid]] for tid in sorted(self.progress)]
+
+    def restore_progress(self, records: object) -> None:
+        """The snapshot's `task_progress` (absent: none); only running tasks have one."""
+        for tid, permille, message, at_ms in records or ():   # type: ignore[attr-defined]
+            task = self.tasks.get(tid)
+            if task is None or task.state != RUNNING or type(permille) is not int \
+                    or type(message) is not str or type(at_ms) is not int:
+                raise ValueError(f"progress of {tid!r}, not a running task")
+            self.progress[task.task_id] = (permille, message, at_ms)
 
     # --- leases ---------------------------------------------------------------------------
     @staticmethod

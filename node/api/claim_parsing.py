@@ -15,7 +15,7 @@ from tsched.node.api.validate import (BATCH_MAX, CLAIM_TASKS_MAX, LEASE_S_MAX, L
                                       PREFETCH_MS_MAX, RESULT_BYTES_MAX, TASK_TYPE_CHARS_MAX,
                                       TASK_TYPES_MAX, WAIT_S_MAX, FENCING_TOKEN_MAX, Fields,
                                       boolean, error_text, integer, json_text, number,
-                                      seconds_ms, task_id)
+                                      seconds_ms, task_id, text)
 from tsched.node.api.validate import name as _name
 from tsched.node.api.idempotency import request_ids
 from tsched.node.api.jsonio import prefers_minimal
@@ -27,6 +27,8 @@ from tsched.node.scheduling.claim_request import ClaimRequest, CompletionItem, H
 PRIORITY_MAX = LIMITS.priority_max
 RETRY_AFTER_S_MAX = LIMITS.backoff_ms_max // SECOND_MS
 TIER_WEIGHT_MAX = LIMITS.tier_weight_max
+PROGRESS_PERMILLE_MAX = LIMITS.progress_permille_max
+PROGRESS_MESSAGE_CHARS_MAX = LIMITS.progress_message_chars_max
 
 KEY_HEADER = "Idempotency-Key"
 WATCH_HEADER = "X-Tsched-Claim-Watch"   # the router's watch: leases nothing (DESIGN 13)
@@ -179,15 +181,32 @@ def fencing_token(value: object) -> int:
 
 def heartbeat(body: object, where: str = "body", path_task_id: str = "") -> HeartbeatItem:
     """A heartbeat: a batch item names its task; one at its own endpoint does not (its
-    path's task id, checked after the body)."""
+    path's task id, checked after the body). It may carry the handler's `progress`."""
     f = Fields(body, where)
     token = fencing_token(f.get("fencing_token"))
     lease = lease_ms(f.get("lease_s"))
     tid = task_id(f.get("task_id")) if where != "body" else ""
+    permille, message = progress(f.get("progress"), f"{where}.progress" if where != "body"
+                                 else "progress")
     f.done()
     if where == "body":
         tid = task_id(path_task_id)
-    return HeartbeatItem(task_id=tid, fencing_token=token, lease_ms=lease)
+    return HeartbeatItem(task_id=tid, fencing_token=token, lease_ms=lease,
+                         progress_permille=permille, progress_message=message)
+
+
+def progress(value: object, where: str) -> tuple[int, str]:
+    """A heartbeat's `progress` {fraction in 0..1, message (optional, at most
+    PROGRESS_MESSAGE_CHARS_MAX characters)} -> (thousandths, message); (-1, "") when absent.
+    The state keeps thousandths: no floats in replicated state."""
+    if value is None:
+        return -1, ""
+    f = Fields(value, where)
+    fraction = number(f.get("fraction"), f"{where}.fraction", 0, 1)
+    message = text(f.get("message"), f"{where}.message", PROGRESS_MESSAGE_CHARS_MAX, lo=0,
+                   default="")
+    f.done()
+    return round(fraction * PROGRESS_PERMILLE_MAX), message
 
 
 def completion(body: object, where: str = "body", *, failing: bool | None = None,

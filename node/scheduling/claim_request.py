@@ -38,6 +38,8 @@ class HeartbeatItem(NamedTuple):
     task_id: str
     fencing_token: int
     lease_ms: int
+    progress_permille: int = -1   # the handler's progress (DESIGN 9): -1 carries none
+    progress_message: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,18 @@ def _attempt() -> Schema:
     })
 
 
+# A running task's progress (DESIGN 9): a heartbeat's `progress`, and how a task shows it.
+PROGRESS_FIELDS: dict[str, Schema] = {
+    "fraction": {"type": "number", "minimum": 0, "maximum": 1,
+                 "description": "the fraction done; kept in thousandths"},
+    "message": {"type": "string", "maxLength": LIMITS.progress_message_chars_max,
+                "default": ""},
+}
+PROGRESS_SHOWN = obj({**PROGRESS_FIELDS, "at": TIME}, ("fraction", "message", "at"),
+                     description="GET /v1/tasks/{id} only: the running attempt's last "
+                     "reported progress (a heartbeat's); null when none")
+
+
 def task() -> Schema:
     return obj({
         "task_id": string(), "tenant": string(), "task_type": string(),
@@ -99,6 +111,7 @@ def task() -> Schema:
                                "a running task of that limit's partition ends"})},
             ("limit", "partition", "until"), description="GET /v1/tasks/{id} only: a pending "
             "task held by a spent limit")),
+        "progress": nullable(PROGRESS_SHOWN),
         "unclaimed_type": nullable(obj({
             "task_type": string(), "window_s": {"type": "number", "minimum": 0},
             "message": string(description="the hint, for a person")},

@@ -7,7 +7,8 @@ from tsched.node.api.claim_parsing import PRIORITY_MAX, RETRY_AFTER_S_MAX, TIER_
 from tsched.node.api.openapi.schema import (
     ANY_JSON, APPLIED_SEQ, APPLIED_SEQS, NAME, SHARD, TASK_TYPE, TIME, WRITE_ERRORS, Fragment,
     PathItem, Schema, integer, number, obj, op, ref, string)
-from tsched.node.api.openapi.tasks_spec import ERROR_DETAIL, PREFER, TASK_ID, task
+from tsched.node.api.openapi.tasks_spec import (ERROR_DETAIL, PREFER, PROGRESS_FIELDS,
+                                                TASK_ID, task)
 
 CLAIMED_FIELDS = ("task_id", "tenant", "task_type", "state", "payload", "run_at", "attempt",
                   "max_retries", "timeout_s", "execution_id", "schedule_id",
@@ -73,7 +74,10 @@ def _claim() -> Schema:
 
 def _heartbeat_item(batch: bool) -> Schema:
     props = {"fencing_token": FENCING_TOKEN,
-             "lease_s": {**number(v.LEASE_S_MIN, v.LEASE_S_MAX), "default": 30}}
+             "lease_s": {**number(v.LEASE_S_MIN, v.LEASE_S_MAX), "default": 30},
+             "progress": obj(PROGRESS_FIELDS, ("fraction",), closed=True,
+                             description="the handler's progress (optional): kept for the "
+                                         "running attempt, shown by GET /v1/tasks/{id}")}
     if batch:
         props = {"task_id": NAME, **props}
     return obj(props, ("task_id", "fencing_token") if batch else ("fencing_token",), closed=True)
