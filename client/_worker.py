@@ -18,6 +18,7 @@ from ._claiming import CLAIM_WAIT_S_MAX, UNSERVABLE_CODES, Claiming, check_prior
 from ._jobs import (LEASE_LOST_CODES, RETRY_ALL, Job, RetryRule, error_code_of,
                     outcome_of, parse_time)
 from ._outbox import Outbox
+from ._progress import Progressing
 from ._reserve import check_reserve, lane_workers, run_lanes, split_slots
 from ._threads import HandlerThreads
 from ._window import HELD_MAX_DEFAULT, Window
@@ -99,7 +100,7 @@ def _log_next_step(job: Job, outcome: dict, task: dict | None) -> None:
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
-class Worker(Claiming):
+class Worker(Claiming, Progressing):
     def __init__(self, urls: Any, handlers: dict[str, Callable], concurrency: int = 4,
                  lease_s: float = 30, prefetch_ms: int = 250, token: str | None = None,
                  worker_id: str | None = None, grace_s: float = 30.0,
@@ -193,7 +194,9 @@ class Worker(Claiming):
         self._client = AsyncClient(self.urls, token=self.token, timeout_s=self.timeout_s,
                                    ca_file=self.ca_file)
         self._outbox = Outbox(self._client, give_up_s=self.lease_s)
+        self._progress_due = asyncio.Event()
         helpers = [asyncio.create_task(self._heartbeat_loop()),
+                   asyncio.create_task(self._progress_loop()),
                    asyncio.create_task(self._outbox.run())]
         claimer = asyncio.create_task(self._claim_loop())
         try:
@@ -233,7 +236,7 @@ class Worker(Claiming):
 
     # --- starting a claimed task ----------------------------------------------------
     def _start(self, task: dict) -> None:
-        job = Job(task, self.lease_s, self._parents_of)
+        job = Job(task, self.lease_s, self._parents_of, self._progressed)
         self._held += 1
         task_type = job.ctx.task_type
         if (task_type in self.handlers and not self._is_async[task_type]

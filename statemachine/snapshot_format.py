@@ -11,7 +11,9 @@ records oldest first, audit.py). Format 7 is format 6 with keyed limits and work
 the head (`limits`: each definition with its busy partitions; `task_limits`: [task id,
 names] of the tasks that name limits, by id; ratelimits.py; `wf_seq`, `wf_finish_seq`,
 `workflows`: records in submission order, graphs.py, present once a workflow was
-submitted). Format 4 is format 5 without the runs. Formats 1-3 are read (3: the head has `tasks_sum` instead of the
+submitted). Any format may carry `task_progress` in the head (running tasks' progress,
+[task id, permille, message, at_ms] by id, store.py; absent: none). Format 4 is format 5
+without the runs. Formats 1-3 are read (3: the head has `tasks_sum` instead of the
 roll, and the request records are followed by their item hashes, one bin of 16 bytes each).
 """
 from __future__ import annotations

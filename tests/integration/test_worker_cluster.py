@@ -103,6 +103,59 @@ Worker(sys.argv[1], {"hold": hold}, lease_s=2, wait_s=1).run()
 """
 
 
+PROGRESS_SEEN_S = 2.0   # a handler's progress is visible this soon (DESIGN 9)
+
+
+def _progress_seen(client: Client, task_id: str, fraction: float, message: str) -> dict:
+    """Polls GET /v1/tasks/{id} until it shows the progress; fails after PROGRESS_SEEN_S."""
+    seen: dict = {}
+
+    def shown() -> bool:
+        seen.update(client.get(task_id))
+        p = seen.get("progress") or {}
+        return p.get("fraction") == fraction and p.get("message") == message
+    wait_until(shown, PROGRESS_SEEN_S, f"progress {fraction} {message!r} of {task_id}")
+    return seen
+
+
+def test_handler_progress_is_visible_through_the_api_and_tsctl(cluster, client):
+    from click.testing import CliRunner
+    from tsched.client.cli import cli
+    reported, release = threading.Event(), threading.Event()
+
+    def long_sync(payload, ctx):
+        ctx.progress(0.1, "starting")
+        ctx.progress(0.5, "half")   # within a second of the first: the latest wins
+        reported.set()
+        release.wait(DEADLINE_S)
+        return "done"
+
+    async def long_async(payload, ctx):
+        import asyncio
+        ctx.progress(0.25, "a quarter")
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+        return "done"
+    sync_id = client.submit("progress_sync")["task_id"]
+    async_id = client.submit("progress_async")["task_id"]
+    handlers = {"progress_sync": long_sync, "progress_async": long_async}
+    with running(Worker(cluster.urls, handlers, concurrency=2, wait_s=1)):
+        wait_until(reported.is_set, DEADLINE_S, "the sync handler reported")
+        task = _progress_seen(client, sync_id, 0.5, "half")
+        assert task["state"] == "running"
+        _progress_seen(client, async_id, 0.25, "a quarter")
+        out = CliRunner().invoke(cli, ["--url", ",".join(cluster.urls), "get", sync_id],
+                                 catch_exceptions=False)
+        assert out.exit_code == 0 and " 50%  half" in out.output, out.output
+        release.set()
+        out = CliRunner().invoke(cli, ["--url", ",".join(cluster.urls), "wait", sync_id,
+                                       "--timeout", str(DEADLINE_S)], catch_exceptions=False)
+        assert out.exit_code == 0 and "completed" in out.output, out.output
+        wait_until(lambda: state_of(client, sync_id) == state_of(client, async_id)
+                   == "completed", DEADLINE_S, "both completed")
+    assert client.get(sync_id)["progress"] is None   # the attempt ended: so did its progress
+
+
 def test_killed_worker_task_is_rerun_by_another_after_its_lease(cluster, client, tmp_path):
     marker = tmp_path / "started"
     task_id = client.submit("hold", retry=FAST_RETRY)["task_id"]
