@@ -153,6 +153,7 @@ class Job:
             run_at=parse_time(task.get("run_at")), parents_of=parents_of,
             progress_to=self._progressed)
         self.started = False
+        self.returned = False      # its handler returned (the slot is free)
         self.lost = False          # the lease is gone: the result must not be reported
         self.reported = False
         # The handler's latest progress not sent yet (the latest wins), when the last was

@@ -34,6 +34,9 @@ class Progressing:
     def _apply_heartbeat(self, job: Job, answer: Any, now: float) -> None:
         raise NotImplementedError("Worker applies a heartbeat's answer")
 
+    def slots(self, named: bool = False) -> dict[str, Any]:
+        raise NotImplementedError("Claiming reports the worker's slots")
+
     def _progressed(self) -> None:
         """A handler reported progress (from its thread or the loop): wake the sender."""
         loop = self._loop
@@ -77,7 +80,8 @@ class Progressing:
                   "progress": {"fraction": fraction, "message": message}}
                  for j, (fraction, message) in due]
         try:
-            answers = await self._client.heartbeats(items, deadline_s=self.lease_s / 3)
+            answers = await self._client.heartbeats(items, deadline_s=self.lease_s / 3,
+                                                    slots=self.slots(named=True))
         except ApiError as exc:
             log.info("progress not sent: %s", exc)
             for job, sent in due:   # unless a newer report came meanwhile, sent again

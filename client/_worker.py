@@ -29,6 +29,7 @@ log = logging.getLogger("tsched.worker")
 
 THREAD_WAKE_EARLY_S = 0.005  # sync handlers sleep the last few ms before run_at in the thread
 CLAIM_AHEAD_FACTOR = 3       # default claim_ahead per thread of concurrency
+HEARTBEAT_S_MAX = 20.0       # heartbeats at a third of the lease, at least this often
 
 
 def _in_thread(handler: Callable, payload: Any, job: Job) -> Any:
@@ -278,7 +279,7 @@ class Worker(Claiming, Progressing):
         return runner
 
     def _on_thread_done(self, job: Job, runner: asyncio.Future, ok: bool, value: Any) -> None:
-        self._handler_returned()
+        self._handler_returned(job)
         if job.lost or runner.done():   # given back or cancelled meanwhile: dropped
             self._finished(job, runner)
             return
@@ -291,7 +292,7 @@ class Worker(Claiming, Progressing):
                 await self._until_run_at(job)
                 outcome = await self._call_handler(job)
             finally:
-                self._handler_returned()
+                self._handler_returned(job)
             if not job.lost:
                 assert self._loop is not None, "tasks run only inside run_async"
                 reported = self._loop.create_future()
@@ -300,7 +301,8 @@ class Worker(Claiming, Progressing):
         finally:
             self._forget(job)
 
-    def _handler_returned(self) -> None:
+    def _handler_returned(self, job: Job) -> None:
+        job.returned = True
         self._held -= 1   # the slot frees as the handler returns, before the report
         self._window.handler_done()
         self._slot_free.set()
@@ -347,7 +349,9 @@ class Worker(Claiming, Progressing):
 
     # --- heartbeats ------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
-        interval_s = self.lease_s / 3
+        # Heartbeats also report the worker's slots: often enough that a busy worker's
+        # report never ages out at the leader (node/scheduling/worker_slots.py, 60 s).
+        interval_s = min(self.lease_s / 3, HEARTBEAT_S_MAX)
         while True:
             await asyncio.sleep(interval_s)   # the heartbeat period itself
             await self._heartbeat_once(interval_s)
@@ -359,7 +363,8 @@ class Worker(Claiming, Progressing):
         items = [{"task_id": j.ctx.task_id, "fencing_token": j.ctx.fencing_token,
                   "lease_s": self.lease_s} for j in jobs]
         try:
-            answers = await self._client.heartbeats(items, deadline_s=budget_s)
+            answers = await self._client.heartbeats(items, deadline_s=budget_s,
+                                                    slots=self.slots(named=True))
         except ApiError as exc:
             log.warning("heartbeat: %s", exc)
             answers = None

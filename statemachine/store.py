@@ -29,6 +29,7 @@ from .listing import SeqIndex
 from .model import LIVE, PENDING, RUNNING, STATES, TERMINAL, Schedule, Task, TenantView
 from .queue import ClaimQueue
 from .ratelimits import Limiter
+from .readiness import DueCounts
 
 
 class Store:
@@ -47,6 +48,7 @@ class Store:
         self.occurrences: dict[tuple[str, str], dict[str, Task]] = {}
         self.schedules_per_tenant: dict[str, int] = {}
         self.pending_by_priority = [0] * (limits.priority_max + 1)
+        self.due = DueCounts()            # pending tasks per type, due or not yet (metrics)
         self.live = 0                     # pending + running tasks
         self.terminal_count = 0
         self.n = 0                        # tie-breaker of heap entries
@@ -84,6 +86,7 @@ class Store:
         if state == PENDING:
             self.tenants[tenant].pending += 1
             self.pending_by_priority[task.priority] += 1
+            self.due.add(task.task_type, task.run_at_ms, 1)
             self.live += 1
             self.queue.push(task, now_ms)
         elif state == RUNNING:
@@ -160,6 +163,7 @@ class Store:
         if state == PENDING:
             self.tenants[task.tenant].pending += delta
             self.pending_by_priority[task.priority] += delta
+            self.due.add(task.task_type, task.run_at_ms, delta)
             self.live += delta
         elif state == RUNNING:
             self.tenants[task.tenant].running += delta

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from tsched.statemachine.limits import LIMITS, SECOND_MS
+from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
 from tsched.statemachine.tiers import DEFAULT_TIERS, Tier
 
 from tsched.node.api.validate import (BATCH_MAX, CLAIM_TASKS_MAX, LEASE_S_MAX, LEASE_S_MIN,
@@ -23,10 +23,12 @@ from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError, invalid
 from tsched.node.forwarding import FORWARDED_HEADER
 from tsched.node.scheduling.claim_request import ClaimRequest, CompletionItem, HeartbeatItem
+from tsched.node.scheduling.worker_slots import SlotReport
 
 PRIORITY_MAX = LIMITS.priority_max
 RETRY_AFTER_S_MAX = LIMITS.backoff_ms_max // SECOND_MS
 TIER_WEIGHT_MAX = LIMITS.tier_weight_max
+WORKER_SLOTS_MAX = API_LIMITS.worker_slots_max
 PROGRESS_PERMILLE_MAX = LIMITS.progress_permille_max
 PROGRESS_MESSAGE_CHARS_MAX = LIMITS.progress_message_chars_max
 
@@ -130,6 +132,7 @@ def claim(body: object, tiers: tuple[Tier, ...] = DEFAULT_TIERS, *, tenant: str 
     completions = claim_completions(f.get("completions"))
     prio, weights = claim_tiers(f.get("priority_min"), f.get("priority_max"),
                                 f.get("tier_weights"), tiers)
+    slots = worker_slots(f.get("slots"), "slots", task_types)
     f.done()
     if completions and watch:
         raise invalid("a watch (X-Tsched-Claim-Watch) carries no completions")
@@ -147,7 +150,49 @@ def claim(body: object, tiers: tuple[Tier, ...] = DEFAULT_TIERS, *, tenant: str 
                         wait_s=wait_s, lease_ms=lease, prefetch_ms=prefetch_ms,
                         priorities=prio, tier_weights=weights, completions=completions,
                         completion_ids=completion_ids, tenant=tenant, watch=watch, head=head,
-                        forwarded=forwarded, rid_base=rid_base, minimal=minimal)
+                        forwarded=forwarded, rid_base=rid_base, minimal=minimal,
+                        slots=slots)
+
+
+def worker_slots(value: object, where: str, task_types: tuple[str, ...]) -> SlotReport | None:
+    """A worker's `slots` {total: 1..WORKER_SLOTS_MAX, busy: {task type: slots}} (busy
+    optional; its types among `task_types`, its sum at most total); None when absent."""
+    if value is None:
+        return None
+    f = Fields(value, where)
+    total = integer(f.get("total"), f"{where}.total", 1, WORKER_SLOTS_MAX)
+    busy = f.get("busy") if f.has("busy") else {}
+    f.done()
+    if not isinstance(busy, dict):
+        raise invalid(f"{where}.busy must be an object: task type -> busy slots",
+                      field=f"{where}.busy")
+    unknown = sorted(set(busy) - set(task_types))
+    if unknown:
+        raise invalid(f"{where}.busy names task types the worker does not serve: "
+                      f"{', '.join(unknown)[:200]}", field=f"{where}.busy")
+    counts = tuple(sorted((t, integer(n, f"{where}.busy", 0, total)) for t, n in busy.items()))
+    if sum(n for _, n in counts) > total:
+        raise invalid(f"{where}.busy adds up to more than {where}.total ({total})",
+                      field=f"{where}.busy")
+    return SlotReport(total, tuple((t, n) for t, n in counts if n))
+
+
+def heartbeat_slots(value: object) -> tuple[str, tuple[str, ...], SlotReport] | None:
+    """A heartbeat batch's `slots`: {worker_id, task_types} and a claim's slots fields;
+    (worker id, task types, report) or None when absent."""
+    if not isinstance(value, dict):
+        return None if value is None else worker_slots(value, "slots", ())
+    rest = dict(value)
+    worker_id = _name(rest.pop("worker_id", None), "slots.worker_id")
+    types = rest.pop("task_types", None)
+    if not isinstance(types, list) or not 1 <= len(types) <= TASK_TYPES_MAX:
+        raise invalid(f"slots.task_types must be a list of 1..{TASK_TYPES_MAX} task types",
+                      field="slots.task_types")
+    task_types = tuple(sorted({_name(t, "slots.task_types[]", TASK_TYPE_CHARS_MAX)
+                               for t in types}))
+    report = worker_slots(rest, "slots", task_types)
+    assert report is not None, "a dict is a report or a refusal"
+    return worker_id, task_types, report
 
 
 def parse_claim(request: web.Request, body: object, tiers: tuple[Tier, ...]) -> ClaimRequest:

@@ -1,0 +1,69 @@
+"""Pending tasks per task type, split into those due and those not due yet: what the
+`tsched_ready_tasks` gauge reads (DESIGN 14.4). Derived state, rebuilt by every restore.
+
+The claim queue (queue.py) moves a task that came due to its band only when a claim looks
+at its bucket, and deletes lazily, so its heaps cannot be counted. This keeps exact
+counts instead, to the second: a pending task counts under its task type in `due` once
+its run_at's second is at or before `upto_s` (the reader's clock's second: so a task due
+later within the current second already counts), and before that under that second in
+`later`. `advance(now_ms)` moves the seconds that came due, each once. A task's
+run_at never changes while it is pending (a retry, a replay or a rate-limit pause sets
+it before the task goes back to pending), so the task leaves the count it entered.
+
+Cost: a dict update per task entering or leaving pending; memory one entry per distinct
+(task type, second) of the future-dated tasks (about 150 bytes each), none per task.
+"""
+from __future__ import annotations
+
+from heapq import heappop, heappush
+
+SECOND_MS = 1_000
+
+
+class DueCounts:
+    __slots__ = ("upto_s", "due", "later", "seconds")
+
+    def __init__(self) -> None:
+        self.upto_s = -1                              # seconds up to this one are counted due
+        self.due: dict[str, int] = {}                 # task type -> pending tasks due
+        self.later: dict[str, dict[int, int]] = {}    # task type -> second -> tasks due then
+        self.seconds: list[tuple[int, str]] = []      # heap of `later`'s keys (lazy deletes)
+
+    def add(self, task_type: str, run_at_ms: int, delta: int) -> None:
+        """A pending task of `task_type` due at `run_at_ms` enters (+1) or leaves (-1)."""
+        second = run_at_ms // SECOND_MS
+        if second <= self.upto_s:
+            n = self.due.get(task_type, 0) + delta
+            if n:
+                self.due[task_type] = n
+            else:
+                del self.due[task_type]
+            return
+        by_second = self.later.get(task_type)
+        if by_second is None:
+            by_second = self.later[task_type] = {}
+        n = by_second.get(second, 0)
+        if n == 0:
+            heappush(self.seconds, (second, task_type))
+        if n + delta:
+            by_second[second] = n + delta
+        else:
+            del by_second[second]
+            if not by_second:
+                del self.later[task_type]
+
+    def advance(self, now_ms: int) -> None:
+        """Count as due what is due by `now_ms` (a reader's clock: it only moves forward)."""
+        now_s = now_ms // SECOND_MS
+        if now_s <= self.upto_s:
+            return
+        self.upto_s = now_s
+        seconds, later, due = self.seconds, self.later, self.due
+        while seconds and seconds[0][0] <= now_s:
+            second, task_type = heappop(seconds)
+            by_second = later.get(task_type)
+            n = by_second.pop(second, 0) if by_second is not None else 0
+            if n:
+                due[task_type] = due.get(task_type, 0) + n
+                if not by_second:
+                    del later[task_type]
