@@ -172,7 +172,7 @@ class ApiCalls:
         order. `slots`: the worker's {"worker_id", "task_types", "total", "busy"}."""
         return self._run(Call("POST", "/v1/heartbeats", body={"heartbeats": items,
                                                               **_slots(slots)}, write=True,
-                              deadline_s=deadline_s), _key("results"))
+                              deadline_s=deadline_s, leader_first=True), _key("results"))
 
     def complete(self, task_id: str, fencing_token: int, result: Any = None) -> Any:
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/complete",

@@ -8,12 +8,13 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from tsched.statemachine.limits import API_LIMITS, LIMITS, SECOND_MS
+from tsched.statemachine.limits import LIMITS, SECOND_MS
 from tsched.statemachine.tiers import DEFAULT_TIERS, Tier
 
 from tsched.node.api.validate import (BATCH_MAX, CLAIM_TASKS_MAX, LEASE_S_MAX, LEASE_S_MIN,
                                       PREFETCH_MS_MAX, RESULT_BYTES_MAX, TASK_TYPE_CHARS_MAX,
-                                      TASK_TYPES_MAX, WAIT_S_MAX, FENCING_TOKEN_MAX, Fields,
+                                      TASK_TYPES_MAX, WAIT_S_MAX, FENCING_TOKEN_MAX,
+                                      WORKER_SLOTS_MAX, Fields,
                                       boolean, error_text, integer, json_text, number,
                                       seconds_ms, task_id, text)
 from tsched.node.api.validate import name as _name
@@ -28,7 +29,6 @@ from tsched.node.scheduling.worker_slots import SlotReport
 PRIORITY_MAX = LIMITS.priority_max
 RETRY_AFTER_S_MAX = LIMITS.backoff_ms_max // SECOND_MS
 TIER_WEIGHT_MAX = LIMITS.tier_weight_max
-WORKER_SLOTS_MAX = API_LIMITS.worker_slots_max
 PROGRESS_PERMILLE_MAX = LIMITS.progress_permille_max
 PROGRESS_MESSAGE_CHARS_MAX = LIMITS.progress_message_chars_max
 
@@ -180,8 +180,10 @@ def worker_slots(value: object, where: str, task_types: tuple[str, ...]) -> Slot
 def heartbeat_slots(value: object) -> tuple[str, tuple[str, ...], SlotReport] | None:
     """A heartbeat batch's `slots`: {worker_id, task_types} and a claim's slots fields;
     (worker id, task types, report) or None when absent."""
+    if value is None:
+        return None
     if not isinstance(value, dict):
-        return None if value is None else worker_slots(value, "slots", ())
+        raise invalid("slots must be a JSON object", field="slots")
     rest = dict(value)
     worker_id = _name(rest.pop("worker_id", None), "slots.worker_id")
     types = rest.pop("task_types", None)

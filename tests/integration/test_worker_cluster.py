@@ -156,6 +156,43 @@ def test_handler_progress_is_visible_through_the_api_and_tsctl(cluster, client):
     assert client.get(sync_id)["progress"] is None   # the attempt ended: so did its progress
 
 
+def _capacity(cluster, node: str, task_type: str) -> tuple[float, float, float]:
+    """(ready tasks, busy slots, idle slots) of `task_type` in `node`'s /metrics."""
+    from tests.integration.test_metrics_cluster import scrape
+    got = scrape(cluster, node)
+
+    def value(name: str, **labels: str) -> float:
+        return got.get(name, {}).get(tuple(sorted({**labels, "task_type": task_type}.items())),
+                       0.0)
+    return (value("tsched_ready_tasks"), value("tsched_worker_slots", state="busy"),
+            value("tsched_worker_slots", state="idle"))
+
+
+def test_ready_tasks_and_worker_slots_move_as_workers_fill_and_drain(cluster, client):
+    """The autoscaling signals (DESIGN 14.4) at the leader, as a real Worker takes a
+    backlog: 6 ready tasks and no slots; 2 busy slots and 4 ready; then drained."""
+    task_type, release = "scale-fill", threading.Event()
+
+    def hold(payload, ctx):
+        release.wait(DEADLINE_S)
+    leader = cluster.wait_leader()
+    later = client.submit(task_type, delay_s=600)["task_id"]   # future-dated: never ready
+    ids = [client.submit(task_type)["task_id"] for _ in range(6)]
+    wait_until(lambda: _capacity(cluster, leader, task_type) == (6, 0, 0), DEADLINE_S,
+               "6 ready tasks, no worker")
+    worker = Worker(cluster.urls, {task_type: hold}, concurrency=2, wait_s=1, lease_s=3,
+                    claim_ahead=0)
+    with running(worker):
+        wait_until(lambda: _capacity(cluster, leader, task_type) == (4, 2, 0), DEADLINE_S,
+                   "2 busy slots, 4 tasks ready")
+        release.set()
+        wait_until(lambda: all(state_of(client, i) == "completed" for i in ids), DEADLINE_S,
+                   "the backlog done")
+        wait_until(lambda: _capacity(cluster, leader, task_type) == (0, 0, 2), DEADLINE_S,
+                   "drained: nothing ready, both slots idle")
+    client.cancel(later)
+
+
 def test_killed_worker_task_is_rerun_by_another_after_its_lease(cluster, client, tmp_path):
     marker = tmp_path / "started"
     task_id = client.submit("hold", retry=FAST_RETRY)["task_id"]

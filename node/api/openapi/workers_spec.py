@@ -69,7 +69,24 @@ def _claim() -> Schema:
                                        "before the claim (in its Raft entry when it is "
                                        "dispatched at once); answered in order in the "
                                        "answer's `completions`"},
+        "slots": _slots(named=False),
     }, ("worker_id", "task_types"), closed=True)
+
+
+def _slots(named: bool) -> Schema:
+    """A worker's slots (DESIGN 14.4): the autoscaling gauge tsched_worker_slots."""
+    props: dict[str, Schema] = {
+        "total": integer(1, v.WORKER_SLOTS_MAX),
+        "busy": {"type": "object", "additionalProperties": integer(0, v.WORKER_SLOTS_MAX),
+                 "description": "task type (one the worker serves) -> slots running it; "
+                                "the sum at most total"}}
+    if named:
+        props = {"worker_id": NAME, "task_types": {"type": "array", "items": TASK_TYPE,
+                                                   "minItems": 1,
+                                                   "maxItems": v.TASK_TYPES_MAX}, **props}
+    return obj(props, ("worker_id", "task_types", "total") if named else ("total",),
+               closed=True, description="the worker's slots, kept by the leader for a "
+               "minute (tsched_worker_slots)")
 
 
 def _heartbeat_item(batch: bool) -> Schema:
@@ -123,9 +140,9 @@ def _claims_op(results: Schema) -> Schema:
     return out
 
 
-def _batch(key: str, items: Schema) -> Schema:
-    return obj({key: {"type": "array", "items": items, "minItems": 1, "maxItems": v.BATCH_MAX}},
-               (key,), closed=True)
+def _batch(key: str, items: Schema, extra: dict[str, Schema] | None = None) -> Schema:
+    return obj({key: {"type": "array", "items": items, "minItems": 1, "maxItems": v.BATCH_MAX},
+                **(extra or {})}, (key,), closed=True)
 
 
 def _paths() -> dict[str, PathItem]:
@@ -155,7 +172,8 @@ def _paths() -> dict[str, PathItem]:
             "Complete or fail tasks", answers, body=_batch("completions", _completion_item()),
             params=[PREFER], errors=(413, 503, 504), tag="workers")},
         "/v1/heartbeats": {"post": op(
-            "Heartbeat tasks", answers, body=_batch("heartbeats", _heartbeat_item(batch=True)),
+            "Heartbeat tasks", answers, body=_batch("heartbeats", _heartbeat_item(batch=True),
+                                                  {"slots": _slots(named=True)}),
             errors=(413, 503, 504), tag="workers")},
     }
 
