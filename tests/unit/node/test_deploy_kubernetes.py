@@ -7,7 +7,9 @@ headless Service, the probes' paths are the node's, the stop grace covers its SI
 handoff, and the autoscalers read metrics the node exports."""
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,8 @@ from tsched.node.raft.handoff import HANDOFF_S
 ROOT = Path(__file__).resolve().parents[3]
 DIR = ROOT / "deploy" / "kubernetes"
 K8S_VERSION = "1.30.0"   # the oldest Kubernetes the manifests are written for
-CRD_KINDS = {("keda.sh/v1alpha1", "ScaledObject")}
+CRD_KINDS = {("keda.sh/v1alpha1", "ScaledObject"),
+             ("kustomize.config.k8s.io/v1beta1", "Kustomization")}   # not API resources
 
 
 def _docs() -> list[tuple[str, dict]]:
@@ -182,3 +185,15 @@ def test_probes_and_the_stop_grace_fit_the_node() -> None:
     workers = _one("Deployment", "tsworker")["spec"]["template"]["spec"]
     grace = workers["containers"][0]["command"]
     assert workers["terminationGracePeriodSeconds"] > float(grace[grace.index("--grace") + 1])
+
+
+def test_kubectl_kustomize_renders_the_cluster_and_the_workers() -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed")
+    out = subprocess.run([kubectl, "kustomize", str(DIR)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    kinds = sorted(d["kind"] for d in yaml.safe_load_all(out.stdout) if d)
+    assert kinds == ["ConfigMap", "Deployment", "Namespace", "PodDisruptionBudget",
+                     "Service", "Service", "StatefulSet"]
