@@ -10,8 +10,12 @@ later within the current second already counts), and before that under that seco
 run_at never changes while it is pending (a retry, a replay or a rate-limit pause sets
 it before the task goes back to pending), so the task leaves the count it entered.
 
+The store advances it with the state clock on every index and move, so seconds pass (and
+their entries go) whether or not anyone reads; a reader advances it with its own clock.
+
 Cost: a dict update per task entering or leaving pending; memory one entry per distinct
-(task type, second) of the future-dated tasks (about 150 bytes each), none per task.
+(task type, second) still ahead that a pending task was due at (about 150 bytes each),
+none per task: an entry stays, at 0, until its second passes.
 """
 from __future__ import annotations
 
@@ -21,13 +25,15 @@ SECOND_MS = 1_000
 
 
 class DueCounts:
-    __slots__ = ("upto_s", "due", "later", "seconds")
+    __slots__ = ("upto_s", "next_ms", "due", "later", "seconds")
 
     def __init__(self) -> None:
         self.upto_s = -1                              # seconds up to this one are counted due
+        self.next_ms = 0                              # the next second's start: callers on the
+                                                      # apply path advance only from there
         self.due: dict[str, int] = {}                 # task type -> pending tasks due
         self.later: dict[str, dict[int, int]] = {}    # task type -> second -> tasks due then
-        self.seconds: list[tuple[int, str]] = []      # heap of `later`'s keys (lazy deletes)
+        self.seconds: list[tuple[int, str]] = []      # heap of `later`'s keys, one entry each
 
     def add(self, task_type: str, run_at_ms: int, delta: int) -> None:
         """A pending task of `task_type` due at `run_at_ms` enters (+1) or leaves (-1)."""
@@ -42,15 +48,11 @@ class DueCounts:
         by_second = self.later.get(task_type)
         if by_second is None:
             by_second = self.later[task_type] = {}
-        n = by_second.get(second, 0)
-        if n == 0:
+        n = by_second.get(second)
+        if n is None:   # one heap entry per (second, type): kept, even at 0, until it passes
             heappush(self.seconds, (second, task_type))
-        if n + delta:
-            by_second[second] = n + delta
-        else:
-            del by_second[second]
-            if not by_second:
-                del self.later[task_type]
+            n = 0
+        by_second[second] = n + delta
 
     def advance(self, now_ms: int) -> None:
         """Count as due what is due by `now_ms` (a reader's clock: it only moves forward)."""
@@ -58,12 +60,13 @@ class DueCounts:
         if now_s <= self.upto_s:
             return
         self.upto_s = now_s
+        self.next_ms = (now_s + 1) * SECOND_MS
         seconds, later, due = self.seconds, self.later, self.due
         while seconds and seconds[0][0] <= now_s:
             second, task_type = heappop(seconds)
-            by_second = later.get(task_type)
-            n = by_second.pop(second, 0) if by_second is not None else 0
+            by_second = later[task_type]
+            n = by_second.pop(second)
             if n:
                 due[task_type] = due.get(task_type, 0) + n
-                if not by_second:
-                    del later[task_type]
+            if not by_second:
+                del later[task_type]

@@ -68,6 +68,8 @@ class Store:
         The counting and watching of `_count` and `_enter` are inlined here: a restore
         calls this for every task (a million at 1M)."""
         tenant, state = task.tenant, task.state
+        if now_ms >= self.due.next_ms:   # once a second at most
+            self.due.advance(now_ms)
         self.tasks[task.task_id] = task
         self.all.add(task)
         if task.limits:
@@ -118,6 +120,8 @@ class Store:
     def move(self, task: Task, new: str, now_ms: int) -> None:
         """`task` changes state to `new` (a lifecycle row's): re-indexed by state."""
         old = task.state
+        if now_ms >= self.due.next_ms:   # once a second at most
+            self.due.advance(now_ms)
         self._count(task, -1)
         self.by_state[old].remove(task)
         task.state = new
