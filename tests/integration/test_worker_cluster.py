@@ -144,9 +144,11 @@ def test_handler_progress_is_visible_through_the_api_and_tsctl(cluster, client):
         task = _progress_seen(client, sync_id, 0.5, "half")
         assert task["state"] == "running"
         _progress_seen(client, async_id, 0.25, "a quarter")
-        out = CliRunner().invoke(cli, ["--url", ",".join(cluster.urls), "get", sync_id],
-                                 catch_exceptions=False)
-        assert out.exit_code == 0 and " 50%  half" in out.output, out.output
+        def tsctl_shows() -> bool:
+            out = CliRunner().invoke(cli, ["--url", ",".join(cluster.urls), "get", sync_id],
+                                     catch_exceptions=False)
+            return out.exit_code == 0 and " 50%  half" in out.output
+        wait_until(tsctl_shows, PROGRESS_SEEN_S, "tsctl get shows the progress")
         release.set()
         out = CliRunner().invoke(cli, ["--url", ",".join(cluster.urls), "wait", sync_id,
                                        "--timeout", str(DEADLINE_S)], catch_exceptions=False)
