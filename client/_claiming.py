@@ -39,6 +39,7 @@ class Claiming:
     handlers: dict[str, Callable]
     worker_id: str
     concurrency: int
+    _report_slots: bool
     _jobs: dict[str, tuple[Job, asyncio.Future]]
     lease_s: float
     prefetch_ms: int
@@ -101,7 +102,9 @@ class Claiming:
         except Unavailable as exc:
             log.warning("claim: %s", exc)   # the client already backed off for its deadline
         except ApiError as exc:
-            if carried and exc.code in UNSERVABLE_CODES:
+            if self.slots_refused(exc):
+                pass   # sent again at once, without the report
+            elif carried and exc.code in UNSERVABLE_CODES:
                 # A completion the cluster refuses refused the whole claim; they go apart
                 # (one by one if need be). A node that predates them names the field.
                 if "completions" in (exc.details or {}).get("fields", ()):
@@ -120,10 +123,22 @@ class Claiming:
         for task in tasks:
             self._start(task)
 
-    def slots(self, named: bool = False) -> dict[str, Any]:
+    def slots_refused(self, exc: ApiError) -> bool:
+        """A node that predates slot reports refuses the field: stop sending them (the
+        autoscaling gauge then lacks this worker) rather than the claims or heartbeats."""
+        if self._report_slots and exc.code == "invalid_argument" and \
+                "slots" in (exc.details or {}).get("fields", ()):
+            log.info("this cluster takes no slot reports: claiming without them")
+            self._report_slots = False
+            return True
+        return False
+
+    def slots(self, named: bool = False) -> dict[str, Any] | None:
         """This worker's slots as its claims and heartbeats report them (`named`: with its
         id and task types, as a heartbeat needs): `concurrency` in all, busy ones by the
-        task type their handler runs (bounded by the total)."""
+        task type their handler runs (bounded by the total). None once refused."""
+        if not self._report_slots:
+            return None
         busy: dict[str, int] = {}
         left = self.concurrency
         for job, _ in self._jobs.values():

@@ -30,12 +30,16 @@ class Progressing:
     _jobs: dict[str, tuple[Job, asyncio.Future]]
     _client: AsyncClient
     _progress_due: asyncio.Event
+    _progress_refused: bool = False
 
     def _apply_heartbeat(self, job: Job, answer: Any, now: float) -> None:
         raise NotImplementedError("Worker applies a heartbeat's answer")
 
-    def slots(self, named: bool = False) -> dict[str, Any]:
+    def slots(self, named: bool = False) -> dict[str, Any] | None:
         raise NotImplementedError("Claiming reports the worker's slots")
+
+    def slots_refused(self, exc: ApiError) -> bool:
+        raise NotImplementedError("Claiming says when a node refuses slot reports")
 
     def _progressed(self) -> None:
         """A handler reported progress (from its thread or the loop): wake the sender."""
@@ -61,6 +65,8 @@ class Progressing:
     async def _progress_once(self) -> float | None:
         """Send the reports that are due; seconds until the next one is, or None."""
         now, due, wait_s = time.monotonic(), [], None
+        if self._progress_refused:   # a node that predates progress reports refused one
+            return None
         for job, _ in list(self._jobs.values()):
             if job.progress is None or job.lost or job.reported:
                 continue
@@ -83,7 +89,12 @@ class Progressing:
             answers = await self._client.heartbeats(items, deadline_s=self.lease_s / 3,
                                                     slots=self.slots(named=True))
         except ApiError as exc:
-            log.info("progress not sent: %s", exc)
+            if "progress" in (exc.details or {}).get("fields", ()):
+                log.info("this cluster takes no progress reports: not sending them")
+                self._progress_refused = True
+                return
+            if not self.slots_refused(exc):
+                log.info("progress not sent: %s", exc)
             for job, sent in due:   # unless a newer report came meanwhile, sent again
                 if job.progress is None:
                     job.progress = sent

@@ -147,6 +147,7 @@ class Worker(Claiming, Progressing):
         self._window = Window(concurrency, self.claim_ahead, self.held_max)
         self.carry_completions = carry_completions
         self._carry = carry_completions   # off against a node that predates it
+        self._report_slots = True         # likewise: slot reports on claims and heartbeats
         self._held = 0   # claimed tasks whose handler has not returned yet
         self.worker_id = worker_id or default_worker_id()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -362,12 +363,16 @@ class Worker(Claiming, Progressing):
             return
         items = [{"task_id": j.ctx.task_id, "fencing_token": j.ctx.fencing_token,
                   "lease_s": self.lease_s} for j in jobs]
-        try:
-            answers = await self._client.heartbeats(items, deadline_s=budget_s,
-                                                    slots=self.slots(named=True))
-        except ApiError as exc:
-            log.warning("heartbeat: %s", exc)
-            answers = None
+        answers = None
+        for _ in range(2):   # again without the slot report, if a node refuses it
+            try:
+                answers = await self._client.heartbeats(items, deadline_s=budget_s,
+                                                        slots=self.slots(named=True))
+                break
+            except ApiError as exc:
+                if not self.slots_refused(exc):
+                    log.warning("heartbeat: %s", exc)
+                    break
         now = time.monotonic()
         for i, job in enumerate(jobs):
             answer = answers[i] if answers and i < len(answers) else None

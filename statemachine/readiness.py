@@ -48,11 +48,11 @@ class DueCounts:
         by_second = self.later.get(task_type)
         if by_second is None:
             by_second = self.later[task_type] = {}
-        n = by_second.get(second)
-        if n is None:   # one heap entry per (second, type): kept, even at 0, until it passes
+        known = by_second.get(second)
+        if known is None:   # one heap entry per (second, type): kept, even at 0, until it passes
             heappush(self.seconds, (second, task_type))
-            n = 0
-        by_second[second] = n + delta
+            known = 0
+        by_second[second] = known + delta
 
     def advance(self, now_ms: int) -> None:
         """Count as due what is due by `now_ms` (a reader's clock: it only moves forward)."""
