@@ -127,17 +127,19 @@ class ApiCalls:
               wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,
               key: str | None = None, minimal: bool = False,
               priorities: tuple[int, int] | None = None,
-              tier_weights: dict[str, int] | None = None) -> Any:
+              tier_weights: dict[str, int] | None = None,
+              slots: dict[str, Any] | None = None) -> Any:
         """Long-poll for up to `max_tasks` tasks. Returns the list of claimed tasks.
         `minimal`: each task has only what a worker needs to run it (its id, tenant, type,
         state, payload, run_at, attempt, max_retries, timeout_s, execution_id, schedule_id,
         lease_expires_at, fencing_token and worker_id). `priorities=(lo, hi)`: only tasks whose
         effective priority is in lo..hi (inclusive). `tier_weights={"critical": 50, "high":
         30, ...}`: only those tiers' tasks, split by weight (1..1000 each; not with
-        `priorities`; DESIGN 5.1)."""
+        `priorities`; DESIGN 5.1). `slots={"total": n, "busy": {task type: n}}`: the
+        worker's slots, for the autoscaling gauges (DESIGN 14.4)."""
         body = {"worker_id": worker_id, "task_types": list(task_types), "max_tasks": max_tasks,
                 "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms,
-                **_range(priorities, tier_weights)}
+                **_range(priorities, tier_weights), **_slots(slots)}
         return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
                               read_timeout_s=wait_s + CLAIM_SLACK_S, minimal=minimal,
                               to_leader=True),
@@ -148,27 +150,36 @@ class ApiCalls:
                            wait_s: float = 0, lease_s: float = 30, prefetch_ms: int = 0,
                            key: str | None = None, minimal: bool = False,
                            priorities: tuple[int, int] | None = None,
-                           tier_weights: dict[str, int] | None = None) -> Any:
+                           tier_weights: dict[str, int] | None = None,
+                           slots: dict[str, Any] | None = None) -> Any:
         """A claim carrying completions (the items of `completions()`), applied before it
         in one Raft entry: returns `{"tasks": [...], "completions": [result, ...]}`.
         `minimal`: each completion that applied is answered `{"task_id", "state"}` only,
         and each task has only what a worker needs (as `claim(minimal=True)`)."""
         body = {"worker_id": worker_id, "task_types": list(task_types), "max_tasks": max_tasks,
                 "wait_s": wait_s, "lease_s": lease_s, "prefetch_ms": prefetch_ms,
-                "completions": completions, **_range(priorities, tier_weights)}
+                "completions": completions, **_range(priorities, tier_weights),
+                **_slots(slots)}
         return self._run(Call("POST", "/v1/claims", body=body, write=True, key=key,
                               read_timeout_s=wait_s + CLAIM_SLACK_S, minimal=minimal,
                               to_leader=True))
 
-    def heartbeat(self, task_id: str, fencing_token: int, lease_s: float | None = None) -> Any:
-        body = {"fencing_token": fencing_token, "lease_s": lease_s}
+    def heartbeat(self, task_id: str, fencing_token: int, lease_s: float | None = None,
+                  progress: float | None = None, message: str = "") -> Any:
+        """`progress` (0..1, with an optional `message`): the run's progress (DESIGN 9)."""
+        body = {"fencing_token": fencing_token, "lease_s": lease_s,
+                "progress": None if progress is None else {"fraction": progress,
+                                                           "message": message}}
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/heartbeat",
                               body={k: v for k, v in body.items() if v is not None}, write=True))
 
-    def heartbeats(self, items: list[dict[str, Any]], deadline_s: float | None = None) -> Any:
-        """Batch: [{"task_id", "fencing_token", "lease_s"}] -> results in order."""
-        return self._run(Call("POST", "/v1/heartbeats", body={"heartbeats": items}, write=True,
-                              deadline_s=deadline_s), _key("results"))
+    def heartbeats(self, items: list[dict[str, Any]], deadline_s: float | None = None,
+                   slots: dict[str, Any] | None = None) -> Any:
+        """Batch: [{"task_id", "fencing_token", "lease_s", "progress"}] -> results in
+        order. `slots`: the worker's {"worker_id", "task_types", "total", "busy"}."""
+        return self._run(Call("POST", "/v1/heartbeats", body={"heartbeats": items,
+                                                              **_slots(slots)}, write=True,
+                              deadline_s=deadline_s, leader_first=True), _key("results"))
 
     def complete(self, task_id: str, fencing_token: int, result: Any = None) -> Any:
         return self._run(Call("POST", f"/v1/tasks/{_seg(task_id)}/complete",
@@ -365,6 +376,10 @@ class ApiCalls:
 
 
 TERMINAL_STATES = ("completed", "cancelled", "dead_letter", "discarded")
+
+
+def _slots(slots: dict[str, Any] | None) -> dict[str, Any]:
+    return {} if slots is None else {"slots": slots}
 
 
 def _range(priorities: tuple[int, int] | None,

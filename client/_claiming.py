@@ -16,6 +16,7 @@ from ._outbox import LINGER_S
 from .errors import ApiError, Unavailable
 
 if TYPE_CHECKING:
+    from ._jobs import Job
     from ._outbox import Outbox
     from ._window import Window
     from .client import AsyncClient
@@ -37,6 +38,9 @@ class Claiming:
 
     handlers: dict[str, Callable]
     worker_id: str
+    concurrency: int
+    _report_slots: bool
+    _jobs: dict[str, tuple[Job, asyncio.Future]]
     lease_s: float
     prefetch_ms: int
     priorities: tuple[int, int] | None
@@ -98,7 +102,9 @@ class Claiming:
         except Unavailable as exc:
             log.warning("claim: %s", exc)   # the client already backed off for its deadline
         except ApiError as exc:
-            if carried and exc.code in UNSERVABLE_CODES:
+            if self.slots_refused(exc):
+                pass   # sent again at once, without the report
+            elif carried and exc.code in UNSERVABLE_CODES:
                 # A completion the cluster refuses refused the whole claim; they go apart
                 # (one by one if need be). A node that predates them names the field.
                 if "completions" in (exc.details or {}).get("fields", ()):
@@ -117,17 +123,45 @@ class Claiming:
         for task in tasks:
             self._start(task)
 
+    def slots_refused(self, exc: ApiError) -> bool:
+        """A node that predates slot reports refuses the field: stop sending them (the
+        autoscaling gauge then lacks this worker) rather than the claims or heartbeats."""
+        if self._report_slots and exc.code == "invalid_argument" and \
+                "slots" in (exc.details or {}).get("fields", ()):
+            log.info("this cluster takes no slot reports: claiming without them")
+            self._report_slots = False
+            return True
+        return False
+
+    def slots(self, named: bool = False) -> dict[str, Any] | None:
+        """This worker's slots as its claims and heartbeats report them (`named`: with its
+        id and task types, as a heartbeat needs): `concurrency` in all, busy ones by the
+        task type their handler runs (bounded by the total). None once refused."""
+        if not self._report_slots:
+            return None
+        busy: dict[str, int] = {}
+        left = self.concurrency
+        for job, _ in self._jobs.values():
+            if job.started and not job.returned and left > 0:
+                busy[job.ctx.task_type] = busy.get(job.ctx.task_type, 0) + 1
+                left -= 1
+        out: dict[str, Any] = {"total": self.concurrency, "busy": busy}
+        if named:
+            out.update(worker_id=self.worker_id, task_types=sorted(self.handlers))
+        return out
+
     async def _claim(self, want: int, carried: list) -> list[dict]:
         types = sorted(self.handlers)
         if not carried:
             return await self._client.claim(
                 self.worker_id, types, wait_s=self.wait_s, minimal=True, max_tasks=want,
                 lease_s=self.lease_s, prefetch_ms=self.prefetch_ms,
-                priorities=self.priorities) or []
+                priorities=self.priorities, slots=self.slots()) or []
         body = await self._client.claim_and_complete(
             self.worker_id, types, [item for item, _ in carried],
             wait_s=min(self.wait_s, CARRY_WAIT_S), minimal=True, max_tasks=want,
-            lease_s=self.lease_s, prefetch_ms=self.prefetch_ms, priorities=self.priorities)
+            lease_s=self.lease_s, prefetch_ms=self.prefetch_ms, priorities=self.priorities,
+            slots=self.slots())
         answers = body.get("completions") if isinstance(body, dict) else None
         answers = answers if isinstance(answers, list) else []
         self._outbox.answered(carried, answers)

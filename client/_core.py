@@ -116,6 +116,9 @@ class Call:
     replica_read: bool = True             # a read of replicated state: takes min_seq
     minimal: bool = False                 # `Prefer: return=minimal`: brief answers
     to_leader: bool = False               # a claim: to the node its last answer named leader
+    # Heartbeats: to that node first too (it keeps the worker's slot reports, DESIGN 14.4),
+    # without moving where the other calls go.
+    leader_first: bool = False
 
     def __post_init__(self) -> None:
         if self.write and self.key is None:
@@ -140,7 +143,7 @@ class Rotation:
 
     def attempts(self, to_leader: bool = False) -> Iterator[tuple[str, float]]:
         """Yields (url, delay_s before this attempt) forever; the caller enforces the deadline.
-        `to_leader` (claims): from the leader's URL when one of ours was named."""
+        `to_leader` (claims, heartbeats): from the leader's URL when one of ours was named."""
         n = len(self.urls)
         start = self.current
         if to_leader and self.leader is not None:
@@ -152,9 +155,13 @@ class Rotation:
             yield self.urls[(start + i) % n], delay
             i += 1
 
-    def success(self, url: str, to_leader: bool = False, leader: str | None = None) -> None:
+    def success(self, url: str, to_leader: bool = False, leader: str | None = None,
+                leader_first: bool = False) -> None:
         """`url` answered. A claim's answer names the leader's URL (`leader`): while that is
-        one of ours, claims go there first and the other calls stay where they were."""
+        one of ours, claims go there first and the other calls stay where they were (a
+        `leader_first` call that the leader answered moves nothing)."""
+        if leader_first and url == self.leader:
+            return
         if to_leader:
             self.leader = leader if leader in self.urls else None
             if self.leader is not None:

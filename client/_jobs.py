@@ -20,6 +20,7 @@ ERROR_TYPE_CHARS_MAX = API_LIMITS.error_type_chars_max
 ERROR_MESSAGE_CHARS_MAX = API_LIMITS.error_message_chars_max
 TRACEBACK_CHARS_MAX = API_LIMITS.traceback_chars_max
 ERROR_BYTES_MAX = LIMITS.error_bytes_max
+PROGRESS_MESSAGE_CHARS_MAX = LIMITS.progress_message_chars_max
 
 PARSED_TIMES_MAX = 1024   # distinct time strings remembered (a few claims' and batches' worth)
 
@@ -100,6 +101,20 @@ class TaskContext:
     cancelled: threading.Event = field(default_factory=CancelEvent)
     parents_of: Callable[[str], Any] | None = field(default=None, repr=False)
     _parents: dict[str, Any] | None = field(default=None, repr=False)
+    progress_to: Callable[[float, str], None] | None = field(default=None, repr=False)
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        """Report how far the run has got: `fraction` in 0..1 and a short message (cut to
+        PROGRESS_MESSAGE_CHARS_MAX characters). Cheap, from any thread: the worker sends
+        the latest report of each task with a heartbeat, at most one a second; `GET
+        /v1/tasks/{id}`, `tsctl get` and the dashboard show it (DESIGN 9)."""
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) \
+                or not 0 <= fraction <= 1:   # NaN fails the comparison too
+            raise ValueError(f"progress fraction must be a number in 0..1, got {fraction!r}")
+        if not isinstance(message, str):
+            raise ValueError("progress message must be a string")
+        if self.progress_to is not None:
+            self.progress_to(float(fraction), message[:PROGRESS_MESSAGE_CHARS_MAX])
 
     @property
     def parents(self) -> dict[str, Any]:
@@ -128,16 +143,24 @@ class Job:
     """One claimed task: context, local lease deadline, and what happened to it."""
 
     def __init__(self, task: dict[str, Any], lease_s: float,
-                 parents_of: Callable[[str], Any] | None = None) -> None:
+                 parents_of: Callable[[str], Any] | None = None,
+                 progress_due: Callable[[], None] | None = None) -> None:
         self.task = task
         self.ctx = TaskContext(
             task_id=task["task_id"], execution_id=task.get("execution_id") or task["task_id"],
             fencing_token=int(task["fencing_token"]), attempt=int(task.get("attempt") or 1),
             task_type=task.get("task_type", ""), tenant=task.get("tenant"),
-            run_at=parse_time(task.get("run_at")), parents_of=parents_of)
+            run_at=parse_time(task.get("run_at")), parents_of=parents_of,
+            progress_to=self._progressed)
         self.started = False
+        self.returned = False      # its handler returned (the slot is free)
         self.lost = False          # the lease is gone: the result must not be reported
         self.reported = False
+        # The handler's latest progress not sent yet (the latest wins), when the last was
+        # sent (monotonic), and who to tell: the worker's sender (_worker.py).
+        self.progress: tuple[float, str] | None = None
+        self.progress_sent_at = 0.0
+        self._progress_due = progress_due
         self.lease_deadline = 0.0
         self.extend(task.get("lease_expires_at"), lease_s)
 
@@ -150,6 +173,11 @@ class Job:
 
     def extend(self, expires_at: Any, fallback_s: float) -> None:
         self.lease_deadline = time.monotonic() + self._lease_left_s(expires_at, fallback_s)
+
+    def _progressed(self, fraction: float, message: str) -> None:
+        self.progress = (fraction, message)   # one assignment: safe from a handler's thread
+        if self._progress_due is not None:
+            self._progress_due()
 
     def lose(self) -> None:
         self.lost = True

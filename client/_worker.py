@@ -19,6 +19,7 @@ from ._claiming import CLAIM_WAIT_S_MAX, UNSERVABLE_CODES, Claiming, check_prior
 from ._jobs import (LEASE_LOST_CODES, RETRY_ALL, Job, RetryRule, error_code_of,
                     outcome_of, parse_time)
 from ._outbox import Outbox
+from ._progress import Progressing
 from ._reserve import check_reserve, lane_workers, run_lanes, split_slots
 from ._session import SESSION_TIMEOUT_S, Session
 from ._threads import HandlerThreads
@@ -30,6 +31,7 @@ log = logging.getLogger("tsched.worker")
 
 THREAD_WAKE_EARLY_S = 0.005  # sync handlers sleep the last few ms before run_at in the thread
 CLAIM_AHEAD_FACTOR = 3       # default claim_ahead per thread of concurrency
+HEARTBEAT_S_MAX = 20.0       # heartbeats at a third of the lease, at least this often
 
 
 def _in_thread(handler: Callable, payload: Any, job: Job) -> Any:
@@ -101,7 +103,7 @@ def _log_next_step(job: Job, outcome: dict, task: dict | None) -> None:
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
-class Worker(Claiming):
+class Worker(Claiming, Progressing):
     def __init__(self, urls: Any, handlers: dict[str, Callable], concurrency: int = 4,
                  lease_s: float = 30, prefetch_ms: int = 250, token: str | None = None,
                  worker_id: str | None = None, grace_s: float = 30.0,
@@ -153,6 +155,7 @@ class Worker(Claiming):
         self._window = Window(concurrency, self.claim_ahead, self.held_max)
         self.carry_completions = carry_completions
         self._carry = carry_completions   # off against a node that predates it
+        self._report_slots = True         # likewise: slot reports on claims and heartbeats
         self._held = 0   # claimed tasks whose handler has not returned yet
         self.worker_id = worker_id or default_worker_id()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -203,7 +206,9 @@ class Worker(Claiming):
         self._outbox = Outbox(self._client, give_up_s=self.lease_s)
         self._keepalive = Session(self._client, self.worker_id, self.session_timeout_s,
                                 self._heartbeat_once)
+        self._progress_due = asyncio.Event()
         helpers = [asyncio.create_task(self._heartbeat_loop()),
+                   asyncio.create_task(self._progress_loop()),
                    asyncio.create_task(self._outbox.run()),
                    asyncio.create_task(self._keepalive.run())]
         claimer = asyncio.create_task(self._claim_loop())
@@ -245,7 +250,7 @@ class Worker(Claiming):
 
     # --- starting a claimed task ----------------------------------------------------
     def _start(self, task: dict) -> None:
-        job = Job(task, self.lease_s, self._parents_of)
+        job = Job(task, self.lease_s, self._parents_of, self._progressed)
         self._held += 1
         task_type = job.ctx.task_type
         if (task_type in self.handlers and not self._is_async[task_type]
@@ -292,7 +297,7 @@ class Worker(Claiming):
         return otel.traced(handler, job.task, is_async) if self._traced else handler
 
     def _on_thread_done(self, job: Job, runner: asyncio.Future, ok: bool, value: Any) -> None:
-        self._handler_returned()
+        self._handler_returned(job)
         if job.lost or runner.done():   # given back or cancelled meanwhile: dropped
             self._finished(job, runner)
             return
@@ -305,7 +310,7 @@ class Worker(Claiming):
                 await self._until_run_at(job)
                 outcome = await self._call_handler(job)
             finally:
-                self._handler_returned()
+                self._handler_returned(job)
             if not job.lost:
                 assert self._loop is not None, "tasks run only inside run_async"
                 reported = self._loop.create_future()
@@ -314,7 +319,8 @@ class Worker(Claiming):
         finally:
             self._forget(job)
 
-    def _handler_returned(self) -> None:
+    def _handler_returned(self, job: Job) -> None:
+        job.returned = True
         self._held -= 1   # the slot frees as the handler returns, before the report
         self._window.handler_done()
         self._slot_free.set()
@@ -362,7 +368,9 @@ class Worker(Claiming):
 
     # --- heartbeats ------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
-        interval_s = self.lease_s / 3
+        # Heartbeats also report the worker's slots: often enough that a busy worker's
+        # report never ages out at the leader (node/scheduling/worker_slots.py, 60 s).
+        interval_s = min(self.lease_s / 3, HEARTBEAT_S_MAX)
         while True:
             await asyncio.sleep(interval_s)   # the heartbeat period itself
             await self._heartbeat_once(interval_s)
@@ -373,11 +381,16 @@ class Worker(Claiming):
             return
         items = [{"task_id": j.ctx.task_id, "fencing_token": j.ctx.fencing_token,
                   "lease_s": self.lease_s} for j in jobs]
-        try:
-            answers = await self._client.heartbeats(items, deadline_s=budget_s)
-        except ApiError as exc:
-            log.warning("heartbeat: %s", exc)
-            answers = None
+        answers = None
+        for _ in range(2):   # again without the slot report, if a node refuses it
+            try:
+                answers = await self._client.heartbeats(items, deadline_s=budget_s,
+                                                        slots=self.slots(named=True))
+                break
+            except ApiError as exc:
+                if not self.slots_refused(exc):
+                    log.warning("heartbeat: %s", exc)
+                    break
         now = time.monotonic()
         for i, job in enumerate(jobs):
             answer = answers[i] if answers and i < len(answers) else None

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
 from typing import IO, Any
 
 import click
@@ -19,6 +18,7 @@ from .errors import ApiError
 SUBMIT_BATCH_MAX = 100        # tasks per request in `submit --file`
 FILE_TASKS_MAX = 1_000_000    # lines read from one --file
 WAIT_POLL_S = 0.5             # `get --wait` asks this often
+PROGRESS_STEPS = 1_000        # of the --wait bar: the state keeps progress in thousandths
 HINT_READ_S = 3.0             # the leader's hint is worth this long a wait, no more
 STATES = ["pending", "retrying", "running", "completed", "cancelled", "dead_letter",
           "discarded"]   # `retrying`: a view of pending (DESIGN 14.1)
@@ -130,22 +130,47 @@ def get(st: State, task_id: str, wait: bool, wait_timeout: float) -> None:
 
 
 def _wait_terminal(st: State, task_id: str, task: dict, timeout_s: float) -> dict:
+    """Polls until the task is terminal; the bar follows the running attempt's progress
+    (DESIGN 9), its line says the state and the handler's message."""
     deadline = time.monotonic() + timeout_s
-
-    def states() -> Iterator[str | None]:
-        nonlocal task
+    with click.progressbar(length=PROGRESS_STEPS, label=f"waiting for {task_id}",
+                           file=sys.stderr, item_show_func=_waiting_line) as bar:
         while task.get("state") not in TERMINAL_STATES:
             if time.monotonic() >= deadline:
                 raise click.ClickException(f"still {task.get('state')} after {timeout_s:g} s")
             time.sleep(WAIT_POLL_S)   # the API has no task-change long-poll: poll with a deadline
             task = st.client.get(task_id)
-            yield task.get("state")
-
-    with click.progressbar(states(), label=f"waiting for {task_id}", file=sys.stderr,
-                           item_show_func=lambda s: s or "") as bar:
-        for _ in bar:
-            pass
+            bar.update(max(0, _steps_done(task) - bar.pos), task)
     return task
+
+
+def _steps_done(task: dict) -> int:
+    if task.get("state") in TERMINAL_STATES:
+        return PROGRESS_STEPS
+    p = task.get("progress")
+    fraction = p.get("fraction") if isinstance(p, dict) else None
+    return round(fraction * PROGRESS_STEPS) if isinstance(fraction, (int, float)) else 0
+
+
+def _waiting_line(task: dict | None) -> str:
+    if not task:
+        return ""
+    p = task.get("progress")
+    message = p.get("message") if isinstance(p, dict) else None
+    return f"{task.get('state')}: {message}" if message else str(task.get("state") or "")
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 86400), default=300.0,
+              show_default=True, help="Seconds to wait at most.")
+@pass_state
+def wait(st: State, task_id: str, timeout_s: float) -> None:
+    """Wait until a task is terminal, with a bar of its progress; then show it."""
+    task = st.client.get(task_id)
+    if task.get("state") not in TERMINAL_STATES:
+        task = _wait_terminal(st, task_id, task, timeout_s)
+    st.show(task, render.task_detail(task))
 
 
 @cli.command(name="list")

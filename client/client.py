@@ -62,7 +62,8 @@ class _Base(ApiCalls):
         """The body of a served answer (2xx) or its ApiError (4xx, 500)."""
         body = decode(resp)
         self._seq.note(body, resp.headers)
-        self._rotation.success(url, call.to_leader, resp.headers.get(LEADER_HEADER))
+        self._rotation.success(url, call.to_leader, resp.headers.get(LEADER_HEADER),
+                               call.leader_first)
         if resp.status_code >= 400:
             raise error_from(resp, body)
         return body
@@ -108,7 +109,7 @@ class Client(_Base):
         unreached_until = None if self.unreachable_s is None \
             else time.monotonic() + self.unreachable_s   # None once a node was reached
         last, overloads, failures = None, 0, {}
-        for url, delay in self._rotation.attempts(call.to_leader):
+        for url, delay in self._rotation.attempts(call.to_leader or call.leader_first):
             if time.monotonic() + delay >= min(deadline, unreached_until or deadline):
                 break
             if delay:
@@ -205,7 +206,7 @@ class AsyncClient(_Base):
     async def _send(self, call: Call) -> Any:
         deadline = self._deadline(call)
         last, overloads, failures = None, 0, {}
-        for url, delay in self._rotation.attempts(call.to_leader):
+        for url, delay in self._rotation.attempts(call.to_leader or call.leader_first):
             if time.monotonic() + delay >= deadline:
                 break
             if delay:

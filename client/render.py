@@ -95,9 +95,25 @@ def pauses_table(pauses: list[dict]) -> str:
     return table(rows, PAUSE_COLUMNS) if rows else "no queue is paused"
 
 
+PROGRESS_BAR_CHARS = 20
+
+
+def progress(p: dict) -> str:
+    """A running task's progress: `[##########          ]  50%  half (at <time>)`."""
+    value = p.get("fraction")
+    fraction = float(value) if isinstance(value, (int, float)) else 0.0
+    filled = round(fraction * PROGRESS_BAR_CHARS)
+    bar = "#" * filled + " " * (PROGRESS_BAR_CHARS - filled)
+    message = f"  {p['message']}" if p.get("message") else ""
+    at = f" (at {p['at']})" if p.get("at") else ""
+    return f"[{bar}] {fraction * 100:3.0f}%{message}{at}"
+
+
 def task_detail(task: dict) -> str:
     if isinstance(task.get("limited_by"), dict):
         task = {**task, "limited_by": limited_by(task["limited_by"])}
+    if isinstance(task.get("progress"), dict):
+        task = {**task, "progress": progress(task["progress"])}
     hint, pause = task.get("unclaimed_type"), task.get("paused")
     task = {k: v for k, v in task.items() if k not in ("unclaimed_type", "paused")}
     out = fields(task)

@@ -12,6 +12,13 @@ full, finished outcomes ride on the next claim (`completions` of `POST /v1/claim
 request and one Raft entry for both) or, when no claim goes out soon, on a
 `POST /v1/completions` of their own, as they always do under a trickle of work.
 
+Every claim and heartbeat batch carries the worker's slots (`concurrency` in all, the busy
+ones by task type: `Claiming.slots`), which the leader turns into the autoscaling gauge
+`tsched_worker_slots` (DESIGN 14.4); heartbeats go at least every 20 s, and first to the
+node a claim answer named leader. A handler's `ctx.progress(fraction, message)` is sent
+with a heartbeat of its own, the latest report per task at most once a second
+(`_progress.py`, DESIGN 9).
+
 With `reserve=` (DESIGN 5.1) the Worker runs as lanes (`_reserve.py`), each a Worker of
 its own slots, window and threads: a reserved lane claims only its tier's range, the rest
 the whole range; stopping the Worker stops every lane.

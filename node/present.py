@@ -220,6 +220,15 @@ def pause_change(v: dict) -> Json:
     return out
 
 
+def progress(reported: tuple[int, str, int] | None) -> Json | None:
+    """A running task's last reported progress (store.progress, DESIGN 9): the fraction
+    (kept in thousandths), the message and when it came; None when there is none."""
+    if reported is None:
+        return None
+    permille, message, at_ms = reported
+    return {"fraction": permille / 1000, "message": message, "at": rfc3339(at_ms)}
+
+
 def limit(d: LimitDef) -> Json:
     return {"name": d.name, "rate": d.rate or None,
             "per_s": seconds(d.per_ms) if d.rate else None,

@@ -17,6 +17,7 @@ from tsched.node.raft.seq_watcher import SeqWatcher
 from tsched.node.scheduling.claim_hub import ClaimHub
 from tsched.node.scheduling.claimed_types import ClaimedTypes
 from tsched.node.scheduling.session_watch import SessionWatch
+from tsched.node.scheduling.worker_slots import WorkerSlots
 from tsched.node.scheduling.timer import LeaderTimer
 from tsched.node.topology import task_id_in
 
@@ -45,6 +46,9 @@ class Node:
     backup_in_progress: bool = False   # GET /v1/cluster/backup: one at a time (api/backup.py)
     # The task types workers asked for while this node led: a hint, not replicated.
     claimed_types: ClaimedTypes = field(default_factory=ClaimedTypes)
+    # The workers' busy and idle slots their claims and heartbeats reported here as the
+    # leader (tsched_worker_slots): advisory, not replicated.
+    worker_slots: WorkerSlots = field(default_factory=WorkerSlots)
 
     def new_task_id(self) -> str:
         """A fresh task id; with shards its first two hex digits name this shard, so any

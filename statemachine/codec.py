@@ -228,12 +228,13 @@ _MAKERS = {cls.__name__: (cls, len(_FIELDS[cls]) + 1, _maker(cls)) for cls in c.
 # Defaults of the fields added last, in field order: Fire.shard, then every audited
 # command's `actor` (DESIGN 14.6), Claim's priority range and tier weights (as encoded: a
 # list), Fail's retry_after_ms, SubmitTask's limits and traceparent, SubmitWorkflow's
-# traceparent. An item may lack any tail of them.
+# traceparent, Heartbeat's progress. An item may lack any tail of them.
 _ADDED_LATER: dict[type, list] = {
     c.Fire: [None, None], c.Cancel: [None], c.Replay: [None], c.Discard: [None],
     c.SetTenant: [None], c.PutSchedule: [None], c.DeleteSchedule: [None],
     c.PauseSchedule: [None], c.ResumeSchedule: [None],
-    c.Claim: [0, 10, []], c.Fail: [0], c.SubmitTask: [[], None], c.SubmitWorkflow: [None]}
+    c.Claim: [0, 10, []], c.Fail: [0], c.SubmitTask: [[], None], c.SubmitWorkflow: [None],
+    c.Heartbeat: [-1, ""]}
 
 
 def _positional(item: object) -> c.Command:

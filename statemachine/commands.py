@@ -76,6 +76,10 @@ class Heartbeat(Command):
     fencing_token: int
     lease_ms: int = 30_000
     tenant: str | None = None
+    # The handler's progress (DESIGN 9), added later (codec): -1 carries none; else the
+    # fraction done in thousandths (0..1000) and a short message.
+    progress_permille: int = -1
+    progress_message: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -29,6 +29,8 @@ whose order decides evictions, contributes sum(h_i * B**(n-1-i)) mod 2**127-1 ov
 entries oldest first; the digest is the SHA-256 of the counters with those sizes and sums.
 The audit trail (audit.py) adds its last id, its length and the same polynomial over its
 entries, once it ever held one (so the digest of a state without one is unchanged).
+Running tasks' progress (store.progress, DESIGN 9) adds its records, by task id, while
+there are any.
 The times the request table's entries were recorded (request_table.py) are not hashed:
 each is the state clock (hashed) when its entry was added, so they follow from the log
 as the entries do, and a replica whose times differed would evict differently, which the
@@ -133,6 +135,8 @@ def _combine(sm: StateMachine, tasks_acc: int, tenants_acc: int, schedules_acc: 
         head += ["sessions", [sm.sessions[w].record() for w in sorted(sm.sessions)]]
     if sm.workflows.seq:   # likewise a state that never had a workflow
         head += [sm.workflows.seq, sm.workflows.finish_seq, workflows_acc(sm).to_bytes(16, "big")]
+    if sm.store.progress:   # and one whose running tasks report no progress
+        head += ["task_progress", sm.store.progress_records()]
     return hashlib.sha256(codec.pack(head)).hexdigest()
 
 

@@ -99,12 +99,16 @@ def _grant(sm: StateMachine, task: Task, cmd: c.Claim) -> None:
 
 def heartbeat(sm: StateMachine, cmd: c.Heartbeat) -> Answer:
     """Renews the lease (bounded by the task's timeout), unless a cancel was requested: then
-    the lease runs out and the answer tells the worker to stop."""
+    the lease runs out and the answer tells the worker to stop. Progress, if carried, is
+    kept either way."""
     V.heartbeat(cmd, sm.limits)
     task = find(sm, cmd.task_id, cmd.tenant)
     decide(task, HEARTBEAT, cmd.fencing_token)
     lease, started = task.lease_expires_at_ms, task.started_at_ms
     assert lease is not None and started is not None, task   # running: set by its claim
+    if cmd.progress_permille >= 0:   # the latest report wins (store.progress)
+        sm.store.progress[task.task_id] = (cmd.progress_permille, cmd.progress_message,
+                                           sm.now_ms)
     if not task.cancel_requested:
         store = sm.store
         before = store.deadline(task)

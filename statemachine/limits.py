@@ -104,6 +104,10 @@ class Limits:
     session_timeout_ms_min: int = 1_000
     session_timeout_ms_max: int = 60_000
     sessions_max: int = 100_000              # open sessions (one per worker lane)
+    # A running task's progress (a heartbeat's, DESIGN 9): the fraction is kept in
+    # thousandths (no floats in the state), the message is a short line for a person.
+    progress_permille_max: int = 1_000
+    progress_message_chars_max: int = 200
 
     # --- keyed limits (ratelimits.py, issue 46) ------------------------------------------
     limits_max: int = 64                     # declared limits
@@ -151,6 +155,7 @@ class ApiLimits:
                                              # each bounded by Limits.payload_bytes_max too)
     request_items_max: int = 1_000           # tasks of a batch submit, items of a batch call
     claim_wait_ms_max: int = 60_000          # how long a claim may long-poll
+    worker_slots_max: int = 10_000           # a worker's reported slots (claims, heartbeats)
     list_page_items_max: int = 1_000         # `limit` of a listing
     json_depth_max: int = 64                 # nesting of a body (Python's json fails ~1000)
     epoch_ms_max: int = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, any instant given

@@ -248,6 +248,13 @@ class StateMachine:
     def stats(self) -> dict:
         return reads.stats(self)
 
+    def ready_by_type(self, now_ms: int) -> dict[str, int]:
+        """Pending tasks per task type that a claim could take now: due by `now_ms` (to
+        the second, readiness.py) and not held by a keyed limit. Types with none are
+        absent. A read that moves the derived due counts forward (callers hold the
+        replica lock, as for every read)."""
+        return reads.ready_by_type(self, now_ms)
+
     # --- snapshots (snapshot.py) and the digest (digest.py) -------------------------------
     def snapshot(self) -> bytes:
         return snapshot.snapshot(self)

@@ -167,6 +167,7 @@ class Limiter:
         self.held_of: dict[str, tuple[str, str]] = {}     # task id -> (limit, key)
         self.overflow: dict[str, list[Task]] = {}         # waiting for a partition's room
         self.holds = 0                                    # tasks held so far (a counter)
+        self.held_by_type: dict[str, int] = {}            # held tasks per task type, derived
         self.limited: dict[str, Task] = {}                # every task naming a limit
 
     # --- the claim path -------------------------------------------------------------------
@@ -219,6 +220,7 @@ class Limiter:
         die (its qver moves on), the held entry carries the new one."""
         task.qver += 1
         self.holds += 1
+        self._count_held(task, 1)
         name, key = where
         if key == OVERFLOW:
             self.overflow.setdefault(name, []).append(task)
@@ -250,6 +252,15 @@ class Limiter:
         if self.held_of.pop(task.task_id, None) is None:
             for name, _, key in self._keyed(task):
                 self.opened[(name, key)] = None
+        else:
+            self._count_held(task, -1)
+
+    def _count_held(self, task: Task, delta: int) -> None:
+        n = self.held_by_type.get(task.task_type, 0) + delta
+        if n:
+            self.held_by_type[task.task_type] = n
+        else:
+            del self.held_by_type[task.task_type]
 
     # --- releasing ------------------------------------------------------------------------
     def settle(self, now_ms: int) -> None:
@@ -301,6 +312,7 @@ class Limiter:
 
     def _requeue(self, task: Task, now_ms: int) -> None:
         del self.held_of[task.task_id]
+        self._count_held(task, -1)
         self.queue.push(task, now_ms)
 
     def _settle(self, name: str, part: Partition, defn: LimitDef, now_ms: int) -> None:

@@ -146,3 +146,19 @@ def stats(sm: StateMachine) -> dict:
         "schedules": len(sm.schedules),
         "requests": len(sm.requests),
     }
+
+
+def ready_by_type(sm: StateMachine, now_ms: int) -> dict[str, int]:
+    """StateMachine.ready_by_type: due pending tasks per type less those a keyed limit
+    holds. Queue pauses, once there are any, are to be taken out here as well (a paused
+    queue's due tasks are not ready). A tenant at its running cap is not: its tasks are
+    ready for the tenant's next free slot."""
+    due = sm.store.due
+    due.advance(max(now_ms, sm.now_ms))
+    held = sm.store.limiter.held_by_type
+    out = {}
+    for task_type in sorted(due.due):
+        n = due.due[task_type] - held.get(task_type, 0)
+        if n > 0:
+            out[task_type] = n
+    return out

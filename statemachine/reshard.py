@@ -69,6 +69,10 @@ def _one(olds: list[StateMachine], rows: list, s: int, shards: int,
     pauses = _pauses(olds)
     if pauses:
         head["queue_pauses"] = pauses
+    progress = sorted([tid, *o.store.progress[tid]] for o in olds for tid in o.store.progress
+                      if shard_of(o.tasks[tid].tenant) == s)
+    if progress:   # optional (DESIGN 9): absent is none
+        head["task_progress"] = progress
     blob = snapshot_format.encode_snapshot(head, renumbered, {}, [])
     return StateMachine.restore(blob, limits=limits).snapshot()
 

@@ -47,6 +47,7 @@ def head(sm: StateMachine) -> dict:
         **snapshot_format.trace_fields(sm.tasks.values()),
         **wf, **opened,
         **pause_fields(sm),
+        **_progress_field(sm),
     }
 
 
@@ -55,6 +56,13 @@ def pause_fields(sm: StateMachine) -> dict:
     pause stands (an optional key of format 8: absent reads as none)."""
     records = sm.store.pauses.records()
     return {"queue_pauses": records} if records else {}
+
+
+def _progress_field(sm: StateMachine) -> dict:
+    """`task_progress` (DESIGN 9), only once a running task has some: optional, absent is
+    none, so a state without progress encodes as it did before it existed."""
+    records = sm.store.progress_records()
+    return {"task_progress": records} if records else {}
 
 
 def snapshot(sm: StateMachine) -> bytes:
@@ -88,6 +96,7 @@ def restore(sm: StateMachine, blob: bytes) -> StateMachine:
         workflows.restore(sm, top)
         _restore_pauses(sm, top.get("queue_pauses"))
         _restore_sessions(sm, top.get("sessions"))
+    _restore_progress(sm, top.get("task_progress"))
     for rid, rec in requests:
         sm.requests[rid] = tuple(rec)
     _restore_times(sm, times)
@@ -125,6 +134,11 @@ def _restore_pauses(sm: StateMachine, records: object) -> None:
         sm.store.pauses.restore(records)
     except (TypeError, ValueError) as exc:
         raise codec.DecodeError(f"snapshot queue pauses: {exc.__class__.__name__}") from None
+def _restore_progress(sm: StateMachine, records: object) -> None:
+    try:
+        sm.store.restore_progress(records)
+    except (TypeError, ValueError) as exc:
+        raise codec.DecodeError(f"snapshot task_progress: {exc}") from None
 
 
 def _index_tasks(sm: StateMachine, chunks: Iterable[snapshot_format.TaskChunk],

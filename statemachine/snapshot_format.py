@@ -11,9 +11,10 @@ records oldest first, audit.py). Format 7 is format 6 with keyed limits and work
 the head (`limits`: each definition with its busy partitions; `task_limits`: [task id,
 names] of the tasks that name limits, by id; ratelimits.py; `wf_seq`, `wf_finish_seq`,
 `workflows`: records in submission order, graphs.py, present once a workflow was
-submitted). Format 8 is format 7 with three optional keys in the head, absent = none:
+submitted). Format 8 is format 7 with four optional keys in the head, absent = none:
 `queue_pauses`, the paused queues' records by key (pauses.py), present while a pause
-stands; `sessions`, the open worker sessions by worker id (sessions.py); `task_traces`, [task id, traceparent] of the tasks that carry the submitter's W3C
+stands; `task_progress`, running tasks' progress, [task id, permille, message, at_ms] by
+id (store.py), present while some running task has some; `sessions`, the open worker sessions by worker id (sessions.py); `task_traces`, [task id, traceparent] of the tasks that carry the submitter's W3C
 trace context, by id, present once one does. A node that reads only up to format 7 refuses
 it by its number, rather than drop what it does not know. Format 4 is format 5 without the runs. Formats 1-3 are read (3: the head has `tasks_sum` instead of the
 roll, and the request records are followed by their item hashes, one bin of 16 bytes each).

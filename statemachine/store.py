@@ -30,6 +30,7 @@ from .model import LIVE, PENDING, RUNNING, STATES, TERMINAL, Schedule, Task, Ten
 from .pauses import Pauses
 from .queue import ClaimQueue
 from .ratelimits import Limiter
+from .readiness import DueCounts
 
 
 class Store:
@@ -50,6 +51,7 @@ class Store:
         self.occurrences: dict[tuple[str, str], dict[str, Task]] = {}
         self.schedules_per_tenant: dict[str, int] = {}
         self.pending_by_priority = [0] * (limits.priority_max + 1)
+        self.due = DueCounts()            # pending tasks per type, due or not yet (metrics)
         self.live = 0                     # pending + running tasks
         self.terminal_count = 0
         self.n = 0                        # tie-breaker of heap entries
@@ -58,6 +60,10 @@ class Store:
         # that their workflows have yet to follow (`settle`, after each command).
         self.watched: Container[str] = {}
         self.moved: deque[Task] = deque()
+        # Replicated: the progress its handler last reported of each running task (a
+        # heartbeat's, DESIGN 9): task id -> (permille, message, at_ms). Dropped when the
+        # attempt ends, so it holds at most the running tasks.
+        self.progress: dict[str, tuple[int, str, int]] = {}
 
     # --- tasks ----------------------------------------------------------------------------
     def index(self, task: Task, now_ms: int) -> None:
@@ -65,6 +71,8 @@ class Store:
         The counting and watching of `_count` and `_enter` are inlined here: a restore
         calls this for every task (a million at 1M)."""
         tenant, state = task.tenant, task.state
+        if now_ms >= self.due.next_ms:   # once a second at most
+            self.due.advance(now_ms)
         self.tasks[task.task_id] = task
         self.all.add(task)
         if task.limits:
@@ -83,6 +91,7 @@ class Store:
         if state == PENDING:
             self.tenants[tenant].pending += 1
             self.pending_by_priority[task.priority] += 1
+            self.due.add(task.task_type, task.run_at_ms, 1)
             self.live += 1
             self.queue.push(task, now_ms)
         elif state == RUNNING:
@@ -114,6 +123,8 @@ class Store:
     def move(self, task: Task, new: str, now_ms: int) -> None:
         """`task` changes state to `new` (a lifecycle row's): re-indexed by state."""
         old = task.state
+        if now_ms >= self.due.next_ms:   # once a second at most
+            self.due.advance(now_ms)
         self._count(task, -1)
         self.by_state[old].remove(task)
         task.state = new
@@ -121,6 +132,8 @@ class Store:
         self._count(task, 1)
         if old == RUNNING:
             task.lease_expires_at_ms = None
+            if self.progress:
+                self.progress.pop(task.task_id, None)   # the attempt's progress ends with it
             if task.limits:
                 self.limiter.ended(task)   # its slots free
         elif old == PENDING and new != RUNNING:
@@ -157,6 +170,7 @@ class Store:
         if state == PENDING:
             self.tenants[task.tenant].pending += delta
             self.pending_by_priority[task.priority] += delta
+            self.due.add(task.task_type, task.run_at_ms, delta)
             self.live += delta
         elif state == RUNNING:
             self.tenants[task.tenant].running += delta
@@ -176,6 +190,21 @@ class Store:
             live.pop(task.task_id, None)
             if not live:
                 del self.occurrences[key]
+
+    # --- progress (DESIGN 9) ---------------------------------------------------------------
+    def progress_records(self) -> list[list]:
+        """[task id, permille, message, at_ms] by task id: snapshots and the state digest
+        (an empty list: a state that never had progress keeps both as they were)."""
+        return [[tid, *self.progress[tid]] for tid in sorted(self.progress)]
+
+    def restore_progress(self, records: object) -> None:
+        """The snapshot's `task_progress` (absent: none); only running tasks have one."""
+        for tid, permille, message, at_ms in records or ():   # type: ignore[attr-defined]
+            task = self.tasks.get(tid)
+            if task is None or task.state != RUNNING or type(permille) is not int \
+                    or type(message) is not str or type(at_ms) is not int:
+                raise ValueError(f"progress of {tid!r}, not a running task")
+            self.progress[task.task_id] = (permille, message, at_ms)
 
     # --- leases ---------------------------------------------------------------------------
     @staticmethod

@@ -216,6 +216,13 @@ def fenced(cmd: Unchecked, lim: Limits) -> None:
 def heartbeat(cmd: Unchecked, lim: Limits) -> None:
     fenced(cmd, lim)
     integer("lease_ms", cmd.lease_ms, lim.lease_ms_min, lim.lease_ms_max)
+    integer("progress", cmd.progress_permille, -1, lim.progress_permille_max)
+    message = cmd.progress_message
+    if message != "":   # no message is an empty one
+        string("progress.message", message, lim.progress_message_chars_max)
+    if cmd.progress_permille < 0 and message:
+        raise Rejected(INVALID_ARGUMENT, "a progress message needs a fraction",
+                       field="progress.fraction")
 
 
 def complete(cmd: Unchecked, lim: Limits) -> None:

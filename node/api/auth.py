@@ -43,7 +43,7 @@ _KEYS = ("admin_token_sha256", "tenant_token_sha256", "metrics_token_sha256")
 
 # Reachable without a token: liveness/readiness probes, and the dashboard's page and assets
 # (they hold no data; every API call the dashboard makes carries the token typed into it).
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/", "/v1/openapi.json"})
+OPEN_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/", "/v1/openapi.json"})
 OPEN_PREFIXES = ("/static/",)
 METRICS_PATH = "/metrics"
 TIMESERIES_PATH = "/v1/timeseries"   # the dashboard's graphs: cluster-wide counts

@@ -13,9 +13,10 @@ from tsched.statemachine.tiers import DEFAULT_TIERS, Tier
 
 from tsched.node.api.validate import (BATCH_MAX, CLAIM_TASKS_MAX, LEASE_S_MAX, LEASE_S_MIN,
                                       PREFETCH_MS_MAX, RESULT_BYTES_MAX, TASK_TYPE_CHARS_MAX,
-                                      TASK_TYPES_MAX, WAIT_S_MAX, FENCING_TOKEN_MAX, Fields,
+                                      TASK_TYPES_MAX, WAIT_S_MAX, FENCING_TOKEN_MAX,
+                                      WORKER_SLOTS_MAX, Fields,
                                       boolean, error_text, integer, json_text, number,
-                                      seconds_ms, task_id)
+                                      seconds_ms, task_id, text)
 from tsched.node.api.validate import name as _name
 from tsched.node.api.idempotency import request_ids
 from tsched.node.api.jsonio import prefers_minimal
@@ -23,10 +24,13 @@ from tsched.node.api.scope import tenant_scope
 from tsched.node.errors import ApiError, invalid
 from tsched.node.forwarding import FORWARDED_HEADER
 from tsched.node.scheduling.claim_request import ClaimRequest, CompletionItem, HeartbeatItem
+from tsched.node.scheduling.worker_slots import SlotReport
 
 PRIORITY_MAX = LIMITS.priority_max
 RETRY_AFTER_S_MAX = LIMITS.backoff_ms_max // SECOND_MS
 TIER_WEIGHT_MAX = LIMITS.tier_weight_max
+PROGRESS_PERMILLE_MAX = LIMITS.progress_permille_max
+PROGRESS_MESSAGE_CHARS_MAX = LIMITS.progress_message_chars_max
 
 KEY_HEADER = "Idempotency-Key"
 WATCH_HEADER = "X-Tsched-Claim-Watch"   # the router's watch: leases nothing (DESIGN 13)
@@ -128,6 +132,7 @@ def claim(body: object, tiers: tuple[Tier, ...] = DEFAULT_TIERS, *, tenant: str 
     completions = claim_completions(f.get("completions"))
     prio, weights = claim_tiers(f.get("priority_min"), f.get("priority_max"),
                                 f.get("tier_weights"), tiers)
+    slots = worker_slots(f.get("slots"), "slots", task_types)
     f.done()
     if completions and watch:
         raise invalid("a watch (X-Tsched-Claim-Watch) carries no completions")
@@ -145,7 +150,51 @@ def claim(body: object, tiers: tuple[Tier, ...] = DEFAULT_TIERS, *, tenant: str 
                         wait_s=wait_s, lease_ms=lease, prefetch_ms=prefetch_ms,
                         priorities=prio, tier_weights=weights, completions=completions,
                         completion_ids=completion_ids, tenant=tenant, watch=watch, head=head,
-                        forwarded=forwarded, rid_base=rid_base, minimal=minimal)
+                        forwarded=forwarded, rid_base=rid_base, minimal=minimal,
+                        slots=slots)
+
+
+def worker_slots(value: object, where: str, task_types: tuple[str, ...]) -> SlotReport | None:
+    """A worker's `slots` {total: 1..WORKER_SLOTS_MAX, busy: {task type: slots}} (busy
+    optional; its types among `task_types`, its sum at most total); None when absent."""
+    if value is None:
+        return None
+    f = Fields(value, where)
+    total = integer(f.get("total"), f"{where}.total", 1, WORKER_SLOTS_MAX)
+    busy = f.get("busy") if f.has("busy") else {}
+    f.done()
+    if not isinstance(busy, dict):
+        raise invalid(f"{where}.busy must be an object: task type -> busy slots",
+                      field=f"{where}.busy")
+    unknown = sorted(set(busy) - set(task_types))
+    if unknown:
+        raise invalid(f"{where}.busy names task types the worker does not serve: "
+                      f"{', '.join(unknown)[:200]}", field=f"{where}.busy")
+    counts = tuple(sorted((t, integer(n, f"{where}.busy", 0, total)) for t, n in busy.items()))
+    if sum(n for _, n in counts) > total:
+        raise invalid(f"{where}.busy adds up to more than {where}.total ({total})",
+                      field=f"{where}.busy")
+    return SlotReport(total, tuple((t, n) for t, n in counts if n))
+
+
+def heartbeat_slots(value: object) -> tuple[str, tuple[str, ...], SlotReport] | None:
+    """A heartbeat batch's `slots`: {worker_id, task_types} and a claim's slots fields;
+    (worker id, task types, report) or None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise invalid("slots must be a JSON object", field="slots")
+    rest = dict(value)
+    worker_id = _name(rest.pop("worker_id", None), "slots.worker_id")
+    types = rest.pop("task_types", None)
+    if not isinstance(types, list) or not 1 <= len(types) <= TASK_TYPES_MAX:
+        raise invalid(f"slots.task_types must be a list of 1..{TASK_TYPES_MAX} task types",
+                      field="slots.task_types")
+    task_types = tuple(sorted({_name(t, "slots.task_types[]", TASK_TYPE_CHARS_MAX)
+                               for t in types}))
+    report = worker_slots(rest, "slots", task_types)
+    assert report is not None, "a dict is a report or a refusal"
+    return worker_id, task_types, report
 
 
 def parse_claim(request: web.Request, body: object, tiers: tuple[Tier, ...]) -> ClaimRequest:
@@ -179,15 +228,32 @@ def fencing_token(value: object) -> int:
 
 def heartbeat(body: object, where: str = "body", path_task_id: str = "") -> HeartbeatItem:
     """A heartbeat: a batch item names its task; one at its own endpoint does not (its
-    path's task id, checked after the body)."""
+    path's task id, checked after the body). It may carry the handler's `progress`."""
     f = Fields(body, where)
     token = fencing_token(f.get("fencing_token"))
     lease = lease_ms(f.get("lease_s"))
     tid = task_id(f.get("task_id")) if where != "body" else ""
+    permille, message = progress(f.get("progress"), f"{where}.progress" if where != "body"
+                                 else "progress")
     f.done()
     if where == "body":
         tid = task_id(path_task_id)
-    return HeartbeatItem(task_id=tid, fencing_token=token, lease_ms=lease)
+    return HeartbeatItem(task_id=tid, fencing_token=token, lease_ms=lease,
+                         progress_permille=permille, progress_message=message)
+
+
+def progress(value: object, where: str) -> tuple[int, str]:
+    """A heartbeat's `progress` {fraction in 0..1, message (optional, at most
+    PROGRESS_MESSAGE_CHARS_MAX characters)} -> (thousandths, message); (-1, "") when absent.
+    The state keeps thousandths: no floats in replicated state."""
+    if value is None:
+        return -1, ""
+    f = Fields(value, where)
+    fraction = number(f.get("fraction"), f"{where}.fraction", 0, 1)
+    message = text(f.get("message"), f"{where}.message", PROGRESS_MESSAGE_CHARS_MAX, lo=0,
+                   default="")
+    f.done()
+    return round(fraction * PROGRESS_PERMILLE_MAX), message
 
 
 def completion(body: object, where: str = "body", *, failing: bool | None = None,

@@ -1,4 +1,4 @@
-"""Operations routes: /healthz, /readyz, /metrics, /v1/stats, /v1/openapi.json and the
+"""Operations routes: /healthz, /livez, /readyz, /metrics, /v1/stats, /v1/openapi.json and the
 dashboard (`/` and `/static/{name}`).
 
 `setup(app)` mounts them, the metrics middleware, and (at startup) the metrics apply listener.
@@ -55,6 +55,15 @@ async def healthz(request: web.Request) -> web.Response:
     """The process is up and serving HTTP; says nothing of Raft (see /readyz)."""
     node = request.app[NODE]
     return _json({"status": "ok", "node": node.node_id})
+
+
+@routes.get("/livez")
+async def livez(request: web.Request) -> web.Response:
+    """Liveness (a Kubernetes liveness probe): the process answers HTTP, so its event loop
+    runs. Like /healthz it says nothing of Raft: a node cut off from its peers is alive and
+    must not be restarted for it (readiness, /readyz, takes it out of service instead)."""
+    node = request.app[NODE]
+    return _json({"status": "alive", "node": node.node_id})
 
 
 @routes.get("/readyz")

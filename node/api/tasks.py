@@ -66,6 +66,7 @@ async def get_task(request: web.Request) -> web.Response:
         out, seq = present.task(t), sm.seq
         out["limited_by"] = present.limited_by(sm.store.limiter, t, sm.now_ms)
         out["paused"] = present.paused(sm.store.pauses, t)
+        out["progress"] = present.progress(sm.store.progress.get(t.task_id))
         step = sm.step_of(tid)
         if step is not None:   # a workflow's step (DESIGN 5.2)
             out["workflow"] = {"workflow_id": step[0].workflow_id,

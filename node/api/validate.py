@@ -37,6 +37,7 @@ IDEMPOTENCY_KEY_CHARS_MAX = L.idempotency_key_chars_max
 TRACEPARENT_CHARS = SV.TRACEPARENT_CHARS     # a W3C traceparent (version 00)
 BODY_BYTES_MAX = A.body_bytes_max
 BATCH_MAX = A.request_items_max
+WORKER_SLOTS_MAX = A.worker_slots_max
 TASK_TYPES_MAX = L.claim_task_types_max
 CLAIM_TASKS_MAX = L.claim_tasks_max
 WAIT_S_MAX = A.claim_wait_ms_max // SECOND_MS

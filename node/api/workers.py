@@ -4,6 +4,7 @@ Each reads: parse (api/claim_parsing.py: one typed request from the body and hea
 decide (scheduling/: claims.py, reports.py), render (one function per kind of answer)."""
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import cast
 
@@ -108,15 +109,23 @@ async def completions(request: web.Request) -> web.Response:
 
 @routes.post("/v1/heartbeats")
 async def heartbeats(request: web.Request) -> web.Response:
-    parsed = await parse_batch(request, "heartbeats")
-    return render_reports(parsed, *await reports.report(node_of(request), parsed))
+    """The batch may carry the worker's `slots` (busy and total): kept here if this node
+    leads (scheduling/worker_slots.py), else dropped (the worker's claims reach the leader)."""
+    node = node_of(request)
+    body = await json_body(request)
+    slots = claim_parsing.heartbeat_slots(body.pop("slots", None)) \
+        if isinstance(body, dict) else None
+    parsed = await parse_batch(request, "heartbeats", body)
+    if slots is not None and node.replica.is_ready_leader():
+        node.worker_slots.report(*slots, time.monotonic())
+    return render_reports(parsed, *await reports.report(node, parsed))
 
 
-async def parse_batch(request: web.Request, key: str) -> Reports:
-    """A batch endpoint's request: each item checked, request ids `#i` under the
-    request's own."""
+async def parse_batch(request: web.Request, key: str, body: object = None) -> Reports:
+    """A batch endpoint's request (its body, when read already): each item checked,
+    request ids `#i` under the request's own."""
     validate.query(request.query, ())
-    items = validate.batch(await json_body(request), key)
+    items = validate.batch(await json_body(request) if body is None else body, key)
     rid = request_ids(request)
     ids = tuple(rid(f"#{i}") for i in range(len(items)))
     scope = tenant_scope(request)

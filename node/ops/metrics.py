@@ -327,6 +327,15 @@ class NodeMetrics:
         claims = getattr(self._node, "claims", None)
         return None if claims is None else int(claims.waiting)
 
+    def worker_slots(self) -> dict[str, tuple[int, int]] | None:
+        """The workers' busy and idle slots by task type, at the ready leader (which hears
+        them); None elsewhere, so only the leader exports them."""
+        replica, slots = self.replica(), getattr(self._node, "worker_slots", None)
+        if replica is None or slots is None or not replica.is_ready_leader():
+            return None
+        figures: dict[str, tuple[int, int]] = slots.figures(time.monotonic())
+        return figures
+
 
 # Each handler takes its own command class: (metrics, command, its result's value).
 _EVENTS: dict[type[c.Command], Callable[..., None]] = {

@@ -24,6 +24,8 @@ class QueueView:
     # keyed limits (at most Limits.limits_max): name -> (running tasks holding a slot,
     # pending tasks held waiting for its budget)
     limits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # pending tasks a claim could take now, by task type (tsched_ready_tasks)
+    ready_by_type: dict[str, int] = field(default_factory=dict)
 
 
 def queue_view(sm: StateMachine, now_ms: int) -> QueueView:
@@ -42,7 +44,7 @@ def queue_view(sm: StateMachine, now_ms: int) -> QueueView:
         in_use, held, _ = limiter.usage(name, sm.now_ms)
         limits[name] = (in_use, held)
     return QueueView(by_state, by_priority, by_tenant, age, int(stats.get("schedules", 0)),
-                     ages, limits)
+                     ages, limits, sm.ready_by_type(now_ms))
 
 
 def _oldest_due_ms(sm: StateMachine, now_ms: int) -> dict[str, int]:

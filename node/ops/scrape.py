@@ -18,6 +18,7 @@ from tsched.node.gcpolicy import GcPolicy
 from tsched.node.ops.counters import (OTHER_LABEL, TENANT_LABELS_MAX, UNKNOWN_TIER,
                                       BucketHistogram, EventCounts, LabelledHistograms,
                                       TierHistograms)
+from tsched.node.ops.capacity import bounded_labels, capacity_families
 from tsched.node.ops.queue_view import PRIORITIES, STATES, QueueView
 from tsched.statemachine.tiers import Tier
 
@@ -55,6 +56,8 @@ class ScrapeSource(Protocol):
 
     def waiting_claims(self) -> int | None: ...
 
+    def worker_slots(self) -> dict[str, tuple[int, int]] | None: ...
+
 
 class ScrapeCollector(Collector):
     """Gauges computed at scrape time from the replica and the claim hub."""
@@ -79,6 +82,7 @@ class ScrapeCollector(Collector):
         view = self.m.queue_view()
         if view is not None:
             yield from _queue_families(view)
+            yield from capacity_families(view.ready_by_type, m.worker_slots())
         policy = m.gc_policy()
         if policy is not None:
             yield from _gc_families(policy)
@@ -217,12 +221,7 @@ def bounded_tenants(values: dict[str, V], rank: Callable[[V], float],
                     limit: int = TENANT_LABELS_MAX) -> list[tuple[str, V]]:
     """(tenant, value) for the `limit` tenants ranking highest (ties by name), then the
     others folded into one (OTHER_LABEL, value), so a family has at most limit + 1 series."""
-    ranked = sorted(values.items(), key=lambda kv: (-rank(kv[1]), kv[0]))
-    kept, rest = ranked[:limit], ranked[limit:]
-    out = sorted(kept)
-    if rest:
-        out.append((OTHER_LABEL, fold(v for _, v in rest)))
-    return out
+    return bounded_labels(values, rank, fold, limit)
 
 
 def _live_count(counts: dict[str, int]) -> int:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from tsched.node.errors import ApiError, JsonObject
+from tsched.node.scheduling.worker_slots import SlotReport
 
 ALL_PRIORITIES = (0, 10)
 
@@ -38,6 +39,8 @@ class HeartbeatItem(NamedTuple):
     task_id: str
     fencing_token: int
     lease_ms: int
+    progress_permille: int = -1   # the handler's progress (DESIGN 9): -1 carries none
+    progress_message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,7 @@ class ClaimRequest:
     forwarded: bool = False      # sent by a node that took this one for the leader
     rid_base: str | None = None  # from the Idempotency-Key: the Claims' request ids' base
     minimal: bool = False        # `Prefer: return=minimal`
+    slots: SlotReport | None = None   # the worker's busy and total slots, if it said
 
     def kind(self) -> tuple[tuple[str, ...], str | None, int, tuple[int, int],
                             tuple[tuple[int, int, int], ...]]:

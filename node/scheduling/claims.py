@@ -41,6 +41,7 @@ from tsched.node.errors import ApiError
 from tsched.node.scheduling.claim_hub import HubServices
 from tsched.node.scheduling.claim_request import ClaimOutcome, ClaimRequest
 from tsched.node.scheduling.claimed_types import ClaimedTypes
+from tsched.node.scheduling.worker_slots import WorkerSlots
 from tsched.node.scheduling.reports import completion_commands
 from tsched.node.scheduling.waiters import READY, Completions, NotLeader
 
@@ -61,6 +62,7 @@ class ClaimServices(HubServices, Protocol):
 
     stop_event: asyncio.Event
     claimed_types: ClaimedTypes   # the types asked for at this node as the leader
+    worker_slots: WorkerSlots     # the workers' slots their claims reported here, leading
 
     @property
     def stopping(self) -> bool: ...
@@ -100,7 +102,7 @@ async def _claim(node: ClaimServices, req: ClaimRequest, is_gone: Callable[[], b
         leader = replica.leader_id()
         if leader == node.node_id and replica.is_ready_leader():
             leader_seen = True
-            node.claimed_types.note(req.task_types, replica.term, time.monotonic())
+            _note(node, req, replica.term)
             try:
                 return await _here(node, req, remaining, is_gone, done)
             except NotLeader:
@@ -123,6 +125,14 @@ async def _claim(node: ClaimServices, req: ClaimRequest, is_gone: Callable[[], b
                 return ClaimOutcome([], replica.applied_seq)
             raise ApiError("no_leader", "no leader was reachable during the wait")
         await asyncio.sleep(min(LEADER_WAIT_S, max(0.0, deadline - loop.time())))
+
+
+def _note(node: ClaimServices, req: ClaimRequest, term: int) -> None:
+    """What a claim at the leader tells of its worker: the types it asks for, its slots."""
+    now_s = time.monotonic()
+    node.claimed_types.note(req.task_types, term, now_s)
+    if req.slots is not None:
+        node.worker_slots.report(req.worker_id, req.task_types, req.slots, now_s)
 
 
 async def _here(node: ClaimServices, req: ClaimRequest, wait_s: float,

@@ -24,7 +24,9 @@ def heartbeat_commands(node: Reporting, items: tuple[HeartbeatItem, ...],
                        request_ids: tuple[str, ...], tenant: str | None) -> list[c.Heartbeat]:
     now = node.clock.now_ms()
     return [c.Heartbeat(request_id=rid, now_ms=now, task_id=it.task_id,
-                        fencing_token=it.fencing_token, lease_ms=it.lease_ms, tenant=tenant)
+                        fencing_token=it.fencing_token, lease_ms=it.lease_ms, tenant=tenant,
+                        progress_permille=it.progress_permille,
+                        progress_message=it.progress_message)
             for it, rid in zip(items, request_ids)]
 
 

@@ -301,12 +301,29 @@ async def _held_by_a_limit(page: Page, c: Cluster, leader: str) -> None:
                                                  "task_types": ["settle-held"], "max_tasks": 3})
     assert s == 200 and len(b["tasks"]) == 2, b
     (held,) = set(made) - {t["task_id"] for t in b["tasks"]}
+    await _progress_of(page, c, leader, b["tasks"][0])
     await _show_detail(page, held)
 
     async def detail():
         return await page.eval("document.querySelector('#task-detail').textContent")
     assert "limit partner-bank (initech), until a running task of it ends" in \
         await until("the limit that holds it", lambda: _has(detail, "held by"))
+
+
+async def _progress_of(page: Page, c: Cluster, leader: str, claimed: dict) -> None:
+    """A running task whose handler reported progress (a heartbeat's, DESIGN 9): its
+    detail shows the bar, the percentage and the message."""
+    s, b = c.call(leader, "POST", f"/v1/tasks/{claimed['task_id']}/heartbeat", {
+        "fencing_token": claimed["fencing_token"],
+        "progress": {"fraction": 0.4, "message": "row 400 of 1000"}})
+    assert s == 200, b
+    await _show_detail(page, claimed["task_id"])
+
+    async def shown():
+        return await page.eval("(e => e && [e.textContent, e.querySelector('progress').value])"
+                               "(document.querySelector('#task-progress'))")
+    text, value = await until("the task's progress", shown)
+    assert text == " 40% row 400 of 1000" and value == 400, (text, value)
 
 
 async def _has(read, text: str):

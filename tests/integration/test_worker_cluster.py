@@ -103,6 +103,98 @@ Worker(sys.argv[1], {"hold": hold}, lease_s=2, wait_s=1).run()
 """
 
 
+PROGRESS_SEEN_S = 2.0   # a handler's progress is visible this soon (DESIGN 9)
+
+
+def _progress_seen(client: Client, task_id: str, fraction: float, message: str) -> dict:
+    """Polls GET /v1/tasks/{id} until it shows the progress; fails after PROGRESS_SEEN_S."""
+    seen: dict = {}
+
+    def shown() -> bool:
+        seen.update(client.get(task_id))
+        p = seen.get("progress") or {}
+        return p.get("fraction") == fraction and p.get("message") == message
+    wait_until(shown, PROGRESS_SEEN_S, f"progress {fraction} {message!r} of {task_id}")
+    return seen
+
+
+def test_handler_progress_is_visible_through_the_api_and_tsctl(cluster, client):
+    from click.testing import CliRunner
+    from tsched.client.cli import cli
+    reported, release = threading.Event(), threading.Event()
+
+    def long_sync(payload, ctx):
+        ctx.progress(0.1, "starting")
+        ctx.progress(0.5, "half")   # within a second of the first: the latest wins
+        reported.set()
+        release.wait(DEADLINE_S)
+        return "done"
+
+    async def long_async(payload, ctx):
+        import asyncio
+        ctx.progress(0.25, "a quarter")
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+        return "done"
+    sync_id = client.submit("progress_sync")["task_id"]
+    async_id = client.submit("progress_async")["task_id"]
+    handlers = {"progress_sync": long_sync, "progress_async": long_async}
+    with running(Worker(cluster.urls, handlers, concurrency=2, wait_s=1)):
+        wait_until(reported.is_set, DEADLINE_S, "the sync handler reported")
+        task = _progress_seen(client, sync_id, 0.5, "half")
+        assert task["state"] == "running"
+        _progress_seen(client, async_id, 0.25, "a quarter")
+        def tsctl_shows() -> bool:
+            out = CliRunner().invoke(cli, ["--url", ",".join(cluster.urls), "get", sync_id],
+                                     catch_exceptions=False)
+            return out.exit_code == 0 and " 50%  half" in out.output
+        wait_until(tsctl_shows, PROGRESS_SEEN_S, "tsctl get shows the progress")
+        release.set()
+        out = CliRunner().invoke(cli, ["--url", ",".join(cluster.urls), "wait", sync_id,
+                                       "--timeout", str(DEADLINE_S)], catch_exceptions=False)
+        assert out.exit_code == 0 and "completed" in out.output, out.output
+        wait_until(lambda: state_of(client, sync_id) == state_of(client, async_id)
+                   == "completed", DEADLINE_S, "both completed")
+    assert client.get(sync_id)["progress"] is None   # the attempt ended: so did its progress
+
+
+def _capacity(cluster, node: str, task_type: str) -> tuple[float, float, float]:
+    """(ready tasks, busy slots, idle slots) of `task_type` in `node`'s /metrics."""
+    from tests.integration.test_metrics_cluster import scrape
+    got = scrape(cluster, node)
+
+    def value(name: str, **labels: str) -> float:
+        return got.get(name, {}).get(tuple(sorted({**labels, "task_type": task_type}.items())),
+                       0.0)
+    return (value("tsched_ready_tasks"), value("tsched_worker_slots", state="busy"),
+            value("tsched_worker_slots", state="idle"))
+
+
+def test_ready_tasks_and_worker_slots_move_as_workers_fill_and_drain(cluster, client):
+    """The autoscaling signals (DESIGN 14.4) at the leader, as a real Worker takes a
+    backlog: 6 ready tasks and no slots; 2 busy slots and 4 ready; then drained."""
+    task_type, release = "scale-fill", threading.Event()
+
+    def hold(payload, ctx):
+        release.wait(DEADLINE_S)
+    leader = cluster.wait_leader()
+    later = client.submit(task_type, delay_s=600)["task_id"]   # future-dated: never ready
+    ids = [client.submit(task_type)["task_id"] for _ in range(6)]
+    wait_until(lambda: _capacity(cluster, leader, task_type) == (6, 0, 0), DEADLINE_S,
+               "6 ready tasks, no worker")
+    worker = Worker(cluster.urls, {task_type: hold}, concurrency=2, wait_s=1, lease_s=3,
+                    claim_ahead=0)
+    with running(worker):
+        wait_until(lambda: _capacity(cluster, leader, task_type) == (4, 2, 0), DEADLINE_S,
+                   "2 busy slots, 4 tasks ready")
+        release.set()
+        wait_until(lambda: all(state_of(client, i) == "completed" for i in ids), DEADLINE_S,
+                   "the backlog done")
+        wait_until(lambda: _capacity(cluster, leader, task_type) == (0, 0, 2), DEADLINE_S,
+                   "drained: nothing ready, both slots idle")
+    client.cancel(later)
+
+
 def test_killed_worker_task_is_rerun_by_another_after_its_lease(cluster, client, tmp_path):
     marker = tmp_path / "started"
     task_id = client.submit("hold", retry=FAST_RETRY)["task_id"]

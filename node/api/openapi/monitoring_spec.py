@@ -71,6 +71,12 @@ def _paths() -> dict[str, PathItem]:
         "/v1/openapi.json": {"get": op("This document", {"type": "object"}, tag="operations")},
         "/healthz": {"get": op("Liveness", obj({"status": {"const": "ok"}, "node": text},
                                                 ("status", "node")), tag="operations")},
+        "/livez": {"get": op(
+            "Liveness probe", obj({"status": {"const": "alive"}, "node": text},
+                                  ("status", "node")), tag="operations",
+            description="200 while the process answers HTTP; says nothing of Raft (a node "
+                        "cut off from its peers is alive: /readyz takes it out of service). "
+                        "Open without a token, as /healthz and /readyz.")},
         "/readyz": {"get": op(
             "Readiness", ref("Readiness"), tag="operations", errors=(503,),
             description="200 when the node sees a leader with a quorum and has applied what "

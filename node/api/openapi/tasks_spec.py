@@ -77,6 +77,18 @@ def _attempt() -> Schema:
     })
 
 
+# A running task's progress (DESIGN 9): a heartbeat's `progress`, and how a task shows it.
+PROGRESS_FIELDS: dict[str, Schema] = {
+    "fraction": {"type": "number", "minimum": 0, "maximum": 1,
+                 "description": "the fraction done; kept in thousandths"},
+    "message": {"type": "string", "maxLength": LIMITS.progress_message_chars_max,
+                "default": ""},
+}
+PROGRESS_SHOWN = obj({**PROGRESS_FIELDS, "at": TIME}, ("fraction", "message", "at"),
+                     description="GET /v1/tasks/{id} only: the running attempt's last "
+                     "reported progress (a heartbeat's); null when none")
+
+
 def task() -> Schema:
     return obj({
         "task_id": string(), "tenant": string(), "task_type": string(),
@@ -110,6 +122,7 @@ def task() -> Schema:
         "paused": nullable({**ref("Pause"), "description": "GET /v1/tasks/{id} only: the "
                             "pause that keeps this pending task from being claimed "
                             "(POST /v1/queues/pause); null: none"}),
+        "progress": nullable(PROGRESS_SHOWN),
         "unclaimed_type": nullable(obj({
             "task_type": string(), "window_s": {"type": "number", "minimum": 0},
             "message": string(description="the hint, for a person")},

@@ -9,7 +9,8 @@ from tsched.node.api.openapi.schema import (
     WRITE_ERRORS, Fragment, PathItem, Schema, integer, nullable, number, obj, op, path_param,
     ref, string)
 from tsched.node.api.sessions import TIMEOUT_MS_DEFAULT, TIMEOUT_S_MAX, TIMEOUT_S_MIN
-from tsched.node.api.openapi.tasks_spec import ERROR_DETAIL, PREFER, TASK_ID, task
+from tsched.node.api.openapi.tasks_spec import (ERROR_DETAIL, PREFER, PROGRESS_FIELDS,
+                                                TASK_ID, task)
 
 CLAIMED_FIELDS = ("task_id", "tenant", "task_type", "state", "payload", "run_at", "attempt",
                   "max_retries", "timeout_s", "execution_id", "schedule_id",
@@ -70,12 +71,32 @@ def _claim() -> Schema:
                                        "before the claim (in its Raft entry when it is "
                                        "dispatched at once); answered in order in the "
                                        "answer's `completions`"},
+        "slots": _slots(named=False),
     }, ("worker_id", "task_types"), closed=True)
+
+
+def _slots(named: bool) -> Schema:
+    """A worker's slots (DESIGN 14.4): the autoscaling gauge tsched_worker_slots."""
+    props: dict[str, Schema] = {
+        "total": integer(1, v.WORKER_SLOTS_MAX),
+        "busy": {"type": "object", "additionalProperties": integer(0, v.WORKER_SLOTS_MAX),
+                 "description": "task type (one the worker serves) -> slots running it; "
+                                "the sum at most total"}}
+    if named:
+        props = {"worker_id": NAME, "task_types": {"type": "array", "items": TASK_TYPE,
+                                                   "minItems": 1,
+                                                   "maxItems": v.TASK_TYPES_MAX}, **props}
+    return obj(props, ("worker_id", "task_types", "total") if named else ("total",),
+               closed=True, description="the worker's slots, kept by the leader for a "
+               "minute (tsched_worker_slots)")
 
 
 def _heartbeat_item(batch: bool) -> Schema:
     props = {"fencing_token": FENCING_TOKEN,
-             "lease_s": {**number(v.LEASE_S_MIN, v.LEASE_S_MAX), "default": 30}}
+             "lease_s": {**number(v.LEASE_S_MIN, v.LEASE_S_MAX), "default": 30},
+             "progress": obj(PROGRESS_FIELDS, ("fraction",), closed=True,
+                             description="the handler's progress (optional): kept for the "
+                                         "running attempt, shown by GET /v1/tasks/{id}")}
     if batch:
         props = {"task_id": NAME, **props}
     return obj(props, ("task_id", "fencing_token") if batch else ("fencing_token",), closed=True)
@@ -157,9 +178,9 @@ def _session_paths() -> dict[str, PathItem]:
     }
 
 
-def _batch(key: str, items: Schema) -> Schema:
-    return obj({key: {"type": "array", "items": items, "minItems": 1, "maxItems": v.BATCH_MAX}},
-               (key,), closed=True)
+def _batch(key: str, items: Schema, extra: dict[str, Schema] | None = None) -> Schema:
+    return obj({key: {"type": "array", "items": items, "minItems": 1, "maxItems": v.BATCH_MAX},
+                **(extra or {})}, (key,), closed=True)
 
 
 def _paths() -> dict[str, PathItem]:
@@ -189,7 +210,8 @@ def _paths() -> dict[str, PathItem]:
             "Complete or fail tasks", answers, body=_batch("completions", _completion_item()),
             params=[PREFER], errors=(413, 503, 504), tag="workers")},
         "/v1/heartbeats": {"post": op(
-            "Heartbeat tasks", answers, body=_batch("heartbeats", _heartbeat_item(batch=True)),
+            "Heartbeat tasks", answers, body=_batch("heartbeats", _heartbeat_item(batch=True),
+                                                  {"slots": _slots(named=True)}),
             errors=(413, 503, 504), tag="workers")},
         **_session_paths(),
     }

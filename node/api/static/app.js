@@ -284,6 +284,14 @@
     return [`limit ${l.limit}${part}, `, l.until ? ["until ", when(l.until)] : "until a running task of it ends"];
   }
 
+  function progressOf(p) {
+    // a running task's last reported progress (a heartbeat's, DESIGN 9)
+    const pct = Math.round(p.fraction * 100);
+    return h("span", { id: "task-progress", title: p.at ? `reported ${p.at}` : "" },
+      h("progress", { max: 1000, value: Math.round(p.fraction * 1000) }), ` ${pct}%`,
+      p.message ? ` ${p.message}` : "");
+  }
+
   async function readTask(id) {
     const path = `/v1/tasks/${encodeURIComponent(id)}`;
     try {   // through the leader: it has every acknowledged submit, and it alone can tell
@@ -320,6 +328,7 @@
         t.limited_by ? row("held by", heldBy(t.limited_by)) : [],
         t.paused ? row("paused", [`${t.paused.task_type || "all types"} / ${t.paused.tenant || "all tenants"} since `,
           when(t.paused.paused_at), t.paused.reason ? `: ${t.paused.reason}` : ""]) : [],
+        t.progress ? wide("progress", progressOf(t.progress)) : [],
         t.unclaimed_type ? wide("no worker", h("span", { id: "unclaimed-hint" }, t.unclaimed_type.message)) : [],
         row("type", t.task_type), row("priority", t.priority),
         row("attempt", `${t.attempt} of ${t.max_retries + 1}`), row("run at", runAt(t)),

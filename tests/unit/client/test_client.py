@@ -277,6 +277,27 @@ def test_claims_follow_the_leader_a_claim_answer_names_and_other_calls_stay(node
     assert len(b.requests("POST", "/v1/claims")) == 3
 
 
+def test_heartbeats_go_to_the_leader_a_claim_named_and_move_nothing(nodes):
+    """Heartbeats (with the worker's slot report, DESIGN 14.4) go first to the node a
+    claim answer named leader; the node other calls stick to does not move."""
+    a, b = nodes
+    for n in nodes:
+        n.route("POST", "/v1/claims",
+                lambda req: (200, {"tasks": [], "applied_seq": 1}, {"X-Tsched-Leader": b.url}))
+        n.json("POST", "/v1/heartbeats", 200, {"results": []})
+        n.json("GET", "/v1/tasks/t1", 200, task())
+    with Client([a.url, b.url]) as c:
+        c.get("t1")                        # sticks to a
+        c.heartbeats([], slots={"total": 1})   # no leader known yet: where reads go
+        c.claim("w", ["x"])                # b named leader
+        c.heartbeats([], slots={"total": 1})
+        c.get("t1")
+    assert len(a.requests("POST", "/v1/heartbeats")) == 1
+    assert len(b.requests("POST", "/v1/heartbeats")) == 1
+    assert len(a.requests("GET", "/v1/tasks/t1")) == 2
+    assert b.requests("POST", "/v1/heartbeats")[0].body["slots"] == {"total": 1}
+
+
 def test_request_expired_is_a_final_error_and_keys_carry_their_time(nodes):
     """A write whose key is past the cluster's request window: raised at once, not retried
     on another node, not retried under a new key. The key names when it was made."""

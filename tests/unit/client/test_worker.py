@@ -33,6 +33,8 @@ class FakeScheduler:
         self.claimed_max: list[int] = []      # max_tasks of every claim
         self.claims_open = self.claims_open_max = 0
         self.refuse_completions = False       # as a node that predates them on claims
+        self.refuse_slots = False             # likewise for slot reports (DESIGN 14.4)
+        self.slots: list[dict] = []           # the slot reports of claims and heartbeats
         self.claim_delay_s = 0.0              # a round trip's worth of commit time
         self.released: list[str] = []
         self.heartbeat_override: dict[str, tuple] = {}   # task_id -> error answer
@@ -65,6 +67,10 @@ class FakeScheduler:
         if "completions" in req.body and self.refuse_completions:
             return 400, {"error": {"code": "invalid_argument", "message": "unknown field",
                                    "details": {"fields": ["completions"]}}}
+        if "slots" in req.body:
+            if self.refuse_slots:
+                return _unknown_slots()
+            self.slots.append(req.body["slots"])
         done = [self._complete(item, "claim") for item in req.body.get("completions", [])]
         self.claimed_max.append(req.body["max_tasks"])
         self.claims_open += 1
@@ -98,6 +104,10 @@ class FakeScheduler:
         return out
 
     def heartbeats(self, req):
+        if "slots" in req.body:
+            if self.refuse_slots:
+                return _unknown_slots()
+            self.slots.append(req.body["slots"])
         results = []
         for item in req.body["heartbeats"]:
             t = self.tasks[item["task_id"]]
@@ -122,6 +132,11 @@ class FakeScheduler:
     def report(self, task_id: str) -> dict | None:
         found = [r for r in self.reports if r["task_id"] == task_id]
         return found[-1] if found else None
+
+
+def _unknown_slots():
+    return 400, {"error": {"code": "invalid_argument", "message": "unknown field",
+                           "details": {"fields": ["slots"]}}}
 
 
 def wait_for(cond, what: str) -> None:
@@ -394,6 +409,54 @@ def test_a_node_without_completions_on_claims_gets_them_apart(fake):
         wait_for(lambda: len(fake.reports) == 4, "four reports")
     assert {r["via"] for r in fake.reports} == {"batch"}
     assert sorted(r["task_id"] for r in fake.reports) == [f"o{i}" for i in range(4)]
+
+
+def test_claims_and_heartbeats_report_the_slots_and_progress_goes_out(fake):
+    started, release = threading.Event(), threading.Event()
+
+    def slow(payload, ctx):
+        ctx.progress(0.5, "half")
+        started.set()
+        release.wait(DEADLINE_S)
+    fake.add("s1")
+    progress: list[dict] = []
+    plain = fake.heartbeats
+
+    def heartbeats(req):
+        progress.extend(i["progress"] for i in req.body["heartbeats"] if "progress" in i)
+        return plain(req)
+    fake.node.route("POST", "/v1/heartbeats", heartbeats)
+    with Running(make(fake, {"t": slow}, concurrency=2, lease_s=3, worker_id="w9")):
+        wait_for(started.is_set, "the handler started")
+        wait_for(lambda: {"fraction": 0.5, "message": "half"} in progress, "the progress")
+        wait_for(lambda: any(s.get("busy") == {"t": 1} and s.get("worker_id") == "w9"
+                             for s in fake.slots), "a heartbeat's report of one busy slot")
+        release.set()
+    assert {"total": 2, "busy": {}} in fake.slots   # the first claim's
+
+
+def test_a_node_without_slot_reports_gets_claims_and_heartbeats_without_them(fake):
+    fake.refuse_slots = True
+    started, release = threading.Event(), threading.Event()
+
+    def slow(payload, ctx):
+        started.set()
+        release.wait(DEADLINE_S)
+        return "ok"
+    fake.add("n1")
+    sent: list[dict] = []
+    plain = fake.heartbeats
+
+    def heartbeats(req):
+        sent.append(req.body)
+        return plain(req)
+    fake.node.route("POST", "/v1/heartbeats", heartbeats)
+    with Running(make(fake, {"t": slow}, concurrency=1, lease_s=3)):
+        wait_for(started.is_set, "the task claimed without a slot report")
+        wait_for(lambda: any("slots" not in b for b in sent), "a heartbeat without the report")
+        release.set()
+        wait_for(lambda: fake.report("n1") is not None, "the report")
+    assert fake.slots == []
 
 
 def test_fast_handlers_widen_the_window_and_overlap_claims(fake):

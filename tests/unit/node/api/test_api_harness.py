@@ -12,6 +12,8 @@ from tests.api_support import assert_error
 async def test_health_and_readiness_on_a_single_node(api):
     status, body = await api.call("GET", "/healthz")
     assert status == 200 and body["status"] == "ok"
+    status, body = await api.call("GET", "/livez")
+    assert status == 200 and body == {"status": "alive", "node": "n1"}
     status, body = await api.call("GET", "/readyz")
     assert status == 200 and body["leader"] == "n1"
     assert isinstance(body["applied_seq"], int) and body["applied_seq"] >= 1

@@ -484,3 +484,45 @@ async def test_a_silent_sessions_tasks_are_given_back_at_once(api: Api, tt):
         "lease_expired", "worker session expired")
     status, listed = await api.call("GET", "/v1/sessions")
     assert worker not in [s["worker_id"] for s in listed["sessions"]]
+async def test_heartbeat_progress_is_shown_by_the_task_until_its_attempt_ends(api: Api, tt):
+    t = await api.submit(task_type=tt)
+    (c,) = await api.claim([tt])
+    tid, tok = t["task_id"], c["fencing_token"]
+    status, got = await api.call("GET", f"/v1/tasks/{tid}")
+    assert status == 200 and got["progress"] is None
+    status, _ = await api.call("POST", f"/v1/tasks/{tid}/heartbeat",
+                               {"fencing_token": tok, "progress": {"fraction": 0.5,
+                                                                   "message": "half"}})
+    assert status == 200
+    status, got = await api.call("GET", f"/v1/tasks/{tid}")
+    assert got["progress"]["fraction"] == 0.5 and got["progress"]["message"] == "half"
+    assert got["progress"]["at"]
+    status, out = await api.call("POST", "/v1/heartbeats", {"heartbeats": [
+        {"task_id": tid, "fencing_token": tok, "progress": {"fraction": 1}}]})
+    assert status == 200 and "lease_expires_at" in out["results"][0]
+    status, got = await api.call("GET", f"/v1/tasks/{tid}")
+    assert got["progress"] == {**got["progress"], "fraction": 1, "message": ""}
+    await api.call("POST", f"/v1/tasks/{tid}/complete", {"fencing_token": tok})
+    status, got = await api.call("GET", f"/v1/tasks/{tid}")
+    assert got["state"] == "completed" and got["progress"] is None
+
+
+@pytest.mark.parametrize("progress, field", [
+    ({"fraction": 1.5}, "progress.fraction"), ({"fraction": -0.1}, "progress.fraction"),
+    ({"fraction": "half"}, "progress.fraction"), ({"fraction": True}, "progress.fraction"),
+    ({"message": "no fraction"}, "progress.fraction"),
+    ({"fraction": 0.5, "message": "x" * 201}, "progress.message"),
+    ({"fraction": 0.5, "message": 3}, "progress.message"),
+    (0.5, None), ({"fraction": 0.5, "eta_s": 3}, None),
+])
+async def test_bad_progress_is_a_400_naming_it(api: Api, tt, progress, field):
+    t = await api.submit(task_type=tt)
+    (c,) = await api.claim([tt])
+    status, body = await api.call("POST", f"/v1/tasks/{t['task_id']}/heartbeat",
+                                  {"fencing_token": c["fencing_token"], "progress": progress})
+    assert_error(status, body, 400, "invalid_argument")
+    if field is not None:
+        assert body["error"]["details"]["field"] == field
+    status, body = await api.call("POST", "/v1/heartbeats", {"heartbeats": [
+        {"task_id": t["task_id"], "fencing_token": c["fencing_token"], "progress": progress}]})
+    assert_error(status, body, 400, "invalid_argument")
