@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .listing import SeqIndex
 from .model import PENDING, RETRYING, STATES, Schedule, Task, TenantView
+from .pauses import ANY
 
 if TYPE_CHECKING:
     from .machine import StateMachine
@@ -150,14 +151,18 @@ def stats(sm: StateMachine) -> dict:
 
 def ready_by_type(sm: StateMachine, now_ms: int) -> dict[str, int]:
     """StateMachine.ready_by_type: due pending tasks per type less those a keyed limit
-    holds. Queue pauses, once there are any, are to be taken out here as well (a paused
-    queue's due tasks are not ready). A tenant at its running cap is not: its tasks are
-    ready for the tenant's next free slot."""
+    holds, and none of a type a pause of the whole type holds (pauses.py). The counts are
+    kept per type, so a pause of one tenant's tasks (or of a tenant) is not taken out: its
+    due tasks still count (DESIGN 14.4). A tenant at its running cap is not taken out
+    either: its tasks are ready for the tenant's next free slot."""
     due = sm.store.due
     due.advance(max(now_ms, sm.now_ms))
     held = sm.store.limiter.held_by_type
+    paused = sm.store.pauses.by_key
     out = {}
     for task_type in sorted(due.due):
+        if (task_type, ANY) in paused:
+            continue
         n = due.due[task_type] - held.get(task_type, 0)
         if n > 0:
             out[task_type] = n
