@@ -72,3 +72,16 @@ def test_future_tasks_are_not_ready_until_their_second() -> None:
     assert d.sm.ready_by_type(T0) == {"email": 1}
     assert d.sm.ready_by_type(T0 + 9_999) == {"email": 1}
     assert d.sm.ready_by_type(T0 + 10_000) == {"email": 2}   # counted from its second
+
+
+def test_a_type_paused_as_a_whole_has_no_ready_task_and_a_tenants_pause_still_counts() -> None:
+    d = Driver()
+    for tenant in ("acme", "initech"):
+        d.add(task_type="email", tenant=tenant)
+        d.add(task_type="sms", tenant=tenant)
+    d.ok(c.PauseQueue, task_type="email", actor="admin")
+    d.ok(c.PauseQueue, tenant="acme", actor="admin")
+    # sms of the paused tenant still counts: the counts are per type (DESIGN 14.4)
+    assert d.sm.ready_by_type(T0) == {"sms": 2}
+    d.ok(c.ResumeQueue, task_type="email", actor="admin")
+    assert d.sm.ready_by_type(T0) == {"email": 2, "sms": 2}
