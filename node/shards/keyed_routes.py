@@ -222,6 +222,15 @@ async def transfer(request: web.Request) -> web.Response:
     return await r.relay(request, shard, orjson.dumps(body))
 
 
+@routes.get("/livez")
+async def livez(request: web.Request) -> web.Response:
+    """Liveness of the node's own process (the router): it answers HTTP. Its shard
+    processes are the supervisor's to restart, and a replica cut off from its group is a
+    matter for /readyz, so neither is asked (a Kubernetes liveness probe must not restart
+    a node for them)."""
+    return web.json_response({"status": "alive", "node": _router(request).node_id})
+
+
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
     """Ready when every shard replica of this node is (a node without replicas: when any

@@ -581,6 +581,9 @@ def test_readiness_needs_every_local_shard(shared_sharded):
     try:
         status, body = sharded.call("n1", "GET", "/readyz", timeout_s=60)
         assert status >= 500, body
+        # yet the node lives: its router answers liveness itself (no restart for this)
+        status, body = sharded.call("n1", "GET", "/livez", timeout_s=10)
+        assert status == 200 and body == {"status": "alive", "node": "n1"}, body
     finally:
         os.kill(pids[2], signal.SIGCONT)
     wait_until(lambda: sharded.call("n1", "GET", "/readyz")[0] == 200, DEADLINE_S, "n1 ready again")
