@@ -112,7 +112,8 @@ async def list_tasks(request: web.Request) -> web.Response:
         except ValueError as e:  # a cursor that is not one of ours
             raise validate.invalid(f"bad cursor: {e}", field="cursor") from None
         out, seq = [present.task(t) for t in tasks], sm.seq
-    return respond({"tasks": out, "next_cursor": cursor}, seq)
+        after = [str(t.seq) for t in tasks]   # where to go on below each task (a router's merge)
+    return respond({"tasks": out, "next_cursor": cursor, "cursor_after": after}, seq)
 
 
 def _action(command_type: type[c.Cancel] | type[c.Replay] | type[c.Discard]
