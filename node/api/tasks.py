@@ -112,8 +112,9 @@ async def list_tasks(request: web.Request) -> web.Response:
         except ValueError as e:  # a cursor that is not one of ours
             raise validate.invalid(f"bad cursor: {e}", field="cursor") from None
         out, seq = [present.task(t) for t in tasks], sm.seq
-        after = [str(t.seq) for t in tasks]   # where to go on below each task (a router's merge)
-    return respond({"tasks": out, "next_cursor": cursor, "cursor_after": after}, seq)
+        # a cursor whose page starts at each task: where a router's merge keeps its place
+        at = [str(t.seq + 1) for t in tasks]
+    return respond({"tasks": out, "next_cursor": cursor, "item_cursors": at}, seq)
 
 
 def _action(command_type: type[c.Cancel] | type[c.Replay] | type[c.Discard]

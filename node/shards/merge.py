@@ -95,11 +95,11 @@ async def merged_listing(request: web.Request, path: str, key: str, sort_key: So
                               limit=min(validate.LIST_LIMIT_MAX, state[s][1] + limit))
              for s in live}
     docs = await gather(r, request, paths)
-    heads, after = {}, {}
+    heads, at = {}, {}
     for s in live:
         items = (docs[s].get(key) or [])[state[s][1]:]
         heads[s] = (items, docs[s].get("next_cursor"))
-        after[s] = _cursors_after(docs[s], key)
+        at[s] = _item_cursors(docs[s], key)
     sign = -1 if newest_first else 1
     heap = [(_order(sort_key(items[0]), sign), s, 0) for s, (items, _) in heads.items() if items]
     heapq.heapify(heap)
@@ -125,8 +125,8 @@ async def merged_listing(request: web.Request, path: str, key: str, sort_key: So
         items, more = heads[s]
         if used[s] == len(items):
             nxt.append(None if more is None else [more, 0])
-        elif used[s] and after[s] is not None:   # go on below the last item shown
-            nxt.append([after[s][state[s][1] + used[s] - 1], 0])
+        elif at[s] is not None:   # pinned at the first item not shown
+            nxt.append([at[s][state[s][1] + used[s]], 0])
         else:
             nxt.append([state[s][0], state[s][1] + used[s]])
     done = all(x is None for x in nxt)
@@ -134,12 +134,12 @@ async def merged_listing(request: web.Request, path: str, key: str, sort_key: So
                           "applied_seqs": _seqs(docs)})
 
 
-def _cursors_after(doc: dict, key: str) -> list[str] | None:
-    """A shard's `cursor_after` (GET /v1/tasks: the cursor to go on below each item), when
-    it names one per item. A position kept as a cursor stays put while new items arrive
-    above it, where one kept as a count of items skipped from the top would shift (and show
-    an item twice); listings without it keep the count."""
-    cursors = doc.get("cursor_after")
+def _item_cursors(doc: dict, key: str) -> list[str] | None:
+    """A shard's `item_cursors` (GET /v1/tasks: for each item, a cursor whose page starts at
+    it), when it names one per item. A place kept as such a cursor stays put while new
+    items arrive above it, where one kept as a count of items skipped from the shard's top
+    would shift (and show an item twice); listings without them keep the count."""
+    cursors = doc.get("item_cursors")
     items = doc.get(key) or []
     if (isinstance(cursors, list) and len(cursors) == len(items)
             and all(isinstance(c, str) for c in cursors)):

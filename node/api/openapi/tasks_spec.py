@@ -130,10 +130,10 @@ def _schemas() -> dict[str, Schema]:
         "Attempt": _attempt(),
         "TaskList": obj({"tasks": {"type": "array", "items": ref("Task")},
                          "next_cursor": nullable(string()),
-                         "cursor_after": {"type": "array", "items": string(),
-                                          "description": "a replica's page: the cursor to "
-                                          "go on below each task, in order (a router "
-                                          "merging shards keeps its place with them)"},
+                         "item_cursors": {"type": "array", "items": string(),
+                                          "description": "a replica's page: for each task, "
+                                          "in order, a cursor whose page starts at it (a "
+                                          "router merging shards keeps its place with them)"},
                          "applied_seq": APPLIED_SEQ, "shard": SHARD,
                          "applied_seqs": APPLIED_SEQS},
                         ("tasks",)),

@@ -204,7 +204,7 @@ def _listing_router(machines: list, scan_max: int):
         sm = machines[shard]
         tasks, cursor = sm.list_tasks(**validate.task_filters(q), scan_max=scan_max)
         out = {"tasks": [present.task(t) for t in tasks], "next_cursor": cursor,
-               "cursor_after": [str(t.seq) for t in tasks], "applied_seq": sm.seq}
+               "item_cursors": [str(t.seq + 1) for t in tasks], "applied_seq": sm.seq}
         return Answer(200, orjson.dumps(out), "application/json", {})
     r.send = send
     return r
@@ -254,7 +254,8 @@ def test_merged_pages_of_bounded_shard_pages_list_every_task_once_newest_first()
             page = orjson.loads(answer.body)
             got += [t["task_id"] for t in page["tasks"]]
             cursor, pages = page["next_cursor"], pages + 1
-            submit(pages % 3, "x")       # newer than the listing's first page: not listed
+            for shard in range(3):       # newer than the listing's first page: not listed
+                submit(shard, "x")
             if cursor is None:
                 break
             assert pages < 200
