@@ -123,10 +123,11 @@ async def merged_listing(request: web.Request, path: str, key: str, sort_key: So
             nxt.append(None)
             continue
         items, more = heads[s]
+        pins = at[s]
         if used[s] == len(items):
             nxt.append(None if more is None else [more, 0])
-        elif at[s] is not None:   # pinned at the first item not shown
-            nxt.append([at[s][state[s][1] + used[s]], 0])
+        elif pins is not None:   # pinned at the first item not shown
+            nxt.append([pins[state[s][1] + used[s]], 0])
         else:
             nxt.append([state[s][0], state[s][1] + used[s]])
     done = all(x is None for x in nxt)
