@@ -44,7 +44,8 @@ from bench.scale import fill, wait_all_applied  # noqa: E402
 LEVELS = (500_000, 1_000_000)
 RARE_TASKS = 5
 TARGET_RATIO = "<= 2 (submit-ack p99 with listing / without)"
-TARGET_LISTING = "each answer <= 50 ms (an unbounded walk took about 60 ms at 500,000)"
+LISTING_MS_MAX = 50
+TARGET_LISTING = f"each answer <= {LISTING_MS_MAX} ms (an unbounded walk took about 60 ms at 500,000)"
 TARGET_LEADER = "0"
 MIB = 1024 * 1024
 IN_FLIGHT_MAX = 100
@@ -142,8 +143,10 @@ async def measure_level(api: Api, cluster: LocalCluster, level: int, rare: str,
             report.note(f"{name}: {len(run['errors'])} submits failed, first: {run['errors'][0]}")
     report.distribution(f"rare_type_listing_ms_at_{level}", listed["answers"], "ms",
                         TARGET_LISTING)
+    slow = sorted(a for a in listed["answers"] if a > LISTING_MS_MAX)
     report.note(f"rare-type listings: {len(listed['answers'])}, each with "
-                f"{sorted(set(listed['shown']))} tasks")
+                f"{sorted(set(listed['shown']))} tasks; {len(slow)} over {LISTING_MS_MAX} ms"
+                + (f" ({', '.join(f'{a:.0f}' for a in slow[-10:])} ms)" if slow else ""))
     report.distribution(f"bounded_page_ms_at_{level}", bounded["answers"], "ms")
     base_p99 = stats.percentile(plain["acks"], 99)
     for name, run in (("rare_type_listing", listed), ("bounded_pages", bounded)):
