@@ -177,12 +177,25 @@ def wait(st: State, task_id: str, timeout_s: float) -> None:
 @click.option("--state", type=click.Choice(STATES))
 @click.option("--tenant")
 @click.option("--type", "task_type")
+@click.option("--schedule", "schedule_id", help="Occurrences of this schedule id.")
+@click.option("--created-after", callback=time_option,
+              help="Created at or after: RFC 3339 or epoch s.")
+@click.option("--created-before", callback=time_option,
+              help="Created before: RFC 3339 or epoch s.")
+@click.option("--finished-after", callback=time_option,
+              help="Finished (completed, failed, cancelled) at or after.")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @pass_state
 def list_(st: State, state: str | None, tenant: str | None, task_type: str | None,
+          schedule_id: str | None, created_after: float | str | None,
+          created_before: float | str | None, finished_after: float | str | None,
           limit: int) -> None:
-    """List tasks, newest first."""
-    tasks = list(st.client.list(limit=limit, state=state, tenant=tenant, task_type=task_type))
+    """List tasks, newest first, following the cursor until LIMIT tasks or the end."""
+    filters = {k: v for k, v in (("schedule_id", schedule_id), ("created_after", created_after),
+                                 ("created_before", created_before),
+                                 ("finished_after", finished_after)) if v is not None}
+    tasks = list(st.client.list(limit=limit, state=state, tenant=tenant, task_type=task_type,
+                                **filters))
     st.show(tasks, render.table(tasks, render.TASK_COLUMNS))
 
 

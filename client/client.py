@@ -137,9 +137,11 @@ class Client(_Base):
         raise unavailable(call, last, failures)
 
     def list(self, limit: int | None = None, **filters: Any) -> Iterator[dict]:
-        """Tasks, newest first, following `next_cursor`. Filters: state, tenant, task_type,
-        schedule_id. `limit` caps the total yielded."""
-        yield from self._paged("/v1/tasks", "tasks", limit, filters)
+        """Tasks, newest first, following `next_cursor` (a page may stop early, even empty,
+        when the node examined its bound of tasks: the next one goes on). Filters: state,
+        tenant, task_type, schedule_id, created_after, created_before, finished_after (a
+        datetime, epoch s or RFC 3339). `limit` caps the total yielded."""
+        yield from self._paged("/v1/tasks", "tasks", limit, task_filters(filters))
 
     def dlq_list(self, tenant: str | None = None, limit: int | None = None) -> Iterator[dict]:
         yield from self.list(limit=limit, state="dead_letter", tenant=tenant)
@@ -231,7 +233,7 @@ class AsyncClient(_Base):
         raise unavailable(call, last, failures)
 
     async def list(self, limit: int | None = None, **filters: Any) -> AsyncIterator[dict]:
-        async for item in self._paged("/v1/tasks", "tasks", limit, filters):
+        async for item in self._paged("/v1/tasks", "tasks", limit, task_filters(filters)):
             yield item
 
     async def dlq_list(self, tenant: str | None = None,
@@ -266,6 +268,14 @@ class AsyncClient(_Base):
                 yield item
             if cursor is None:
                 return
+
+
+TASK_TIMES = ("created_after", "created_before", "finished_after")
+
+
+def task_filters(filters: dict[str, Any]) -> dict[str, Any]:
+    """A task listing's filters, its times as the API takes them."""
+    return {k: to_time(v) if k in TASK_TIMES else v for k, v in filters.items()}
 
 
 def audit_filters(filters: dict[str, Any]) -> dict[str, Any]:

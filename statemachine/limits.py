@@ -162,6 +162,9 @@ class ApiLimits:
     cron_preview_fires_max: int = 100        # `count` of GET /v1/cron/preview
     cursor_chars_max: int = 512              # an opaque listing cursor
     audit_scan_max: int = 10_000             # entries one GET /v1/audit page examines
+    # Tasks one GET /v1/tasks page examines under the replica lock (DESIGN 7: what it holds
+    # the apply for); a page that stops there carries a next_cursor to go on from.
+    task_scan_max: int = 2_000
     audit_target_chars_max: int = 256        # `target` of GET /v1/audit
     audit_action_chars_max: int = 64         # `action` of GET /v1/audit
     # A failure's detail (DESIGN 14.1): stored as JSON text inside `error_bytes_max`, so the

@@ -7,8 +7,13 @@ bisect in one block (at most 1,024 entries) plus a bisect on the (small) list of
 inserting in seq order, as submissions and restores do, is an append.
 
 Memory: a list slot is 8 bytes per task, where a dict keyed by seq cost about 36; the
-machine keeps three of these indexes over every task. Derived state: rebuilt from the tasks
-on restore.
+machine keeps four of these indexes over every task (all, by state, by tenant, by task
+type) and one over cron occurrences (by schedule id). Derived state: rebuilt from the
+tasks on restore.
+
+A task's `created_at_ms` is the state clock when it entered, and its seq the next of the
+machine's count, so within any index creation times never decrease with seq (re-sharding
+renumbers in creation order): `seq_created_before` finds a creation time's place by bisection.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from .model import Task
 
 _BLOCK_BITS = 10
 _seq = attrgetter("seq")
+_created = attrgetter("created_at_ms")
 
 
 class SeqIndex:
@@ -70,6 +76,16 @@ class SeqIndex:
             end = len(block) if before_seq is None else bisect_left(block, before_seq, key=_seq)
             for j in range(end - 1, -1, -1):
                 yield block[j]
+
+    def seq_created_before(self, created_ms: int) -> int | None:
+        """The seq of the oldest task created at or after `created_ms` (tasks below it were
+        created before it), or None when every task was created before it. O(log n)."""
+        blocks = self.blocks
+        i = bisect_left(self.block_ids, created_ms, key=lambda bid: blocks[bid][-1].created_at_ms)
+        if i == len(self.block_ids):
+            return None
+        block = blocks[self.block_ids[i]]
+        return block[bisect_left(block, created_ms, key=_created)].seq
 
     def oldest_first(self) -> Iterator[Task]:
         """Every task in ascending seq order (snapshots)."""

@@ -177,8 +177,14 @@ class StateMachine:
 
     def list_tasks(self, state: str | None = None, tenant: str | None = None,
                    task_type: str | None = None, schedule_id: str | None = None,
-                   cursor: object = None, limit: int = 100) -> tuple[list[Task], str | None]:
-        return reads.list_tasks(self, state, tenant, task_type, schedule_id, cursor, limit)
+                   cursor: object = None, limit: int = 100, *,
+                   created_after_ms: int | None = None, created_before_ms: int | None = None,
+                   finished_after_ms: int | None = None,
+                   scan_max: int | None = None) -> tuple[list[Task], str | None]:
+        """Tasks newest first, examining at most `scan_max` (reads.list_tasks)."""
+        where = reads.TaskFilter(state, tenant, task_type, schedule_id, created_after_ms,
+                                 created_before_ms, finished_after_ms)
+        return reads.list_tasks(self, where, cursor, limit, scan_max)
 
     def get_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
         return self.schedules.get((tenant, schedule_id))

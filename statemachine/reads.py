@@ -15,6 +15,7 @@ from .pauses import ANY
 
 if TYPE_CHECKING:
     from .machine import StateMachine
+    from .store import Store
 
 CURSOR_CHARS_MAX = 300
 
@@ -37,38 +38,89 @@ def status(task: Task) -> str:
     return RETRYING if retrying(task) else task.state
 
 
-def list_tasks(sm: StateMachine, state: str | None = None, tenant: str | None = None,
-               task_type: str | None = None, schedule_id: str | None = None,
-               cursor: object = None, limit: int = 100) -> tuple[list[Task], str | None]:
-    """Newest first. `cursor` is the opaque `next_cursor` of the previous page; a malformed
-    one raises ValueError (callers answer invalid_argument). The smallest of the state /
-    tenant indexes is walked; other filters are checked per task. `state` may be the view
-    `retrying`: the pending index is walked and kept are the tasks that read so."""
+class TaskFilter:
+    """What a task listing keeps (DESIGN 7): every filter given must match. Times are ms;
+    `created_after_ms` and `finished_after_ms` are inclusive, `created_before_ms` exclusive,
+    so consecutive windows never share a task."""
+
+    __slots__ = ("state", "tenant", "task_type", "schedule_id", "retrying",
+                 "created_after_ms", "created_before_ms", "finished_after_ms")
+
+    def __init__(self, state: str | None = None, tenant: str | None = None,
+                 task_type: str | None = None, schedule_id: str | None = None,
+                 created_after_ms: int | None = None, created_before_ms: int | None = None,
+                 finished_after_ms: int | None = None) -> None:
+        self.retrying = state == RETRYING   # the view: the pending tasks that read so
+        self.state = PENDING if self.retrying else state
+        self.tenant, self.task_type, self.schedule_id = tenant, task_type, schedule_id
+        self.created_after_ms, self.created_before_ms = created_after_ms, created_before_ms
+        self.finished_after_ms = finished_after_ms
+
+    def match(self, task: Task) -> bool:
+        """Every filter but the creation window, which the walk's bounds apply."""
+        done = self.finished_after_ms
+        return ((self.state is None or task.state == self.state)
+                and (self.tenant is None or task.tenant == self.tenant)
+                and (self.task_type is None or task.task_type == self.task_type)
+                and (self.schedule_id is None or task.schedule_id == self.schedule_id)
+                and (not self.retrying or task.failures > 0)
+                and (done is None or (task.completed_at_ms is not None
+                                      and task.completed_at_ms >= done)))
+
+
+def list_tasks(sm: StateMachine, where: TaskFilter, cursor: object = None, limit: int = 100,
+               scan_max: int | None = None) -> tuple[list[Task], str | None]:
+    """Newest first. `cursor` is the opaque `next_cursor` of the previous page (tasks with a
+    smaller seq follow); a malformed one raises ValueError (callers answer invalid_argument).
+
+    The smallest of the indexes that hold every match (all, by state, tenant, task type or
+    schedule) is walked from the cursor, or from the first task created at or after
+    `created_before_ms` (a bisection), and stops at the first created before
+    `created_after_ms` (creation times never decrease with seq). At most `scan_max` tasks
+    are examined (None: no bound): a page that stops there may hold fewer than `limit`
+    tasks, even none, and its cursor goes on after the last task examined. So the cost
+    under the replica lock is bounded whatever the filter, and a filter with an index of
+    its own costs its page."""
     before = _parse_cursor(cursor)
-    store = sm.store
-    view = state == RETRYING
-    if view:
-        state = PENDING
-    if state is not None and state not in store.by_state:
-        raise ValueError(f"unknown state {state!r}")
-    candidates = [store.all]
-    if state is not None:
-        candidates.append(store.by_state[state])
-    if tenant is not None:
-        candidates.append(store.by_tenant.get(tenant, SeqIndex()))
-    index = min(candidates, key=len)
+    if where.state is not None and where.state not in sm.store.by_state:
+        raise ValueError(f"unknown state {where.state!r}")
+    index = _smallest_index(sm.store, where)
+    if where.created_before_ms is not None:
+        bound = index.seq_created_before(where.created_before_ms)
+        if bound is not None:
+            before = bound if before is None else min(before, bound)
     page: list[Task] = []
     limit = max(1, int(limit))
+    budget = -1 if scan_max is None else max(1, int(scan_max))
+    after = where.created_after_ms
+    last = 0
     for task in index.newest_first(before):
-        if ((state is None or task.state == state)
-                and (tenant is None or task.tenant == tenant)
-                and (task_type is None or task.task_type == task_type)
-                and (schedule_id is None or task.schedule_id == schedule_id)
-                and (not view or task.failures > 0)):
+        if after is not None and task.created_at_ms < after:
+            return page, None   # every task below was created earlier still
+        if budget == 0:   # the bound: the next page goes on below the last task examined
+            return page, str(last)
+        budget -= 1
+        last = task.seq
+        if where.match(task):
             if len(page) == limit:
                 return page, str(page[-1].seq)
             page.append(task)
     return page, None
+
+
+def _smallest_index(store: Store, where: TaskFilter) -> SeqIndex:
+    """The smallest index that holds every task the filter can keep."""
+    candidates = [store.all]
+    if where.state is not None:
+        candidates.append(store.by_state[where.state])
+    for indexes, key in ((store.by_tenant, where.tenant), (store.by_type, where.task_type),
+                         (store.by_schedule, where.schedule_id)):
+        if key is not None:
+            candidates.append(indexes.get(key, _EMPTY))
+    return min(candidates, key=len)
+
+
+_EMPTY = SeqIndex()   # the listing of a key no task has; never added to
 
 
 def _parse_cursor(cursor: object) -> int | None:

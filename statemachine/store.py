@@ -7,7 +7,8 @@ machine). Everything else is derived, and lives here:
 - the lease heap: running tasks by the instant their lease or timeout ends;
 - the retention heap: terminal tasks by completion, oldest evicted first;
 - the fire heap: active schedules by their next fire;
-- listings (listing.py): every task, by state and by tenant, newest first;
+- listings (listing.py): every task, by state, by tenant, by task type and (cron
+  occurrences) by schedule id, newest first;
 - the idempotency map, the live occurrences of each schedule, and counters (per state, per
   tenant, per priority; schedules per tenant).
 
@@ -44,6 +45,10 @@ class Store:
         self.all = SeqIndex()
         self.by_state = {s: SeqIndex() for s in STATES}
         self.by_tenant: dict[str, SeqIndex] = {}
+        # A task's type and schedule never change: these two move only on index / unindex,
+        # so a listing by either walks its page, not every task (reads.list_tasks).
+        self.by_type: dict[str, SeqIndex] = {}
+        self.by_schedule: dict[str, SeqIndex] = {}
         self.idem: dict[tuple[str, str], Task] = {}
         self.leases: list[tuple] = []     # (deadline_ms, token, n, task)
         self.terminal: list[tuple] = []   # (completed_at_ms, seq, n, task)
@@ -84,9 +89,11 @@ class Store:
             if tenant not in self.tenants:   # a submit made it; a valid snapshot lists it
                 self.tenants[tenant] = TenantView(tenant)
         listing.add(task)
+        _listed(self.by_type, task.task_type).add(task)
         if task.idempotency_key is not None:
             self.idem[(tenant, task.idempotency_key)] = task
         if task.schedule_id is not None:
+            _listed(self.by_schedule, task.schedule_id).add(task)
             self._occurrence(task, task.schedule_id)
         if state == PENDING:
             self.tenants[tenant].pending += 1
@@ -115,6 +122,9 @@ class Store:
         listing.remove(task)
         if not listing:
             del self.by_tenant[task.tenant]
+        _unlisted(self.by_type, task.task_type, task)
+        if task.schedule_id is not None:
+            _unlisted(self.by_schedule, task.schedule_id, task)
         if task.idempotency_key is not None:
             key = (task.tenant, task.idempotency_key)
             if self.idem.get(key) is task:
@@ -274,3 +284,20 @@ class Store:
         heapify(self.leases)
         heapify(self.terminal)
         self.queue.end_bulk()
+
+
+def _listed(indexes: dict[str, SeqIndex], key: str) -> SeqIndex:
+    """The listing of `key` (a task type, a schedule id), made when its first task enters."""
+    listing = indexes.get(key)
+    if listing is None:
+        listing = indexes[key] = SeqIndex()
+    return listing
+
+
+def _unlisted(indexes: dict[str, SeqIndex], key: str, task: Task) -> None:
+    """`task` leaves the listing of `key`; an empty listing goes, so the dict stays bounded by
+    the retained tasks' distinct keys."""
+    listing = indexes[key]
+    listing.remove(task)
+    if not listing:
+        del indexes[key]

@@ -77,4 +77,5 @@ async def audit(request: web.Request) -> web.Response:
         entries, nxt = sm.audit_page(tenant=tenant_scope(request),
                                      scan_max=API_LIMITS.audit_scan_max, **q)
         out, seq = [present.audit_entry(e) for e in entries], sm.seq
-    return respond({"entries": out, "next_cursor": None if nxt is None else str(nxt)}, seq)
+    return respond({"entries": out, "next_cursor": None if nxt is None else str(nxt),
+                    "item_cursors": [str(e.id) for e in entries]}, seq)

@@ -8,6 +8,7 @@ from typing import cast
 from aiohttp import web
 
 from tsched.statemachine import commands as c
+from tsched.statemachine.limits import API_LIMITS
 from tsched.statemachine.model import PENDING
 
 from tsched.node import present
@@ -98,8 +99,7 @@ def _hint_unclaimed_type(node: Node, out: dict) -> None:
 @routes.get("/v1/tasks")
 async def list_tasks(request: web.Request) -> web.Response:
     node = node_of(request)
-    extra = ("state", "tenant", "task_type", "schedule_id", "limit", "cursor")
-    relayed = await before_read(request, node, extra)
+    relayed = await before_read(request, node, validate.TASK_FILTERS)
     if relayed is not None:
         return relayed
     filters = validate.task_filters(request.query)
@@ -110,11 +110,13 @@ async def list_tasks(request: web.Request) -> web.Response:
         filters["tenant"] = scope
     with node.replica.read() as sm:
         try:
-            tasks, cursor = sm.list_tasks(**filters)
+            tasks, cursor = sm.list_tasks(**filters, scan_max=API_LIMITS.task_scan_max)
         except ValueError as e:  # a cursor that is not one of ours
             raise validate.invalid(f"bad cursor: {e}", field="cursor") from None
         out, seq = [present.task(t) for t in tasks], sm.seq
-    return respond({"tasks": out, "next_cursor": cursor}, seq)
+        # a cursor whose page starts at each task: where a router's merge keeps its place
+        at = [str(t.seq + 1) for t in tasks]
+    return respond({"tasks": out, "next_cursor": cursor, "item_cursors": at}, seq)
 
 
 def _action(command_type: type[c.Cancel] | type[c.Replay] | type[c.Discard]

@@ -327,17 +327,45 @@ class TaskFilters(TypedDict):
     schedule_id: str | None
     cursor: str | None
     limit: int
+    created_after_ms: int | None
+    created_before_ms: int | None
+    finished_after_ms: int | None
+
+
+TASK_FILTERS = ("state", "tenant", "task_type", "schedule_id", "created_after",
+                "created_before", "finished_after", "limit", "cursor")
 
 
 def task_filters(q: Mapping[str, str]) -> TaskFilters:
     state = q.get("state")
     if state is not None and state not in LISTED_STATES:
         raise invalid(f"state must be one of {', '.join(LISTED_STATES)}", field="state")
-    return {
+    out: TaskFilters = {
         "state": state,
         "tenant": tenant(q["tenant"]) if "tenant" in q else None,
         "task_type": name(q["task_type"], "task_type") if "task_type" in q else None,
         "schedule_id": name(q["schedule_id"], "schedule_id") if "schedule_id" in q else None,
         "cursor": text(q["cursor"], "cursor", CURSOR_CHARS_MAX) if "cursor" in q else None,
         "limit": query_int(q, "limit", 1, LIST_LIMIT_MAX, 100),
+        "created_after_ms": query_instant_ms(q, "created_after"),
+        "created_before_ms": query_instant_ms(q, "created_before"),
+        "finished_after_ms": query_instant_ms(q, "finished_after"),
     }
+    lo, hi = out["created_after_ms"], out["created_before_ms"]
+    if lo is not None and hi is not None and lo > hi:
+        raise invalid("created_before must not be earlier than created_after",
+                      field="created_before")
+    return out
+
+
+def query_instant_ms(q: Mapping[str, str], key: str) -> int | None:
+    """An instant of the query string (RFC 3339 with an offset, or epoch seconds) in ms."""
+    raw = q.get(key)
+    if raw is None:
+        return None
+    value: float | str
+    try:
+        value = float(raw)
+    except ValueError:
+        value = raw
+    return instant_ms(value, key)

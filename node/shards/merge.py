@@ -95,10 +95,11 @@ async def merged_listing(request: web.Request, path: str, key: str, sort_key: So
                               limit=min(validate.LIST_LIMIT_MAX, state[s][1] + limit))
              for s in live}
     docs = await gather(r, request, paths)
-    heads = {}
+    heads, at = {}, {}
     for s in live:
         items = (docs[s].get(key) or [])[state[s][1]:]
         heads[s] = (items, docs[s].get("next_cursor"))
+        at[s] = _item_cursors(docs[s], key)
     sign = -1 if newest_first else 1
     heap = [(_order(sort_key(items[0]), sign), s, 0) for s, (items, _) in heads.items() if items]
     heapq.heapify(heap)
@@ -122,13 +123,29 @@ async def merged_listing(request: web.Request, path: str, key: str, sort_key: So
             nxt.append(None)
             continue
         items, more = heads[s]
-        if used[s] < len(items):
-            nxt.append([state[s][0], state[s][1] + used[s]])
-        else:
+        pins = at[s]
+        if used[s] == len(items):
             nxt.append(None if more is None else [more, 0])
+        elif pins is not None:   # pinned at the first item not shown
+            nxt.append([pins[state[s][1] + used[s]], 0])
+        else:
+            nxt.append([state[s][0], state[s][1] + used[s]])
     done = all(x is None for x in nxt)
     return json_response({key: page, "next_cursor": None if done else _encode_cursor(nxt),
                           "applied_seqs": _seqs(docs)})
+
+
+def _item_cursors(doc: dict, key: str) -> list[str] | None:
+    """A shard's `item_cursors` (GET /v1/tasks: for each item, a cursor whose page starts at
+    it), when it names one per item. A place kept as such a cursor stays put while new
+    items arrive above it, where one kept as a count of items skipped from the shard's top
+    would shift (and show an item twice); listings without them keep the count."""
+    cursors = doc.get("item_cursors")
+    items = doc.get(key) or []
+    if (isinstance(cursors, list) and len(cursors) == len(items)
+            and all(isinstance(c, str) for c in cursors)):
+        return cursors
+    return None
 
 
 def _order(key: tuple[str | int | float, ...], sign: int) -> tuple[object, ...]:

@@ -304,6 +304,38 @@ def test_listing_merges_shards_newest_first_across_pages(shared_sharded):
     wait_until(listed, 30, "n3's merged pages to list the ten tasks newest first")
 
 
+def test_a_creation_window_pages_through_the_shards_while_tasks_arrive(shared_sharded):
+    """GET /v1/tasks with created_after through a router (DESIGN 7, 13): the merged pages,
+    followed to the end while more tasks are submitted between them, list the window's
+    tasks once each, newest first; a bad time is a 400 naming its field."""
+    sharded = shared_sharded
+    one_per_shard = list({shard_of_tenant(t, SHARDS): t for t in TENANTS}.values())
+    assert len(one_per_shard) == SHARDS
+    with Client([sharded.url("n1")], timeout_s=30) as c:
+        made = [c.submit("windowed", tenant=TENANTS[i % len(TENANTS)]) for i in range(9)]
+        ids = [t["task_id"] for t in made]
+        query = f"task_type=windowed&created_after={made[3]['created_at']}&limit=2"
+
+        def listed() -> bool:
+            tasks = sharded.pages("n2", "/v1/tasks", "tasks", query)
+            return [t["task_id"] for t in tasks] == ids[:2:-1]
+        wait_until(listed, 30, "n2's merged pages to list the window's six tasks")
+        got, cursor = [], None
+        while True:
+            status, page = sharded.call(
+                "n2", "GET", f"/v1/tasks?{query}" + (f"&cursor={cursor}" if cursor else ""))
+            assert status == 200, page
+            got += [t["task_id"] for t in page["tasks"]]
+            for tenant in one_per_shard:   # newer than the first page: not listed
+                c.submit("windowed", tenant=tenant)
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert got == ids[:2:-1]
+    status, body = sharded.call("n3", "GET", "/v1/tasks?created_after=soon")
+    assert status == 400 and body["error"]["details"]["field"] == "created_after"
+
+
 def test_cron_occurrences_name_their_shard_and_route_from_any_node(shared_sharded):
     sharded = shared_sharded
     tenant = next(t for t in TENANTS if shard_of_tenant(t, SHARDS) == 2)

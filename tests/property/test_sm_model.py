@@ -17,6 +17,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine import commands as c
 
+from tests.property.test_sm_listing_pages import check_listing_indexes
+
 T0 = 1_700_000_000_000
 AGING_MS = 600_000
 RETRY = c.RetryPolicy(backoff="fixed", base_ms=1_000, max_ms=1_000, jitter_permille=0)
@@ -390,6 +392,10 @@ class SchedulerModel(RuleBasedStateMachine):
         if not hasattr(self, "sm"):
             return
         twin = StateMachine.restore(self.sm.snapshot(), MODEL_LIMITS)
+        # the listings by task type and by schedule, kept on every transition and rebuilt
+        # from the snapshot's tasks, hold exactly each key's tasks
+        check_listing_indexes(self.sm)
+        check_listing_indexes(twin)
         assert twin.digest() == self.sm.digest()
         assert twin.state_digest() == self.sm.state_digest()
         assert twin.next_timer_ms() == self.sm.next_timer_ms()

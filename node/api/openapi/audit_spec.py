@@ -29,6 +29,10 @@ def _schemas() -> dict[str, Schema]:
     page = obj({
         "entries": {"type": "array", "items": ref("AuditEntry")},
         "next_cursor": nullable(string()),
+        "item_cursors": {"type": "array", "items": string(),
+                         "description": "a replica's page: for each entry, in order, a "
+                         "cursor whose page starts at it (a router's merge keeps its place "
+                         "with them)"},
         "applied_seq": integer(),
         "applied_seqs": {"type": "object", "additionalProperties": integer()},
         "shard": integer()}, ("entries", "next_cursor"))

@@ -154,6 +154,10 @@ def _schemas() -> dict[str, Schema]:
         "Attempt": _attempt(),
         "TaskList": obj({"tasks": {"type": "array", "items": ref("Task")},
                          "next_cursor": nullable(string()),
+                         "item_cursors": {"type": "array", "items": string(),
+                                          "description": "a replica's page: for each task, "
+                                          "in order, a cursor whose page starts at it (a "
+                                          "router merging shards keeps its place with them)"},
                          "applied_seq": APPLIED_SEQ, "shard": SHARD,
                          "applied_seqs": APPLIED_SEQS},
                         ("tasks",)),
@@ -193,18 +197,33 @@ def _action(summary: str, tag: str = "tasks") -> Schema:
               params=[TASK_ID], errors=WRITE_ERRORS, tag=tag)
 
 
+def _list_op() -> Schema:
+    """GET /v1/tasks: a page examines a bounded number of tasks (DESIGN 7)."""
+    return op("List tasks", ref("TaskList"), params=[
+        query("state", {"type": "string", "enum": LISTED_STATES},
+              "`retrying`: the pending tasks whose last attempt failed or expired"),
+        query("tenant", TENANT), query("task_type", NAME), query("schedule_id", NAME),
+        query("created_after", string(), "RFC 3339 or epoch seconds: created at or after"),
+        query("created_before", string(), "RFC 3339 or epoch seconds: created before "
+              "(not earlier than created_after)"),
+        query("finished_after", string(), "RFC 3339 or epoch seconds: a terminal task "
+              "finished (completed_at) at or after"),
+        query("limit", {**integer(1, v.LIST_LIMIT_MAX), "default": 100}),
+        query("cursor", string(512), "next_cursor of the previous page"),
+        *READ_PARAMS], errors=(503, 504),
+        description="Newest first. A page examines at most "
+                    f"{API_LIMITS.task_scan_max} tasks, so it may hold fewer than `limit` "
+                    "(even none) and still have a next_cursor: follow it until it is null. "
+                    "A task type, schedule, tenant or state has an index of its own; a "
+                    "creation window bounds the walk. With shards: merged by creation time.")
+
+
 def _paths() -> dict[str, PathItem]:
     task = ref("Task")
     return {
         "/v1/tasks": {
             "post": _submit_op(),
-            "get": op("List tasks", ref("TaskList"), params=[
-                query("state", {"type": "string", "enum": LISTED_STATES},
-                      "`retrying`: the pending tasks whose last attempt failed or expired"),
-                query("tenant", TENANT), query("task_type", NAME), query("schedule_id", NAME),
-                query("limit", {**integer(1, v.LIST_LIMIT_MAX), "default": 100}),
-                query("cursor", string(512), "next_cursor of the previous page"),
-                *READ_PARAMS], errors=(503, 504)),
+            "get": _list_op(),
         },
         "/v1/tasks/{task_id}": {
             "get": op("Get a task", task, params=[TASK_ID, *READ_PARAMS], errors=(404, 503, 504)),

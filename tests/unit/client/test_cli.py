@@ -30,6 +30,9 @@ USAGE_ERRORS = [
     ["get", "x", "--wait-timeout", "0"],
     ["list", "--state", "bogus"],
     ["list", "--limit", "0"],
+    ["list", "--created-after", "yesterday"],
+    ["list", "--created-before", "2026-12-01T00:00:00"],
+    ["list", "--finished-after", "soon"],
     ["cancel"],
     ["cancel", "a", "b"],
     ["dlq", "nope"],
@@ -203,3 +206,26 @@ def test_option_bounds_are_the_state_machine_limits():
     result = CliRunner().invoke(cli, ["--url", "http://127.0.0.1:9", "tenants", "set", "acme",
                                       "--weight", "1001"])
     assert result.exit_code == 2 and "1001" in result.output
+
+
+def test_list_follows_pages_that_stop_early_and_sends_the_time_filters(node):
+    """A node's page may stop at its scan bound with no task and a cursor (DESIGN 7):
+    `tsctl list` goes on until the limit or the end."""
+    pages = {None: ([], "900"), "900": (["b"], "400"), "400": ([], "7"), "7": (["a"], None)}
+
+    def listing(req):
+        ids, nxt = pages[req.query.get("cursor")]
+        return 200, {"tasks": [{"task_id": i, "state": "completed"} for i in ids],
+                     "next_cursor": nxt, "applied_seq": 1}
+    node.route("GET", "/v1/tasks", listing)
+    result = run("--url", node.url, "--json", "list", "--type", "rare", "--schedule", "s1",
+                 "--created-after", "2026-12-01T00:00:00Z", "--created-before", "1764600000",
+                 "--finished-after", "2026-12-02T00:00:00+01:00")
+    assert result.exit_code == 0, result.output
+    assert [t["task_id"] for t in json.loads(result.output)] == ["b", "a"]
+    first = node.seen[0].query
+    assert (first["task_type"], first["schedule_id"]) == ("rare", "s1")
+    assert first["created_after"] == "2026-12-01T00:00:00Z"
+    assert first["created_before"] == "1764600000.0"
+    assert first["finished_after"] == "2026-12-02T00:00:00+01:00"
+    assert [s.query.get("cursor") for s in node.seen] == [None, "900", "400", "7"]

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 
+from dataclasses import replace
+
 import pytest
 
 from tsched.node.api import reads as api_reads
@@ -213,6 +215,12 @@ async def test_malformed_and_oversized_bodies(api: Api):
     ("/v1/tasks?limit=ten", 400, "invalid_argument"),
     ("/v1/tasks?tenant=a%20b", 400, "invalid_argument"),
     ("/v1/tasks?sort=asc", 400, "invalid_argument"),
+    ("/v1/tasks?created_after=yesterday", 400, "invalid_argument"),
+    ("/v1/tasks?created_after=2026-12-01T15:00:00", 400, "invalid_argument"),   # no offset
+    ("/v1/tasks?created_before=-5", 400, "invalid_argument"),
+    ("/v1/tasks?created_before=nan", 400, "invalid_argument"),
+    ("/v1/tasks?finished_after=1e300", 400, "invalid_argument"),
+    ("/v1/tasks?created_after=2000&created_before=1000", 400, "invalid_argument"),
 ])
 async def test_bad_reads_are_refused(api: Api, path, status, code):
     got_status, got = await api.call("GET", path)
@@ -231,3 +239,49 @@ async def test_actions_on_unknown_tasks_and_with_fields(api: Api, action, tt):
     t = await api.submit(task_type=tt, delay_s=600)
     status, body = await api.call("POST", f"/v1/tasks/{t['task_id']}/{action}", {"force": True})
     assert_error(status, body, 400, "invalid_argument")
+
+
+@pytest.mark.parametrize("query, field", [
+    ("created_after=soon", "created_after"), ("created_before=inf", "created_before"),
+    ("finished_after=0001-01-01T00:00:00%2B01:00", "finished_after"),
+    ("created_after=1700000001&created_before=1700000000", "created_before"),
+])
+async def test_bad_time_filters_name_their_field(api: Api, query, field):
+    status, body = await api.call("GET", f"/v1/tasks?{query}")
+    assert_error(status, body, 400, "invalid_argument")
+    assert body["error"]["details"]["field"] == field
+
+
+async def test_a_bounded_page_stops_early_with_a_cursor(api: Api, tt, monkeypatch):
+    """A page examines at most task_scan_max tasks (DESIGN 7): a filter with no index of
+    its own (here: finished since) may answer fewer than `limit`, even none, with a cursor;
+    following it yields every match once."""
+    from tsched.node.api import tasks as tasks_api
+    monkeypatch.setattr(tasks_api, "API_LIMITS", replace(tasks_api.API_LIMITS, task_scan_max=3))
+    ids = [(await api.submit(task_type=tt))["task_id"] for _ in range(12)]
+    for tid in (ids[1], ids[9]):
+        status, _ = await api.call("POST", f"/v1/tasks/{tid}/cancel")
+        assert status == 200
+    seen, cursor, pages, empty = [], None, 0, 0
+    while True:
+        path = f"/v1/tasks?task_type={tt}&finished_after=0&limit=10"
+        status, page = await api.call("GET", path + (f"&cursor={cursor}" if cursor else ""))
+        assert status == 200, page
+        seen += [t["task_id"] for t in page["tasks"]]
+        pages, empty = pages + 1, empty + (not page["tasks"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [ids[9], ids[1]] and pages == 4 and empty >= 1
+
+
+async def test_the_creation_window_lists_the_tasks_created_in_it(api: Api, tt):
+    first = await api.submit(task_type=tt)
+    created = first["created_at"]
+    status, page = await api.call("GET", f"/v1/tasks?task_type={tt}&created_after={created}")
+    assert status == 200 and [t["task_id"] for t in page["tasks"]] == [first["task_id"]]
+    status, page = await api.call("GET", f"/v1/tasks?task_type={tt}&created_before={created}")
+    assert status == 200 and page == {**page, "tasks": [], "next_cursor": None}
+    epoch_s = 1_000   # epoch seconds are taken too
+    status, page = await api.call("GET", f"/v1/tasks?task_type={tt}&created_after={epoch_s}")
+    assert status == 200 and len(page["tasks"]) == 1

@@ -183,3 +183,82 @@ def test_a_partial_placement_lists_the_file_and_refuses_changes(tmp_path):
         mr._changeable(r)
     assert status_of(e.value) == 409 and e.value.details["reason"] == "partial_placement"
     assert "operations.md" in e.value.message
+
+
+def _listing_router(machines: list, scan_max: int):
+    """A Router without its app whose shards answer GET /v1/tasks from real state machines,
+    each page bounded by `scan_max` examined tasks as a shard replica's is."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    import orjson
+
+    from tsched.node import present
+    from tsched.node.api import validate
+    from tsched.node.shards.router import Router
+    from tsched.node.shards.upstream import Answer
+    r = Router.__new__(Router)
+    r.count = len(machines)
+
+    async def send(request, shard, method, path_qs, body, **kw):
+        q = dict(parse_qsl(urlsplit(path_qs).query))
+        sm = machines[shard]
+        tasks, cursor = sm.list_tasks(**validate.task_filters(q), scan_max=scan_max)
+        out = {"tasks": [present.task(t) for t in tasks], "next_cursor": cursor,
+               "item_cursors": [str(t.seq + 1) for t in tasks], "applied_seq": sm.seq}
+        return Answer(200, orjson.dumps(out), "application/json", {})
+    r.send = send
+    return r
+
+
+def test_merged_pages_of_bounded_shard_pages_list_every_task_once_newest_first():
+    """Shards whose pages stop at their scan bound (with fewer tasks than asked, or none)
+    merge into pages that, followed to the end, list every matching task once, newest
+    first by creation, while tasks are submitted between the pages (DESIGN 7, 13)."""
+    import asyncio
+
+    import orjson
+    from aiohttp import web
+    from aiohttp.test_utils import make_mocked_request
+
+    from tsched.statemachine import StateMachine
+    from tsched.statemachine import commands as c
+    from tsched.node.shards.router import ROUTER
+    machines = [StateMachine() for _ in range(3)]
+    t0, n = 1_700_000_000_000, 0
+
+    def submit(shard: int, task_type: str) -> str:
+        nonlocal n
+        n += 1
+        cmd = c.SubmitTask(request_id=f"r{n}", now_ms=t0 + n * 10, task_id=f"{shard:02x}t{n}",
+                           tenant="a", task_type=task_type)
+        assert machines[shard].apply(cmd).ok
+        made.append(cmd.task_id)
+        return cmd.task_id
+    made: list[str] = []
+    for i in range(40):
+        submit(i * 7 % 3, "x" if i % 3 else "y")
+    r = _listing_router(machines, scan_max=2)
+    for query, keep, since in (("task_type=x&limit=3", "x", 0),
+                               ("finished_after=0&limit=5", "", 0),
+                               ("created_after=1700000000.1&limit=4", "xy", t0 + 100)):
+        app = web.Application()
+        app[ROUTER] = r
+        want = list(made)        # the tasks there when the listing starts
+        got, cursor, pages = [], None, 0
+        while True:
+            qs = query + (f"&cursor={cursor}" if cursor else "")
+            req = make_mocked_request("GET", f"/v1/tasks?{qs}", app=app)
+            answer = asyncio.run(router_merge.merged_listing(req, "/v1/tasks", "tasks",
+                                                             lambda t: (t["created_at"],),
+                                                             newest_first=True))
+            page = orjson.loads(answer.body)
+            got += [t["task_id"] for t in page["tasks"]]
+            cursor, pages = page["next_cursor"], pages + 1
+            for shard in range(3):       # newer than the listing's first page: not listed
+                submit(shard, "x")
+            if cursor is None:
+                break
+            assert pages < 200
+        tasks = [machines[int(tid[:2], 16)].tasks[tid] for tid in reversed(want)]
+        assert got == [t.task_id for t in tasks
+                       if t.task_type in keep and t.created_at_ms >= since], query
