@@ -602,6 +602,19 @@ def conforms(schema: dict, value, doc: dict, where: str = "$") -> list[str]:
     return problems
 
 
+def _sessions_answers(call) -> None:
+    """Worker sessions' answers (DESIGN 9): open, keep alive, list, end, and bad input."""
+    opened = call("PUT", "/v1/sessions/{worker_id}", {"timeout_s": 30}, 200, worker_id="w-doc")
+    assert opened["created"] is True, opened
+    kept = call("PUT", "/v1/sessions/{worker_id}", {"timeout_s": 30}, 200, worker_id="w-doc")
+    assert kept["created"] is False, kept
+    call("PUT", "/v1/sessions/{worker_id}", {"timeout_s": 0.5}, 400, worker_id="w-doc")
+    listed = call("GET", "/v1/sessions", status=200)
+    assert "w-doc" in [x["worker_id"] for x in listed["sessions"]], listed
+    call("DELETE", "/v1/sessions/{worker_id}", status=200, worker_id="w-doc")
+    call("DELETE", "/v1/sessions/{worker_id}", status=404, worker_id="w-doc")
+
+
 def _queues_answers(call) -> None:
     """Paused queues' answers (issue 48): pause, a paused task's `paused`, list, resume."""
     made = call("POST", "/v1/tasks", {"task_type": "held", "tenant": "acme"}, 201)
@@ -731,6 +744,7 @@ def test_real_answers_match_the_openapi_document(tmp_path):
         _limits_answers(call)
         _workflows_answers(call)
         _queues_answers(call)
+        _sessions_answers(call)
         put = {"tenant": "acme", "cron": "H 3 * * 1-5", "timezone": "Europe/Paris",
                "task": {"task_type": "report", "payload": {"x": 1}, "priority": 2},
                "overlap": "skip", "misfire": "run_once", "jitter_s": 5}

@@ -122,7 +122,8 @@ def test_a_claim_through_a_follower_carries_completions_to_the_leader(cluster: C
 
 CLAIMED_FIELDS = {"task_id", "tenant", "task_type", "state", "payload", "run_at", "attempt",
                   "max_retries", "timeout_s", "execution_id", "schedule_id",
-                  "lease_expires_at", "fencing_token", "worker_id"}
+                  "lease_expires_at", "fencing_token", "worker_id",
+                  "traceparent"}   # the worker's span continues the submitter's trace
 
 
 def test_prefer_return_minimal_answers_reports_by_task_id_and_state(cluster: Cluster):
