@@ -486,6 +486,11 @@ def test_a_killed_workers_tasks_come_back_long_before_their_lease(cluster, clien
     assert twice <= set(cut)   # ran twice: only what A ran and never reported
 
 
+def outcomes(task: dict) -> list[str]:
+    """A task's attempts' outcomes, leaving out claims released undelivered."""
+    return [a["outcome"] for a in task["attempts"] if a["outcome"] != "released"]
+
+
 def test_a_cut_off_worker_keeps_its_tasks_within_its_timeout_and_loses_them_after(
         cluster, client, tmp_path):
     """A worker stopped with SIGSTOP (its connections stay open, it says nothing): cut off
@@ -506,7 +511,9 @@ def test_a_cut_off_worker_keeps_its_tasks_within_its_timeout_and_loses_them_afte
         wait_until(lambda: state_of(client, short) == "completed", DEADLINE_S, "its report")
         task = client.get(short)
         assert task["result"] == {"token": first_token}
-        assert [a["outcome"] for a in task["attempts"]] == ["completed"]
+        # never given back (a claim answer the worker's client had given up on may have
+        # been released before it: not the session's doing)
+        assert outcomes(task) == ["completed"], task["attempts"]
         assert session_of(client, "sess-c")["opened_at"] == opened   # the same session
 
         long = client.submit("sess")["task_id"]
@@ -526,7 +533,7 @@ def test_a_cut_off_worker_keeps_its_tasks_within_its_timeout_and_loses_them_afte
         wait_until(lambda: state_of(client, long) == "completed", DEADLINE_S, "the re-run")
         task = client.get(long)
         assert task["result"]["token"] > cut_token     # not the cut-off run's report
-        assert [a["outcome"] for a in task["attempts"]] == ["lease_expired", "completed"]
+        assert outcomes(task) == ["lease_expired", "completed"], task["attempts"]
         assert session_of(client, "sess-c")["opened_at"] != opened   # opened anew
     finally:
         ended(proc)
