@@ -556,6 +556,7 @@ def test_members_are_the_nodes_and_bad_changes_are_refused(shared_sharded):
     ports; a change is made in every group (test_membership_shards.py), never through one
     shard's replica alone, and a bad one changes nothing (DESIGN 6.2)."""
     sharded = shared_sharded
+    sharded.wait_shard_leaders()    # an earlier test of this cluster stopped a shard replica
     from .test_dashboard import conforms
     _, doc = sharded.call("n1", "GET", "/v1/openapi.json")
     for node in sharded.ids:
