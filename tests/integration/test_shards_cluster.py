@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -181,8 +182,12 @@ def test_a_claim_skips_shards_another_worker_watches_yet_gets_work_that_lands_th
     claim = {"task_types": ["skip"], "max_tasks": 10}
 
     def watched_everywhere():     # w-a's watches wait at every shard's leader
-        stats = [sharded.call(n, "GET", f"/v1/stats?tenant={by_shard[s]}")[1]
-                 for s in range(SHARDS) for n in sharded.ids]
+        # asked at once: nine calls one after the other could outlast the watch on a
+        # loaded machine
+        with ThreadPoolExecutor(len(sharded.ids) * SHARDS) as pool:
+            stats = list(pool.map(lambda sn: sharded.call(
+                sn[1], "GET", f"/v1/stats?tenant={by_shard[sn[0]]}")[1],
+                [(s, n) for s in range(SHARDS) for n in sharded.ids]))
         return all(sum(st["waiting_claims"] for st in stats[s * 3:s * 3 + 3]) >= 1
                    for s in range(SHARDS))
 
