@@ -609,7 +609,8 @@ def _sessions_answers(call) -> None:
     kept = call("PUT", "/v1/sessions/{worker_id}", {"timeout_s": 30}, 200, worker_id="w-doc")
     assert kept["created"] is False, kept
     call("PUT", "/v1/sessions/{worker_id}", {"timeout_s": 0.5}, 400, worker_id="w-doc")
-    listed = call("GET", "/v1/sessions", status=200)
+    # at the leader: this node may be a follower that has not applied the open yet
+    listed = call("GET", "/v1/sessions", status=200, query="?consistency=linearizable")
     assert "w-doc" in [x["worker_id"] for x in listed["sessions"]], listed
     call("DELETE", "/v1/sessions/{worker_id}", status=200, worker_id="w-doc")
     call("DELETE", "/v1/sessions/{worker_id}", status=404, worker_id="w-doc")
