@@ -33,22 +33,28 @@ from tsched.node.config import ClusterConfig, NodeConfig
 from tsched.node.raft.replica import Replica
 
 
-# The files that take longest (`pytest -n 3 --durations=0`, summed per file: 20-92 s each on
-# 2 cores), run first. Under `--dist loadfile` each file goes whole to one process in
-# collection order (`--no-loadscope-reorder`, pyproject.toml), so one of them collected last
+# The files that take longest (`pytest -n 4 --durations=0`, summed per file, 2026-12-06:
+# 15-270 s each on 2 cores), run first. Under `--dist loadfile` each file goes whole to one
+# process in collection order (`--no-loadscope-reorder`, pyproject.toml), so one of them collected last
 # would run alone at the end of the run (the fault-harness run did, for its last minute).
 # Only the order changes: every test runs.
 LONGEST_FILES_FIRST = (
     "tests/integration/test_compiled_build.py",
     "tests/integration/test_shards_cluster.py",
-    "tests/integration/test_membership_shards.py",
     "tests/jepsen_like/test_short_run.py",
-    "tests/integration/test_membership_cluster.py",
     "tests/integration/test_fuzz_api.py",
-    "tests/integration/test_backup_restore.py",
+    "tests/integration/test_membership_shards.py",
+    "tests/integration/test_readme_cluster.py",
+    "tests/integration/test_membership_cluster.py",
+    "tests/integration/test_worker_cluster.py",
     "tests/integration/test_schedules_cluster.py",
-    "tests/integration/test_handoff.py",
+    "tests/property/test_sm_model.py",
+    "tests/property/test_sm_keyed_limits_model.py",
+    "tests/integration/test_backup_restore.py",
+    "tests/unit/client/test_app_types.py",
+    "tests/integration/test_tsworker_cluster.py",
     "tests/integration/test_cli_dev.py",
+    "tests/integration/test_handoff.py",
     "tests/integration/test_node_faults.py",
     "tests/integration/test_storage_faults.py",
 )
