@@ -90,14 +90,7 @@ async def measure(cluster: LocalCluster, args, report: Report) -> list[float]:
 
 
 async def collect(api: Api, base: str, task_type: str) -> list[dict]:
-    out, cursor = [], None
-    while True:
-        q = f"?task_type={task_type}&limit=1000" + (f"&cursor={cursor}" if cursor else "")
-        body = await api.call("GET", base + "/v1/tasks" + q, timeout_s=30)
-        out += body["tasks"]
-        cursor = body.get("next_cursor")
-        if not cursor:
-            return out
+    return await api.all_tasks(base, f"task_type={task_type}&limit=1000")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

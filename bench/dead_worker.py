@@ -78,14 +78,7 @@ async def submit_all(api: Api, base: str, task_type: str, tenant: str, n: int) -
 
 
 async def all_tasks(api: Api, base: str, tenant: str) -> list[dict]:
-    out, cursor = [], None
-    while True:
-        q = f"?tenant={tenant}&limit=1000" + (f"&cursor={cursor}" if cursor else "")
-        body = await api.call("GET", base + "/v1/tasks" + q, timeout_s=30)
-        out += body["tasks"]
-        cursor = body.get("next_cursor")
-        if not cursor:
-            return out
+    return await api.all_tasks(base, f"tenant={tenant}&limit=1000")
 
 
 async def until_done(api: Api, base: str, tenant: str, deadline_s: float) -> None:

@@ -91,16 +91,9 @@ async def produce(api: Api, cluster: LocalCluster, task_type: str, rate: float,
 
 
 async def completed_at(api: Api, base: str, task_type: str) -> list[float]:
-    out, cursor = [], None
-    while True:
-        q = f"?task_type={task_type}&state=completed&limit={LIST_PAGE}"
-        body = await api.call("GET", base + "/v1/tasks" + q + (f"&cursor={cursor}" if cursor else ""),
-                              timeout_s=30)
-        out += [datetime.fromisoformat(t["completed_at"].replace("Z", "+00:00")).timestamp()
-                for t in body["tasks"]]
-        cursor = body.get("next_cursor")
-        if not cursor:
-            return sorted(out)
+    tasks = await api.all_tasks(base, f"task_type={task_type}&state=completed&limit={LIST_PAGE}")
+    return sorted(datetime.fromisoformat(t["completed_at"].replace("Z", "+00:00")).timestamp()
+                  for t in tasks)
 
 
 def largest_gap(times: list[float], start: float, end: float) -> float:

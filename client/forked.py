@@ -4,10 +4,10 @@ A `tsnode` process spends about half a CPU-second importing before it reads its 
 machine that starts hundreds of nodes (the test suite) lets `Zygotes` pay that once per node
 id: `Zygotes.start` asks the zygote of that id to fork a child that runs the same command
 line, in a session of its own with its own environment, folder and log, and returns a
-`ForkedProcess`, which answers as the `subprocess.Popen` it replaces (pid, poll, wait,
-returncode, send_signal, kill). One zygote per node id, each with a hash seed of its own, so
-replicas of one cluster hash differently, as separate interpreters do (the zygote's
-docstring says why that matters).
+`ForkedProcess`, which answers as the `subprocess.Popen` it replaces where the launcher
+and the tests use it (pid, poll, wait, returncode, send_signal). One zygote per node id,
+each with a hash seed of its own, so replicas of one cluster hash differently, as separate
+interpreters do (the zygote's docstring says why that matters).
 
 The client still never imports the node: a zygote is a subprocess (`python -m
 tsched.node.zygote`), reached over a Unix socket pair.
@@ -83,12 +83,6 @@ class ForkedProcess:
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
             os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(15)
-
-    def kill(self) -> None:
-        self.send_signal(9)
 
 
 def _zombie(pid: int) -> bool:

@@ -46,11 +46,6 @@ REQUEST_BYTES_MAX = 1 << 20     # argv and environment of one node
 FDS_MAX = 4                     # the report socket, then stdin, stdout and stderr
 
 
-def _exit_status(status: int) -> int:
-    """A wait status as Popen.returncode: the exit code, or minus the signal."""
-    return os.waitstatus_to_exitcode(status)
-
-
 def _stdio(req: dict[str, Any], fds: list[int]) -> None:
     """The child's stdin, stdout and stderr: the log file of a launched node in a session
     of its own, or the three descriptors its starter sent."""
@@ -164,7 +159,8 @@ class Zygote:
             report = self.children.pop(pid, None)
             if report is not None:
                 try:
-                    report.sendall(json.dumps({"status": _exit_status(status)}).encode() + b"\n")
+                    code = os.waitstatus_to_exitcode(status)   # as Popen.returncode
+                    report.sendall(json.dumps({"status": code}).encode() + b"\n")
                 except OSError:
                     pass    # the launcher dropped this child's handle
                 report.close()

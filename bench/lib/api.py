@@ -97,6 +97,19 @@ class Api:
                               {"completions": _completions(tasks, result)}, timeout_s, minimal)
         return res["results"]
 
+    async def all_tasks(self, base: str, query: str, timeout_s: float = 30.0) -> list[dict]:
+        """Every task `GET /v1/tasks?<query>` lists, following `next_cursor` to the end (a
+        page may stop early at the node's scan bound, with no task and a cursor)."""
+        out: list[dict] = []
+        cursor = None
+        while True:
+            q = query + (f"&cursor={cursor}" if cursor else "")
+            body = await self.call("GET", f"{base}/v1/tasks?{q}", timeout_s=timeout_s)
+            out += body["tasks"]
+            cursor = body.get("next_cursor")
+            if not cursor:
+                return out
+
     async def cluster(self, base: str, timeout_s: float = 2.0) -> dict:
         return await self.call("GET", base + "/v1/cluster", timeout_s=timeout_s)
 

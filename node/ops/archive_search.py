@@ -22,7 +22,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from tsched.statemachine.archive_format import (FILE_PREFIX, FILE_SUFFIX, RECORD_BYTES_MAX,
                                                 day_of, file_day, index_end, index_members,
@@ -82,14 +82,7 @@ def lines_of(f: BinaryIO, offset: int) -> Iterator[tuple[int, int, bytes]]:
                 if pending or fed != member:   # the last member is cut short
                     raise Damaged(f"truncated gzip member at byte {member}")
                 return
-        try:
-            out = d.decompress(data, CHUNK_BYTES)
-        except zlib.error as e:
-            raise Damaged(f"not gzip at byte {member}: {e}") from None
-        data = d.unconsumed_tail
-        *complete, pending = (pending + out).split(b"\n")
-        if len(pending) > RECORD_BYTES_MAX:
-            raise Damaged(f"a line over {RECORD_BYTES_MAX} bytes in the member at byte {member}")
+        complete, pending, data = _lines(d, data, pending, member)
         for line in complete:
             lineno += 1
             yield member, lineno, line
@@ -101,6 +94,20 @@ def lines_of(f: BinaryIO, offset: int) -> Iterator[tuple[int, int, bytes]]:
             d, lineno = zlib.decompressobj(GZIP_WBITS), 0
 
 
+def _lines(d: Any, data: bytes, pending: bytes, member: int
+           ) -> tuple[list[bytes], bytes, bytes]:
+    """One step of reading a gzip member by lines: (the lines `data` completes, the partial
+    line after them, the input the decompressor left); Damaged as `lines_of`."""
+    try:
+        out = d.decompress(data, CHUNK_BYTES)
+    except zlib.error as e:
+        raise Damaged(f"not gzip at byte {member}: {e}") from None
+    *complete, pending = (pending + out).split(b"\n")
+    if len(pending) > RECORD_BYTES_MAX:
+        raise Damaged(f"a line over {RECORD_BYTES_MAX} bytes in the member at byte {member}")
+    return complete, pending, d.unconsumed_tail
+
+
 def member_lines(f: BinaryIO, offset: int) -> Iterator[tuple[int, bytes]]:
     """(line number from 1, line) of the one gzip member at byte `offset`; Damaged as
     `lines_of`."""
@@ -110,14 +117,7 @@ def member_lines(f: BinaryIO, offset: int) -> Iterator[tuple[int, bytes]]:
         data = data or f.read(CHUNK_BYTES)
         if not data:
             raise Damaged(f"truncated gzip member at byte {offset}")
-        try:
-            out = d.decompress(data, CHUNK_BYTES)
-        except zlib.error as e:
-            raise Damaged(f"not gzip at byte {offset}: {e}") from None
-        data = d.unconsumed_tail
-        *complete, pending = (pending + out).split(b"\n")
-        if len(pending) > RECORD_BYTES_MAX:
-            raise Damaged(f"a line over {RECORD_BYTES_MAX} bytes in the member at byte {offset}")
+        complete, pending, data = _lines(d, data, pending, offset)
         for line in complete:
             lineno += 1
             yield lineno, line
