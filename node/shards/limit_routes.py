@@ -16,14 +16,10 @@ from tsched.node.api.keyed_limits import PARTITIONS_SHOWN, limit_name
 from tsched.node.errors import ApiError
 from tsched.node.shards.keyed_routes import loads
 from tsched.node.shards.merge import gather
-from tsched.node.shards.router import ROUTER, Router, as_response, json_response
+from tsched.node.shards.router import ROUTER, as_response, json_response
 
 routes = web.RouteTableDef()
 SHARDED_PARTITION = "tenant"   # the one partitioning a sharded cluster enforces exactly
-
-
-def _router(request: web.Request) -> Router:
-    return request.app[ROUTER]
 
 
 @routes.put("/v1/limits/{name}")
@@ -49,7 +45,7 @@ async def delete_limit(request: web.Request) -> web.Response:
 async def _everywhere(request: web.Request, raw: bytes | None) -> web.Response:
     """The write on every shard, in shard order; the first refusal is the answer (a retry
     with the same Idempotency-Key is safe: PUT and DELETE of a limit are idempotent)."""
-    r = _router(request)
+    r = request.app[ROUTER]
     answer = None
     for shard in range(r.up.count):
         a = await r.send(request, shard, request.method, request.path_qs, raw or None)
@@ -79,7 +75,7 @@ async def list_limits(request: web.Request) -> web.Response:
 
 async def _gather(request: web.Request) -> dict[int, dict]:
     """Every shard's answer to this request's GET."""
-    r = _router(request)
+    r = request.app[ROUTER]
     return await gather(r, request, {s: request.path_qs for s in range(r.up.count)})
 
 

@@ -33,10 +33,6 @@ routes = web.RouteTableDef()
 PROBE = "/v1/queues?consistency=linearizable"
 
 
-def _router(request: web.Request) -> Router:
-    return request.app[ROUTER]
-
-
 @routes.post("/v1/queues/pause")
 async def pause(request: web.Request) -> web.Response:
     raw = await request.read()
@@ -52,7 +48,7 @@ async def resume(request: web.Request) -> web.Response:
 
 
 async def _everywhere(request: web.Request, raw: bytes, ok: tuple[int, ...]) -> web.Response:
-    r = _router(request)
+    r = request.app[ROUTER]
     shards = list(range(r.up.count))
     await _all_can_commit(request, r, shards)
     sent = await asyncio.gather(*(r.send(request, s, "POST", request.path_qs, raw)
@@ -108,7 +104,7 @@ async def list_queues(request: web.Request) -> web.Response:
     shard lacks (a write cut short) names its `missing_shards`. A replica may not have
     applied a pause its leader has: a shard that seems to lack one is read again from its
     leader (linearizable) before it is named."""
-    r = _router(request)
+    r = request.app[ROUTER]
     shards = range(r.up.count)
     docs = await gather(r, request, {s: with_min_seq(request, s) for s in shards})
     out = _merged(docs)

@@ -15,18 +15,14 @@ import asyncio
 from aiohttp import web
 
 from tsched.node.shards.merge import gather
-from tsched.node.shards.router import ROUTER, Router, as_response, json_response, with_min_seq
+from tsched.node.shards.router import ROUTER, as_response, json_response, with_min_seq
 from tsched.node.shards.upstream import Answer
 
 routes = web.RouteTableDef()
 
 
-def _router(request: web.Request) -> Router:
-    return request.app[ROUTER]
-
-
 async def _everywhere(request: web.Request) -> list[Answer]:
-    r = _router(request)
+    r = request.app[ROUTER]
     raw = await request.read() if request.can_read_body else b""
     return list(await asyncio.gather(*(
         r.send(request, s, request.method, request.raw_path, raw or None, to_leader=True)
@@ -67,7 +63,7 @@ async def end_session(request: web.Request) -> web.Response:
 
 @routes.get("/v1/sessions")
 async def list_sessions(request: web.Request) -> web.Response:
-    r = _router(request)
+    r = request.app[ROUTER]
     docs = await gather(r, request, {s: with_min_seq(request, s) for s in range(r.up.count)})
     rows = [{**row, "shard": s} for s, d in sorted(docs.items())
             for row in d.get("sessions", [])]

@@ -32,7 +32,7 @@ log = logging.getLogger("tsched.node.supervisor")
 
 ZYGOTE_PID_WAIT_S = 10.0     # for a fork's pid; a zygote slower than that is replaced
 # How a shard process starts when not forked (its options follow)
-NODE_MAIN = [sys.executable, "-m", "tsched.node.main"]
+NODE_MAIN = (sys.executable, "-m", "tsched.node.main")
 
 
 class ShardProc(Protocol):
@@ -131,28 +131,28 @@ class Spawner:
         self.control = mine
         return mine
 
-    async def start(self, argv: list[str], env: dict[str, str]) -> ShardProc:
-        """`argv` (`python -m tsched.node.main --shard s ...`) with `env`: stdin and stdout
+    async def start(self, options: list[str], env: dict[str, str]) -> ShardProc:
+        """`tsnode` with `options` (`--shard s ...`) and `env`: stdin and stdout
         piped to the supervisor, stderr its own."""
         control = await self._zygote()
         if control is not None and self.zygote is not None:
             try:
-                return await self._fork(control, self.zygote.pid, argv, env)
+                return await self._fork(control, self.zygote.pid, options, env)
             except (OSError, ValueError, asyncio.TimeoutError) as e:
                 log.warning("event=zygote_failed error=%r: this shard starts plainly", e)
                 if self.zygote.returncode is None:
                     self.zygote.kill()
         return await asyncio.create_subprocess_exec(
-            *argv, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            *NODE_MAIN, *options, env=env, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE)
 
-    async def _fork(self, control: socket.socket, zygote_pid: int, argv: list[str],
+    async def _fork(self, control: socket.socket, zygote_pid: int, options: list[str],
                     env: dict[str, str]) -> ForkedShard:
         loop = asyncio.get_running_loop()
         report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
-        assert argv[:len(NODE_MAIN)] == NODE_MAIN, argv
-        request = {"argv": ["tsnode", *argv[len(NODE_MAIN):]], "log": None, "cwd": os.getcwd(),
+        request = {"argv": ["tsnode", *options], "log": None, "cwd": os.getcwd(),
                    "env": {**env, SUPERVISOR_PID_ENV: str(zygote_pid)}}
         try:
             socket.send_fds(control, [json.dumps(request).encode()],

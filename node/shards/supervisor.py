@@ -36,7 +36,7 @@ from tsched.node.raft.storage_faults import STORAGE_CORRUPT_EXIT_CODE, STORAGE_E
 from tsched.node.raft.membership import members_path
 from tsched.node.shards.router import Router
 from tsched.node.shards.router_app import make_router_app
-from tsched.node.shards.spawner import NODE_MAIN, ShardProc, Spawner
+from tsched.node.shards.spawner import ShardProc, Spawner
 from tsched.node.shards.upstream import Upstreams
 
 log = logging.getLogger("tsched.node.supervisor")
@@ -52,11 +52,11 @@ FATAL_EXIT_CODES = (STORAGE_ERROR_EXIT_CODE, STORAGE_CORRUPT_EXIT_CODE)
 class ShardProcess:
     """One local shard replica's process, started again whenever it dies."""
 
-    def __init__(self, shard: int, argv: list[str], spawner: Spawner,
+    def __init__(self, shard: int, options: list[str], spawner: Spawner,
                  spreader: Spreader | None = None,
                  on_fatal: Callable[[int], None] | None = None,
                  joining: tuple[list[str], Path] | None = None) -> None:
-        self.shard, self.argv, self.spawner = shard, argv, spawner
+        self.shard, self.options, self.spawner = shard, options, spawner
         # (`--join URL`, the replica's members.json): added to every start until the file
         # exists. A replica that stopped before it recorded its members must not start
         # again from a file that lists this node alone: that would be a group of one.
@@ -76,10 +76,10 @@ class ShardProcess:
             # stdout: the process's status lines (its log goes to stderr, shared). It stays
             # in the supervisor's process group: a signal to the node's group (a SIGKILL or
             # SIGSTOP of the whole node, Ctrl-C in a terminal) reaches every shard too.
-            argv = self.argv
+            options = self.options
             if self.joining is not None and not self.joining[1].exists():
-                argv = argv + self.joining[0]
-            self.proc = await self.spawner.start(argv, env)
+                options = options + self.joining[0]
+            self.proc = await self.spawner.start(options, env)
             started = loop.time()
             log.info("event=shard_started shard=%d pid=%d", self.shard, self.proc.pid)
             await self._read_status(self.proc)
@@ -138,8 +138,9 @@ class ShardProcess:
             await proc.wait()
 
 
-def shard_argv(config_path: str, node_id: str, shard: int, log_format: str) -> list[str]:
-    return [*NODE_MAIN, "--config", os.path.abspath(config_path),
+def shard_options(config_path: str, node_id: str, shard: int, log_format: str) -> list[str]:
+    """`tsnode`'s options for one local shard replica (shards/spawner.py starts it)."""
+    return ["--config", os.path.abspath(config_path),
             "--id", node_id, "--shard", str(shard), "--log-format", log_format]
 
 
@@ -170,7 +171,7 @@ async def run_supervisor(cfg: ClusterConfig, node_id: str, config_path: str, log
         halt()
     # `ps` names the node's config and id on the zygote and every shard forked from it
     spawner = Spawner(["--config", os.path.abspath(config_path), "--id", node_id])
-    procs = {s: ShardProcess(s, shard_argv(config_path, node_id, s, log_format), spawner,
+    procs = {s: ShardProcess(s, shard_options(config_path, node_id, s, log_format), spawner,
                              spreader, on_fatal, _joining(cfg, me, s, join_url))
              for s in local}
     for sig in (signal.SIGTERM, signal.SIGINT):
