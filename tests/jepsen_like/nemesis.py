@@ -73,10 +73,14 @@ class Nemesis:
 
     async def _serving_or_stopped(self, nid: str) -> None:
         """Until `nid` answers HTTP (it read its storage: the log is checked at start, the
-        snapshot restored, before the node listens) or has exited; at most START_WAIT_S."""
+        snapshot restored, before the node listens) or has exited; at most START_WAIT_S.
+        With shards, until each of its shard replicas answers: its router answers at once,
+        before a replica has read its storage (a replica stopping on damage after this
+        returned stopped the node after the run's last heal, and it was never brought back)."""
         end = asyncio.get_running_loop().time() + START_WAIT_S
+        urls = self._own_health_urls(nid)
         while self.cluster.nodes[nid].alive and asyncio.get_running_loop().time() < end:
-            if await self._answers(nid):
+            if all([await self._answers_200(u) for u in urls]):
                 return
             await asyncio.sleep(POLL_S)
 
