@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine import codec
 from tsched.statemachine import commands as c
+from tests.property.budget import examples
 
 T0 = 1_700_000_000_000
 # A request table of 10 ids kept 5 s: the plan's steps both fill it and let it expire
@@ -93,7 +94,7 @@ def _seeded() -> StateMachine:
     return sm
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plans, st.integers(0, 39))
 def test_a_restored_twin_keeps_both_digests_after_every_step(plan, fork_at) -> None:
     sm, twin = _seeded(), None

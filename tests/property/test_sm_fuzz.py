@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from tsched.statemachine import StateMachine, codec
 from tsched.statemachine import commands as c
 from tsched.statemachine.errors import CODES
+from tests.property.budget import examples
 
 T0 = 1_700_000_000_000
 
@@ -68,7 +69,7 @@ def _seeded() -> StateMachine:
     return sm
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(junk_commands(), min_size=1, max_size=8))
 def test_junk_never_raises_and_state_stays_encodable(cmds) -> None:
     sm = _seeded()
@@ -78,7 +79,7 @@ def test_junk_never_raises_and_state_stays_encodable(cmds) -> None:
     assert restored.digest() == sm.digest() and restored.state_digest() == sm.state_digest()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=64))
 def test_decode_of_random_bytes_is_a_list_or_decode_error(blob) -> None:
     try:
@@ -89,7 +90,7 @@ def test_decode_of_random_bytes_is_a_list_or_decode_error(blob) -> None:
     assert all(r.code in CODES for r in sm.apply_batch(cmds))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(junk_commands(), min_size=1, max_size=8))
 def test_any_command_survives_the_log_encoding(cmds) -> None:
     """Whatever a command holds, its log encoding decodes, and re-encodes to the same bytes:

@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine import commands as c
+from tests.property.budget import examples
 
 T0 = 1_700_000_000_000
 AGING_MS = Limits().aging_interval_ms
@@ -256,7 +257,7 @@ class LimitsModel(RuleBasedStateMachine):
 
 
 LimitsModel.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=50, deadline=None,
+    max_examples=examples(300), stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 TestKeyedLimits = LimitsModel.TestCase
 
@@ -276,7 +277,7 @@ _STEP = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rate=st.integers(1, 3), conc=st.integers(0, 2),
        steps=st.lists(_STEP, min_size=20, max_size=60))
 def test_long_histories_of_one_limit(rate, conc, steps) -> None:

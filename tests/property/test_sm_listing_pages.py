@@ -14,6 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine import commands as c
+from tests.property.budget import examples
 
 T0 = 1_700_000_000_000
 TENANTS = ("a", "b")
@@ -184,6 +185,6 @@ def test_a_whole_listing_without_writes_is_the_plain_scan() -> None:
 
 
 ListingPages.TestCase.settings = settings(
-    max_examples=120, stateful_step_count=40, deadline=None,
+    max_examples=examples(120), stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 test_listing_pages = ListingPages.TestCase

@@ -18,6 +18,7 @@ from tsched.statemachine import Limits, StateMachine
 from tsched.statemachine import commands as c
 
 from tests.property.test_sm_listing_pages import check_listing_indexes
+from tests.property.budget import examples
 
 T0 = 1_700_000_000_000
 AGING_MS = 600_000
@@ -410,6 +411,6 @@ class SchedulerModel(RuleBasedStateMachine):
 
 
 SchedulerModel.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=50, deadline=None,
+    max_examples=examples(150), stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 test_scheduler_model = SchedulerModel.TestCase

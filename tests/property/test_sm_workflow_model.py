@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from tsched.statemachine import StateMachine
 from tsched.statemachine import commands as c
 from tsched.statemachine.graphs import compact
+from tests.property.budget import examples
 
 T0 = 1_700_000_000_000
 RETRY = ["fixed", 1_000, 1_000, 1_000, 0]
@@ -112,7 +113,7 @@ class Run:
         assert sum(self.wf.counts.values()) == len(self.graph)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(graphs(), st.lists(st.tuples(st.sampled_from(ACTIONS), st.integers(0, 5)),
                           min_size=5, max_size=50))
 def test_steps_become_runnable_exactly_by_their_rule_and_once(graph, actions):
@@ -129,7 +130,7 @@ def test_steps_become_runnable_exactly_by_their_rule_and_once(graph, actions):
     assert back.counts == run.wf.counts
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(graphs(), st.lists(st.tuples(st.sampled_from(ACTIONS), st.integers(0, 8)),
                           max_size=20))
 def test_a_cancelled_workflow_starts_nothing_more(graph, actions):
