@@ -35,6 +35,7 @@ from tsched.node.api.app import make_app
 from tsched.node.api.auth import parse as parse_auth
 from tsched.node.clock import Clock
 from tsched.node.failpoints import Failpoints
+from tsched.node.forkserver import Entry, fork_server
 from tsched.node.forwarding import Forwarder
 from tsched.node.gcpolicy import GcPolicy
 from tsched.node.ops.archiver import Archive, archive_dir
@@ -68,10 +69,13 @@ STOP_STACKS_AFTER_S = 12.0
 
 
 def run(config_path: str, node_id: str, log_format: str, shard: int | None,
-        rejoin_empty: bool, restore_from: str | None, join_url: str | None) -> int:
+        rejoin_empty: bool, restore_from: str | None, join_url: str | None,
+        tsnode: Entry | None = None) -> int:
     """One `tsnode` process, from its options to its exit status: the start-up steps
     (members, restore, data dir, TLS, exposure), then a node's supervisor where the
-    cluster has several shards, else the node (or, with `shard`, one shard replica)."""
+    cluster has several shards, else the node (or, with `shard`, one shard replica).
+    `tsnode`: the command line itself (main.cli), which a sharded node's shard processes
+    run; without it they start as fresh interpreters."""
     try:
         cfg = config_mod.load(config_path)
         me = cfg.node(node_id)
@@ -99,7 +103,11 @@ def run(config_path: str, node_id: str, log_format: str, shard: int | None,
         # Imported here: only a sharded node's supervisor process runs it, and its router
         # app and handlers cost a single-group node or a shard process ~23 ms at start.
         from tsched.node.shards.supervisor import run_supervisor
-        return asyncio.run(run_supervisor(cfg, node_id, config_path, log_format, join_url))
+        # Its shard processes' zygote: this process, forked while it has one thread and
+        # has imported the node (shards/spawner.py)
+        zygote = fork_server(tsnode) if tsnode is not None else None
+        return asyncio.run(run_supervisor(cfg, node_id, config_path, log_format, join_url,
+                                          zygote))
     log_context = setup_logging(node_id if shard is None else f"{node_id}/s{shard}", log_format)
     if rejoin_empty:
         _discard_local_data(cfg, me, shard)

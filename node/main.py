@@ -33,7 +33,14 @@ from tsched.node.assembly import run
                    "this node's [[node]]")
 def cli(config_path: str, node_id: str, log_format: str, shard: int | None,
         rejoin_empty: bool, restore_from: str | None, join_url: str | None) -> None:
-    sys.exit(run(config_path, node_id, log_format, shard, rejoin_empty, restore_from, join_url))
+    sys.exit(run(config_path, node_id, log_format, shard, rejoin_empty, restore_from, join_url,
+                 tsnode))
+
+
+def tsnode(args: list[str]) -> None:
+    """This command line, given the arguments after the program's name: what a process
+    forked from a fork server runs (node/forkserver.py)."""
+    cli.main(args=args, prog_name="tsnode")
 
 
 def main() -> int:

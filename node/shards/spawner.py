@@ -1,20 +1,21 @@
-"""How a sharded node's supervisor starts its shard processes: forked from a zygote of its
-own (`python -m tsched.node.zygote`, node/zygote.py), else as plain subprocesses.
+"""How a sharded node's supervisor starts its shard processes: forked from a zygote, a fork
+server of its own (node/forkserver.py), else as plain subprocesses.
 
 A shard process is `tsnode --shard s`; started from scratch, it spends about half a
 CPU-second importing the node before it reads its config, at every start and every
-restart. The supervisor starts one zygote, which pays that once, and asks it to fork each
-shard process with the supervisor's pipes as its stdin and stdout and the node's log as
-its stderr. The zygote is the supervisor's child in the node's process group, so its
-children are too: a signal to the node's group reaches every shard as before. It lives as
-long as the supervisor holds its control socket; it ignores SIGTERM and SIGINT so that it
-can report every shard's exit code. Its children's parent is the zygote, so
-`SUPERVISOR_PID_ENV` names the zygote: a shard stops when it goes, and it goes with the
-supervisor.
+restart. The supervisor's zygote has paid that once: it is the supervisor itself, forked
+before its event loop started (`forkserver.fork_server`, assembly.run), so it costs a fork
+too. The supervisor asks it to fork each shard process with the supervisor's pipes as its
+stdin and stdout and the node's log as its stderr. The zygote is the supervisor's child in
+the node's process group, so its children are too: a signal to the node's group reaches
+every shard as before. It lives as long as the supervisor holds its control socket; it
+ignores SIGTERM and SIGINT so that it can report every shard's exit code. Its children's
+parent is the zygote, so `SUPERVISOR_PID_ENV` names the zygote: a shard stops when it
+goes, and it goes with the supervisor.
 
-A zygote that cannot start, or that died, is replaced once per start; if that fails too,
-the shard process is a plain subprocess (`asyncio.create_subprocess_exec`), as it was
-before zygotes.
+A zygote that died (or a supervisor given none) is replaced by a fresh one, `python -m
+tsched.node.zygote`, once per start; if that fails too, the shard process is a plain
+subprocess (`asyncio.create_subprocess_exec`), as it was before zygotes.
 """
 from __future__ import annotations
 
@@ -98,13 +99,62 @@ class ForkedShard:
         self.send_signal(9)
 
 
-class Spawner:
-    """Starts shard processes; `close` ends the zygote once they have stopped."""
+class ZygoteProc(Protocol):
+    """What the spawner uses of its zygote (asyncio.subprocess.Process has it)."""
+    pid: int
 
-    def __init__(self, label: list[str] | None = None) -> None:
-        self.label = list(label or [])      # shown by `ps` after the zygote's own argv
-        self.zygote: asyncio.subprocess.Process | None = None
+    @property
+    def returncode(self) -> int | None: ...
+    async def wait(self) -> int: ...
+    def kill(self) -> None: ...
+
+
+class ForkedZygote:
+    """The zygote the supervisor forked from itself before its event loop started
+    (forkserver.fork_server): a child that no asyncio watcher knows, reaped here."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._code: int | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        if self._code is None:
+            self._reap(os.WNOHANG)
+        return self._code
+
+    async def wait(self) -> int:
+        """Once its control socket is closed (it exits then): a thread waits for it."""
+        if self._code is None:
+            await asyncio.to_thread(self._reap, 0)
+        return self._code if self._code is not None else -9
+
+    def _reap(self, options: int) -> None:
+        try:
+            pid, status = os.waitpid(self.pid, options)
+        except ChildProcessError:   # reaped already, by the other of returncode and wait
+            if self._code is None:
+                self._code = -9
+            return
+        if pid:
+            self._code = os.waitstatus_to_exitcode(status)
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, 9)
+
+
+class Spawner:
+    """Starts shard processes; `close` ends the zygote once they have stopped. `forked`:
+    the zygote the supervisor forked from itself (forkserver.fork_server), if it did."""
+
+    def __init__(self, label: list[str] | None = None,
+                 forked: tuple[int, socket.socket] | None = None) -> None:
+        self.label = list(label or [])      # shown by `ps` after a fresh zygote's own argv
+        self.zygote: ZygoteProc | None = None
         self.control: socket.socket | None = None
+        if forked is not None:
+            self.zygote, self.control = ForkedZygote(forked[0]), forked[1]
         self.starting = asyncio.Lock()     # shards start together: one zygote for all
 
     async def _zygote(self) -> socket.socket | None:

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -145,10 +146,12 @@ def shard_options(config_path: str, node_id: str, shard: int, log_format: str) -
 
 
 async def run_supervisor(cfg: ClusterConfig, node_id: str, config_path: str, log_format: str,
-                         join_url: str | None = None) -> int:
+                         join_url: str | None = None,
+                         zygote: tuple[int, socket.socket] | None = None) -> int:
     """`cfg`: the node's view of the cluster (shards/joining.node_view). `join_url`: this
     node joined through it (`--join`): each shard process joins too, on every start until it
-    has recorded its members (_joining)."""
+    has recorded its members (_joining). `zygote`: the fork server this process forked from
+    itself before its loop started (shards/spawner.py), if it did."""
     me = cfg.node(node_id)
     shards_mod.stamp_data_dir(cfg, me)
     local = shards_mod.local_shards(cfg, node_id)
@@ -170,7 +173,7 @@ async def run_supervisor(cfg: ClusterConfig, node_id: str, config_path: str, log
         fatal.append(code)
         halt()
     # `ps` names the node's config and id on the zygote and every shard forked from it
-    spawner = Spawner(["--config", os.path.abspath(config_path), "--id", node_id])
+    spawner = Spawner(["--config", os.path.abspath(config_path), "--id", node_id], zygote)
     procs = {s: ShardProcess(s, shard_options(config_path, node_id, s, log_format), spawner,
                              spreader, on_fatal, _joining(cfg, me, s, join_url))
              for s in local}

@@ -38,8 +38,8 @@ CLASS_LINES_MAX = 400
 
 # node/'s rooms, bottom to top: (room, the modules or packages in it, relative to node/).
 ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("errors", "clock", "ids", "failpoints", "config", "tls", "topology", "gcpolicy",
-              "present", "forwarding")),
+    ("base", ("errors", "clock", "ids", "failpoints", "forkserver", "config", "tls", "topology",
+              "gcpolicy", "present", "forwarding")),
     ("raft", ("raft",)),
     ("scheduling", ("scheduling",)),
     ("ops", ("ops",)),
