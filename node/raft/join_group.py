@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import threading
 import time
 import urllib.error
+from collections.abc import Callable
 import urllib.request
 from pathlib import Path
 from ssl import SSLContext
@@ -25,6 +27,7 @@ from tsched.node.raft.membership import Member, at_replicas, describe, nodes_for
 log = logging.getLogger("tsched.node")
 
 JOIN_TIMEOUT_S = 30.0
+NAMED_POLL_S = 0.5      # while an add is in flight: does the leader's log name us yet?
 
 
 def listed(cfg: ClusterConfig) -> list[Member]:
@@ -123,8 +126,16 @@ def ask_to_be_added(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | N
     member: the new one counts in the quorum at once) times out: then the node goes on
     once the leader's log names it, and its own start commits the change."""
     body = {"id": me.id, "raft": me.raft, "http": me.http}
+
+    def naming() -> list[Member] | None:
+        try:
+            members = members_of(call(url, "GET", "/v1/cluster/members", None, token,
+                                      ssl_context))
+        except ConfigError:
+            return None
+        return members if any(m.id == me.id for m in members) else None
     try:
-        return members_of(call(url, "POST", "/v1/cluster/members", body, token, ssl_context))
+        return add_or_named(url, body, token, ssl_context, naming)
     except _Unanswered:
         pass
     deadline = time.monotonic() + JOIN_TIMEOUT_S
@@ -136,6 +147,37 @@ def ask_to_be_added(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | N
             raise ConfigError(f"--join: {url} did not add node {me.id} within "
                               f"{JOIN_TIMEOUT_S:.0f} s (members: {describe(members)})")
         time.sleep(0.5)
+
+
+def add_or_named(url: str, body: dict[str, str], token: str | None,
+                 ssl_context: SSLContext | None,
+                 named: Callable[[], list[Member] | None]) -> list[Member]:
+    """POST the add `body` and return the members it answers, or sooner what `named()`
+    returns once it is not None (the leader's log names this node). An add whose commit
+    needs this very node (a cluster with a dead member: the new one counts in the quorum at
+    once) is answered only when the leader gives up waiting for the commit (10 s), while
+    the node's own start is what commits it; so the POST runs in a thread of its own and
+    `named` is asked every NAMED_POLL_S meanwhile. A POST left running ends with its own
+    timeout; its answer no longer matters. The POST's failure is raised as it was."""
+    answer: list[list[Member] | ConfigError] = []
+    done = threading.Event()
+
+    def post() -> None:
+        try:
+            answer.append(members_of(call(url, "POST", "/v1/cluster/members", body, token,
+                                          ssl_context)))
+        except ConfigError as e:
+            answer.append(e)
+        finally:
+            done.set()
+    threading.Thread(target=post, name="join-add", daemon=True).start()
+    while not done.wait(NAMED_POLL_S):
+        members = named()
+        if members is not None:
+            return members
+    if isinstance(answer[0], ConfigError):
+        raise answer[0]
+    return answer[0]
 
 
 def join_shard(cfg: ClusterConfig, me: NodeConfig, url: str, shard: int, token: str | None,

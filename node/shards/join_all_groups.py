@@ -91,10 +91,15 @@ def _ask_every_shard(cfg: ClusterConfig, me: NodeConfig, url: str, token: str | 
     entry is in its leader's log; this node's own start then commits it."""
     body = {"id": me.id, "raft": me.raft, "http": me.http}
     deadline = time.monotonic() + SHARDED_JOIN_TIMEOUT_S
+
+    def every_group_names_me() -> list[Member] | None:
+        if not all(_named(me, url, s, token, ssl_context) for s in range(shards_of(cfg))):
+            return None
+        return join.members_of(join.call(url, "GET", "/v1/cluster/members", None, token,
+                                         ssl_context))
     while True:
         try:
-            return join.members_of(join.call(url, "POST", "/v1/cluster/members", body, token,
-                                             ssl_context))
+            return join.add_or_named(url, body, token, ssl_context, every_group_names_me)
         except join.CallFailed as e:
             retry = e.status in (None, 503, 504) or e.reason == "change_in_progress"
             if not retry:
