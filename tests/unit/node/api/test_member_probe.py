@@ -1,0 +1,117 @@
+"""A leaderless node's question to its peers (node/api/member_probe.py, DESIGN 6.2): which
+answers count and what they decide, and the peer credential a node signs with the cluster
+secret under [auth] (node/api/auth.py). The probe on real nodes, a removed node whose Raft
+address sorts below every member's, is in tests/integration/test_membership_cluster.py."""
+from __future__ import annotations
+
+import pytest
+
+from tsched.node.api.auth import PEER_HEADER, PEER_STAMP_SKEW_S, digest_of, peer_headers
+from tsched.node.api.member_probe import Answer, usable, verdict
+from tsched.node.assembly import node_app
+from tsched.node.clock import Clock
+from tsched.node.config import ClusterConfig, NodeConfig
+from tsched.node.raft.membership import Member
+from tsched.node.services import Node
+
+ME = Member("n5", "127.0.0.10:9000", "127.0.0.1:9001")
+OTHERS = [{"id": i, "raft": f"127.0.0.1:1000{n}", "http": f"127.0.0.1:1100{n}"}
+          for n, i in enumerate(("n1", "n2", "n3"))]
+WITH_ME = [*OTHERS, ME.to_json()]
+
+
+def answer(peer: str, index: int | None, members: list, leader: str | None = "n1") -> object:
+    return {"members": members, "leader": leader, "changing": index is None,
+            "config_index": index}
+
+
+def test_only_a_peer_that_sees_a_leader_and_settled_members_counts():
+    assert usable("n1", answer("n1", 12, OTHERS)) == Answer(
+        "n1", "n1", 12, frozenset((m["id"], m["raft"]) for m in OTHERS))
+    for doc in (answer("n1", 12, OTHERS, leader=None),      # it sees no leader either
+                answer("n1", None, OTHERS),                 # a change is not applied yet
+                {**answer("n1", 12, OTHERS), "config_index": True},
+                {**answer("n1", 12, OTHERS), "members": "n1"},
+                {**answer("n1", 12, OTHERS), "members": [{"id": "x"}] * 65},
+                None, [], "not json"):
+        assert usable("n1", doc) is None, doc
+
+
+def test_the_newest_answer_past_this_nodes_log_decides():
+    removed = usable("n2", answer("n2", 20, OTHERS, leader="n3"))
+    named = usable("n1", answer("n1", 15, WITH_ME))
+    assert removed is not None and named is not None
+    said = verdict(ME, 10, [named, removed])
+    assert isinstance(said, str)
+    assert said.startswith("n2 (whose leader is n3) lists the members n1, n2, n3 at Raft "
+                           "index 20, past this node's log (10)"), said
+    assert verdict(ME, 10, [named]) is False                  # a member after all
+    assert verdict(ME, 20, [named, removed]) is None          # nothing newer than its log
+    assert verdict(ME, 10, []) is None                        # nobody answered
+
+
+def test_a_member_is_known_by_its_id_and_raft_address():
+    """A new node with this node's id at another address (a replacement) is not this node."""
+    moved = [*OTHERS, {"id": ME.id, "raft": "127.0.0.1:9999", "http": ME.http}]
+    said = usable("n1", answer("n1", 30, moved))
+    assert said is not None and isinstance(verdict(ME, 10, [said]), str)
+
+
+# --- the peer credential ---------------------------------------------------------------------
+
+ADMIN = "admin-token-of-this-test"
+
+
+def _config(replica, secret: str | None) -> ClusterConfig:
+    me = NodeConfig(id="n1", raft=replica.self_raft, http="127.0.0.1:1", data_dir="/nonexistent")
+    return ClusterConfig(name="t", nodes=(me,), secret=secret,
+                         auth={"admin_token_sha256": [digest_of(ADMIN)]})
+
+
+@pytest.fixture
+async def signed(replica, aiohttp_client):
+    """A node with [auth] and a cluster secret; its client."""
+    cfg = _config(replica, "cluster-secret")
+    node = Node(node_id="n1", config=cfg, replica=replica, clock=Clock())
+    return await aiohttp_client(node_app(node)), cfg
+
+
+async def test_a_peer_reads_the_members_with_a_signed_header_only(signed):
+    client, cfg = signed
+    now_ms = Clock().now_ms()
+    headers = peer_headers(cfg, "n2", now_ms, "/v1/cluster/members")
+    assert headers is not None and set(headers) == {PEER_HEADER}
+    r = await client.get("/v1/cluster/members", headers=headers)
+    body = await r.json()
+    assert r.status == 200, body
+    assert [m["id"] for m in body["members"]] == ["n1"] and body["leader"] == "n1"
+    assert isinstance(body["config_index"], int) and body["config_index"] > 0, body
+    assert (await client.get("/v1/cluster/members")).status == 401
+    # Anything else is forbidden to it, even signed for that path.
+    r = await client.get("/v1/tasks", headers=peer_headers(cfg, "n2", now_ms, "/v1/tasks"))
+    assert r.status == 403 and (await r.json())["error"]["code"] == "forbidden"
+
+
+@pytest.mark.parametrize("spoil", ["other secret", "stale", "other path", "garbled"])
+async def test_a_forged_stale_or_garbled_peer_header_is_unauthenticated(signed, spoil):
+    client, cfg = signed
+    now_ms = Clock().now_ms()
+    path = "/v1/cluster/members"
+    if spoil == "other secret":
+        headers = peer_headers(ClusterConfig(name="t", nodes=cfg.nodes, secret="guess",
+                                             auth=cfg.auth), "n2", now_ms, path)
+    elif spoil == "stale":
+        headers = peer_headers(cfg, "n2", now_ms - (PEER_STAMP_SKEW_S + 5) * 1000, path)
+    elif spoil == "other path":
+        headers = peer_headers(cfg, "n2", now_ms, "/v1/cluster/self")
+    else:
+        headers = {PEER_HEADER: "n2:soon:nothing"}
+    r = await client.get(path, headers=headers)
+    assert r.status == 401 and (await r.json())["error"]["code"] == "unauthenticated"
+
+
+def test_no_header_without_auth_and_none_can_be_signed_without_a_secret(replica):
+    cfg = _config(replica, None)
+    assert peer_headers(cfg, "n2", 0, "/v1/cluster/members") is None
+    open_cfg = ClusterConfig(name="t", nodes=cfg.nodes, secret="s")
+    assert peer_headers(open_cfg, "n2", 0, "/v1/cluster/members") is None
