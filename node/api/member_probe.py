@@ -119,8 +119,8 @@ class MemberProbe:
         if now_s - self._leaderless_since < patience_s or now_s < self._next_round_at:
             return
         self._every_s = min(max(2 * self._every_s, patience_s), ROUND_EVERY_S_MAX)
+        self._next_round_at = now_s + self._every_s     # longer than a round (PEER_TIMEOUT_S)
         await self.round()
-        self._next_round_at = time.monotonic() + self._every_s
 
     async def round(self) -> None:
         node = self._node

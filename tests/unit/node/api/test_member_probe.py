@@ -115,3 +115,45 @@ def test_no_header_without_auth_and_none_can_be_signed_without_a_secret(replica)
     assert peer_headers(cfg, "n2", 0, "/v1/cluster/members") is None
     open_cfg = ClusterConfig(name="t", nodes=cfg.nodes, secret="s")
     assert peer_headers(open_cfg, "n2", 0, "/v1/cluster/members") is None
+
+
+# --- the probe of a node that sees no leader ---------------------------------------------------
+
+async def test_a_leaderless_node_asks_after_a_while_then_less_and_less_often(api, tmp_path,
+                                                                            caplog):
+    """n5 (a replica that never started: it sees no leader) asks n1, the single-node
+    cluster of the `api` fixture, which lists itself alone at a committed index past n5's
+    empty log: n5 was removed. Its rounds wait for NO_LEADER_ELECTIONS election timeouts,
+    then back off; the WARNING is logged once."""
+    from tsched.node.api.member_probe import NO_LEADER_ELECTIONS, MemberProbe
+    from tsched.node.forwarding import Forwarder
+    from tsched.node.raft.replica import Replica
+    from tests.harness.raft_options import FAST
+    server = api.client.server
+    peer = NodeConfig(id="n1", raft=api.node.replica.self_raft,
+                      http=f"{server.host}:{server.port}", data_dir="/nonexistent")
+    me = NodeConfig(id="n5", raft="127.0.0.10:9", http="127.0.0.1:2", data_dir=str(tmp_path))
+    lone = Replica(self_id="n5", self_raft=me.raft, peers={"n1": peer.raft}, data_dir=tmp_path,
+                   options=FAST)
+    node = Node(node_id="n5", config=ClusterConfig(name="t", nodes=(peer, me)), replica=lone,
+                clock=Clock())
+    node.forwarder = Forwarder("n5")
+    await node.forwarder.start()
+    try:
+        probe = MemberProbe(node)
+        patience_s = NO_LEADER_ELECTIONS * FAST.raft_max_timeout_s
+        rounds_at = []
+        p = patience_s     # each round waits twice as long as the one before
+        for t in (0.0, p - 0.01, p, 2 * p - 0.01, 2 * p + 0.01, 4 * p, 4 * p + 0.02,
+                  8 * p + 0.03):
+            await probe.step(100.0 + t)
+            rounds_at.append(probe.rounds)
+        assert rounds_at == [0, 0, 1, 1, 2, 2, 3, 4], rounds_at
+        reason = probe.removed_reason()
+        assert reason is not None and reason.startswith(
+            "this node is not a member of the cluster: n1 (whose leader is n1) lists the "
+            "members n1 at Raft index"), reason
+        warnings = [r for r in caplog.records if "event=removed_from_cluster" in r.getMessage()]
+        assert len(warnings) == 1 and warnings[0].levelname == "WARNING", warnings
+    finally:
+        await node.forwarder.close()
