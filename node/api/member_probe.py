@@ -84,7 +84,7 @@ def verdict(me: Member, own_last_idx: int, answers: Sequence[Answer]) -> str | N
 
 
 class MemberProbe:
-    """The probe of one node (started and stopped with its app: `running`)."""
+    """The probe of one node (started and stopped with its app: `setup`)."""
 
     def __init__(self, node: Node) -> None:
         self._node = node
@@ -119,7 +119,7 @@ class MemberProbe:
         if now_s - self._leaderless_since < patience_s or now_s < self._next_round_at:
             return
         self._every_s = min(max(2 * self._every_s, patience_s), ROUND_EVERY_S_MAX)
-        self._next_round_at = now_s + self._every_s     # longer than a round (PEER_TIMEOUT_S)
+        self._next_round_at = now_s + self._every_s     # from this round's start
         await self.round()
 
     async def round(self) -> None:

@@ -221,6 +221,17 @@ def _sorting_below_ports(c: Cluster, node_id: str) -> tuple[str, str]:
     return raft.replace("127.0.0.1:", "127.0.0.10:"), http
 
 
+def not_a_member(c: Cluster, node: str) -> dict | None:
+    """`node`'s /readyz answer when it says the node is not a member, else None."""
+    try:
+        status, body = c.call(node, "GET", "/readyz", timeout_s=5)
+    except httpx.HTTPError:
+        return None
+    if status != 503:
+        return None
+    return body if body["error"]["details"].get("reason") == "not_a_member" else None
+
+
 def test_a_removed_node_that_still_runs_says_so_on_readyz(c: Cluster):
     """Removed while they run, n4 and n5 say so on /readyz, not merely that they see no
     leader: n4 (its Raft address sorts above every member's) dials the members and every
@@ -240,14 +251,8 @@ def test_a_removed_node_that_still_runs_says_so_on_readyz(c: Cluster):
         change(c, "DELETE", f"/v1/cluster/members/{node}")
         c.forget(node)
     wait_members(c, ["n1", "n2", "n3"])
-
-    def removed(node: str):
-        status, body = c.call(node, "GET", "/readyz", timeout_s=5)
-        if status != 503:
-            return None
-        return body if body["error"]["details"].get("reason") == "not_a_member" else None
     for node in ("n4", "n5"):
-        body = wait_until(lambda node=node: removed(node), CHANGE_S,
+        body = wait_until(lambda node=node: not_a_member(c, node), CHANGE_S,
                           f"{node}'s /readyz to say it is not a member")
         error = body["error"]
         assert error["code"] == "unavailable" and error["details"] == {
