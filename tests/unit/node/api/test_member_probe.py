@@ -157,3 +157,23 @@ async def test_a_leaderless_node_asks_after_a_while_then_less_and_less_often(api
         assert len(warnings) == 1 and warnings[0].levelname == "WARNING", warnings
     finally:
         await node.forwarder.close()
+
+
+def test_config_index_is_a_committed_index_the_members_hold_at(tmp_path):
+    """`Membership.effect`: the applied index once the last change is applied; None while
+    it is not, and while the log of before the start is replayed."""
+    from tsched.node.raft.membership import Membership
+    from tsched.node.raft.transport import DialNode
+    n1 = Member("n1", "127.0.0.1:10001", "127.0.0.1:11001")
+    m = Membership(tmp_path, n1, [])
+    m.record_after_idx = 5                          # replaying up to 5
+    m.refresh([], applied_idx=3, last_idx=9)
+    assert m.effect.config_index is None and m.effect.last_idx == 9
+    m.refresh([], applied_idx=6, last_idx=9)        # replayed: the start's members hold
+    assert m.effect.config_index == 6
+    n2 = DialNode("127.0.0.1:10002", None, name="n2", http="127.0.0.1:11002")
+    m.refresh([n2], applied_idx=7, last_idx=10)     # a change enters the log at 10
+    assert [x.id for x in m.effect.members] == ["n1", "n2"]
+    assert m.effect.config_index is None            # not applied yet
+    m.refresh([n2], applied_idx=10, last_idx=12)
+    assert m.effect.config_index == 10 and m.effect.last_idx == 12
