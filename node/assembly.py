@@ -30,7 +30,7 @@ from tsched.node import config as config_mod
 from tsched.node.config import ClusterConfig, NodeConfig
 from tsched.node import present, tls
 from tsched.node import topology as shards
-from tsched.node.api import members
+from tsched.node.api import member_probe, members
 from tsched.node.api.app import make_app
 from tsched.node.api.auth import parse as parse_auth
 from tsched.node.clock import Clock
@@ -325,6 +325,7 @@ def node_app(node: Node) -> web.Application:
     """The node's application (api/app.py) with its services started and stopped with it."""
     app = make_app(node)
     app.cleanup_ctx.append(_services)
+    member_probe.setup(app)      # after the services: it uses their forwarder
     return app
 
 

@@ -27,6 +27,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from tsched.node.api.scope import ACTOR_KEY, SCOPE_KEY
+from tsched.node.config import ClusterConfig
 from tsched.node.services import NODE
 from tsched.node.errors import ApiError
 
@@ -56,7 +57,7 @@ class AuthConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Identity:
-    kind: str                   # "admin" | "tenant" | "metrics"
+    kind: str                   # "admin" | "tenant" | "metrics" | "peer" (a node)
     tenant: str | None = None
 
     @property
@@ -144,6 +145,55 @@ def digest_of(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+# --- peers: one node reading another's members (api/member_probe.py) ---------------------
+
+# A node holds no token (only digests), so a node that asks its peers whether it is still a
+# member (DESIGN 6.2) signs its request with the cluster secret, which every node has: the
+# header `X-Tsched-Peer: <node id>:<unix s>:<hex HMAC-SHA256>` over the cluster name, node
+# id, time, method and path. It opens PEER_PATHS only, within PEER_STAMP_SKEW_S of the
+# receiver's clock (a copied header is good for minutes, for a read of the members).
+PEER_HEADER = "X-Tsched-Peer"
+PEER_PATHS = frozenset({("GET", "/v1/cluster/members")})
+PEER_STAMP_SKEW_S = 300
+
+
+def _peer_mac(secret: str, cluster: str, node_id: str, stamp_s: int, method: str,
+              path: str) -> str:
+    text = f"tsched-peer-v1\n{cluster}\n{node_id}\n{stamp_s}\n{method} {path}"
+    return hmac.new(secret.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+def peer_headers(cfg: ClusterConfig, node_id: str, now_ms: int,
+                 path: str) -> dict[str, str] | None:
+    """The headers of a GET of `path` from this node to a peer: signed when the cluster
+    has [auth] and a secret; None without [auth] (none needed) or without a secret (none
+    can be made: the peer answers 401)."""
+    if cfg.auth is None or not cfg.secret:
+        return None
+    stamp_s = now_ms // 1000
+    mac = _peer_mac(cfg.secret, cfg.name, node_id, stamp_s, "GET", path)
+    return {PEER_HEADER: f"{node_id}:{stamp_s}:{mac}"}
+
+
+def _peer(request: web.Request) -> Identity:
+    """The identity of a request signed by a peer (PEER_HEADER), or 401/403."""
+    node = request.app[NODE]
+    cfg = node.config
+    node_id, _, rest = request.headers[PEER_HEADER].strip().partition(":")
+    stamp, _, mac = rest.partition(":")
+    if not cfg.secret or not stamp.isdigit() or len(stamp) > 12 or len(mac) != 64:
+        raise ApiError("unauthenticated", f"{PEER_HEADER} is not a valid peer credential")
+    if abs(node.clock.now_ms() // 1000 - int(stamp)) > PEER_STAMP_SKEW_S:
+        raise ApiError("unauthenticated", f"{PEER_HEADER} is stale (more than "
+                       f"{PEER_STAMP_SKEW_S} s from this node's clock)")
+    want = _peer_mac(cfg.secret, cfg.name, node_id, int(stamp), request.method, request.path)
+    if not hmac.compare_digest(want, mac.lower()):
+        raise ApiError("unauthenticated", f"{PEER_HEADER} is not signed by this cluster")
+    if (request.method, request.path) not in PEER_PATHS:
+        raise ApiError("forbidden", "a peer credential may only read GET /v1/cluster/members")
+    return Identity("peer")
+
+
 # --- the middleware -----------------------------------------------------------------------
 
 AUTH: web.AppKey[Auth | None] = web.AppKey("auth")    # the parsed [auth] of this node
@@ -160,7 +210,10 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
     auth = request.app[AUTH]
     if auth is None or _is_open(request.path):
         return await handler(request)
-    identity = auth.identify(_bearer(request))
+    if PEER_HEADER in request.headers and "Authorization" not in request.headers:
+        identity: Identity | None = _peer(request)
+    else:
+        identity = auth.identify(_bearer(request))
     if identity is None:
         raise ApiError("unauthenticated", "the bearer token is not known to this cluster")
     _authorize(request, identity)
@@ -190,7 +243,7 @@ def _bearer(request: web.Request) -> str:
 
 def _authorize(request: web.Request, identity: Identity) -> None:
     """Refuse what this kind of token may never do; per-tenant checks live in handlers."""
-    if identity.kind == "admin":
+    if identity.kind in ("admin", "peer"):     # a peer's one path is checked by _peer
         return
     path = request.path
     if identity.kind == "metrics":

@@ -40,10 +40,14 @@ FAN_OUT_HEADER = "X-Tsched-Members-Fan-Out"
 
 def members_json(node: Node) -> dict:
     """`changing`: the last change is in this node's log but not applied yet (Raft takes
-    a membership when its entry enters the log, DESIGN 6.2)."""
+    a membership when its entry enters the log, DESIGN 6.2). `config_index`: a committed
+    Raft index at which these are the members (null while changing): a node that sees no
+    leader orders its peers' answers by it (member_probe.py)."""
     membership = node.replica.membership
-    return {"members": [m.to_json() for m in membership.members],
-            "leader": node.replica.leader_id(), "changing": not membership.settled}
+    effect = membership.effect
+    return {"members": [m.to_json() for m in effect.members],
+            "leader": node.replica.leader_id(), "changing": not membership.settled,
+            "config_index": effect.config_index}
 
 
 @routes.get("/v1/cluster/members")

@@ -15,7 +15,7 @@ import orjson
 from aiohttp import web
 
 from tsched.node.ops import metrics as metrics_mod
-from tsched.node.api import openapi, validate
+from tsched.node.api import member_probe, openapi, validate
 from tsched.node.ops import timeseries
 from tsched.node.api.admission import ADMISSION
 from tsched.node.api.jsonio import error_status, respond
@@ -70,7 +70,8 @@ async def livez(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     node = request.app[NODE]
     replica = node.replica
-    removed = getattr(replica, "not_a_member_reason", lambda: None)()
+    removed = getattr(replica, "not_a_member_reason", lambda: None)() \
+        or member_probe.removed_reason(request.app)
     if removed is not None:
         raise ApiError("unavailable", removed, {"node": node.node_id, "leader": None,
                                                 "reason": "not_a_member"})

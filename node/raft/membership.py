@@ -94,6 +94,23 @@ def change_in_log(journal: RaftLog | None, after_idx: int) -> bool:
     return False
 
 
+class Effect(NamedTuple):
+    """What one tick saw of the membership, swapped whole so that a reader on another
+    thread gets its parts together (members_json, member_probe.py)."""
+
+    members: tuple[Member, ...]
+    settled: bool          # the change that made `members` is applied (so committed),
+    #                        and the log of before the start is applied again
+    applied_idx: int       # the Raft index applied: with `settled`, `members` holds there
+    last_idx: int          # the log's last index: `members` holds there in this log
+
+    @property
+    def config_index(self) -> int | None:
+        """A committed Raft index at which `members` is the membership, or None while a
+        change is not applied (DESIGN 6.2: two answers are ordered by it)."""
+        return self.applied_idx if self.settled else None
+
+
 class Membership:
     """One replica's view of the membership: sampled from pysyncobj's nodes on the Raft
     thread (`refresh`), recorded in `members.json` when it changes, and read by any thread
@@ -113,6 +130,7 @@ class Membership:
         self.record_after_idx = 0     # replaying the log up to here: not recorded yet
         # fn(members) on the Raft thread after a change
         self.listeners: list[Callable[[tuple[Member, ...]], None]] = []
+        self.effect = Effect(self.members, True, 0, 0)
 
     @classmethod
     def of(cls, data_dir: Path, self_id: str, self_raft: str, peers: dict[str, str],
@@ -151,6 +169,9 @@ class Membership:
         rafts = frozenset(n.id for n in other_nodes)
         if rafts == self._rafts or applied_idx < self.record_after_idx:
             self.settled = applied_idx >= self._change_idx
+            # Replaying, the members are the latest recorded, not those at applied_idx.
+            replayed = applied_idx >= self.record_after_idx
+            self.effect = Effect(self.members, self.settled and replayed, applied_idx, last_idx)
             return False
         self._change_idx = last_idx if self._rafts is not None else 0
         self.settled = applied_idx >= self._change_idx
@@ -158,6 +179,7 @@ class Membership:
             self.learn(n)
         self._rafts = rafts
         self.members = tuple(sorted([self.self_member, *(self.member_of(r) for r in rafts)]))
+        self.effect = Effect(self.members, self.settled, applied_idx, last_idx)
         write_members(self.data_dir, self.members)
         for fn in self.listeners:
             fn(self.members)

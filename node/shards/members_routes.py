@@ -99,7 +99,8 @@ async def _shard0(r: Router, request: web.Request) -> tuple[Answer, dict]:
 
 def _listing(r: Router, doc: dict, headers: dict | None = None) -> web.Response:
     return json_response({"members": node_list(r, doc), "leader": doc.get("leader"),
-                          "changing": bool(doc.get("changing"))}, headers=headers)
+                          "changing": bool(doc.get("changing")),
+                          "config_index": doc.get("config_index")}, headers=headers)
 
 
 def node_list(r: Router, doc: dict) -> list[dict]:

@@ -213,29 +213,65 @@ def test_a_removed_node_cannot_rejoin_with_its_old_data(c: Cluster):
     assert c.stop("n4") == 0
 
 
+def _sorting_below_ports(c: Cluster, node_id: str) -> tuple[str, str]:
+    """Free loopback ports with a Raft address that sorts below every harness node's
+    ("127.0.0.10:..." < "127.0.0.1:...", as "0" < ":"): a node there dials no member, and
+    once removed no member dials it (pysyncobj's rule: the greater address dials)."""
+    raft, http = _new_ports(c, node_id)
+    return raft.replace("127.0.0.1:", "127.0.0.10:"), http
+
+
+def not_a_member(c: Cluster, node: str) -> dict | None:
+    """`node`'s /readyz answer when it says the node is not a member, else None."""
+    try:
+        status, body = c.call(node, "GET", "/readyz", timeout_s=5)
+    except httpx.HTTPError:
+        return None
+    if status != 503:
+        return None
+    return body if body["error"]["details"].get("reason") == "not_a_member" else None
+
+
 def test_a_removed_node_that_still_runs_says_so_on_readyz(c: Cluster):
-    """Removed while it runs, n4 is refused by every member when it dials them: its
-    /readyz then says it is not a member, not merely that it sees no leader."""
+    """Removed while they run, n4 and n5 say so on /readyz, not merely that they see no
+    leader: n4 (its Raft address sorts above every member's) dials the members and every
+    one refuses it; n5 (it sorts below every member's) is dialled by none and dials none,
+    so once it has seen no leader for a while it asks the members' GET
+    /v1/cluster/members (DESIGN 6.2). Added back, n5 is ready again."""
     c.add_node("n4", "n1", ports=_dialling_ports())
     wait_members(c, ["n1", "n2", "n3", "n4"])
-    wait_until(lambda: c.call("n4", "GET", "/readyz", timeout_s=5)[0] == 200, CHANGE_S,
-               "n4 to be ready as a member")
-    change(c, "DELETE", "/v1/cluster/members/n4")
-    c.forget("n4")
+    low = _sorting_below_ports(c, "n5")
+    assert all(low[0] < c.raft[i] for i in c.ids), (low, c.raft)
+    c.add_node("n5", "n2", ports=low)
+    wait_members(c, ["n1", "n2", "n3", "n4", "n5"])
+    for node in ("n4", "n5"):
+        wait_until(lambda node=node: c.call(node, "GET", "/readyz", timeout_s=5)[0] == 200,
+                   CHANGE_S, f"{node} to be ready as a member")
+    for node in ("n4", "n5"):
+        change(c, "DELETE", f"/v1/cluster/members/{node}")
+        c.forget(node)
     wait_members(c, ["n1", "n2", "n3"])
-
-    def removed():
-        status, body = c.call("n4", "GET", "/readyz", timeout_s=5)
-        if status != 503:
-            return None
-        return body if body["error"]["details"].get("reason") == "not_a_member" else None
-    body = wait_until(removed, CHANGE_S, "n4's /readyz to say it is not a member")
-    error = body["error"]
-    assert error["code"] == "unavailable" and error["details"]["node"] == "n4", body
-    # It names the members that refused it: more than half of its three peers.
-    named = [m for m in ("n1", "n2", "n3") if m in error["message"]]
-    assert "not a member" in error["message"] and len(named) >= 2, body
+    for node in ("n4", "n5"):
+        body = wait_until(lambda node=node: not_a_member(c, node), CHANGE_S,
+                          f"{node}'s /readyz to say it is not a member")
+        error = body["error"]
+        assert error["code"] == "unavailable" and error["details"] == {
+            "node": node, "leader": None, "reason": "not_a_member"}, body
+        # It names the members that refused it (more than half of its peers), or those
+        # a member lists.
+        named = [m for m in ("n1", "n2", "n3") if m in error["message"]]
+        assert "not a member" in error["message"] and len(named) >= 2, body
+    log = c.log("n5", 100_000)
+    assert log.count("event=removed_from_cluster") == 1, log
+    assert " ERROR " not in log and "CRITICAL" not in log, log
     assert c.call("n1", "GET", "/readyz")[0] == 200
+    # Added back as it was, n5 hears from the leader again: ready.
+    change(c, "POST", "/v1/cluster/members", {"id": "n5", "raft": c.raft["n5"],
+                                               "http": c.http["n5"]})
+    wait_until(lambda: c.call("n5", "GET", "/readyz", timeout_s=5)[0] == 200, CHANGE_S,
+               "n5, added back, to be ready")
+    wait_until(lambda: "event=member_again" in c.log("n5", 100_000), CHANGE_S,
+               "n5 to log that it is a member again")
     assert c.stop("n4") == 0
 
 

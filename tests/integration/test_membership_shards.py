@@ -9,7 +9,7 @@ import pytest
 
 from tests.harness.cluster import Cluster, running
 from tests.harness.waits import wait_until
-from tests.integration.test_membership_cluster import COMPACT_OFTEN, change
+from tests.integration.test_membership_cluster import COMPACT_OFTEN, change, not_a_member
 from tests.integration.test_node_faults import Load, assert_all_present
 from tsched.node.topology import shard_of_tenant, shifted
 from tsched.node.config import internal_http
@@ -100,6 +100,10 @@ def test_a_node_joins_every_shard_and_a_removal_leaves_every_shard(c):
         rest = sorted(set(c.ids) - {victim})
         change(c, "DELETE", f"/v1/cluster/members/{victim}")
         wait_groups(c, rest)
+        # Still running, it says so: each of its replicas learns it from its group's
+        # refusals or, dialled by none, asks the group's replicas (DESIGN 6.2).
+        wait_until(lambda: not_a_member(c, victim), CHANGE_S,
+                   f"{victim}'s /readyz to say it is not a member")
         assert c.stop(victim) == 0
         c.forget(victim)
         acked = len(load.acked)

@@ -29,6 +29,9 @@ def _schemas() -> dict[str, Schema]:
         "leader": nullable(string()),
         "changing": {"type": "boolean", "description": "the last change is in this node's "
                      "log, not applied yet"},
+        "config_index": {**nullable(integer(0)), "description": "a committed Raft log index "
+                         "at which these are the members (null while a change is not "
+                         "applied): of two answers, the greater is the later membership"},
         "applied_seq": integer()}, ("members", "leader", "changing"))
     return {"Member": member, "Members": members}
 
@@ -40,7 +43,10 @@ def _paths() -> dict[str, PathItem]:
                       params=[query("shard", integer(0), "with shards: that shard group's "
                                     "members, at the shard's Raft ports")],
                       description="The cluster's members as this node's log has them (with "
-                                  "shards: shard 0's, at the nodes' own addresses)."),
+                                  "shards: shard 0's, at the nodes' own addresses). Admin "
+                                  "only, or a node's X-Tsched-Peer credential (signed with "
+                                  "the cluster secret: a node that sees no leader asks "
+                                  "whether it is still a member, DESIGN 6.2)."),
             "post": op("Add a member", ref("Members"), tag="cluster", operation_id="add_member",
                        ok_description=_COMMITTED, body=ref("Member"), errors=(409, 503, 504),
                        description="Admin only. The leader commits the new member (a "

@@ -81,9 +81,9 @@ def _paths() -> dict[str, PathItem]:
             "Readiness", ref("Readiness"), tag="operations", errors=(503,),
             description="200 when the node sees a leader with a quorum and has applied what "
                         "it knows to be committed; else 503 no_leader or unavailable (the "
-                        "message says why); a node whose peers refuse it as not a member "
-                        "(it was removed) answers 503 unavailable with details.reason "
-                        "not_a_member.")},
+                        "message says why); a node that was removed (its peers refuse it as "
+                        "not a member, or list the members without it at a later Raft "
+                        "index) answers 503 unavailable with details.reason not_a_member.")},
         "/metrics": {"get": op("Prometheus metrics", text, tag="operations",
                                content_type="text/plain")},
         "/": {"get": op("Dashboard", text, tag="operations", content_type="text/html")},
