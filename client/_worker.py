@@ -252,6 +252,7 @@ class Worker(Claiming, Progressing):
     def _start(self, task: dict) -> None:
         job = Job(task, self.lease_s, self._parents_of, self._progressed)
         self._held += 1
+        self._window.handler_started()
         task_type = job.ctx.task_type
         if (task_type in self.handlers and not self._is_async[task_type]
                 and job.delay_s() <= THREAD_WAKE_EARLY_S):
