@@ -19,12 +19,14 @@ import asyncio
 import os
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.lib import contention  # noqa: E402
 from bench.lib.api import Api  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
@@ -40,6 +42,30 @@ async def fill(api: Api, urls: list[str], task_type: str, n: int) -> None:
     for i, start in enumerate(range(0, n, SUBMIT_BATCH)):
         count = min(SUBMIT_BATCH, n - start)
         await api.submit(urls[i % len(urls)], [{"task_type": task_type}] * count, timeout_s=30)
+
+
+class CpuShares:
+    """Cores each node used, and the whole machine, between `start` and `shares` (from
+    /proc): where a drain's CPU went, and how much of the machine was busy."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+
+    def _now(self) -> tuple[float, dict[str, float], float]:
+        cpu = {}
+        for node, pid in self.pids.items():
+            st = contention._proc_stat(pid)
+            cpu[node] = st[1] if st else 0.0
+        return time.monotonic(), cpu, contention._machine_busy_s() or 0.0
+
+    def start(self) -> None:
+        self._t0, self._cpu0, self._busy0 = self._now()
+
+    def shares(self) -> str:
+        t1, cpu1, busy1 = self._now()
+        span_s = max(t1 - self._t0, 1e-9)
+        nodes = ", ".join(f"{n} {(cpu1[n] - self._cpu0[n]) / span_s:.2f}" for n in self.pids)
+        return f"nodes' cores: {nodes}; machine busy {(busy1 - self._busy0) / span_s:.2f} of 2"
 
 
 async def drain(urls: list[str], task_type: str, n: int, concurrency: int, handler: str,
@@ -70,7 +96,8 @@ async def drain(urls: list[str], task_type: str, n: int, concurrency: int, handl
 
 
 async def measure(urls: list[str], args: argparse.Namespace, sides: dict[str, str | None],
-                  report: Report) -> dict[tuple[str, int], list[tuple[float, float]]]:
+                  report: Report, cpu: CpuShares
+                  ) -> dict[tuple[str, int], list[tuple[float, float]]]:
     results: dict[tuple[str, int], list[tuple[float, float]]] = {}
     async with Api() as api:
         for rnd in range(args.rounds):
@@ -78,10 +105,12 @@ async def measure(urls: list[str], args: argparse.Namespace, sides: dict[str, st
                 for side, client_dir in sides.items():
                     task_type = f"noop-{side}-{conc}-{uuid.uuid4().hex[:6]}"
                     await fill(api, urls, task_type, args.tasks)
+                    cpu.start()
                     rate, cpu_ms = await drain(urls, task_type, args.tasks, conc, args.handler,
                                                client_dir, carry=side != "nocarry")
                     report.note(f"round {rnd + 1}, concurrency {conc}, {side}: {rate:,.0f} tasks/s, "
-                                f"Worker process {cpu_ms:.3f} ms CPU per task")
+                                f"Worker process {cpu_ms:.3f} ms CPU per task "
+                                f"({rate * cpu_ms / 1000:.2f} cores); {cpu.shares()}")
                     results.setdefault((side, conc), []).append((rate, cpu_ms))
     return results
 
@@ -123,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                             data_dir=cluster.root)
             cluster.wait_writable()
             report.start()
-            results = asyncio.run(measure(cluster.urls, args, sides, report))
+            cpu = CpuShares({i: cluster.pid(i) for i in cluster.ids})
+            results = asyncio.run(measure(cluster.urls, args, sides, report, cpu))
             for (side, conc), runs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
                 suffix = "" if side == "current" else f"_{side}"
                 report.figure(f"worker_tasks_per_s_c{conc}{suffix}", [r for r, _ in runs], "/s",
