@@ -11,6 +11,8 @@ in one run.
     python -m bench.worker --baseline 3483ebd --rounds 3 # against that revision's Worker
     python -m bench.worker --concurrency 4 --handler async
     python -m bench.worker --nocarry        # also with completions never riding on claims
+    python -m bench.worker --concurrency 4 --baseline 95ec80f --baseline-nodes --rounds 3
+        # each side on fresh clusters of its own revision's nodes too (an A/B of node code)
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from bench.lib import contention  # noqa: E402
 from bench.lib.api import Api  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
-from bench.lib.revision import add_compiled_flag, compiled_tree, extract_client, nodes_build  # noqa: E402
+from bench.lib.revision import (add_compiled_flag, compiled_tree, extract_client,  # noqa: E402
+                                extract_tree, nodes_build)
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = ">= 6,000 /s at concurrency 4"
@@ -95,12 +98,14 @@ async def drain(urls: list[str], task_type: str, n: int, concurrency: int, handl
     return int(ran) / float(seconds), float(cpu_s) * 1000 / max(int(ran), 1)
 
 
+Results = dict[tuple[str, int], list[tuple[float, float]]]
+
+
 async def measure(urls: list[str], args: argparse.Namespace, sides: dict[str, str | None],
-                  report: Report, cpu: CpuShares
-                  ) -> dict[tuple[str, int], list[tuple[float, float]]]:
-    results: dict[tuple[str, int], list[tuple[float, float]]] = {}
+                  report: Report, cpu: CpuShares, rounds: range | None = None) -> Results:
+    results: Results = {}
     async with Api() as api:
-        for rnd in range(args.rounds):
+        for rnd in rounds or range(args.rounds):
             for conc in args.concurrency:
                 for side, client_dir in sides.items():
                     task_type = f"noop-{side}-{conc}-{uuid.uuid4().hex[:6]}"
@@ -125,6 +130,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--handler", choices=("sync", "async"), default="sync",
                    help="a no-op in the thread pool (sync) or on the loop (async)")
     p.add_argument("--baseline", metavar="REV", help="also run this revision's Worker (git rev)")
+    p.add_argument("--baseline-nodes", action="store_true",
+                   help="with --baseline: each round runs each side on a fresh cluster of its "
+                        "own revision's nodes (else both Workers share this code's cluster)")
     p.add_argument("--nocarry", action="store_true",
                    help="also run this Worker with completions never riding on claims")
     p.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
@@ -141,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             sides = {"baseline": extract_client(args.baseline, tmp), "current": None}
         if args.nocarry:
             sides["nocarry"] = None
+        if args.baseline_nodes:
+            return fresh_clusters(args, sides, tmp)
         nodes_path = compiled_tree(os.path.join(tmp, "compiled")) if args.compiled else None
         with LocalCluster(args.nodes, keep=args.keep,
                           env={"PYTHONPATH": nodes_path} if nodes_path else None) as cluster:
@@ -154,12 +164,45 @@ def main(argv: list[str] | None = None) -> int:
             report.start()
             cpu = CpuShares({i: cluster.pid(i) for i in cluster.ids})
             results = asyncio.run(measure(cluster.urls, args, sides, report, cpu))
-            for (side, conc), runs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-                suffix = "" if side == "current" else f"_{side}"
-                report.figure(f"worker_tasks_per_s_c{conc}{suffix}", [r for r, _ in runs], "/s",
-                              TARGET if conc == 4 and side == "current" else None)
-                report.figure(f"worker_cpu_ms_per_task_c{conc}{suffix}", [c for _, c in runs], "ms")
-            report.finish()
+            figures(report, results)
+    return 0
+
+
+def figures(report: Report, results: Results) -> None:
+    for (side, conc), runs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        suffix = "" if side == "current" else f"_{side}"
+        report.figure(f"worker_tasks_per_s_c{conc}{suffix}", [r for r, _ in runs], "/s",
+                      TARGET if conc == 4 and side == "current" else None)
+        report.figure(f"worker_cpu_ms_per_task_c{conc}{suffix}", [c for _, c in runs], "ms")
+    report.finish()
+
+
+def fresh_clusters(args: argparse.Namespace, sides: dict[str, str | None], tmp: str) -> int:
+    """`--baseline-nodes`: each round, each side on a fresh cluster of its own revision's
+    nodes (the baseline's node/, statemachine/ and client/ on PYTHONPATH), its own Worker."""
+    if not args.baseline or args.compiled:
+        raise SystemExit("--baseline-nodes needs --baseline REV (and the Python build)")
+    trees = {"baseline": extract_tree(args.baseline, os.path.join(tmp, "nodes"))}
+    report = Report("one Worker process, no-op handler: tasks/s end to end", "bench.worker",
+                    args, {"nodes": args.nodes, "tasks": args.tasks, "rounds": args.rounds,
+                           "concurrency": args.concurrency, "handler": args.handler,
+                           "baseline": f"{args.baseline} (its nodes and Worker)",
+                           "state_machine": nodes_build(args)},
+                    data_dir=tempfile.gettempdir())
+    report.start()
+    results: Results = {}
+    for rnd in range(args.rounds):
+        for side, client_dir in sides.items():
+            path = trees.get(side)
+            with LocalCluster(args.nodes, keep=args.keep,
+                              env={"PYTHONPATH": path} if path else None) as cluster:
+                cluster.wait_writable()
+                cpu = CpuShares({i: cluster.pid(i) for i in cluster.ids})
+                got = asyncio.run(measure(cluster.urls, args, {side: client_dir}, report, cpu,
+                                          rounds=range(rnd, rnd + 1)))
+            for key, runs in got.items():
+                results.setdefault(key, []).extend(runs)
+    figures(report, results)
     return 0
 
 
