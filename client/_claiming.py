@@ -24,9 +24,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("tsched.worker")
 
 CLAIM_WAIT_S_MAX = 20.0      # long-poll length
-# A claim carrying completions waits at most this long for work: their answers (and the
-# worker's bookkeeping of those tasks) must not wait for a whole long poll.
-CARRY_WAIT_S = 0.2
+# A claim carrying completions does not wait for work: their answers (and the worker's
+# bookkeeping of those tasks) must not wait for a poll. Claims carry only while claims come
+# back full, so one that finds nothing (the backlog's end) is followed by a plain claim,
+# which long-polls. It waited up to 0.2 s before: the last completions of a drained backlog
+# were answered 0.2 s late (bench/notes/2026-12-06-worker-pipeline.md).
+CARRY_WAIT_S = 0.0
 CARRY_ITEMS_MAX = 500        # completions on one claim (the API takes up to 1,000)
 ERROR_PAUSE_S = 1.0          # after a refused claim (bad token, limits), before trying again
 UNSERVABLE_CODES = frozenset({"too_large", "invalid_argument"})   # a result the cluster refuses

@@ -252,6 +252,7 @@ class Worker(Claiming, Progressing):
     def _start(self, task: dict) -> None:
         job = Job(task, self.lease_s, self._parents_of, self._progressed)
         self._held += 1
+        self._window.handler_started()
         task_type = job.ctx.task_type
         if (task_type in self.handlers and not self._is_async[task_type]
                 and job.delay_s() <= THREAD_WAKE_EARLY_S):
@@ -280,9 +281,8 @@ class Worker(Claiming, Progressing):
     # A due task of a sync handler (what a backlog is made of) takes the short way: no
     # coroutine of its own, its thread's outcome comes back to `_on_thread_done` and its
     # report's answer to `_on_reported`; its runner is a plain future, done once reported.
-    # Per task that saves an asyncio task and the two futures it awaited
-    # (bench/notes/2026-12-03-leaner-worker.md). Everything else (async handlers, tasks
-    # whose run_at is ahead) takes `_run_job`.
+    # Per task that saves an asyncio task and the two futures it awaited (bench/notes/
+    # 2026-12-03-leaner-worker.md). The rest (async handlers, run_at ahead): `_run_job`.
     def _run_on_thread(self, job: Job) -> asyncio.Future:
         assert self._loop is not None, "tasks are claimed only inside run_async"
         runner = self._loop.create_future()

@@ -35,6 +35,10 @@ _INSTRUMENTATION = "tsched.client"
 STEP_SPANS_MAX = 1_000       # a workflow's steps that get a span of their own (see below)
 _found: bool | None = None
 _api: Any = None             # (propagate, trace, SpanKind) once imported
+# The handler spans' tracer, got once: `get_tracer` reads the environment and makes a new
+# (proxy) tracer per call, which was a twentieth of a Worker's loop per task with fast
+# handlers. A proxy tracer follows the provider set later, so keeping one is safe.
+_tracer: Any = None
 
 
 def available() -> bool:
@@ -163,8 +167,10 @@ def _span_args(task: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 def traced(handler: Callable, task: dict[str, Any], is_async: bool) -> Callable:
     """`handler` run in its task's `process` span (a coroutine function stays one). The
     span starts where the handler runs: on its pool thread for a sync handler."""
-    trace = _otel()[1]
-    tracer = trace.get_tracer(_INSTRUMENTATION)
+    global _tracer
+    if _tracer is None:
+        _tracer = _otel()[1].get_tracer(_INSTRUMENTATION)
+    tracer = _tracer
     name, kwargs = _span_args(task)
     if is_async:
         async def run_async(payload: Any, ctx: Any) -> Any:

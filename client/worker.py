@@ -7,10 +7,12 @@ plain callbacks, without a coroutine of its own (`_run_on_thread`). The worker
 holds at least `concurrency + claim_ahead` tasks (default 4 x concurrency, like Celery's
 prefetch) so that a claim's round trip overlaps running handlers; with fast handlers it
 holds more, up to `held_max`, and keeps several claims open (`_window.py`), so that it is
-limited by the cluster or its handlers rather than by round trips. While claims come back
-full, finished outcomes ride on the next claim (`completions` of `POST /v1/claims`: one
-request and one Raft entry for both) or, when no claim goes out soon, on a
-`POST /v1/completions` of their own, as they always do under a trickle of work.
+limited by the cluster or its handlers rather than by round trips; under a backlog the
+window follows what the handlers do while they have work, growing at most 4x per full
+claim. While claims come back full, finished outcomes ride on the next claim
+(`completions` of `POST /v1/claims`: one request and one Raft entry for both; such a claim
+waits for no work) or, when no claim goes out soon, on a `POST /v1/completions` of their
+own, as they always do under a trickle of work.
 
 Every claim and heartbeat batch carries the worker's slots (`concurrency` in all, the busy
 ones by task type: `Claiming.slots`), which the leader turns into the autoscaling gauge

@@ -26,7 +26,11 @@ log = logging.getLogger("tsched.node.claims")
 
 # Waiters of one kind (task types, tenant, prefetch) dispatched per round: starts at one and
 # doubles while every Claim comes back full, so one submit does not wake a whole herd of
-# idle workers into empty Claims, while a backlog still gets drained by many at once.
+# idle workers into empty Claims, while a backlog still gets drained by many at once. It
+# doubles from what it was, not from how many one round sent: a backlog's Claims mostly go
+# one per round (each as its request arrives), and doubling that kept the fan-out at 2, so
+# a Worker's pipelined claims waited here for the Claims ahead of them to commit
+# (bench/notes/2026-12-06-worker-pipeline.md).
 FANOUT_MAX = 256
 # A leader that briefly loses sight of its quorum (a slow tick under load) keeps its waiters;
 # one that has not been the ready leader for this long hands them back.
@@ -307,7 +311,8 @@ class ClaimHub:
             t[1] += got >= w.claim.max_tasks
             t[2] += got > 0
         for kind, (sent, full, some) in tally.items():
-            self._fanout[kind] = min(FANOUT_MAX, 2 * sent) if full == sent else max(1, some)
+            self._fanout[kind] = min(FANOUT_MAX, 2 * max(sent, self._fanout.get(kind, 1))) \
+                if full == sent else max(1, some)
         if len(self._fanout) > WAITERS_MAX:   # forget kinds nobody waits for
             live = {_kind(w) for w in self._waiters.values()}
             self._fanout = {k: v for k, v in self._fanout.items() if k in live}

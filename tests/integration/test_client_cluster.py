@@ -81,3 +81,31 @@ async def test_async_client_against_the_cluster(cluster):
         assert (await c.cancel(made[1]["task_id"]))["state"] == "cancelled"
         status = await c.cluster_status()
         assert status["leader"] in cluster.ids
+
+
+def test_submit_batches_keeps_several_in_flight_and_answers_in_order(cluster):
+    """2,050 tasks as batches of 200, 4 at once: every task once, answers in the order of
+    the list; a batch the cluster refuses raises its error, and the batches in flight
+    beside it were submitted."""
+    tasks = [{"task_type": "batches", "payload": n} for n in range(2050)]
+    with Client(cluster.urls) as c:
+        made = c.submit_batches(tasks, batch=200, in_flight=4, minimal=True)
+        assert len(made) == 2050 and len({t["task_id"] for t in made}) == 2050
+        assert [c.get(made[i]["task_id"])["payload"] for i in (0, 1999, 2049)] == [0, 1999, 2049]
+        assert len(all_tasks(c, "batches")) == 2050
+        bad = [{"task_type": "batches-bad", "payload": n} for n in range(300)]
+        bad[150]["bogus_field"] = 1               # the second batch of 100 is refused
+        with pytest.raises(ApiError) as info:
+            c.submit_batches(bad, batch=100, in_flight=1)
+        assert info.value.code == "invalid_argument"
+        assert len(all_tasks(c, "batches-bad")) == 100    # the first only; the third not sent
+        with pytest.raises(ValueError):
+            c.submit_batches(tasks, batch=1001)
+
+
+async def test_async_submit_batches(cluster):
+    from tsched.client import AsyncClient
+    async with AsyncClient(cluster.urls) as c:
+        made = await c.submit_batches([{"task_type": "async_batches", "payload": n}
+                                       for n in range(450)], batch=100, in_flight=3)
+        assert [t["payload"] for t in made] == list(range(450))

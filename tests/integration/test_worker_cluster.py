@@ -195,6 +195,32 @@ def test_ready_tasks_and_worker_slots_move_as_workers_fill_and_drain(cluster, cl
     client.cancel(later)
 
 
+def test_a_draining_worker_never_holds_more_unstarted_tasks_than_held_max(cluster, client):
+    """A Worker of 4 fast slots over a backlog widens its window at once and keeps several
+    claims open, but the tasks leased to it and not started (in claims on their way, or
+    handed to a busy handler) never exceed `held_max`; each task runs once."""
+    task_type, count, held_max = "window-bound", 1500, 120
+    for _ in range(count // 500):
+        client.submit_many([{"task_type": task_type}] * 500, minimal=True)
+    ran: list[str] = []
+    unstarted: list[int] = []
+
+    def noop(payload, ctx):
+        ran.append(ctx.task_id)
+        # The claims' reservation (tasks asked for, not yet here) and the tasks here whose
+        # handler has not started: an upper bound of what is leased to it and unstarted.
+        jobs = list(worker._jobs.values())
+        unstarted.append(worker._reserved + sum(not job.started for job, _ in jobs))
+    worker = Worker(cluster.urls, {task_type: noop}, concurrency=4, wait_s=1,
+                    held_max=held_max)
+    with running(worker):
+        wait_until(lambda: len(ran) >= count and worker.running == 0, DEADLINE_S,
+                   "the backlog drained and reported")
+    assert len(ran) == len(set(ran)) == count
+    assert max(unstarted) <= held_max
+    assert max(unstarted) > 4 * 4     # beyond concurrency + claim_ahead: the window widened
+
+
 def test_killed_worker_task_is_rerun_by_another_after_its_lease(cluster, client, tmp_path):
     marker = tmp_path / "started"
     task_id = client.submit("hold", retry=FAST_RETRY)["task_id"]

@@ -388,7 +388,7 @@ def reported_via(fake, n: int, **worker_kw) -> list[str]:
 
 
 def test_completions_ride_on_the_next_claim(fake):
-    vias = reported_via(fake, 6, concurrency=1, claim_ahead=0)
+    vias = reported_via(fake, 6, concurrency=1, claim_ahead=0, held_max=1)
     # Each claim comes back full (window 1): from the second task on, a completion waits
     # up to 5 ms for the next claim, which goes out as soon as the handler returns (a busy
     # machine can make it miss that now and then).
