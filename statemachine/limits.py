@@ -192,7 +192,7 @@ class ApiLimits:
     # token bucket (node/api/read_budget.py; `[limits] list_pages_per_s`, 0: no budget, and
     # `list_burst_pages`): a page past it waits for its token up to `list_wait_ms_max`,
     # then is answered 429 `overloaded` (reason `read_budget`). A page holds the node's
-    # loop about 1-5 ms, so the default share is at most a fifth of a core; a client
+    # loop about 1-5 ms, so the default share is at most a quarter of a core; a client
     # reading back to back asked ~1,500 pages a second (bench/notes/2026-12-06-bounded-
     # listings.md). At least 1 a second: a client reading one page after another is
     # then paced by the wait, never refused.
