@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from tsched.statemachine.limits import API_LIMITS
 from tsched.statemachine.tiers import DEFAULT_TIERS, Tier, TierError, parse_tiers
 
 # A TOML table as tomllib reads it; each value is narrowed with isinstance where it is parsed.
@@ -129,6 +130,10 @@ class ClusterConfig:
     shards: int = 1              # Raft groups (DESIGN.md section 13); fixed for life
     replicas: int | None = None  # nodes per shard; None: see shards.replicas_of
     tiers: tuple[Tier, ...] = DEFAULT_TIERS   # [[priority.tiers]] (DESIGN 5.1)
+    # [limits] list_pages_per_s and list_burst_pages: this node's budget of listing pages
+    # (node/api/read_budget.py); node-local, not state machine limits
+    list_pages_per_s: int = API_LIMITS.list_pages_per_s
+    list_burst_pages: int = API_LIMITS.list_burst_pages
 
     def node(self, node_id: str) -> NodeConfig:
         for n in self.nodes:
@@ -195,6 +200,33 @@ ARCHIVE_KEEP_DAYS_DEFAULT = 365
 ARCHIVE_KEEP_DAYS_BOUNDS = (1, 36_500)
 
 
+# `[limits] list_pages_per_s` / `list_burst_pages`: a node's budget of listing pages
+# (node/api/read_budget.py, DESIGN 7). At least 1 page a second (0: no budget), so a client
+# reading one page after another always gets its next one within the 1 s wait.
+LIST_PAGES_PER_S_BOUNDS = (1, 100_000)
+LIST_BURST_PAGES_BOUNDS = (1, 100_000)
+
+
+def _list_budget(table: dict[str, object] | None) -> dict[str, int]:
+    """The listing budget's keys of `[limits]` (taken out of it: they are the node's, not
+    the state machine's), checked; the defaults where absent."""
+    out = {"list_pages_per_s": API_LIMITS.list_pages_per_s,
+           "list_burst_pages": API_LIMITS.list_burst_pages}
+    for key, (low, high) in (("list_pages_per_s", LIST_PAGES_PER_S_BOUNDS),
+                             ("list_burst_pages", LIST_BURST_PAGES_BOUNDS)):
+        if table is None or key not in table:
+            continue
+        value = table.pop(key)
+        off = key == "list_pages_per_s" and value == 0
+        if isinstance(value, bool) or not isinstance(value, int) \
+                or not (off or low <= value <= high):
+            raise ConfigError(f"[limits] {key} must be an integer in [{low}, {high:,}]"
+                              + (" or 0 (no budget)" if key == "list_pages_per_s" else "")
+                              + f", not {value!r}")
+        out[key] = value
+    return out
+
+
 def _archive(table: object) -> tuple[str | None, int]:
     """`[archive]` as (dir or None when disabled, keep_days)."""
     if table is None:
@@ -244,7 +276,9 @@ def parse(doc: Table, *, base_dir: str, path: str | None = None) -> ClusterConfi
     if extra:
         raise ConfigError(f"[cluster] unknown keys: {', '.join(extra)}")
     nodes = _nodes(doc.get("node"), base_dir)
-    auth, limits = _optional_table(doc, "auth"), _optional_table(doc, "limits")
+    auth, table = _optional_table(doc, "auth"), _optional_table(doc, "limits")
+    limits = dict(table) if table is not None else None
+    budget = _list_budget(limits)
     archive_dir, keep_days = _archive(doc.get("archive"))
     cfg = ClusterConfig(
         name=name, nodes=nodes, secret=secret,
@@ -255,7 +289,7 @@ def parse(doc: Table, *, base_dir: str, path: str | None = None) -> ClusterConfi
         archive_dir=archive_dir, archive_keep_days=keep_days,
         path=path, ca_file=_path(cluster, "ca_file", "[cluster]", base_dir),
         shards=_shards(cluster), replicas=_replicas(cluster),
-        tiers=_tiers(doc.get("priority")))
+        tiers=_tiers(doc.get("priority")), **budget)
     _check_raft_security(cfg)
     check_shape(cfg)
     return cfg

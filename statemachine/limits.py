@@ -188,6 +188,17 @@ class ApiLimits:
     submits_in_progress_max: int = 256
     submit_wait_ms_max: int = 5_000          # age of the oldest submit still in progress
     busy_retry_after_s: int = 1              # this node had too many submits in progress
+    # Listing pages (GET /v1/tasks, /v1/workflows, /v1/audit) a node serves a second, a
+    # token bucket (node/api/read_budget.py; `[limits] list_pages_per_s`, 0: no budget, and
+    # `list_burst_pages`): a page past it waits for its token up to `list_wait_ms_max`,
+    # then is answered 429 `overloaded` (reason `read_budget`). A page holds the node's
+    # loop about 1-5 ms, so the default share is at most a quarter of a core; a client
+    # reading back to back asked ~1,500 pages a second (bench/notes/2026-12-06-bounded-
+    # listings.md). At least 1 a second: a client reading one page after another is
+    # then paced by the wait, never refused.
+    list_pages_per_s: int = 50
+    list_burst_pages: int = 10
+    list_wait_ms_max: int = 1_000
     # Overload keeps the urgent (DESIGN 5.1, 14.2): past either bound above, a submit whose
     # every task has a priority up to `urgent_priority_max` (the default tiers critical and
     # high) is still admitted, up to `urgent_bound_factor` times the bound.

@@ -12,6 +12,7 @@ import logging
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from tsched.statemachine.limits import API_LIMITS
 from tsched.statemachine.tiers import DEFAULT_TIERS
 
 from tsched.node.api import (archive, audit, auth, backup, cluster, keyed_limits, members,
@@ -19,6 +20,7 @@ from tsched.node.api import (archive, audit, auth, backup, cluster, keyed_limits
                              workers, workflows)
 from tsched.node.api.validate import BODY_BYTES_MAX
 from tsched.node.api.admission import ADMISSION, Admission
+from tsched.node.api.read_budget import READ_BUDGET, ReadBudget
 from tsched.node.api.jsonio import error_response, http_error
 from tsched.node.services import NODE, Node
 from tsched.node.errors import ApiError
@@ -33,12 +35,21 @@ def make_app(node: Node) -> web.Application:
     app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=middlewares)
     app[NODE] = node
     app[ADMISSION] = Admission(tiers=getattr(node.config, "tiers", DEFAULT_TIERS))
+    app[READ_BUDGET] = read_budget_of(node)
     for module in (tasks, workers, tenants, cluster, members, schedules, archive, audit, backup,
                    keyed_limits, workflows, queues, sessions):
         app.router.add_routes(module.routes)
     monitoring.setup(app)    # metrics, health, stats, OpenAPI, dashboard (and its middleware)
     auth.setup(app)   # parses [auth] once; its middleware runs inside the error shape
     return app
+
+
+def read_budget_of(node: Node) -> ReadBudget:
+    """The node's budget of listing pages, from `[limits]` (a test's node without a
+    cluster file: the defaults)."""
+    cfg = node.config
+    return ReadBudget(getattr(cfg, "list_pages_per_s", API_LIMITS.list_pages_per_s),
+                      getattr(cfg, "list_burst_pages", API_LIMITS.list_burst_pages))
 
 
 @web.middleware

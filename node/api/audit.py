@@ -16,6 +16,7 @@ from tsched.statemachine.limits import API_LIMITS, LIMITS
 from tsched.node import present
 from tsched.node.api import validate
 from tsched.node.api.jsonio import respond
+from tsched.node.api.read_budget import take_page
 from tsched.node.api.reads import before_read
 from tsched.node.api.scope import tenant_scope
 from tsched.node.services import node_of
@@ -68,6 +69,7 @@ def _since(raw: str) -> int:
 
 @routes.get("/v1/audit")
 async def audit(request: web.Request) -> web.Response:
+    await take_page(request)     # this node's budget of listing pages (api/read_budget.py)
     node = node_of(request)
     relayed = await before_read(request, node, FILTERS)
     if relayed is not None:

@@ -17,6 +17,7 @@ from tsched.node.api.admission import Place, admission_of
 from tsched.node.api.jsonio import json_body, respond
 from tsched.node.api.idempotency import request_id
 from tsched.node.raft.commit import propose_one
+from tsched.node.api.read_budget import take_page
 from tsched.node.api.reads import before_read
 from tsched.node.services import Node, node_of
 from tsched.node.api.scope import actor_of, tenant_scope
@@ -98,6 +99,7 @@ def _hint_unclaimed_type(node: Node, out: dict) -> None:
 
 @routes.get("/v1/tasks")
 async def list_tasks(request: web.Request) -> web.Response:
+    await take_page(request)     # this node's budget of listing pages (api/read_budget.py)
     node = node_of(request)
     relayed = await before_read(request, node, validate.TASK_FILTERS)
     if relayed is not None:

@@ -12,6 +12,7 @@ from tsched.node.api import validate, workflow_body
 from tsched.node.api.admission import admission_of
 from tsched.node.api.idempotency import request_id
 from tsched.node.api.jsonio import json_body, respond
+from tsched.node.api.read_budget import take_page
 from tsched.node.api.reads import before_read
 from tsched.node.api.scope import actor_of, tenant_scope
 from tsched.node.errors import ApiError
@@ -59,6 +60,7 @@ async def get_workflow(request: web.Request) -> web.Response:
 
 @routes.get("/v1/workflows")
 async def list_workflows(request: web.Request) -> web.Response:
+    await take_page(request)     # this node's budget of listing pages (api/read_budget.py)
     node = node_of(request)
     relayed = await before_read(request, node, ("state", "tenant", "limit", "cursor"))
     if relayed is not None:

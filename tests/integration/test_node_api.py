@@ -1,20 +1,34 @@
 """The HTTP API of a real 3-node cluster (tsnode processes), black-box."""
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
 from datetime import datetime
 
+import aiohttp
 import httpx
 import pytest
 
 from tsched.node.scheduling.timer import FIRE_LEAD_MS
+from tsched.statemachine.limits import API_LIMITS
 
-from tests.harness.cluster import Cluster
+from tests.harness.cluster import Cluster, running
 from tests.harness.waits import wait_until
 
 pytestmark = pytest.mark.slow
+# Each node's budget of listing pages (node/api/read_budget.py), small: a burst of
+# concurrent listings goes past it; the module's other listings are one after another,
+# paced at worst, never refused.
+PAGES_PER_S, BURST_PAGES = 5, 20
+BUDGET_TOML = f"\n[limits]\nlist_pages_per_s = {PAGES_PER_S}\nlist_burst_pages = {BURST_PAGES}\n"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The module's 3-node cluster (conftest's), with a small budget of listing pages."""
+    yield from running(tmp_path_factory.mktemp("cluster"), extra_toml=BUDGET_TOML)
 
 
 def unique(prefix: str) -> str:
@@ -451,3 +465,57 @@ def test_a_head_read_through_a_follower_names_the_most_urgent_priority_and_lease
          "result": None}]}, headers=head)
     assert status == 400 and err["error"]["code"] == "invalid_argument"
     assert err["error"]["details"].get("field") == "completions"
+
+
+# --- the node's budget of listing pages (node/api/read_budget.py, DESIGN 7) ------------------
+
+BURST_READS = 80       # concurrent listings: far past the burst and the 1 s queue behind it
+POINT_READS = 10       # reads of one task, among them: never budgeted
+
+
+async def _burst(url: str, paths: list[str]) -> tuple[list[tuple[int, dict, str]], float]:
+    """Every path at once, a connection each; the answers and the seconds they all took."""
+    async def one(session: aiohttp.ClientSession, path: str) -> tuple[int, dict, str]:
+        async with session.get(url + path) as r:
+            return r.status, await r.json(), r.headers.get("Retry-After", "")
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=60)) as session:
+        started = time.monotonic()
+        answers = await asyncio.gather(*(one(session, p) for p in paths))
+        return list(answers), time.monotonic() - started
+
+
+def test_a_nodes_listing_pages_are_held_to_its_budget(cluster: Cluster):
+    """Concurrent listings (tasks, workflows, audit: one budget) past the burst and the
+    queue are answered 429 `overloaded` (reason `read_budget`) with Retry-After; no more are
+    served than the budget allows over the burst's time; a point read is never budgeted;
+    and a client reading one page after another, before and after, is never refused."""
+    leader, f1, _ = roles(cluster)
+    tt = unique("budget")
+    t = ok(cluster.call(f1, "POST", "/v1/tasks", {"task_type": tt}), 201)
+    listings = [f"/v1/tasks?task_type={tt}&limit=1", "/v1/workflows?limit=1",
+                "/v1/audit?limit=1"]
+    for path in listings * 2:                    # one after another: paced, never refused
+        ok(cluster.call(f1, "GET", path + f"&min_seq={t['applied_seq']}"))
+    paths = [listings[i % 3] for i in range(BURST_READS)]
+    paths[::BURST_READS // POINT_READS] = [f"/v1/tasks/{t['task_id']}"] * POINT_READS
+    answers, took_s = asyncio.run(_burst(cluster.url(f1), paths))
+    point = [a for p, a in zip(paths, answers) if "?" not in p]
+    listed = [a for p, a in zip(paths, answers) if "?" in p]
+    assert [status for status, _, _ in point] == [200] * POINT_READS
+    served = [a for a in listed if a[0] == 200]
+    refused = [a for a in listed if a[0] != 200]
+    # The bucket holds at most the burst, gains PAGES_PER_S a second over the burst's
+    # time, and lends at most the queue's second ahead.
+    allowed = BURST_PAGES + PAGES_PER_S * (took_s + API_LIMITS.list_wait_ms_max / 1000)
+    assert 1 <= len(served) <= allowed, (len(served), took_s)
+    assert refused, (len(served), took_s)
+    for status, body, retry_after in refused:
+        assert status == 429, body
+        assert body["error"]["code"] == "overloaded", body
+        assert body["error"]["details"]["reason"] == "read_budget", body
+        assert retry_after.isdigit() and int(retry_after) >= 1, retry_after
+    for path in listings:                         # after the burst: served again
+        ok(cluster.call(f1, "GET", path))
+    ok(cluster.call(leader, "GET", listings[0]))  # another node's budget is its own

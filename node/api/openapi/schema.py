@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tsched.statemachine.limits import API_LIMITS
+
 from tsched.node.api import validate as v
 from tsched.node.api.jsonio import STATUS_BY_CODE
 
@@ -147,6 +149,22 @@ READ_PARAMS = [
 
 RETRY_AFTER = {"description": "with `overloaded`: whole seconds to wait before retrying "
                "(DESIGN 14.2)", "schema": integer(1)}
+
+
+# A listing page's 429 (node/api/read_budget.py, DESIGN 7): the errors of such a GET.
+LISTING_ERRORS = (429, 503, 504)
+
+
+def listing_budget(out: Schema) -> Schema:
+    """A listing page's operation: its 429 is the node's budget of listing pages."""
+    out["responses"]["429"]["description"] = (
+        "`overloaded` (`details.reason` `read_budget`): this node serves at most `[limits] "
+        f"list_pages_per_s` listing pages a second (default {API_LIMITS.list_pages_per_s}, "
+        f"burst `list_burst_pages`, default {API_LIMITS.list_burst_pages}; GET /v1/tasks, "
+        "/v1/workflows and /v1/audit together); a page past it waits for its turn up to "
+        f"{API_LIMITS.list_wait_ms_max} ms, and past that is answered this at once, with "
+        "Retry-After")
+    return out
 
 
 def json_content(schema: Schema) -> Schema:

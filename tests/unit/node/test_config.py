@@ -183,6 +183,26 @@ def test_limits_request_window_s_is_the_state_machines_request_window_ms(tmp_pat
             config.load(write(tmp_path, GOOD + f"[limits]\nrequest_window_s = {bad}\n"))
 
 
+def test_limits_list_budget_is_the_nodes_not_the_state_machines(tmp_path):
+    """`[limits] list_pages_per_s` / `list_burst_pages` (node/api/read_budget.py) are kept
+    on the config and taken out of the state machine's limits; absent, the defaults."""
+    from tsched.statemachine.limits import API_LIMITS
+    plain = config.load(write(tmp_path, GOOD))
+    assert (plain.list_pages_per_s, plain.list_burst_pages) == (
+        API_LIMITS.list_pages_per_s, API_LIMITS.list_burst_pages)
+    cfg = config.load(write(tmp_path, GOOD + "[limits]\nlist_pages_per_s = 5\n"
+                                             "list_burst_pages = 2\nlive_tasks_max = 10\n"))
+    assert (cfg.list_pages_per_s, cfg.list_burst_pages) == (5, 2)
+    assert dict(cfg.limits) == {"live_tasks_max": 10}
+    off = config.load(write(tmp_path, GOOD + "[limits]\nlist_pages_per_s = 0\n"))
+    assert off.list_pages_per_s == 0 and not off.limits
+    for key, bad in (("list_pages_per_s", "-1"), ("list_pages_per_s", "0.5"),
+                     ("list_pages_per_s", "true"), ("list_burst_pages", "0"),
+                     ("list_burst_pages", "1000001")):
+        with pytest.raises(config.ConfigError, match=key):
+            config.load(write(tmp_path, GOOD + f"[limits]\n{key} = {bad}\n"))
+
+
 def test_priority_tiers_default_to_the_designs_five_and_may_be_set(tmp_path):
     from tsched.statemachine.tiers import DEFAULT_TIERS
     base = {"cluster": {"name": "c"},

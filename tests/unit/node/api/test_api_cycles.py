@@ -14,6 +14,7 @@ import gc
 import pytest
 
 from tests.api_support import Api, assert_error, until
+from tsched.node.api.read_budget import READ_BUDGET
 from tsched.node.errors import ApiError
 
 
@@ -96,4 +97,20 @@ async def test_a_submit_refused_before_raft_leaves_no_cycle(api: Api, tt):
                                   {"task_type": tt, "run_at": "2026-01-01T00:00:00Z",
                                    "idempotency_key": "k", "tenant": "t" * 200})
     assert status == 400        # refused before Raft: no cycle either
+    assert _cyclic_garbage_of_the_node() == []
+
+
+async def test_a_listing_refused_by_the_read_budget_leaves_no_cycle(api: Api):
+    """A page past the node's budget of listing pages (api/read_budget.py) is a 429 raised
+    in the handler, before anything is read."""
+    budget = api.client.app[READ_BUDGET]
+    budget.pages_per_s = 0.001   # a token every 1,000 s: once the burst is taken, none
+    while budget.tokens() >= 1:
+        budget.reserve()
+    gc.collect()
+    gc.garbage.clear()
+    for path in ("/v1/tasks?limit=1", "/v1/workflows", "/v1/audit"):
+        status, body = await api.call("GET", path)
+        assert_error(status, body, 429, "overloaded")
+        assert body["error"]["details"]["reason"] == "read_budget"
     assert _cyclic_garbage_of_the_node() == []
