@@ -26,9 +26,7 @@ from tests.harness.waits import wait_until
 ROOT = Path(__file__).resolve().parents[2]
 KEPT_PYTHON = ("__init__.py", "commands.py")   # as setup.py
 BUILD_TIMEOUT_S = 900
-# README's, with -v (pip shows the build's lines) and --no-compile (pip would byte-compile
-# every module of every dependency, a quarter of the install's CPU; the build is the same)
-README_COMMAND = ["pip", "install", "-v", "--no-compile", "."]
+README_COMMAND = ["pip", "install", "-v", "."]   # README, with -v: pip shows the build's lines
 FALLBACK_LINE = "tsched: the compiled state machine could not be built"
 # A build in a fresh virtualenv (dependencies, the isolated build environment, mypyc, the C)
 # outlasts the suite's 300 s per test on a loaded machine.

@@ -56,18 +56,29 @@ def wait_members(c: Cluster, want: list[str], on: list[str] | None = None) -> No
 
 def change(c: Cluster, method: str, path: str, body=None) -> dict:
     """A membership change through any member; retried while another one is in progress
-    or leadership moves (both answered before anything is changed)."""
+    or leadership moves (both answered before anything is changed), and after an answer
+    that leaves the outcome unknown (no answer, 503 or 504: the change may have been made).
+    A removal retried after such an answer and answered 404 (no such member) was made."""
+    unknown = False
+
     def attempt():
+        nonlocal unknown
         for via in c.ids:
             try:
                 status, out = c.call(via, method, path, body, timeout_s=CHANGE_S)
             except httpx.HTTPError:
+                unknown = True
                 continue
             if status == 200:
                 return out
+            if status == 404 and method == "DELETE" and unknown:
+                status, out = c.call(via, "GET", "/v1/cluster/members", timeout_s=CHANGE_S)
+                return out if status == 200 else None
             assert status in (409, 503, 504), (status, out)
             if status == 409:
                 assert out["error"]["details"]["reason"] == "change_in_progress", out
+            else:
+                unknown = True
         return None
     return wait_until(attempt, CHANGE_S, f"{method} {path}", step_s=0.5)
 
