@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,44 +12,21 @@ import pytest
 
 from tsched.statemachine import commands as c
 
-from tsched.node import present
-from tsched.node.clock import Clock
 from tsched.node.raft.commit import propose_one
-from tsched.node.raft.proposer import Proposer
 from tsched.node.raft.replica import Replica
 from tsched.node.scheduling import claims
 from tsched.node.scheduling.claim_hub import ClaimHub
 from tsched.node.scheduling.claim_request import ClaimOutcome, ClaimRequest
-from tsched.node.scheduling.claimed_types import ClaimedTypes
+
+from tests.unit.node.scheduling.services_support import Services, proposing
 
 SCHEDULING = Path(__file__).parents[4] / "node" / "scheduling"
-
-
-@dataclass
-class Services:
-    """The lightest services a claim needs: what services.Node holds, without the app."""
-
-    node_id: str
-    replica: Replica
-    clock: Clock = field(default_factory=Clock)
-    proposer: Proposer | None = None
-    claims: ClaimHub | None = None
-    timer: Any = None
-    propose_timeout_s: float = 10.0
-    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
-    claimed_types: ClaimedTypes = field(default_factory=ClaimedTypes)
-
-    @property
-    def stopping(self) -> bool:
-        return self.stop_event.is_set()
 
 
 @pytest.fixture
 async def node(replica: Replica):
     loop = asyncio.get_running_loop()
-    s = Services(node_id="n1", replica=replica)
-    s.proposer = Proposer(replica, loop, render=present.result,
-                          render_minimal=present.minimal_result)
+    s = proposing(replica)
     s.claims = ClaimHub(s)
 
     hub = s.claims

@@ -8,35 +8,21 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass, field
 
 import pytest
 
 from tsched.statemachine import commands as c
 
-from tsched.node import present
-from tsched.node.clock import Clock
 from tsched.node.raft.commit import propose_one
-from tsched.node.raft.proposer import Proposer
 from tsched.node.raft.replica import Replica
 from tsched.node.scheduling.session_watch import SessionWatch
 
-
-@dataclass
-class Services:
-    node_id: str
-    replica: Replica
-    clock: Clock = field(default_factory=Clock)
-    proposer: Proposer | None = None
-    propose_timeout_s: float = 10.0
+from tests.unit.node.scheduling.services_support import proposing
 
 
 @pytest.fixture
 async def watch(replica: Replica):
-    s = Services(node_id="n1", replica=replica)
-    s.proposer = Proposer(replica, asyncio.get_running_loop(), render=present.result,
-                          render_minimal=present.minimal_result)
-    yield SessionWatch(s)
+    yield SessionWatch(proposing(replica))
 
 
 async def _write(w: SessionWatch, cmd_type: type, **fields: object) -> object:

@@ -2,29 +2,20 @@
 real single-node replica and proposer: the scope check, admission, one task or a batch."""
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pytest
 
 from tsched.statemachine import commands as c
 
-from tsched.node import present
 from tsched.node.clock import Clock
 from tsched.node.errors import ApiError
-from tsched.node.raft.proposer import Proposer
 from tsched.node.raft.replica import Replica
 from tsched.node.scheduling import submits
 from tsched.node.scheduling.submits import SubmitRequest
 
-
-@dataclass
-class Services:
-    replica: Replica
-    proposer: Proposer | None = None
-    propose_timeout_s: float = 10.0
+from tests.unit.node.scheduling.services_support import Services, proposing
 
 
 class FakePlace:
@@ -44,9 +35,7 @@ class FakePlace:
 
 @pytest.fixture
 async def node(replica: Replica) -> Services:
-    return Services(replica=replica, proposer=Proposer(
-        replica, asyncio.get_running_loop(), render=present.result,
-        render_minimal=present.minimal_result))
+    return proposing(replica)
 
 
 def _cmd(tenant: str = "default", priority: int = 5) -> c.SubmitTask:
