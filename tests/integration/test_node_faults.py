@@ -13,6 +13,11 @@ import pytest
 from tests.harness.cluster import Cluster
 
 pytestmark = pytest.mark.slow
+# A submitter's pace: at most one submit per interval (about 100/s each). Writes keep
+# flowing through every fault and membership change, which is what these tests need;
+# submitting flat out only spent the machine's CPU, slowing the elections and catch-ups
+# under test on a loaded 2-core machine.
+SUBMIT_INTERVAL_S = 0.01
 
 
 class Load:
@@ -67,6 +72,7 @@ class Load:
                     except httpx.HTTPError:
                         pass
                     node = next(nodes)
+                self.stop.wait(SUBMIT_INTERVAL_S)
 
     def _work(self) -> None:
         nodes = self._nodes(2)
