@@ -48,8 +48,6 @@ LONGEST_FILES_FIRST = (
     "tests/integration/test_membership_cluster.py",
     "tests/integration/test_worker_cluster.py",
     "tests/integration/test_schedules_cluster.py",
-    "tests/property/test_sm_model.py",
-    "tests/property/test_sm_keyed_limits_model.py",
     "tests/integration/test_backup_restore.py",
     "tests/unit/client/test_app_types.py",
     "tests/integration/test_tsworker_cluster.py",
@@ -59,6 +57,20 @@ LONGEST_FILES_FIRST = (
     "tests/integration/test_storage_faults.py",
 )
 
+# Files that compute and never wait (no cluster, no timer, no network), run last. Most of
+# the others wait on clusters for much of their time: run while the cluster tests keep
+# both cores busy, their waits cost no wall time; run last, as collection order had them,
+# they left a core idle for much of the run's last minute. These keep both cores busy to
+# the end. The longest go first among them.
+COMPUTING_FILES_LAST = (
+    "tests/property/test_sm_model.py",
+    "tests/property/test_sm_keyed_limits_model.py",
+    "tests/unit/node/scheduling/test_cron_property.py",
+    "tests/unit/test_house.py",
+    "tests/unit/test_lint.py",
+    "tests/property/",
+    "tests/unit/statemachine/",
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # The project's packages, installed editable: their modules are imported from here.
@@ -85,10 +97,27 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """The longest files first; each file's tests stay together and in their order (a
-    stable sort by file), so module-scoped clusters are still shared."""
-    rank = {path: i for i, path in enumerate(LONGEST_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+    """The longest files first, the files that only compute last, and between them the
+    cluster files and the in-process unit files interleaved (each spread evenly over the
+    middle of the run), so that files that wait overlap files that compute. Each file's
+    tests stay together and in their order (a stable sort by file), so module-scoped
+    clusters are still shared."""
+    files = list(dict.fromkeys(item.nodeid.split("::")[0] for item in items))
+    order = {path: _run_order(path, files) for path in files}
+    items.sort(key=lambda item: order[item.nodeid.split("::")[0]])
+
+
+def _run_order(path: str, files: list[str]) -> tuple[int, float]:
+    if path in LONGEST_FILES_FIRST:
+        return 0, LONGEST_FILES_FIRST.index(path)
+    last = [i for i, prefix in enumerate(COMPUTING_FILES_LAST) if path.startswith(prefix)]
+    if last:
+        return 2, last[0]
+    # the middle: each kind's files in collection order, spread over [0, 1)
+    kind = [f for f in files if f.startswith("tests/unit/") == path.startswith("tests/unit/")
+            and f not in LONGEST_FILES_FIRST
+            and not any(f.startswith(p) for p in COMPUTING_FILES_LAST)]
+    return 1, kind.index(path) / len(kind)
 
 
 @pytest.fixture(scope="session", autouse=True)

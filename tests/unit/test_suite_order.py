@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import LONGEST_FILES_FIRST
+from tests.conftest import COMPUTING_FILES_LAST, LONGEST_FILES_FIRST, _run_order
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -13,6 +13,19 @@ def test_every_file_run_first_exists() -> None:
     missing = [p for p in LONGEST_FILES_FIRST if not (ROOT / p).is_file()]
     assert missing == []
     assert len(set(LONGEST_FILES_FIRST)) == len(LONGEST_FILES_FIRST)
+    missing = [p for p in COMPUTING_FILES_LAST if not (ROOT / p).exists()]
+    assert missing == []
+
+
+def test_the_longest_go_first_the_computing_last_and_the_rest_interleave() -> None:
+    files = ["tests/integration/test_a.py", "tests/integration/test_b.py",
+             "tests/unit/client/test_c.py", "tests/unit/client/test_d.py",
+             "tests/unit/statemachine/test_e.py", LONGEST_FILES_FIRST[1], LONGEST_FILES_FIRST[0]]
+    got = sorted(files, key=lambda f: _run_order(f, files))
+    assert got == [LONGEST_FILES_FIRST[0], LONGEST_FILES_FIRST[1],
+                   "tests/integration/test_a.py", "tests/unit/client/test_c.py",
+                   "tests/integration/test_b.py", "tests/unit/client/test_d.py",
+                   "tests/unit/statemachine/test_e.py"]
 
 
 def test_each_worker_gives_its_clusters_ports_of_its_own(monkeypatch):
