@@ -21,7 +21,7 @@ from .lifecycle import CLAIM, COMPLETE, EXPIRE, FAIL, HEARTBEAT, RELEASE, Row, d
 from .errors import INVALID_ARGUMENT
 from .model import CANCELLED, PENDING, RUNNING, Attempt, Task
 from .results import DONE, Answer, evicted_answer, lease_answer, task_answer, tasks_answer
-from .rules import backoff_ms
+from .rules import backoff_ms, static_key
 from .tasks import evict, find
 from .workflows import check_result
 
@@ -35,19 +35,29 @@ def claim(sm: StateMachine, cmd: c.Claim) -> Answer:
     V.claim(cmd, sm.limits)
     limiter = sm.store.limiter
     limiter.wake(sm.now_ms)
-    granted: list[str] = []
+    granted: list[Task] = []
     deferred: list[Task] = []
+    rounds = 0
     while len(granted) < cmd.max_tasks:
+        rounds += 1
         holds = limiter.holds
         taken = _select(sm, cmd, cmd.max_tasks - len(granted),
                         lambda task: _take(sm, task, cmd, deferred))
-        granted += [t.task_id for t in taken if t.state == RUNNING]
+        granted += [t for t in taken if t.state == RUNNING]
         if not taken or limiter.holds == holds:
             break   # no hold took a place: the queue had no more for this claim
         limiter.wake(sm.now_ms)   # a held task's other limits may release another
     for task in deferred:   # limited tasks are not handed out early: back to wait
         sm.store.queue.push(task, sm.now_ms)
-    return tasks_answer(granted)
+    if rounds > 1:
+        # A later round granted what a hold released (a task held under one limit
+        # leaves its other limits' budget to the next held task): it may rank before
+        # what an earlier round granted. The answer lists them in claim order; the
+        # grants (and their fencing tokens) stay as made.
+        aging_ms = sm.store.queue.aging_ms
+        granted.sort(key=lambda t: (static_key(t.priority, t.run_at_ms, aging_ms),
+                                    t.run_at_ms, t.seq))
+    return tasks_answer([t.task_id for t in granted])
 
 
 def _select(sm: StateMachine, cmd: c.Claim, max_tasks: int,

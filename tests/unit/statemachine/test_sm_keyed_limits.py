@@ -257,3 +257,23 @@ def test_partition_by_a_dotted_path_reaches_into_the_payload() -> None:
         d.add(payload_json=json.dumps({"args": [], "kwargs": {"account_id": account}}),
               limits=("partner",))
     assert _ids(d.claim(max_tasks=5)) == ["t1", "t3"]
+
+
+def test_a_task_a_hold_releases_mid_claim_is_answered_in_claim_order() -> None:
+    """c is released when the window frees, then held under its other, full limit; that
+    hold leaves the window's budget to d, the next held task, which a second round of the
+    same claim grants. e, unlimited and younger than d, came in the first round: the
+    answer still lists d first (found by the keyed-limits property test)."""
+    d = Driver()
+    _limit(d, "slots", concurrency=1)
+    _limit(d, "window", rate=1, per_ms=700)
+    d.add("a", limits=("slots",))
+    d.add("b", limits=("window",))
+    assert _ids(d.claim(max_tasks=2)) == ["a", "b"]   # slots full, the window spent
+    d.add("c", limits=("window", "slots"))
+    d.add("d", limits=("window",))
+    assert d.claim(max_tasks=2) == []                 # both held under the window
+    d.add("e")
+    d.now += 700                                      # b's start leaves the window
+    assert _ids(d.claim(max_tasks=2)) == ["d", "e"]
+    assert d.sm.get_task("c").state == "pending"
