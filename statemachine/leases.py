@@ -31,19 +31,29 @@ if TYPE_CHECKING:
 
 def claim(sm: StateMachine, cmd: c.Claim) -> Answer:
     """Tasks in claim order; one whose keyed limit is spent is held (ratelimits.py) and the
-    claim goes on to the next, in rounds: a round's holds used places of `max_tasks`."""
+    claim goes on to the next, in rounds: a round's holds used places of `max_tasks`.
+
+    A hold may leave budget of the task's other limits unused (it was released for it):
+    that budget belongs to the next task held there, which only the limiter's wake puts
+    back in the queue. So once a hold opened a partition, the round sets every further
+    task aside (back to the queue) and the next round starts with that wake: no task
+    ranked after a held one takes its budget first."""
     V.claim(cmd, sm.limits)
     limiter = sm.store.limiter
     limiter.wake(sm.now_ms)
     granted: list[Task] = []
     deferred: list[Task] = []
+    aside: list[Task] = []      # set aside in this round, back to the queue after it
     rounds = 0
     while len(granted) < cmd.max_tasks:
         rounds += 1
         holds = limiter.holds
         taken = _select(sm, cmd, cmd.max_tasks - len(granted),
-                        lambda task: _take(sm, task, cmd, deferred))
+                        lambda task: _take(sm, task, cmd, deferred, aside))
         granted += [t for t in taken if t.state == RUNNING]
+        for task in aside:
+            sm.store.queue.push(task, sm.now_ms)
+        aside.clear()
         if not taken or limiter.holds == holds:
             break   # no hold took a place: the queue had no more for this claim
         limiter.wake(sm.now_ms)   # a held task's other limits may release another
@@ -70,12 +80,18 @@ def _select(sm: StateMachine, cmd: c.Claim, max_tasks: int,
                                  (cmd.priority_min, cmd.priority_max))
 
 
-def _take(sm: StateMachine, task: Task, cmd: c.Claim, deferred: list[Task]) -> None:
+def _take(sm: StateMachine, task: Task, cmd: c.Claim, deferred: list[Task],
+          aside: list[Task]) -> None:
     """The queue gave `task` to this claim: grant it, or (bound by a keyed limit) hold it
-    under its spent limit, or keep a limited task the claim reached early for later. A
-    task not granted stays pending; its queue entries die (qver moves on)."""
+    under its spent limit, or keep a limited task the claim reached early for later, or
+    set it aside for the next round (a hold of this round opened a partition). A task not
+    granted stays pending; its queue entries die (qver moves on)."""
+    limiter = sm.store.limiter
+    if limiter.opened:
+        task.qver += 1
+        aside.append(task)
+        return
     if task.limits:
-        limiter = sm.store.limiter
         if task.run_at_ms > sm.now_ms:   # a window counts starts in order: not early
             task.qver += 1
             deferred.append(task)

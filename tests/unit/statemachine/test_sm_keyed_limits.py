@@ -277,3 +277,23 @@ def test_a_task_a_hold_releases_mid_claim_is_answered_in_claim_order() -> None:
     d.now += 700                                      # b's start leaves the window
     assert _ids(d.claim(max_tasks=2)) == ["d", "e"]
     assert d.sm.get_task("c").state == "pending"
+
+
+def test_budget_a_released_task_could_not_use_goes_to_the_next_held_task() -> None:
+    """t0 and t1 wait under `slots`; when its slot frees, t0 (the better) goes back to the
+    queue, but the claim finds `other` full and holds t0 there. The slot goes to t1, held
+    before t2 was submitted, not to t2 (found by the keyed-limits property test)."""
+    d = Driver()
+    _limit(d, "slots", concurrency=1)
+    _limit(d, "other", concurrency=1)
+    d.add("r", limits=("slots",))
+    d.add("s", limits=("other",))
+    assert _ids(d.claim(max_tasks=2)) == ["r", "s"]
+    d.add("t0", limits=("slots", "other"))
+    d.add("t1", limits=("slots",))
+    assert d.claim(max_tasks=2) == []                  # both held under slots
+    r = d.sm.get_task("r")
+    d.ok(c.Complete, task_id="r", fencing_token=r.fencing_token)   # the slot frees
+    d.add("t2", limits=("slots",))
+    assert _ids(d.claim(max_tasks=2)) == ["t1"]
+    assert d.sm.store.limiter.limited_by(d.sm.get_task("t2"), d.now)[0] == "slots"
