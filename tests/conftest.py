@@ -102,22 +102,28 @@ def pytest_collection_modifyitems(config, items) -> None:
     middle of the run), so that files that wait overlap files that compute. Each file's
     tests stay together and in their order (a stable sort by file), so module-scoped
     clusters are still shared."""
-    files = list(dict.fromkeys(item.nodeid.split("::")[0] for item in items))
-    order = {path: _run_order(path, files) for path in files}
+    order = run_order(list(dict.fromkeys(item.nodeid.split("::")[0] for item in items)))
     items.sort(key=lambda item: order[item.nodeid.split("::")[0]])
 
 
-def _run_order(path: str, files: list[str]) -> tuple[int, float]:
-    if path in LONGEST_FILES_FIRST:
-        return 0, LONGEST_FILES_FIRST.index(path)
-    last = [i for i, prefix in enumerate(COMPUTING_FILES_LAST) if path.startswith(prefix)]
-    if last:
-        return 2, last[0]
-    # the middle: each kind's files in collection order, spread over [0, 1)
-    kind = [f for f in files if f.startswith("tests/unit/") == path.startswith("tests/unit/")
-            and f not in LONGEST_FILES_FIRST
-            and not any(f.startswith(p) for p in COMPUTING_FILES_LAST)]
-    return 1, kind.index(path) / len(kind)
+def run_order(files: list[str]) -> dict[str, tuple[int, float]]:
+    """Each file's place: (0, its rank) for the longest, (2, its prefix's rank) for those
+    that only compute, (1, its share of the way through its kind) for the middle, where
+    the cluster files and the unit files are each spread over [0, 1) in collection order."""
+    order: dict[str, tuple[int, float]] = {}
+    middle: dict[bool, list[str]] = {False: [], True: []}     # is a unit file: its kind
+    for path in files:
+        last = next((i for i, p in enumerate(COMPUTING_FILES_LAST) if path.startswith(p)),
+                    None)
+        if path in LONGEST_FILES_FIRST:
+            order[path] = (0, LONGEST_FILES_FIRST.index(path))
+        elif last is not None:
+            order[path] = (2, last)
+        else:
+            middle[path.startswith("tests/unit/")].append(path)
+    for kind in middle.values():
+        order.update((path, (1, i / len(kind))) for i, path in enumerate(kind))
+    return order
 
 
 @pytest.fixture(scope="session", autouse=True)

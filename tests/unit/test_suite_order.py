@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import COMPUTING_FILES_LAST, LONGEST_FILES_FIRST, _run_order
+from tests.conftest import COMPUTING_FILES_LAST, LONGEST_FILES_FIRST, run_order
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ def test_the_longest_go_first_the_computing_last_and_the_rest_interleave() -> No
     files = ["tests/integration/test_a.py", "tests/integration/test_b.py",
              "tests/unit/client/test_c.py", "tests/unit/client/test_d.py",
              "tests/unit/statemachine/test_e.py", LONGEST_FILES_FIRST[1], LONGEST_FILES_FIRST[0]]
-    got = sorted(files, key=lambda f: _run_order(f, files))
+    got = sorted(files, key=run_order(files).__getitem__)
     assert got == [LONGEST_FILES_FIRST[0], LONGEST_FILES_FIRST[1],
                    "tests/integration/test_a.py", "tests/unit/client/test_c.py",
                    "tests/integration/test_b.py", "tests/unit/client/test_d.py",

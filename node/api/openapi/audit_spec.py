@@ -7,8 +7,7 @@ from tsched.statemachine.limits import API_LIMITS, LIMITS
 
 from tsched.node.api import validate as v
 from tsched.node.api.openapi.schema import (
-    LISTING_ERRORS, Fragment, Schema, integer, listing_budget, nullable, obj, op, query, ref,
-    string)
+    Fragment, Schema, integer, listing_op, nullable, obj, query, ref, string)
 
 _TIME = {"type": "string", "format": "date-time", "description": "RFC 3339, UTC"}
 
@@ -56,10 +55,10 @@ def _params() -> list[Schema]:
 
 
 def fragment() -> Fragment:
-    return Fragment({"/v1/audit": {"get": listing_budget(op(
-        "Audit trail", ref("AuditPage"), params=_params(), errors=LISTING_ERRORS, tag="cluster",
+    return Fragment({"/v1/audit": {"get": listing_op(
+        "Audit trail", ref("AuditPage"), params=_params(), tag="cluster",
         description="Operator actions, newest first (DESIGN 14.6). A tenant token sees its "
                     "tenant's entries only. A page examines at most "
                     f"{API_LIMITS.audit_scan_max} entries, so it may hold fewer than `limit` "
-                    "and still have a next_cursor. With shards: merged by time."))}},
+                    "and still have a next_cursor. With shards: merged by time.")}},
         _schemas())

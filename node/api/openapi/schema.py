@@ -151,12 +151,10 @@ RETRY_AFTER = {"description": "with `overloaded`: whole seconds to wait before r
                "(DESIGN 14.2)", "schema": integer(1)}
 
 
-# A listing page's 429 (node/api/read_budget.py, DESIGN 7): the errors of such a GET.
-LISTING_ERRORS = (429, 503, 504)
-
-
-def listing_budget(out: Schema) -> Schema:
-    """A listing page's operation: its 429 is the node's budget of listing pages."""
+def listing_op(summary: str, schema: Schema, **kwargs: Any) -> Schema:
+    """A listing page's GET (`op`): its 429 is the node's budget of listing pages
+    (node/api/read_budget.py, DESIGN 7)."""
+    out = op(summary, schema, errors=(429, 503, 504), **kwargs)
     out["responses"]["429"]["description"] = (
         "`overloaded` (`details.reason` `read_budget`): this node serves at most `[limits] "
         f"list_pages_per_s` listing pages a second (default {API_LIMITS.list_pages_per_s}, "

@@ -6,9 +6,9 @@ from tsched.statemachine.limits import API_LIMITS, LIMITS
 
 from tsched.node.api import validate as v
 from tsched.node.api.openapi.schema import (
-    ANY_JSON, APPLIED_SEQ, APPLIED_SEQS, LISTING_ERRORS, NAME, PRIORITY, READ_PARAMS, SHARD,
-    TASK_TYPE, TENANT, TIME, TIME_IN, TIMEOUT_S, WRITE_ERRORS, Fragment, PathItem, Schema,
-    integer, listing_budget, nullable, number, obj, op, path_param, query, ref, string)
+    ANY_JSON, APPLIED_SEQ, APPLIED_SEQS, NAME, PRIORITY, READ_PARAMS, SHARD, TASK_TYPE, TENANT,
+    TIME, TIME_IN, TIMEOUT_S, WRITE_ERRORS, Fragment, PathItem, Schema, integer, listing_op,
+    nullable, number, obj, op, path_param, query, ref, string)
 
 # The submitter's W3C trace context, kept with the task and handed to the worker with each
 # claim (DESIGN 12; the client's `otel` extra sets and reads it).
@@ -200,7 +200,7 @@ def _action(summary: str, tag: str = "tasks") -> Schema:
 def _list_op() -> Schema:
     """GET /v1/tasks: a page examines a bounded number of tasks (DESIGN 7), and takes a
     token of the node's budget of listing pages."""
-    return listing_budget(op("List tasks", ref("TaskList"), params=[
+    return listing_op("List tasks", ref("TaskList"), params=[
         query("state", {"type": "string", "enum": LISTED_STATES},
               "`retrying`: the pending tasks whose last attempt failed or expired"),
         query("tenant", TENANT), query("task_type", NAME), query("schedule_id", NAME),
@@ -211,13 +211,13 @@ def _list_op() -> Schema:
               "finished (completed_at) at or after"),
         query("limit", {**integer(1, v.LIST_LIMIT_MAX), "default": 100}),
         query("cursor", string(512), "next_cursor of the previous page"),
-        *READ_PARAMS], errors=LISTING_ERRORS,
+        *READ_PARAMS],
         description="Newest first. A page examines at most "
                     f"{API_LIMITS.task_scan_max} tasks, so it may hold fewer than `limit` "
                     "(even none) and still have a next_cursor: follow it until it is null. "
                     "A task type, schedule, tenant or state has an index of its own; a "
                     "creation window bounds the walk. With shards: merged by creation time. "
-                    "A node serves a budget of listing pages a second (429 past it)."))
+                    "A node serves a budget of listing pages a second (429 past it).")
 
 
 def _paths() -> dict[str, PathItem]:

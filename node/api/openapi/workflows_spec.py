@@ -10,9 +10,9 @@ from tsched.node.api import validate as v
 from tsched.node.api import workflow_body as wb
 from tsched.node.api.openapi.tasks_spec import TRACEPARENT
 from tsched.node.api.openapi.schema import (
-    ANY_JSON, APPLIED_SEQ, LISTING_ERRORS, PRIORITY, READ_PARAMS, TASK_TYPE, TENANT, TIME,
-    TIMEOUT_S, WRITE_ERRORS, Fragment, Schema, integer, listing_budget, nullable, obj, op,
-    path_param, query, ref, string)
+    ANY_JSON, APPLIED_SEQ, PRIORITY, READ_PARAMS, TASK_TYPE, TENANT, TIME, TIMEOUT_S,
+    WRITE_ERRORS, Fragment, Schema, integer, listing_op, nullable, obj, op, path_param, query,
+    ref, string)
 
 WORKFLOW_ID = path_param("workflow_id", "the workflow's id")
 TASK_ID = path_param("task_id", "the task's id")
@@ -105,8 +105,7 @@ def fragment() -> Fragment:
                        description="every step in one log entry, or none; "
                                    f"at most {LIMITS.workflows_open_per_tenant_max} open "
                                    "workflows per tenant (429 tenant_limit)"),
-            "get": listing_budget(op("List workflows", listing, params=params,
-                                     errors=LISTING_ERRORS, tag="workflows"))},
+            "get": listing_op("List workflows", listing, params=params, tag="workflows")},
         "/v1/workflows/{workflow_id}": {"get": op(
             "Get a workflow", ref("Workflow"), params=[WORKFLOW_ID, *READ_PARAMS],
             errors=(404, 503, 504), tag="workflows")},

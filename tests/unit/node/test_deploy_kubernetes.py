@@ -8,6 +8,7 @@ headless Service, the probes' paths are the node's, the stop grace covers its SI
 handoff, and the autoscalers read metrics the node exports."""
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -85,10 +86,17 @@ def _validate(doc: dict) -> None:
     """The kind's schema, file named as the package names it: apps/v1 -> apps-v1."""
     api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", doc["apiVersion"])
     schema = json.loads((SCHEMAS / f"{doc['kind'].lower()}-{api}.json").read_text())
-    definitions = json.loads((SCHEMAS / "_definitions.json").read_text())
-    registry = referencing.Registry().with_resources(
-        (r.id(), r) for r in map(referencing.Resource.from_contents, (schema, definitions)))
+    kind = referencing.Resource.from_contents(schema)
+    registry = _definitions().with_resource(kind.id(), kind)
     jsonschema.Draft202012Validator(schema, registry=registry).validate(doc)
+
+
+@functools.cache
+def _definitions() -> referencing.Registry:
+    """The definitions every kind's schema refers to (280 KB), read once."""
+    defs = referencing.Resource.from_contents(
+        json.loads((SCHEMAS / "_definitions.json").read_text()))
+    return referencing.Registry().with_resource(defs.id(), defs)
 
 
 # KEDA 2.x's ScaledObject (keda.sh/v1alpha1), the fields these manifests use, closed where
