@@ -45,13 +45,14 @@ def _site(venv: Path) -> Path:
 
 def _install(venv: Path, *extra: str, **env: str) -> str:
     """README's command, run at the checkout's root with the venv's pip. The C is compiled
-    at -O0 (TSCHED_COMPILE_OPT, setup.py) and without warnings or debug info (CFLAGS
-    replace Python's own; the two that change what the C means stay): the same generated
-    code as a release build's, in a fraction of the time."""
+    at -O0 (TSCHED_COMPILE_OPT, setup.py), without debug information (TSCHED_COMPILE_DEBUG)
+    and without warnings (CFLAGS replace Python's own; the two that change what the C means
+    stay): the same generated code as a release build's, in a fraction of the time."""
     proc = subprocess.run(
         [str(venv / "bin" / README_COMMAND[0]), *README_COMMAND[1:], *extra], cwd=ROOT,
         capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
         env={**os.environ, "TSCHED_COMPILE": "1", "TSCHED_COMPILE_OPT": "0",
+             "TSCHED_COMPILE_DEBUG": "0",
              "CFLAGS": "-DNDEBUG -fwrapv", **env})
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]

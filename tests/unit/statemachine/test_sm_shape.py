@@ -1,10 +1,9 @@
 """statemachine/ stays a house a newcomer can walk: short functions (a module is as long as
-its one idea needs: there is no line ceiling on modules, tests/unit/test_house.py)."""
+its one idea needs: there is no line ceiling on modules, tests/unit/test_house.py). Its
+types are checked with the other packages', as they are installed (tests/unit/test_lint.py)."""
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -36,12 +35,3 @@ def test_checker_counts_a_long_function() -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(FUNCTION_LINES_MAX))
     assert _long_functions(f"def f():\n{body}\n", FUNCTION_LINES_MAX) == ["f (line 1): 61 lines"]
     assert _long_functions("def g():\n    pass\n", FUNCTION_LINES_MAX) == []
-
-
-def test_the_state_machine_type_checks() -> None:
-    """`mypy statemachine` is clean: the annotations say what the code does (Optional fields,
-    the machine each handler takes), and they stay true as the code changes."""
-    out = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental",
-                          "--cache-dir=/dev/null", "statemachine"], cwd=SM_DIR.parent,
-                         capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stdout + out.stderr
