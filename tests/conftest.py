@@ -119,11 +119,16 @@ def rewrite_test_modules_once(config) -> None:
     for path in sorted((ROOT / "tests").rglob("*.py")):
         if path.name != "conftest.py" and not any(path.match(p) for p in patterns):
             continue
-        cache_dir = rewrite.get_cache_dir(path)
-        pyc = cache_dir / (path.name[:-3] + PYC_TAIL)
-        if _read_pyc(path, pyc, state.trace) is None and rewrite.try_makedirs(cache_dir):
-            source_hash, code = _rewrite_test(path, config)
-            _write_pyc(state, code, source_hash, pyc)
+        try:
+            cache_dir = rewrite.get_cache_dir(path)
+            pyc = cache_dir / (path.name[:-3] + PYC_TAIL)
+            if _read_pyc(path, pyc, state.trace) is None and rewrite.try_makedirs(cache_dir):
+                source_hash, code = _rewrite_test(path, config)
+                _write_pyc(state, code, source_hash, pyc)
+        except (TypeError, AttributeError):
+            return      # the internals moved: the workers rewrite, as they did before
+        except (OSError, SyntaxError):
+            continue    # the worker that imports it reports it, as it did before
 
 
 def pytest_collection_modifyitems(config, items) -> None:
