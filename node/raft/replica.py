@@ -133,6 +133,8 @@ class Replica:
         trim = snapshot_index(self.snapshot_path)
         self._journal = journal_mod.LmdbJournal(self.journal_path, fsync=self.options.fsync,
                                                 trim_before_idx=trim)
+        if self.failpoints.on("stall_log_writer") and self.failpoints.record_path is not None:
+            self._journal.stall_path = Path(f"{self.failpoints.record_path}.stall")
         journal_hook.prepare(str(self.journal_path), self._journal)
         transport = functools.partial(GuardedTransport, journal=self._journal,
                                       failpoints=self.failpoints,
@@ -147,6 +149,9 @@ class Replica:
         self_node = self._dial_node(self.membership.self_member)
         obj = RaftObject(self, self_node, peers, self._conf(), transport)
         self._waker = Waker()
+        # The log writer's commits wake the Raft thread: a leader's own durability may be
+        # what moves its commit index (own_durability.py).
+        self._journal.on_durable = self._waker.wake
         self._tick_tasks.append(self._subscribe_waker)
         self._tick_tasks.append(lambda: TimedPoller.install(self._obj, self.options))
         obj.addOnTickCallback(self._on_tick)

@@ -26,7 +26,8 @@ from tsched.node.raft.replication import ReplicationStats
 
 log = logging.getLogger("tsched.node.raft.replica")   # the replica's log lines, as they were
 
-# Messages that reflect the log, term or vote: the journal is synced before each leaves.
+# Messages that reflect the log, term or vote: the journal is synced before each leaves,
+# except a leader's append_entries, whose entries are handed to the log writer instead.
 DURABLE_BEFORE_SEND = frozenset({"append_entries", "next_node_idx", "request_vote", "response_vote"})
 ALLOWED_UTILITY_MESSAGES = frozenset({"status"})
 REFUSED_LOG_EVERY_S = 60.0
@@ -225,7 +226,12 @@ class GuardedTransport(TCPTransport):
     def send(self, node: Node, message: dict) -> bool:
         kind = message.get("type") if isinstance(message, dict) else None
         if kind in DURABLE_BEFORE_SEND and not self._failpoints.on("skip_sync_before_send"):
-            self._journal.sync()
+            if kind == "append_entries":
+                # A leader sends before its own fsync: the writer commits meanwhile, and
+                # the leader counts itself only up to what is durable (own_durability.py).
+                self._journal.sync_soon()
+            else:
+                self._journal.sync()
         if kind == "append_entries":
             self._replication.on_sent(node, message.get("entries"))
         sent = super().send(node, message)
