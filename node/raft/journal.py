@@ -306,7 +306,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         write = self._take_write()
         if self._writes is None:
             if write is not None:
-                self._commit_write(write)
+                self._commit_write([write])
             return
         done = threading.Event()
         self._writes.put(_Write(write, done) if write is not None else _Write(None, done))
@@ -351,14 +351,27 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         writes = self._writes
         assert writes is not None
         while (item := writes.get()) is not None:
-            if item.done is None:
+            items: list[_Write] = [item]
+            # Group commit at the writer too: every batch queued meanwhile goes in the same
+            # transaction (one fsync), in order; a waiting `sync` or the stop ends the group.
+            stop = False
+            while items[-1].done is None and not writes.empty():
+                more = writes.get()
+                if more is None:
+                    stop = True
+                    break
+                items.append(more)
+            if any(i.done is None for i in items):
                 self._stall()
-            if item.batch is not None:
-                self._commit_write(item.batch)
-            if item.done is not None:
-                item.done.set()
-            else:
-                self.on_durable()
+            batches = [i.batch for i in items if i.batch is not None]
+            if batches:
+                self._commit_write(batches)
+            for i in items:
+                if i.done is not None:
+                    i.done.set()
+            self.on_durable()
+            if stop:
+                return
 
     def _stall(self) -> None:
         """The `stall_log_writer` failpoint: a disk that does not answer while the file is
@@ -368,17 +381,18 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             time.sleep(0.01)
         self.stalled = False
 
-    def _commit_write(self, batch: _Batch) -> None:
+    def _commit_write(self, batches: list[_Batch]) -> None:
         while True:
             try:
                 with self._open_env.begin(write=True) as txn:
-                    self._write(txn, batch)
+                    for batch in batches:
+                        self._write(txn, batch)
                 break
             except lmdb.MapFullError:
                 self._grow()
             except lmdb.Error as exc:
                 fatal_storage_error(f"syncing the Raft log in {self.path}", exc)
-        self.durable_idx = batch.last_idx
+        self.durable_idx = batches[-1].last_idx
         self.syncs += 1
 
     def _write(self, txn: lmdb.Transaction, batch: _Batch) -> None:

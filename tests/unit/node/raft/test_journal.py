@@ -269,3 +269,21 @@ def test_a_lost_tail_is_found_at_open(path):
     env.close()
     with pytest.raises(CorruptStorage, match=r"log index 4: the log holds 1..4, written as 1..5"):
         LmdbJournal(path)
+
+
+def test_the_log_writer_commits_in_order_and_sync_waits_for_it(tmp_path):
+    """`sync_soon` hands batches to the writer thread; `durable_idx` moves once they are
+    committed, `sync` returns only after every batch handed over before it, and a restart
+    sees them all."""
+    j = LmdbJournal(tmp_path / "log")
+    woken: list[int] = []
+    j.on_durable = lambda: woken.append(j.durable_idx)
+    for idx in range(1, 51):
+        j.add(b"c%d" % idx, idx, 1)
+        if idx % 10 == 0:
+            j.sync_soon()
+    j.add(b"last", 51, 2)
+    j.setCurrentTerm(2, "n1")             # a synchronous sync, behind the handed batches
+    assert j.durable_idx == 51 and woken and woken[-1] <= 51
+    j.close()
+    assert [e[1] for e in read_entries(tmp_path / "log")] == list(range(1, 52))
