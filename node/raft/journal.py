@@ -102,6 +102,10 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         # `durable_idx` is the last index a completed commit made durable (DESIGN 6, "own
         # durability"); written by whichever thread commits, read by the Raft thread.
         self.durable_idx = self.startup_last_idx
+        # Moves at every truncation of the log's tail: `durable_idx` vouches for the entries
+        # a deferred acknowledgement named only while the generation it was made in is the
+        # one durable (`durable_generation`).
+        self.generation = self.durable_generation = 0
         self.on_durable: Callable[[], None] = lambda: None
         self.stall_path: Path | None = None     # failpoint `stall_log_writer`
         self.stalled = False                     # the writer waits on `stall_path` (tests)
@@ -211,6 +215,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
                      idx, term)
         self._mark_from(self._entries[max(pos, 0)][1])
         self._drop_back(max(pos, 0))
+        self.generation += 1
         return False
 
     def clear(self) -> None:
@@ -219,6 +224,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         self._dirty_from_idx = 0
         self._entries = []
         self.bytes_held = 0
+        self.generation += 1
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
         # pysyncobj truncates every entry after the leader's prevLogIdx, conflicting or not,
@@ -230,6 +236,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         if entryFrom < len(self._entries):
             self._mark_from(self._entries[entryFrom][1])
             self._drop_back(entryFrom)
+            self.generation += 1
 
     def deleteEntriesTo(self, entryTo: int) -> None:
         if entryTo > 0:
@@ -335,7 +342,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         batch = _Batch(self._dirty_from_idx, puts,
                        self._entries[0][1] if self._front_trimmed and self._entries else None,
                        self._state_record(),
-                       self._entries[-1][1] if self._entries else 0)
+                       self._entries[-1][1] if self._entries else 0, self.generation)
         self._dirty_from_idx = None
         self._front_trimmed = False
         self._meta_dirty = False
@@ -393,6 +400,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             except lmdb.Error as exc:
                 fatal_storage_error(f"syncing the Raft log in {self.path}", exc)
         self.durable_idx = batches[-1].last_idx
+        self.durable_generation = batches[-1].generation
         self.syncs += 1
 
     def _write(self, txn: lmdb.Transaction, batch: _Batch) -> None:
@@ -463,6 +471,7 @@ class _Batch(NamedTuple):
     first_idx: int | None         # the front was trimmed: delete the keys before it
     state: bytes                  # the meta record (term, vote, commit, span), checksummed
     last_idx: int                 # the log's last index: durable once committed
+    generation: int               # the log's generation (truncations) when taken
 
 
 class _Write(NamedTuple):

@@ -48,7 +48,8 @@ from tsched.node.raft.replication import ReplicationStats
 from tsched.node.raft.security import check_raft_security
 from tsched.node.raft.snapshot_file import snapshot_index
 from tsched.node.raft.snapshot_writer import SnapshotWriter
-from tsched.node.raft.syncobj_adapter import Entry, current_log_index, other_nodes
+from tsched.node.raft.syncobj_adapter import (
+    Entry, current_log_index, other_nodes, transport_of)
 from tsched.node.raft.transport import DialNode, GuardedTransport, Refusals
 from tsched.node.raft.view import ROLE_NAMES, View
 from tsched.node.raft.watchdog import Watchdog
@@ -408,6 +409,9 @@ class Replica:
         obj = self._obj
         if obj is None:
             return
+        transport = transport_of(obj)
+        if isinstance(transport, GuardedTransport):
+            transport.flush_acks()
         obj.send_new_entries_now(self._journal)
         self._view = View.sample(obj, self._journal)
         if self.membership.refresh(other_nodes(obj), obj.raftLastApplied,

@@ -32,7 +32,8 @@ Written or called:
 - `__setCurrentTerm()`, `__setState()`, `__raftLeader`: `set_current_term`, `set_state`,
   `forget_leader` (pre-vote takes a higher term; the rejoin gate records its vote).
 - `__generateRaftTimeout()`: `new_election_timeout_s`.
-- `__transport.send()`: `send_message` (pre-vote messages).
+- `__transport.send()`: `send_message` (pre-vote messages); `__transport` itself:
+  `transport_of` (a follower's acknowledgements deferred until durable, transport.py).
 - `__sendAppendEntries()`, `__sendNextNodeIdx()`: `send_append_entries`,
   `send_next_node_idx` (eager sends; a follower's answer to a fully held re-send).
 - `__raftLastApplied += 1`: in `apply_log_entry`.
@@ -157,6 +158,11 @@ def forget_leader(obj: SyncObj) -> None:
 def new_election_timeout_s(obj: SyncObj) -> float:
     """A fresh random election timeout, as pysyncobj draws them."""
     return obj._SyncObj__generateRaftTimeout()   # type: ignore[no-any-return]
+
+
+def transport_of(obj: SyncObj) -> object:
+    """The replica's `GuardedTransport` (each tick sends the acknowledgements made durable)."""
+    return obj._SyncObj__transport
 
 
 def send_message(obj: SyncObj, node: Node, message: dict[str, object]) -> None:

@@ -287,3 +287,35 @@ def test_the_log_writer_commits_in_order_and_sync_waits_for_it(tmp_path):
     assert j.durable_idx == 51 and woken and woken[-1] <= 51
     j.close()
     assert [e[1] for e in read_entries(tmp_path / "log")] == list(range(1, 52))
+
+
+def test_a_deferred_ack_leaves_only_once_its_entries_are_durable(tmp_path):
+    """A follower's `next_node_idx` waits for the log writer (transport.DeferredAcks); an
+    ack whose entries were truncated meanwhile, or made in an older term, is dropped."""
+    from tests.harness.waits import wait_until
+    from tsched.node.raft.transport import DeferredAcks
+
+    j = LmdbJournal(tmp_path / "log")
+    j.stall_path = tmp_path / "stall"
+    j.stall_path.write_text("held")
+    sent: list[int] = []
+    acks = DeferredAcks(j, lambda node, m: sent.append(m["next_node_idx"]) or True,
+                        lambda: 1)
+    for idx in (1, 2):
+        j.add(b"c", idx, 1)
+    acks.send("leader", {"type": "next_node_idx", "next_node_idx": 3, "success": True})
+    wait_until(lambda: j.stalled, 5, "the writer held")
+    acks.flush()
+    assert sent == [] and acks.deferred == 1            # not durable: not sent
+    j.stall_path.unlink()
+    wait_until(lambda: j.durable_idx >= 2, 5, "the entries durable")
+    acks.flush()
+    assert sent == [3]
+    j.stall_path.write_text("held")
+    j.add(b"c", 3, 1)
+    acks.send("leader", {"type": "next_node_idx", "next_node_idx": 4, "success": True})
+    j.deleteEntriesFrom(2)                              # truncated before it was durable
+    acks.flush()
+    assert sent == [3] and acks.dropped == 1
+    j.stall_path.unlink()
+    j.close()
