@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Callable
 
 from tsched.node.raft.syncobj_adapter import (
-    LEADER, SyncObjHooks, match_indexes, raft_log, raft_state, set_commit_index)
+    LEADER, SyncObjHooks, match_indexes, other_nodes, raft_log, raft_state, set_commit_index)
 
 
 def quorum_commit_index(commit_idx: int, own_durable_idx: int, matches: Iterable[int],
@@ -63,9 +63,11 @@ class OwnDurability(SyncObjHooks):
         computed = self.raftCommitIndex
         # Entries applied, or allowed before, are committed: the floor never moves back.
         floor = max(self._commit_floor, self.raftLastApplied)
+        # Voters only, as pysyncobj counts: a read-only observer has a match index too.
+        matches = match_indexes(self)
         allowed = quorum_commit_index(floor, durable_idx,
-                                      match_indexes(self).values(), term_at,
-                                      self.raftCurrentTerm)
+                                      [matches.get(n, 0) for n in other_nodes(self)],
+                                      term_at, self.raftCurrentTerm)
         allowed = min(allowed, computed)
         self._commit_floor = allowed
         if allowed < computed:

@@ -319,3 +319,19 @@ def test_a_deferred_ack_leaves_only_once_its_entries_are_durable(tmp_path):
     assert sent == [3] and acks.dropped == 1
     j.stall_path.unlink()
     j.close()
+
+
+def test_the_quorum_commit_index_counts_the_leader_at_its_durable_index():
+    """own_durability.quorum_commit_index: a majority of {leader's durable index, followers'
+    match indexes}, and only an entry of the current term moves it (Raft 5.4.2)."""
+    from tsched.node.raft.own_durability import quorum_commit_index
+
+    def term_at(idx: int) -> int:
+        return 1 if idx <= 5 else 2
+
+    assert quorum_commit_index(5, 9, [7, 0], term_at, 2) == 7     # leader + follower at 7
+    assert quorum_commit_index(5, 6, [9, 0], term_at, 2) == 6     # the leader's disk bounds it
+    assert quorum_commit_index(5, 4, [0, 0], term_at, 2) == 5     # never back
+    assert quorum_commit_index(3, 9, [5, 5], term_at, 2) == 3     # an older term's entry
+    assert quorum_commit_index(5, 9, [9, 9, 0, 0], term_at, 2) == 9   # 3 of 5
+    assert quorum_commit_index(5, 9, [9, 0, 0, 0], term_at, 2) == 5
