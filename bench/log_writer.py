@@ -1,4 +1,4 @@
-"""The Raft log written beside the Raft thread (issue 51): an A/B of node code in one run.
+"""The Raft log written beside the Raft thread: an A/B of node code in one run.
 
 For each round, this code's nodes and the baseline's (`--baseline REV`, taken with
 `git archive`) each get a fresh 3-node cluster, alternating, and run the same two loads:
@@ -7,9 +7,13 @@ For each round, this code's nodes and the baseline's (`--baseline REV`, taken wi
 - one `Worker` process of 4 slots (bench/lib/noop_worker.py, this checkout's client on both
   sides) draining a backlog of no-op tasks: tasks/s.
 Also per side: the leader's busiest thread's CPU seconds per wall second over both loads
-(from /proc/<pid>/task; the Raft thread on a loaded leader) and the leader's whole CPU.
+(from /proc/<pid>/task; the Raft thread on a loaded leader) and the leader's whole CPU; per
+load, every node's threads' CPU seconds per second, named as `py-spy dump` names them when
+py-spy is installed, and the share of the machine's cores busy.
 
     python -m bench.log_writer --baseline 4f57ee2 --rounds 2
+    python -m bench.log_writer --baseline 4f57ee2 --rounds 2 --sync-delay-us 1000
+        # both sides on a disk whose fsync takes 1 ms longer (bench/lib/slow_disk.py)
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from bench.lib.api import Api  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
 from bench.lib.revision import extract_tree  # noqa: E402
+from bench.lib.slow_disk import slow_disk_env  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -50,17 +55,91 @@ def thread_cpu_s(pid: int) -> dict[int, float]:
     return out
 
 
-async def loads(urls: list[str], args: argparse.Namespace, report: Report, tag: str) -> dict:
-    cfg = lifecycle.Config(tasks=args.tasks, batch=500)
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (every core, /proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / CLK_TCK    # all but idle and iowait
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """Thread id -> Python thread name, from one `py-spy dump` ({} without py-spy)."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not os.path.exists(exe):
+        return {}
+    out = subprocess.run([exe, "dump", "--nonblocking", "-p", str(pid)], capture_output=True,
+                         text=True, timeout=30).stdout
+    names = {}
+    for line in out.splitlines():
+        if line.startswith("Thread ") and '"' in line:
+            tid = line.split()[1]
+            if tid.isdigit():
+                names[int(tid)] = line.split('"')[1]
+    return names
+
+
+class Cpu:
+    """Per-thread CPU of every node over one phase of the load, and the machine's."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.names = {node: thread_names(pid) for node, pid in pids.items()}
+        self._t0 = time.monotonic()
+        self._busy0 = machine_busy_s()
+        self._threads0 = {node: thread_cpu_s(pid) for node, pid in pids.items()}
+
+    def end(self) -> dict:
+        wall = time.monotonic() - self._t0
+        busy = (machine_busy_s() - self._busy0) / wall
+        per_node = {}
+        for node, pid in self.pids.items():
+            after, before = thread_cpu_s(pid), self._threads0[node]
+            used = {t: (after[t] - before.get(t, 0.0)) / wall for t in after}
+            per_node[node] = {self.names[node].get(t, f"tid {t}"): u
+                              for t, u in sorted(used.items(), key=lambda kv: -kv[1])
+                              if u >= 0.01}
+        return {"wall_s": wall, "machine_busy": busy, "threads": per_node}
+
+
+def describe_cpu(cpu: dict, leader: str) -> str:
+    parts = []
+    for node, threads in cpu["threads"].items():
+        role = "leader" if node == leader else "follower"
+        parts.append(f"{node} ({role}) {sum(threads.values()):.2f}: " + ", ".join(
+            f"{name} {u:.2f}" for name, u in threads.items()))
+    return (f"machine busy {cpu['machine_busy']:.2f} of {os.cpu_count()} cores; "
+            + "; ".join(parts))
+
+
+async def lifecycle_load(urls: list[str], args: argparse.Namespace,
+                         pids: dict[str, int]) -> tuple[dict, dict]:
     async with Api() as api:
         await lifecycle.run_once(api, urls, lifecycle.Config(tasks=2000, batch=500), "warmup")
-        life = await lifecycle.run_once(api, urls, cfg)
-        task_type = f"noop-{uuid.uuid4().hex[:6]}"
-        await worker.fill(api, urls, task_type, args.worker_tasks)
-    rate, _cpu = await worker.drain(urls, task_type, args.worker_tasks, 4, "sync", None)
+        cpu = Cpu(pids)
+        life = await lifecycle.run_once(api, urls, lifecycle.Config(tasks=args.tasks, batch=500))
+        return life, cpu.end()
+
+
+async def fill_backlog(urls: list[str], tasks: int) -> str:
+    task_type = f"noop-{uuid.uuid4().hex[:6]}"
+    async with Api() as api:
+        await worker.fill(api, urls, task_type, tasks)
+    return task_type
+
+
+def loads(urls: list[str], args: argparse.Namespace, report: Report, tag: str,
+          pids: dict[str, int], leader: str) -> dict:
+    life, life_cpu = asyncio.run(lifecycle_load(urls, args, pids))
+    task_type = asyncio.run(fill_backlog(urls, args.worker_tasks))
+    cpu = Cpu(pids)
+    rate, _cpu = asyncio.run(worker.drain(urls, task_type, args.worker_tasks, 4, "sync", None))
+    worker_cpu = cpu.end()
     report.note(f"{tag}: {life['tasks_per_s']:,.0f} lifecycles/s "
                 f"({life['completed']}/{life['acked']}); Worker of 4 slots {rate:,.0f} tasks/s")
-    return {"life": life["tasks_per_s"], "worker": rate}
+    report.note(f"{tag}: CPU s per s during the lifecycles: {describe_cpu(life_cpu, leader)}")
+    report.note(f"{tag}: CPU s per s during the Worker's drain: {describe_cpu(worker_cpu, leader)}")
+    return {"life": life["tasks_per_s"], "worker": rate,
+            "life_busy": life_cpu["machine_busy"], "worker_busy": worker_cpu["machine_busy"]}
 
 
 def start_py_spy(pid: int, out: str) -> subprocess.Popen | None:
@@ -93,15 +172,18 @@ def raft_thread_shares(raw: str) -> tuple[float, float]:
     return (total - idle) / max(total, 1), syncing / max(total, 1)
 
 
-def one_side(args: argparse.Namespace, path: str | None, report: Report, tag: str) -> dict:
-    with LocalCluster(3, env={"PYTHONPATH": path} if path else None) as cluster:
+def one_side(args: argparse.Namespace, path: str | None, report: Report, tag: str,
+             disk_env: dict[str, str]) -> dict:
+    env = {**disk_env, **({"PYTHONPATH": path} if path else {})}
+    with LocalCluster(3, env=env or None) as cluster:
         cluster.wait_writable()
         leader = cluster.wait_leader()
         pid = cluster.pid(leader)
         profile = os.path.join(cluster.root, "leader.pyspy")
         spy = start_py_spy(pid, profile) if args.py_spy else None
         before, t0 = thread_cpu_s(pid), time.monotonic()
-        got = asyncio.run(loads(cluster.urls, args, report, tag))
+        pids = {node: cluster.pid(node) for node in cluster.ids}
+        got = loads(cluster.urls, args, report, tag, pids, leader)
         after, wall = thread_cpu_s(pid), time.monotonic() - t0
         if spy is not None:
             spy.send_signal(signal.SIGINT)
@@ -119,6 +201,8 @@ def one_side(args: argparse.Namespace, path: str | None, report: Report, tag: st
 
 
 FIGURES = (("life", "lifecycles_per_s", "/s"), ("worker", "worker_c4_tasks_per_s", "/s"),
+           ("life_busy", "machine_busy_cores_lifecycles", "cores"),
+           ("worker_busy", "machine_busy_cores_worker", "cores"),
            ("busiest_thread", "leader_busiest_thread_cpu", "s/s"),
            ("leader_cpu", "leader_cpu", "s/s"),
            ("raft_busy", "leader_raft_thread_busy_share", ""),
@@ -134,22 +218,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--py-spy", action="store_true",
                    help="sample the leader with py-spy: its Raft thread's busy share and the "
                         "share of it in the log's commit")
+    p.add_argument("--sync-delay-us", type=int, default=0,
+                   help="every node's fsync returns this much later (a slower disk)")
     add_common_flags(p)
     args = p.parse_args(argv)
     lifecycle.install_fast_loop()
     report = Report("log writer A/B: lifecycles/s and a 4-slot Worker's tasks/s",
                     "bench.log_writer", args, {"baseline": args.baseline, "rounds": args.rounds,
                                                "tasks": args.tasks,
-                                               "worker_tasks": args.worker_tasks},
+                                               "worker_tasks": args.worker_tasks,
+                                               "sync_delay_us": args.sync_delay_us},
                     data_dir=tempfile.gettempdir())
     with tempfile.TemporaryDirectory(prefix="tsched-bench-nodes-") as tmp:
         sides = {"_baseline": extract_tree(args.baseline, tmp), "": None}
+        disk_env = slow_disk_env(args.sync_delay_us, tmp)
         report.start()
         results: dict[str, list[dict]] = {s: [] for s in sides}
         for rnd in range(args.rounds):
             for side, path in sides.items():
                 tag = f"round {rnd + 1}, " + (f"{args.baseline} (baseline)" if side else "this code")
-                results[side].append(one_side(args, path, report, tag))
+                results[side].append(one_side(args, path, report, tag, disk_env))
     for side, runs in results.items():
         for key, name, unit in FIGURES:
             if all(key in r for r in runs):
