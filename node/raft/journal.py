@@ -371,12 +371,16 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             if any(i.done is None for i in items):
                 self._stall()
             batches = [i.batch for i in items if i.batch is not None]
+            durable = (self.durable_idx, self.durable_generation)
             if batches:
                 self._commit_write(batches)
             for i in items:
                 if i.done is not None:
                     i.done.set()
-            self.on_durable()
+            # Only what entries are durable moves a commit or an acknowledgement: a commit
+            # of the meta record alone (the commit index moved) wakes nobody.
+            if (self.durable_idx, self.durable_generation) != durable:
+                self.on_durable()
             if stop:
                 return
 
