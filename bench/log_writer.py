@@ -1,5 +1,4 @@
-"""An A/B of node code in one run, made for the Raft log written beside the Raft thread
-(bench/notes/2026-12-06-log-writer.md): any two revisions' nodes under the same loads.
+"""The Raft log written beside the Raft thread: an A/B of node code in one run.
 
 For each round, this code's nodes and the baseline's (`--baseline REV`, taken with
 `git archive`) each get a fresh 3-node cluster, alternating, and run the same two loads:

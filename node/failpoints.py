@@ -17,6 +17,12 @@ Names:
   where its peers accept it (`raft.machine_kit.diverging_kit`): a replica that applies differently. Set it
   on one node only (`node_env` in tests/harness/cluster.py); exists so that a test can
   prove that replicas' digests then differ.
+- `count_unsynced_entries`: a leader counts itself toward a majority for every entry in its
+  log, synced or not (own_durability.py's invariant OWN_DURABLE_COMMIT broken). Exists so
+  that a test can prove it detects a commit the leader's own disk did not hold.
+- `stall_log_writer`: the log writer (journal.py, `sync_soon`) waits while the file
+  `record_path` + ".stall" exists before each commit it was handed: a slow disk on the
+  leader, held as long as a test needs.
 """
 from __future__ import annotations
 
@@ -28,7 +34,8 @@ from pathlib import Path
 ENV_NAMES = "TSCHED_FAILPOINTS"
 ENV_RECORD = "TSCHED_FAILPOINTS_RECORD"
 KNOWN = frozenset({"skip_sync_before_send", "crash_after_ack", "accept_stale_tokens",
-                   "crash_after_claim", "diverge_apply"})
+                   "crash_after_claim", "diverge_apply", "count_unsynced_entries",
+                   "stall_log_writer"})
 CRASH_EXIT_CODE = 75
 
 

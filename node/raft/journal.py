@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import struct
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import overload
+from typing import Callable, NamedTuple, overload
 
 import crc32c
 import lmdb
@@ -95,6 +98,19 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         self._front_trimmed = False
         self._meta_dirty = False
         self.syncs = 0                   # group commits so far (tests, metrics)
+        # The log writer (`sync_soon`): group commits on a thread of their own, in order.
+        # `durable_idx` is the last index a completed commit made durable (DESIGN 6, "own
+        # durability"); written by whichever thread commits, read by the Raft thread.
+        self.durable_idx = self.startup_last_idx
+        # Moves at every truncation of the log's tail: `durable_idx` vouches for the entries
+        # a deferred acknowledgement named only while the generation it was made in is the
+        # one durable (`durable_generation`).
+        self.generation = self.durable_generation = 0
+        self.on_durable: Callable[[], None] = lambda: None
+        self.stall_path: Path | None = None     # failpoint `stall_log_writer`
+        self.stalled = False                     # the writer waits on `stall_path` (tests)
+        self._writes: queue.SimpleQueue[_Write | None] | None = None
+        self._writer: threading.Thread | None = None
         if trim_before_idx is not None:
             self.trim_front_to(trim_before_idx)
             self.sync()
@@ -199,6 +215,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
                      idx, term)
         self._mark_from(self._entries[max(pos, 0)][1])
         self._drop_back(max(pos, 0))
+        self.generation += 1
         return False
 
     def clear(self) -> None:
@@ -207,6 +224,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         self._dirty_from_idx = 0
         self._entries = []
         self.bytes_held = 0
+        self.generation += 1
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
         # pysyncobj truncates every entry after the leader's prevLogIdx, conflicting or not,
@@ -218,6 +236,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         if entryFrom < len(self._entries):
             self._mark_from(self._entries[entryFrom][1])
             self._drop_back(entryFrom)
+            self.generation += 1
 
     def deleteEntriesTo(self, entryTo: int) -> None:
         if entryTo > 0:
@@ -289,38 +308,123 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         return self._dirty_from_idx is not None or self._front_trimmed or self._meta_dirty
 
     def sync(self) -> None:
-        """Make every buffered change durable in one write transaction (fsync on commit)."""
-        if not self.dirty:
+        """Make every buffered change durable (fsync on commit) before returning: after any
+        commit handed to the writer (`sync_soon`) before it, in order."""
+        write = self._take_write()
+        if self._writes is None:
+            if write is not None:
+                self._commit_write([write])
             return
+        done = threading.Event()
+        self._writes.put(_Write(write, done) if write is not None else _Write(None, done))
+        done.wait()
+
+    def sync_soon(self) -> None:
+        """Hand every buffered change to the log writer and return at once: the writer
+        commits it (one fsync) while the Raft thread goes on; `durable_idx` moves, and
+        `on_durable` is called, once it is on disk."""
+        write = self._take_write()
+        if write is None:
+            return
+        if self._writes is None:
+            self._start_writer()
+        assert self._writes is not None
+        self._writes.put(_Write(write, None))
+
+    def _take_write(self) -> _Batch | None:
+        """The buffered changes as one batch (copies: the Raft thread goes on changing the
+        log), and the buffer emptied; None when nothing is buffered."""
+        if not self.dirty:
+            return None
+        puts: list[Entry] = []
+        if self._dirty_from_idx is not None:
+            puts = self._entries[self._position_of(self._dirty_from_idx):]
+        batch = _Batch(self._dirty_from_idx, puts,
+                       self._entries[0][1] if self._front_trimmed and self._entries else None,
+                       self._state_record(),
+                       self._entries[-1][1] if self._entries else 0, self.generation)
+        self._dirty_from_idx = None
+        self._front_trimmed = False
+        self._meta_dirty = False
+        return batch
+
+    def _start_writer(self) -> None:
+        self._writes = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._write_loop, name="raft-log-writer",
+                                        daemon=True)
+        self._writer.start()
+
+    def _write_loop(self) -> None:
+        writes = self._writes
+        assert writes is not None
+        while (item := writes.get()) is not None:
+            items: list[_Write] = [item]
+            # Group commit at the writer too: every batch queued meanwhile goes in the same
+            # transaction (one fsync), in order; a waiting `sync` or the stop ends the group.
+            stop = False
+            while items[-1].done is None and not writes.empty():
+                more = writes.get()
+                if more is None:
+                    stop = True
+                    break
+                items.append(more)
+            if any(i.done is None for i in items):
+                self._stall()
+            batches = [i.batch for i in items if i.batch is not None]
+            durable = (self.durable_idx, self.durable_generation)
+            if batches:
+                self._commit_write(batches)
+            for i in items:
+                if i.done is not None:
+                    i.done.set()
+            # Only what entries are durable moves a commit or an acknowledgement: a commit
+            # of the meta record alone (the commit index moved) wakes nobody.
+            if (self.durable_idx, self.durable_generation) != durable:
+                self.on_durable()
+            if stop:
+                return
+
+    def _stall(self) -> None:
+        """The `stall_log_writer` failpoint: a disk that does not answer while the file is
+        there (polled: this stands in for a slow device, not for synchronisation)."""
+        while self.stall_path is not None and self.stall_path.exists():
+            self.stalled = True
+            time.sleep(0.01)
+        self.stalled = False
+
+    def _commit_write(self, batches: list[_Batch]) -> None:
         while True:
             try:
                 with self._open_env.begin(write=True) as txn:
-                    self._write(txn)
+                    for batch in batches:
+                        self._write(txn, batch)
                 break
             except lmdb.MapFullError:
                 self._grow()
             except lmdb.Error as exc:
                 fatal_storage_error(f"syncing the Raft log in {self.path}", exc)
-        self._dirty_from_idx = None
-        self._front_trimmed = False
-        self._meta_dirty = False
+        self.durable_idx = batches[-1].last_idx
+        self.durable_generation = batches[-1].generation
         self.syncs += 1
 
-    def _write(self, txn: lmdb.Transaction) -> None:
-        if self._dirty_from_idx is not None:
-            self._delete_from(txn, self._dirty_from_idx)
-            start = self._position_of(self._dirty_from_idx)
-            for command, idx, term in self._entries[start:]:
+    def _write(self, txn: lmdb.Transaction, batch: _Batch) -> None:
+        if batch.dirty_from_idx is not None:
+            self._delete_from(txn, batch.dirty_from_idx)
+            for command, idx, term in batch.puts:
                 key = _KEY.pack(idx)
                 txn.put(key, _log_value(key, term, command), db=self._log_db)
-        if self._front_trimmed and self._entries:
-            self._delete_before(txn, self._entries[0][1])
-        self._write_meta(txn)
+        if batch.first_idx is not None:
+            self._delete_before(txn, batch.first_idx)
+        txn.put(b"state", batch.state, db=self._meta_db)
+        txn.put(b"format", msgpack.packb(LOG_FORMAT), db=self._meta_db)
 
-    def _write_meta(self, txn: lmdb.Transaction) -> None:
+    def _state_record(self) -> bytes:
         span = (self._entries[0][1], self._entries[-1][1]) if self._entries else (0, 0)
         state = msgpack.packb([self._term, self._vote, self._commit, *span])
-        txn.put(b"state", _CRC.pack(crc32c.crc32c(state)) + state, db=self._meta_db)
+        return _CRC.pack(crc32c.crc32c(state)) + state
+
+    def _write_meta(self, txn: lmdb.Transaction) -> None:
+        txn.put(b"state", self._state_record(), db=self._meta_db)
         txn.put(b"format", msgpack.packb(LOG_FORMAT), db=self._meta_db)
 
     def _position_of(self, idx: int) -> int:
@@ -351,9 +455,32 @@ class LmdbJournal(_pysyncobj_journal.Journal):
         if self._env is not None:
             try:
                 self.sync()
+                self._stop_writer()
             finally:
                 self._env.close()
                 self._env = None
+
+
+    def _stop_writer(self) -> None:
+        if self._writes is not None and self._writer is not None:
+            self._writes.put(None)
+            self._writer.join()
+            self._writes = self._writer = None
+
+
+class _Batch(NamedTuple):
+    """Buffered changes taken for one group commit."""
+    dirty_from_idx: int | None    # rewrite from here (delete the keys from it, put `puts`)
+    puts: list[Entry]
+    first_idx: int | None         # the front was trimmed: delete the keys before it
+    state: bytes                  # the meta record (term, vote, commit, span), checksummed
+    last_idx: int                 # the log's last index: durable once committed
+    generation: int               # the log's generation (truncations) when taken
+
+
+class _Write(NamedTuple):
+    batch: _Batch | None
+    done: threading.Event | None  # `sync` waits on it; None: `sync_soon`
 
 
 def _bytes_of(entries: Iterable[Entry]) -> int:

@@ -11,7 +11,9 @@ from pysyncobj import SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as monotonicTime
 from pysyncobj.node import Node
 
+from tsched.node.failpoints import Failpoints
 from tsched.node.raft.apply_budget import BoundedApply
+from tsched.node.raft.own_durability import OwnDurability
 from tsched.node.raft.options import RaftOptions, apply_budget_s, heartbeat_period_s
 from tsched.node.raft.prevote import PreVote
 from tsched.node.raft.rejoin import RejoinGate
@@ -32,6 +34,7 @@ class RaftHost(Protocol):
     rejoin: RejoinGate
     prevote: PreVote | None
     leaving: bool      # stopping: campaigns for nothing (handoff.py)
+    failpoints: Failpoints
 
     def adopt(self, obj: RaftObject) -> None:
         """Hold `obj` as the replica's SyncObj (before its tick thread starts)."""
@@ -45,11 +48,12 @@ class TransportFactory(Protocol):
                  otherNodes: list[Node]) -> GuardedTransport: ...
 
 
-class RaftObject(BoundedApply, WastelessAppendEntries):
+class RaftObject(OwnDurability, BoundedApply, WastelessAppendEntries):
     def __init__(self, host: RaftHost, self_node: DialNode, peers: list[DialNode],
                  conf: SyncObjConf, transport_class: TransportFactory) -> None:
         self._host = host
         self.replication = host.replication
+        self.count_unsynced_entries = host.failpoints.on("count_unsynced_entries")
         self.apply_budget_s = apply_budget_s(host.options)
         self._heartbeat_s = heartbeat_period_s(host.options)
         self._tick_started_at: float | None = None

@@ -48,7 +48,8 @@ from tsched.node.raft.replication import ReplicationStats
 from tsched.node.raft.security import check_raft_security
 from tsched.node.raft.snapshot_file import snapshot_index
 from tsched.node.raft.snapshot_writer import SnapshotWriter
-from tsched.node.raft.syncobj_adapter import Entry, current_log_index, other_nodes
+from tsched.node.raft.syncobj_adapter import (
+    Entry, current_log_index, other_nodes, transport_of)
 from tsched.node.raft.transport import DialNode, GuardedTransport, Refusals
 from tsched.node.raft.view import ROLE_NAMES, View
 from tsched.node.raft.watchdog import Watchdog
@@ -133,6 +134,7 @@ class Replica:
         trim = snapshot_index(self.snapshot_path)
         self._journal = journal_mod.LmdbJournal(self.journal_path, fsync=self.options.fsync,
                                                 trim_before_idx=trim)
+        self._journal.stall_path = _stall_path(self.failpoints)
         journal_hook.prepare(str(self.journal_path), self._journal)
         transport = functools.partial(GuardedTransport, journal=self._journal,
                                       failpoints=self.failpoints,
@@ -147,6 +149,7 @@ class Replica:
         self_node = self._dial_node(self.membership.self_member)
         obj = RaftObject(self, self_node, peers, self._conf(), transport)
         self._waker = Waker()
+        self._journal.on_durable = self._waker.wake    # own_durability.py, DeferredAcks
         self._tick_tasks.append(self._subscribe_waker)
         self._tick_tasks.append(lambda: TimedPoller.install(self._obj, self.options))
         obj.addOnTickCallback(self._on_tick)
@@ -403,6 +406,7 @@ class Replica:
         obj = self._obj
         if obj is None:
             return
+        _flush_acks(obj)
         obj.send_new_entries_now(self._journal)
         self._view = View.sample(obj, self._journal)
         if self.membership.refresh(other_nodes(obj), obj.raftLastApplied,
@@ -454,3 +458,19 @@ class Replica:
             old, self._sm = self._sm, sm
         del old
         return True
+
+
+def _stall_path(failpoints: Failpoints) -> Path | None:
+    """The file that holds the log writer while it exists (`stall_log_writer`)."""
+    if failpoints.on("stall_log_writer") and failpoints.record_path is not None:
+        return Path(f"{failpoints.record_path}.stall")
+    return None
+
+
+def _flush_acks(obj: RaftObject) -> None:
+    """Each tick: a follower's acknowledgements whose entries the log writer has made
+    durable leave (transport.DeferredAcks); the writer's commit wakes the Raft thread.
+    A leader's own durability may move its commit index too (own_durability.py)."""
+    transport = transport_of(obj)
+    if isinstance(transport, GuardedTransport):
+        transport.flush_acks()

@@ -18,6 +18,8 @@ Read (state of a replica):
 - `__transferInProgress`: `transfer_in_progress`; a TimeoutNow election needs no pre-vote.
 - `__leaderCommitIndex`, `__votedForNodeId`: `leader_commit_index`, `voted_for`; the rejoin
   gate's caught-up test and its vote for the leader it follows.
+- `__raftMatchIndex`: `match_indexes`; a leader's commit index counted with its own
+  durability (own_durability.py).
 - `__raftNextIndex`, `__lastResponseTime`: `next_index`, `last_response_times_s` (dicts
   changed in place); stale acks (replication.py) and the stall clock's forgiveness.
 - `__raftCommitIndex`, `__raftLastApplied`, `__conf`, `__commandsWaitingCommit`,
@@ -25,11 +27,13 @@ Read (state of a replica):
   `apply_log_entry`, `appends_in_batches`; the slice-at-a-time apply (apply_budget.py).
 
 Written or called:
+- `__raftCommitIndex`, `__leaderCommitIndex`: `set_commit_index` (own_durability.py).
 - `__raftElectionDeadline`: `set_election_deadline_s` (pre-vote rounds, the rejoin gate).
 - `__setCurrentTerm()`, `__setState()`, `__raftLeader`: `set_current_term`, `set_state`,
   `forget_leader` (pre-vote takes a higher term; the rejoin gate records its vote).
 - `__generateRaftTimeout()`: `new_election_timeout_s`.
-- `__transport.send()`: `send_message` (pre-vote messages).
+- `__transport.send()`: `send_message` (pre-vote messages); `__transport` itself:
+  `transport_of` (a follower's acknowledgements deferred until durable, transport.py).
 - `__sendAppendEntries()`, `__sendNextNodeIdx()`: `send_append_entries`,
   `send_next_node_idx` (eager sends; a follower's answer to a fully held re-send).
 - `__raftLastApplied += 1`: in `apply_log_entry`.
@@ -119,6 +123,11 @@ def last_response_times_s(obj: SyncObj) -> dict[Node, float]:
     return obj._SyncObj__lastResponseTime   # type: ignore[no-any-return]
 
 
+def match_indexes(obj: SyncObj) -> dict[Node, int]:
+    """A leader's match index per peer: what each follower acknowledged holding."""
+    return obj._SyncObj__raftMatchIndex   # type: ignore[no-any-return]
+
+
 # --- writes and calls ----------------------------------------------------------------------
 
 def set_election_deadline_s(obj: SyncObj, deadline_s: float) -> None:
@@ -135,6 +144,13 @@ def set_state(obj: SyncObj, state: int) -> None:
     obj._SyncObj__setState(state)
 
 
+def set_commit_index(obj: SyncObj, idx: int) -> None:
+    """A leader's commit index lowered to what its own durability allows (own_durability.py),
+    before anything up to it is applied or sent."""
+    obj._SyncObj__raftCommitIndex = idx
+    obj._SyncObj__leaderCommitIndex = idx
+
+
 def forget_leader(obj: SyncObj) -> None:
     obj._SyncObj__raftLeader = None
 
@@ -142,6 +158,11 @@ def forget_leader(obj: SyncObj) -> None:
 def new_election_timeout_s(obj: SyncObj) -> float:
     """A fresh random election timeout, as pysyncobj draws them."""
     return obj._SyncObj__generateRaftTimeout()   # type: ignore[no-any-return]
+
+
+def transport_of(obj: SyncObj) -> object:
+    """The replica's `GuardedTransport` (each tick sends the acknowledgements made durable)."""
+    return obj._SyncObj__transport
 
 
 def send_message(obj: SyncObj, node: Node, message: dict[str, object]) -> None:

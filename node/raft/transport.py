@@ -3,6 +3,7 @@ every message, admin messages and unknown identities refused, and the journal ma
 (one group commit) before any vote or replication message leaves (DESIGN.md section 6)."""
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import pickle
@@ -26,7 +27,9 @@ from tsched.node.raft.replication import ReplicationStats
 
 log = logging.getLogger("tsched.node.raft.replica")   # the replica's log lines, as they were
 
-# Messages that reflect the log, term or vote: the journal is synced before each leaves.
+# Messages that reflect the log, term or vote: the journal is synced before each leaves,
+# except a leader's append_entries, whose entries are handed to the log writer instead,
+# and a follower's next_node_idx, which waits in `DeferredAcks` until they are durable.
 DURABLE_BEFORE_SEND = frozenset({"append_entries", "next_node_idx", "request_vote", "response_vote"})
 ALLOWED_UTILITY_MESSAGES = frozenset({"status"})
 REFUSED_LOG_EVERY_S = 60.0
@@ -146,6 +149,50 @@ def _bound(conn: TcpConnection, limit: int) -> None:
     conn._message_bytes_max = limit
 
 
+class DeferredAcks:
+    """A follower's `next_node_idx` answers, each sent once the log writer has made durable
+    every entry it acknowledges: the Raft thread hands the entries to the writer
+    (`sync_soon`) and goes on reading the next AppendEntries meanwhile. Sent in order;
+    dropped when the term changes or the log's tail was truncated since (the entries
+    acknowledged may no longer be the ones on disk): the leader's next heartbeat asks again.
+    On the Raft thread only."""
+
+    def __init__(self, journal: LmdbJournal, send_now: Callable[[Node, dict], bool],
+                 term: Callable[[], int]) -> None:
+        self._journal, self._send_now, self._term = journal, send_now, term
+        self._queue: collections.deque[tuple[Node, dict, int, int, int]] = collections.deque()
+        self.deferred = 0     # acknowledgements that waited for the writer (tests, metrics)
+        self.dropped = 0
+
+    def send(self, node: Node, message: dict) -> bool:
+        journal = self._journal
+        journal.sync_soon()
+        need = message["next_node_idx"] - 1 if message.get("success") else 0
+        if not self._queue and self._durable(need, journal.generation):
+            return self._send_now(node, message)
+        self._queue.append((node, message, need, journal.generation, self._term()))
+        self.deferred += 1
+        return True
+
+    def _durable(self, need: int, generation: int) -> bool:
+        journal = self._journal
+        return need <= 0 or (journal.durable_generation == generation
+                             and journal.durable_idx >= need)
+
+    def flush(self) -> None:
+        queue, journal, term = self._queue, self._journal, self._term()
+        while queue:
+            node, message, need, generation, made_in = queue[0]
+            if made_in != term or generation != journal.generation:
+                queue.popleft()
+                self.dropped += 1
+                continue
+            if not self._durable(need, generation):
+                return
+            queue.popleft()
+            self._send_now(node, message)
+
+
 class GuardedTransport(TCPTransport):
     def __init__(self, syncObj: SyncObj, selfNode: Node, otherNodes: list[Node], *,
                  journal: LmdbJournal, failpoints: Failpoints, message_bytes_max: int,
@@ -163,6 +210,7 @@ class GuardedTransport(TCPTransport):
         self._may_lead = may_lead
         self._failpoints = failpoints
         self._message_bytes_max = message_bytes_max
+        self._acks = DeferredAcks(journal, self._send_now, lambda: syncObj.raftCurrentTerm)
         super().__init__(syncObj, selfNode, otherNodes)
 
     def addNode(self, node: Node) -> None:
@@ -224,14 +272,29 @@ class GuardedTransport(TCPTransport):
 
     def send(self, node: Node, message: dict) -> bool:
         kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "next_node_idx" and not self._failpoints.on("skip_sync_before_send"):
+            return self._acks.send(node, message)
         if kind in DURABLE_BEFORE_SEND and not self._failpoints.on("skip_sync_before_send"):
-            self._journal.sync()
+            if kind == "append_entries":
+                # A leader sends before its own fsync: the writer commits meanwhile, and
+                # the leader counts itself only up to what is durable (own_durability.py).
+                self._journal.sync_soon()
+            else:
+                self._journal.sync()
         if kind == "append_entries":
             self._replication.on_sent(node, message.get("entries"))
+        return self._send_now(node, message)
+
+    def _send_now(self, node: Node, message: dict) -> bool:
         sent = super().send(node, message)
-        if kind == "next_node_idx" and sent and self._failpoints.on("crash_after_ack"):
+        if message.get("type") == "next_node_idx" and sent and self._failpoints.on("crash_after_ack"):
             self._maybe_crash_after_ack(message)
         return sent
+
+    def flush_acks(self) -> None:
+        """Send the acknowledgements whose entries the log writer has made durable (each
+        tick: the writer's commit wakes the Raft thread)."""
+        self._acks.flush()
 
     def _maybe_crash_after_ack(self, message: dict) -> None:
         acked = message["next_node_idx"] - 1

@@ -269,3 +269,69 @@ def test_a_lost_tail_is_found_at_open(path):
     env.close()
     with pytest.raises(CorruptStorage, match=r"log index 4: the log holds 1..4, written as 1..5"):
         LmdbJournal(path)
+
+
+def test_the_log_writer_commits_in_order_and_sync_waits_for_it(tmp_path):
+    """`sync_soon` hands batches to the writer thread; `durable_idx` moves once they are
+    committed, `sync` returns only after every batch handed over before it, and a restart
+    sees them all."""
+    j = LmdbJournal(tmp_path / "log")
+    woken: list[int] = []
+    j.on_durable = lambda: woken.append(j.durable_idx)
+    for idx in range(1, 51):
+        j.add(b"c%d" % idx, idx, 1)
+        if idx % 10 == 0:
+            j.sync_soon()
+    j.add(b"last", 51, 2)
+    j.setCurrentTerm(2, "n1")             # a synchronous sync, behind the handed batches
+    assert j.durable_idx == 51 and woken and woken[-1] <= 51
+    j.close()
+    assert [e[1] for e in read_entries(tmp_path / "log")] == list(range(1, 52))
+
+
+def test_a_deferred_ack_leaves_only_once_its_entries_are_durable(tmp_path):
+    """A follower's `next_node_idx` waits for the log writer (transport.DeferredAcks); an
+    ack whose entries were truncated meanwhile, or made in an older term, is dropped."""
+    from tests.harness.waits import wait_until
+    from tsched.node.raft.transport import DeferredAcks
+
+    j = LmdbJournal(tmp_path / "log")
+    j.stall_path = tmp_path / "stall"
+    j.stall_path.write_text("held")
+    sent: list[int] = []
+    acks = DeferredAcks(j, lambda node, m: sent.append(m["next_node_idx"]) or True,
+                        lambda: 1)
+    for idx in (1, 2):
+        j.add(b"c", idx, 1)
+    acks.send("leader", {"type": "next_node_idx", "next_node_idx": 3, "success": True})
+    wait_until(lambda: j.stalled, 5, "the writer held")
+    acks.flush()
+    assert sent == [] and acks.deferred == 1            # not durable: not sent
+    j.stall_path.unlink()
+    wait_until(lambda: j.durable_idx >= 2, 5, "the entries durable")
+    acks.flush()
+    assert sent == [3]
+    j.stall_path.write_text("held")
+    j.add(b"c", 3, 1)
+    acks.send("leader", {"type": "next_node_idx", "next_node_idx": 4, "success": True})
+    j.deleteEntriesFrom(2)                              # truncated before it was durable
+    acks.flush()
+    assert sent == [3] and acks.dropped == 1
+    j.stall_path.unlink()
+    j.close()
+
+
+def test_the_quorum_commit_index_counts_the_leader_at_its_durable_index():
+    """own_durability.quorum_commit_index: a majority of {leader's durable index, followers'
+    match indexes}, and only an entry of the current term moves it (Raft 5.4.2)."""
+    from tsched.node.raft.own_durability import quorum_commit_index
+
+    def term_at(idx: int) -> int:
+        return 1 if idx <= 5 else 2
+
+    assert quorum_commit_index(5, 9, [7, 0], term_at, 2) == 7     # leader + follower at 7
+    assert quorum_commit_index(5, 6, [9, 0], term_at, 2) == 6     # the leader's disk bounds it
+    assert quorum_commit_index(5, 4, [0, 0], term_at, 2) == 5     # never back
+    assert quorum_commit_index(3, 9, [5, 5], term_at, 2) == 3     # an older term's entry
+    assert quorum_commit_index(5, 9, [9, 9, 0, 0], term_at, 2) == 9   # 3 of 5
+    assert quorum_commit_index(5, 9, [9, 0, 0, 0], term_at, 2) == 5
