@@ -30,21 +30,18 @@ static void wait_more(void) {
     }
 }
 
-int fsync(int fd) {
-    static int (*real)(int);
-    if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
-    int rc = real(fd);
-    wait_more();
-    return rc;
-}
+/* fsync and fdatasync alike: the real call, then the wait */
+#define SLOWER(name) \
+    int name(int fd) { \
+        static int (*real)(int); \
+        if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, #name); \
+        int rc = real(fd); \
+        wait_more(); \
+        return rc; \
+    }
 
-int fdatasync(int fd) {
-    static int (*real)(int);
-    if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
-    int rc = real(fd);
-    wait_more();
-    return rc;
-}
+SLOWER(fsync)
+SLOWER(fdatasync)
 """ % DELAY_ENV
 
 
