@@ -289,6 +289,29 @@ def test_the_log_writer_commits_in_order_and_sync_waits_for_it(tmp_path):
     assert [e[1] for e in read_entries(tmp_path / "log")] == list(range(1, 52))
 
 
+def test_the_writer_wakes_the_raft_thread_only_when_entries_become_durable(tmp_path):
+    """A commit that makes entries durable wakes the Raft thread (a leader's commit or a
+    follower's acknowledgement may move); one of the meta record alone (the commit index
+    moved) wakes nobody: waking for it cost every write a useless tick on every node."""
+    j = LmdbJournal(tmp_path / "log")
+    woken: list[int] = []
+    j.on_durable = lambda: woken.append(j.durable_idx)
+    for idx in (1, 2, 3):
+        j.add(b"c", idx, 1)
+    j.sync_soon()
+    j.sync()                                 # waits for the batch handed over before it
+    assert woken == [3]
+    j.setRaftCommitIndex(3)
+    j.sync_soon()
+    j.sync()
+    assert woken == [3] and j.syncs == 2     # committed, and nobody woken
+    j.add(b"c", 4, 1)
+    j.sync_soon()
+    j.sync()
+    assert woken == [3, 4]
+    j.close()
+
+
 def test_a_deferred_ack_leaves_only_once_its_entries_are_durable(tmp_path):
     """A follower's `next_node_idx` waits for the log writer (transport.DeferredAcks); an
     ack whose entries were truncated meanwhile, or made in an older term, is dropped."""
