@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import lifecycle, worker  # noqa: E402
+from bench.lib import contention  # noqa: E402
 from bench.lib.api import Api  # noqa: E402
 from bench.lib.cluster import LocalCluster  # noqa: E402
 from bench.lib.report import Report, add_common_flags  # noqa: E402
@@ -55,17 +56,16 @@ def thread_cpu_s(pid: int) -> dict[int, float]:
     return out
 
 
-def machine_busy_s() -> float:
-    """CPU seconds the whole machine has spent busy (every core, /proc/stat)."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / CLK_TCK    # all but idle and iowait
+def py_spy() -> str | None:
+    """The py-spy program, on PATH or beside this interpreter; None when not installed."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return exe if os.path.exists(exe) else None
 
 
 def thread_names(pid: int) -> dict[int, str]:
     """Thread id -> Python thread name, from one `py-spy dump` ({} without py-spy)."""
-    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not os.path.exists(exe):
+    exe = py_spy()
+    if exe is None:
         return {}
     out = subprocess.run([exe, "dump", "--nonblocking", "-p", str(pid)], capture_output=True,
                          text=True, timeout=30).stdout
@@ -85,12 +85,12 @@ class Cpu:
         self.pids = pids
         self.names = {node: thread_names(pid) for node, pid in pids.items()}
         self._t0 = time.monotonic()
-        self._busy0 = machine_busy_s()
+        self._busy0 = contention.machine_busy_s() or 0.0
         self._threads0 = {node: thread_cpu_s(pid) for node, pid in pids.items()}
 
     def end(self) -> dict:
         wall = time.monotonic() - self._t0
-        busy = (machine_busy_s() - self._busy0) / wall
+        busy = ((contention.machine_busy_s() or 0.0) - self._busy0) / wall
         per_node = {}
         for node, pid in self.pids.items():
             after, before = thread_cpu_s(pid), self._threads0[node]
@@ -144,8 +144,8 @@ def loads(urls: list[str], args: argparse.Namespace, report: Report, tag: str,
 
 def start_py_spy(pid: int, out: str) -> subprocess.Popen | None:
     """py-spy sampling the leader (every thread, idle samples too), when it is installed."""
-    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not os.path.exists(exe):
+    exe = py_spy()
+    if exe is None:
         return None
     return subprocess.Popen([exe, "record", "--idle", "--threads", "--nonblocking",
                              "--format", "raw", "-r", "100", "-p", str(pid), "-o", out],

@@ -59,7 +59,7 @@ class CpuShares:
         for node, pid in self.pids.items():
             st = contention._proc_stat(pid)
             cpu[node] = st[1] if st else 0.0
-        return time.monotonic(), cpu, contention._machine_busy_s() or 0.0
+        return time.monotonic(), cpu, contention.machine_busy_s() or 0.0
 
     def start(self) -> None:
         self._t0, self._cpu0, self._busy0 = self._now()

@@ -12,7 +12,7 @@ import time
 _TICKS_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _machine_busy_s() -> float | None:
+def machine_busy_s() -> float | None:
     """Busy CPU seconds of all cores since boot (everything but idle and iowait)."""
     try:
         with open("/proc/stat") as f:
@@ -69,13 +69,13 @@ class Meter:
 
     def start(self) -> "Meter":
         self.t0 = time.monotonic()
-        self.busy0 = _machine_busy_s() or 0.0
+        self.busy0 = machine_busy_s() or 0.0
         self.ours0 = tree_cpu_s()
         return self
 
     def stop(self) -> dict[str, float]:
         wall = max(time.monotonic() - self.t0, 1e-9)
-        busy = (_machine_busy_s() or 0.0) - self.busy0
+        busy = (machine_busy_s() or 0.0) - self.busy0
         ours = tree_cpu_s() - self.ours0
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
         return {
