@@ -182,7 +182,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             for command, idx, term in self._entries:
                 key = _KEY.pack(idx)
                 txn.put(key, _log_value(key, term, command), db=self._log_db)
-            self._write_meta(txn)
+            self._write_meta(txn, self._state_record())
         self._format = LOG_FORMAT
 
     def trim_front_to(self, idx: int) -> None:
@@ -316,7 +316,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
                 self._commit_write([write])
             return
         done = threading.Event()
-        self._writes.put(_Write(write, done) if write is not None else _Write(None, done))
+        self._writes.put(_Write(write, done))
         done.wait()
 
     def sync_soon(self) -> None:
@@ -398,6 +398,7 @@ class LmdbJournal(_pysyncobj_journal.Journal):
                 with self._open_env.begin(write=True) as txn:
                     for batch in batches:
                         self._write(txn, batch)
+                    self._write_meta(txn, batches[-1].state)   # the newest is the log's
                 break
             except lmdb.MapFullError:
                 self._grow()
@@ -415,16 +416,14 @@ class LmdbJournal(_pysyncobj_journal.Journal):
                 txn.put(key, _log_value(key, term, command), db=self._log_db)
         if batch.first_idx is not None:
             self._delete_before(txn, batch.first_idx)
-        txn.put(b"state", batch.state, db=self._meta_db)
-        txn.put(b"format", msgpack.packb(LOG_FORMAT), db=self._meta_db)
 
     def _state_record(self) -> bytes:
         span = (self._entries[0][1], self._entries[-1][1]) if self._entries else (0, 0)
         state = msgpack.packb([self._term, self._vote, self._commit, *span])
         return _CRC.pack(crc32c.crc32c(state)) + state
 
-    def _write_meta(self, txn: lmdb.Transaction) -> None:
-        txn.put(b"state", self._state_record(), db=self._meta_db)
+    def _write_meta(self, txn: lmdb.Transaction, state: bytes) -> None:
+        txn.put(b"state", state, db=self._meta_db)
         txn.put(b"format", msgpack.packb(LOG_FORMAT), db=self._meta_db)
 
     def _position_of(self, idx: int) -> int:
@@ -459,7 +458,6 @@ class LmdbJournal(_pysyncobj_journal.Journal):
             finally:
                 self._env.close()
                 self._env = None
-
 
     def _stop_writer(self) -> None:
         if self._writes is not None and self._writer is not None:

@@ -272,9 +272,9 @@ class GuardedTransport(TCPTransport):
 
     def send(self, node: Node, message: dict) -> bool:
         kind = message.get("type") if isinstance(message, dict) else None
-        if kind == "next_node_idx" and not self._failpoints.on("skip_sync_before_send"):
-            return self._acks.send(node, message)
         if kind in DURABLE_BEFORE_SEND and not self._failpoints.on("skip_sync_before_send"):
+            if kind == "next_node_idx":
+                return self._acks.send(node, message)    # once its entries are durable
             if kind == "append_entries":
                 # A leader sends before its own fsync: the writer commits meanwhile, and
                 # the leader counts itself only up to what is durable (own_durability.py).
