@@ -27,6 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 KEPT_PYTHON = ("__init__.py", "commands.py")   # as setup.py
 BUILD_TIMEOUT_S = 900
 README_COMMAND = ["pip", "install", "-v", "."]   # README, with -v: pip shows the build's lines
+# The virtualenvs are made without pip of their own (venv's ensurepip: some 4 CPU-s each);
+# this environment's pip installs into them (`pip --python`, which runs pip under that
+# interpreter): the same command, the same isolated build, the venv's own site-packages.
+PIP = [sys.executable, "-m", "pip", "--python"]
 FALLBACK_LINE = "tsched: the compiled state machine could not be built"
 # A build in a fresh virtualenv (dependencies, the isolated build environment, mypyc, the C)
 # outlasts the suite's 300 s per test on a loaded machine.
@@ -34,7 +38,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(BUILD_TIMEOUT_S)]
 
 
 def _venv(where: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True,
+                   timeout=120)
     return where
 
 
@@ -44,12 +49,13 @@ def _site(venv: Path) -> Path:
 
 
 def _install(venv: Path, *extra: str, **env: str) -> str:
-    """README's command, run at the checkout's root with the venv's pip. The C is compiled
-    at -O0 (TSCHED_COMPILE_OPT, setup.py), without debug information (TSCHED_COMPILE_DEBUG)
-    and without warnings (CFLAGS replace Python's own; the two that change what the C means
-    stay): the same generated code as a release build's, in a fraction of the time."""
+    """README's command, run at the checkout's root by pip for the venv's Python. The C is
+    compiled at -O0 (TSCHED_COMPILE_OPT, setup.py), without debug information
+    (TSCHED_COMPILE_DEBUG) and without warnings (CFLAGS replace Python's own; the two that
+    change what the C means stay): the same generated code as a release build's, in a
+    fraction of the time."""
     proc = subprocess.run(
-        [str(venv / "bin" / README_COMMAND[0]), *README_COMMAND[1:], *extra], cwd=ROOT,
+        [*PIP, str(venv / "bin" / "python"), *README_COMMAND[1:], *extra], cwd=ROOT,
         capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
         env={**os.environ, "TSCHED_COMPILE": "1", "TSCHED_COMPILE_OPT": "0",
              "TSCHED_COMPILE_DEBUG": "0",
