@@ -84,11 +84,15 @@ def test_a_rolling_restart_under_load_hands_over_at_every_leader_stop(fresh_clus
 
 def test_a_cluster_stopped_all_at_once_does_not_wait_for_a_handoff(fresh_cluster: Cluster):
     """Every node gets SIGTERM together (`tsctl dev`'s Ctrl-C, a whole-cluster stop): no
-    follower stays to take over, so the leader stops without waiting out its handoff."""
+    follower stays to take over, so the leader stops without waiting out its handoff. The
+    signals arrive one after another: a follower whose own stop has not yet closed its
+    connections may still take the leadership over (in milliseconds); either way the
+    leader never waits for the handoff's timeout."""
     c = fresh_cluster
     leader = c.wait_leader()
     c.stop_all()
     assert {i: p.returncode for i, p in c.procs.items()} == {i: 0 for i in c.ids}
     log = c.log(leader, 100_000)
-    assert "event=handoff_skipped reason=no_peer_connected" in log, log[-2000:]
+    assert ("event=handoff_skipped reason=no_peer_connected" in log
+            or "event=handoff_done" in log), log[-2000:]
     assert "event=handoff_timeout" not in log
