@@ -159,15 +159,17 @@ def test_a_worker_claiming_again_and_again_keeps_one_waiter_per_shard(sharded):
         assert status == 200
 
 
-def _claim_requests(c, shard: int) -> float:
-    """POST /v1/claims requests shard `shard`'s replicas have served (all routers' /metrics)."""
-    line = ('tsched_http_request_duration_seconds_count{shard="%d",method="POST",'
-            'route="/v1/claims"} ' % shard)
-    total = 0.0
-    for n in c.ids:
-        text = httpx.get(c.url(n) + "/metrics", timeout=10).text
-        total += sum(float(x[len(line):]) for x in text.splitlines() if x.startswith(line))
-    return total
+def _claim_requests(c) -> list[float]:
+    """POST /v1/claims requests each shard's replicas have served (all routers' /metrics),
+    by shard. Each node's /metrics is read once, all at the same time: read one after the
+    other, once per shard, they could outlast a watch on a loaded machine."""
+    lines = ['tsched_http_request_duration_seconds_count{shard="%d",method="POST",'
+             'route="/v1/claims"} ' % s for s in range(SHARDS)]
+    with ThreadPoolExecutor(len(c.ids)) as pool:
+        texts = list(pool.map(lambda n: httpx.get(c.url(n) + "/metrics", timeout=10).text,
+                              c.ids))
+    return [sum(float(x[len(line):]) for text in texts for x in text.splitlines()
+                if x.startswith(line)) for line in lines]
 
 
 WATCH_S = SHARD_WAIT_S - 0.5
@@ -201,11 +203,11 @@ def test_a_claim_skips_shards_another_worker_watches_yet_gets_work_that_lands_th
             timeout_s=30)))
         waiting.start()
         wait_until(watched_everywhere, 10, "w-a watching every shard")
-        before = [_claim_requests(sharded, s) for s in range(SHARDS)]
+        before = _claim_requests(sharded)
         status, body = sharded.call("n1", "POST", "/v1/claims",
                                     {**claim, "worker_id": "w-b", "wait_s": 0})
         assert status == 200 and body["tasks"] == []
-        after = [_claim_requests(sharded, s) for s in range(SHARDS)]
+        after = _claim_requests(sharded)
         if waiting.is_alive():
             break
         waiting.join(30)      # its wait ran out first (a slow machine): again
