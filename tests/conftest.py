@@ -37,10 +37,6 @@ from tsched.node.raft.replica import Replica
 # 15-270 s each on 2 cores), run first. Under `--dist loadfile` each file goes whole to one
 # process in collection order (`--no-loadscope-reorder`, pyproject.toml), so one of them collected last
 # would run alone at the end of the run (the fault-harness run did, for its last minute).
-# Most of them wait on clusters (membership changes, cron fires, leases, restarts): run
-# together they left a core idle for a minute (2026-12-07, a timeline of the machine's busy
-# cores against the files each process ran). The largest files that only compute go
-# between them (`COMPUTING_FILES_EARLY`), one after each waiting file from the fifth on.
 # Only the order changes: every test runs.
 LONGEST_FILES_FIRST = (
     "tests/integration/test_compiled_build.py",
@@ -60,23 +56,18 @@ LONGEST_FILES_FIRST = (
     "tests/integration/test_node_faults.py",
     "tests/integration/test_storage_faults.py",
 )
-COMPUTING_FILES_EARLY = (
-    "tests/property/test_sm_model.py",
-    "tests/property/test_sm_keyed_limits_model.py",
-    "tests/unit/node/scheduling/test_cron_property.py",
-    "tests/unit/test_house.py",
-    "tests/unit/test_lint.py",
-)
-FIRST_FILES = (*LONGEST_FILES_FIRST[:4],
-               *(f for pair in zip(LONGEST_FILES_FIRST[4:], COMPUTING_FILES_EARLY) for f in pair),
-               *LONGEST_FILES_FIRST[4 + len(COMPUTING_FILES_EARLY):])
 
 # Files that compute and never wait (no cluster, no timer, no network), run last. Most of
 # the others wait on clusters for much of their time: run while the cluster tests keep
 # both cores busy, their waits cost no wall time; run last, as collection order had them,
 # they left a core idle for much of the run's last minute. These keep both cores busy to
-# the end.
+# the end. The longest go first among them.
 COMPUTING_FILES_LAST = (
+    "tests/property/test_sm_model.py",
+    "tests/property/test_sm_keyed_limits_model.py",
+    "tests/unit/node/scheduling/test_cron_property.py",
+    "tests/unit/test_house.py",
+    "tests/unit/test_lint.py",
     "tests/property/",
     "tests/unit/statemachine/",
 )
@@ -177,8 +168,8 @@ def run_order(files: list[str]) -> dict[str, tuple[int, float]]:
     for path in files:
         last = next((i for i, p in enumerate(COMPUTING_FILES_LAST) if path.startswith(p)),
                     None)
-        if path in FIRST_FILES:
-            order[path] = (0, FIRST_FILES.index(path))
+        if path in LONGEST_FILES_FIRST:
+            order[path] = (0, LONGEST_FILES_FIRST.index(path))
         elif last is not None:
             order[path] = (2, last)
         else:

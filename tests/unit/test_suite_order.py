@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import (COMPUTING_FILES_EARLY, COMPUTING_FILES_LAST, FIRST_FILES,
-                            LONGEST_FILES_FIRST, run_order)
+from tests.conftest import COMPUTING_FILES_LAST, LONGEST_FILES_FIRST, run_order
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_file_run_first_exists() -> None:
-    missing = [p for p in FIRST_FILES if not (ROOT / p).is_file()]
+    missing = [p for p in LONGEST_FILES_FIRST if not (ROOT / p).is_file()]
     assert missing == []
-    assert len(set(FIRST_FILES)) == len(FIRST_FILES)
-    assert set(FIRST_FILES) == {*LONGEST_FILES_FIRST, *COMPUTING_FILES_EARLY}
+    assert len(set(LONGEST_FILES_FIRST)) == len(LONGEST_FILES_FIRST)
     missing = [p for p in COMPUTING_FILES_LAST if not (ROOT / p).exists()]
     assert missing == []
 
@@ -28,18 +26,6 @@ def test_the_longest_go_first_the_computing_last_and_the_rest_interleave() -> No
                    "tests/integration/test_a.py", "tests/unit/client/test_c.py",
                    "tests/integration/test_b.py", "tests/unit/client/test_d.py",
                    "tests/unit/statemachine/test_e.py"]
-
-
-def test_files_that_compute_go_between_the_long_files_that_wait() -> None:
-    """From the fifth long file on, each is followed by one of the files that only
-    compute, and the computing files named early are not among those run last."""
-    order = list(FIRST_FILES)
-    for waiting, computing in zip(LONGEST_FILES_FIRST[4:], COMPUTING_FILES_EARLY):
-        assert order[order.index(waiting) + 1] == computing
-    assert order[:4] == list(LONGEST_FILES_FIRST[:4])
-    ranks = run_order(order + ["tests/property/test_x.py"])
-    assert all(ranks[f][0] == 0 for f in COMPUTING_FILES_EARLY)
-    assert ranks["tests/property/test_x.py"][0] == 2
 
 
 def test_each_worker_gives_its_clusters_ports_of_its_own(monkeypatch):
