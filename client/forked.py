@@ -25,7 +25,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-PID_WAIT_S = 10.0           # for a zygote to answer a start with the child's pid
+# For a zygote to answer a start with the child's pid. A zygote started for this start first
+# imports the node (half a CPU-second); on a loaded 2-core machine whose disk was throttled
+# that took more than 10 s (a suite run in which every node of one module failed to start).
+PID_WAIT_S = 60.0
 HASH_SEED_MAX = 4294967295  # PYTHONHASHSEED's range
 
 
@@ -38,7 +41,12 @@ class ForkedProcess:
         self.report = report
         self.returncode: int | None = None
         self._buf = b""
-        self.pid = int(self._message(PID_WAIT_S)["pid"])
+        answer = self._message(PID_WAIT_S)
+        if "pid" not in answer:
+            report.close()
+            raise ChildProcessError(f"the zygote did not fork {' '.join(self.args)!r}: "
+                                    f"{answer or f'no answer within {PID_WAIT_S:.0f} s'}")
+        self.pid = int(answer["pid"])
 
     def _message(self, timeout_s: float | None) -> dict:
         """The next line on the report socket; {} when none within `timeout_s`."""
@@ -55,8 +63,9 @@ class ForkedProcess:
 
     def _lost(self) -> int:
         """The zygote went away before reporting: the child is no longer ours to reap;
-        wait until it is gone and report it killed."""
-        while Path(f"/proc/{self.pid}").exists() and not _zombie(self.pid):
+        wait until it is gone and report it killed (at once if it was never forked)."""
+        pid = getattr(self, "pid", None)
+        while pid is not None and Path(f"/proc/{pid}").exists() and not _zombie(pid):
             time.sleep(0.05)
         return -9
 

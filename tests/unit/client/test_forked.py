@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.harness.waits import wait_until
+from tsched.client import forked
 from tsched.client.forked import Zygotes
 from tsched.client import launcher
 from tsched.client.launcher import Nodes
@@ -80,3 +81,21 @@ def test_nodes_fork_while_the_zygote_runs_and_start_again_after_it_died(tmp_path
     again = zygotes.start("n1", ["tsnode", "--help"], log=log, cwd=None, env={})
     assert again.wait(timeout=30) == 0
     wait_until(lambda: log.read_text().count("--config") == 2, 5, "both helps logged")
+
+
+def test_a_zygote_that_does_not_answer_is_a_clear_error(tmp_path, monkeypatch) -> None:
+    """No pid within PID_WAIT_S (a zygote still importing on a starved machine): the start
+    fails saying so, not with a KeyError from deep inside."""
+    mute = tmp_path / "mute-zygote"
+    mute.write_text("#!/bin/sh\nexec sleep 30\n")
+    mute.chmod(0o755)
+    monkeypatch.setattr(forked, "PID_WAIT_S", 0.5)
+    z = Zygotes(python=str(mute))
+    try:
+        with pytest.raises(ChildProcessError, match="did not fork .*no answer within"):
+            z.start("n1", ["tsnode", "--id", "n1"], log=tmp_path / "n1.log", cwd=tmp_path,
+                    env={})
+    finally:
+        for proc in z.procs.values():
+            proc.kill()
+        z.close()
