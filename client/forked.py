@@ -41,6 +41,7 @@ class ForkedProcess:
         self.report = report
         self.returncode: int | None = None
         self._buf = b""
+        self.pid = 0        # none yet: the zygote's first message names it
         answer = self._message(PID_WAIT_S)
         if "pid" not in answer:
             report.close()
@@ -64,8 +65,7 @@ class ForkedProcess:
     def _lost(self) -> int:
         """The zygote went away before reporting: the child is no longer ours to reap;
         wait until it is gone and report it killed (at once if it was never forked)."""
-        pid = getattr(self, "pid", None)
-        while pid is not None and Path(f"/proc/{pid}").exists() and not _zombie(pid):
+        while self.pid and Path(f"/proc/{self.pid}").exists() and not _zombie(self.pid):
             time.sleep(0.05)
         return -9
 
