@@ -23,6 +23,10 @@ Names:
 - `stall_log_writer`: the log writer (journal.py, `sync_soon`) waits while the file
   `record_path` + ".stall" exists before each commit it was handed: a slow disk on the
   leader, held as long as a test needs.
+- `stall_leader_apply`: while this node leads, its Raft thread applies no committed entry
+  while the file `record_path` + ".apply_stall" exists (it still commits, and tells its
+  followers, which apply): a leader whose apply lags its commit, as a tick that cuts its
+  apply slice leaves it (apply_budget.py), held as long as a test needs.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ ENV_NAMES = "TSCHED_FAILPOINTS"
 ENV_RECORD = "TSCHED_FAILPOINTS_RECORD"
 KNOWN = frozenset({"skip_sync_before_send", "crash_after_ack", "accept_stale_tokens",
                    "crash_after_claim", "diverge_apply", "count_unsynced_entries",
-                   "stall_log_writer"})
+                   "stall_log_writer", "stall_leader_apply"})
 CRASH_EXIT_CODE = 75
 
 
@@ -62,6 +66,13 @@ class Failpoints:
 
     def on(self, name: str) -> bool:
         return name in self.names
+
+    def path_of(self, name: str, suffix: str) -> Path | None:
+        """The file a holding failpoint (`stall_*`) holds on while it exists: `record_path`
+        + `suffix`; None if `name` is off or there is no `record_path`."""
+        if name not in self.names or self.record_path is None:
+            return None
+        return Path(f"{self.record_path}{suffix}")
 
     def crash(self, record: str) -> None:
         """Record why, durably, and exit at once (no cleanup: this simulates a crash)."""

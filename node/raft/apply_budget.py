@@ -47,7 +47,14 @@ class BoundedApply(SyncObjHooks):
                 return   # not in the log (a snapshot is being installed): nothing to apply
             yield from entries
 
+    def apply_held(self) -> bool:
+        """True to apply nothing this tick (the `stall_leader_apply` failpoint)."""
+        return False
+
     def apply_committed(self) -> bool:
+        if self.apply_held():
+            self.cut = False
+            return False
         deadline = self.clock() + self.apply_budget_s
         applied_any = self.cut = False
         for entry in self._committed_entries():

@@ -12,6 +12,7 @@ from pysyncobj.monotonic import monotonic as monotonicTime
 from pysyncobj.node import Node
 
 from tsched.node.failpoints import Failpoints
+from tsched.node.raft.applied_index import AppliedIndexWatcher
 from tsched.node.raft.apply_budget import BoundedApply
 from tsched.node.raft.own_durability import OwnDurability
 from tsched.node.raft.options import RaftOptions, apply_budget_s, heartbeat_period_s
@@ -35,6 +36,7 @@ class RaftHost(Protocol):
     prevote: PreVote | None
     leaving: bool      # stopping: campaigns for nothing (handoff.py)
     failpoints: Failpoints
+    applied_index: AppliedIndexWatcher   # told after each tick's apply
 
     def adopt(self, obj: RaftObject) -> None:
         """Hold `obj` as the replica's SyncObj (before its tick thread starts)."""
@@ -54,6 +56,9 @@ class RaftObject(OwnDurability, BoundedApply, WastelessAppendEntries):
         self._host = host
         self.replication = host.replication
         self.count_unsynced_entries = host.failpoints.on("count_unsynced_entries")
+        self._apply_stall = host.failpoints.path_of("stall_leader_apply", ".apply_stall")
+        self._applied_index = host.applied_index
+        self._applied_index.bind(self)
         self.apply_budget_s = apply_budget_s(host.options)
         self._heartbeat_s = heartbeat_period_s(host.options)
         self._tick_started_at: float | None = None
@@ -80,6 +85,15 @@ class RaftObject(OwnDurability, BoundedApply, WastelessAppendEntries):
             self._host.watchdog.tick_failed(exc)
             raise
         self._host.watchdog.tick_ok()
+
+    def apply_committed(self) -> bool:
+        applied = super().apply_committed()
+        self._applied_index.note()
+        return applied
+
+    def apply_held(self) -> bool:
+        stall = self._apply_stall
+        return stall is not None and raft_state(self) == LEADER and stall.exists()
 
     def _gate_campaign(self) -> None:
         """A node rejoining empty (or stopping) starts no election (and ends rejoining

@@ -33,6 +33,7 @@ from tsched.node.failpoints import NONE as NO_FAILPOINTS
 from tsched.node.failpoints import Failpoints
 from tsched.node.raft import journal as journal_mod
 from tsched.node.raft import journal_hook, snapshot_loader
+from tsched.node.raft.applied_index import AppliedIndexWatcher
 from tsched.node.raft.barrier import TermBarrier
 from tsched.node.config import ClusterConfig
 from tsched.node.raft.compaction import CompactionPolicy, compaction_phase
@@ -91,6 +92,7 @@ class Replica:
         self._listeners: list[Callable[[int, list, list], None]] = []
         self._tick_tasks: collections.deque[Callable[[], None]] = collections.deque()
         self._view = View()
+        self.applied_index = AppliedIndexWatcher()   # `catch_up` (read-your-writes for claims)
         self._barrier = TermBarrier(self_id, self._kit, self._clock_ms, lambda: self._obj)
         self._snapshots = SnapshotWriter(self.snapshot_path, options.snapshot_child_nice)
         self._compaction = CompactionPolicy(options, compaction_phase(self_id, self.peers),
@@ -462,9 +464,7 @@ class Replica:
 
 def _stall_path(failpoints: Failpoints) -> Path | None:
     """The file that holds the log writer while it exists (`stall_log_writer`)."""
-    if failpoints.on("stall_log_writer") and failpoints.record_path is not None:
-        return Path(f"{failpoints.record_path}.stall")
-    return None
+    return failpoints.path_of("stall_log_writer", ".stall")
 
 
 def _flush_acks(obj: RaftObject) -> None:

@@ -35,6 +35,9 @@ FANOUT_MAX = 256
 # A leader that briefly loses sight of its quorum (a slow tick under load) keeps its waiters;
 # one that has not been the ready leader for this long hands them back.
 UNREADY_GRACE_S = 2.0
+# A claim that finds nothing waits, past its own wait_s if need be, until the leader has
+# applied every entry it knew committed (AppliedIndexWatcher.catch_up); at most this.
+CATCH_UP_WAIT_S_MAX = 5.0
 
 # Commands whose application can make a task claimable (a new or returned task, a freed
 # tenant slot, time passing). A batch of only Claims/Heartbeats/Barriers cannot.
@@ -154,17 +157,20 @@ class ClaimHub:
                    completions=completions if completions and completions.cmds else None,
                    rid_base=None if claim.watch else claim.rid_base)
         self._waiters[w.id] = w
+        deadline = loop.time() + wait_s
         try:
             await self._dispatch([w])  # claimable now: a Claim is on its way even if wait_s is 0
             if _uncarried(w):   # no Claim went now: they go alone, then it may (a freed slot)
                 assert w.completions is not None, "an uncarried waiter has completions"
                 await self._complete_alone(w.completions)
                 await self._dispatch([w])
+            if not w.busy and not w.future.done():
+                await self._after_catching_up(w)
             if self.node.timer is not None:  # its task types may fall due later: re-arm
                 self.node.timer.state_changed()
             # asyncio.wait, not wait_for: in Python 3.11 wait_for can raise TimeoutError for
             # a future that got its result in the same loop iteration, losing claimed tasks.
-            await asyncio.wait({w.future}, timeout=wait_s)
+            await asyncio.wait({w.future}, timeout=max(0.0, deadline - loop.time()))
             if w.future.done():
                 return w.future.result()     # raises NotLeader if leadership went
             if w.busy:  # its Claim is committing: the answer follows shortly
@@ -174,6 +180,13 @@ class ClaimHub:
         finally:
             if not w.busy:
                 self._waiters.discard(w.id)
+
+    async def _after_catching_up(self, w: Waiter) -> None:
+        """Read-your-writes for claims: nothing was claimable in this leader's applied state,
+        but a task written (and acknowledged, by any node) before the claim arrived may be
+        committed and not yet applied here. Look again once it is applied."""
+        if await self.node.replica.applied_index.catch_up(CATCH_UP_WAIT_S_MAX):
+            await self._dispatch([w])
 
     # -- the dispatcher --
     async def _run(self) -> None:
