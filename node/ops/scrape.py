@@ -166,6 +166,12 @@ def _raft_families(replica: Replica) -> Iterator[Metric]:
         yield CounterMetricFamily(
             "tsched_raft_apply_slices_cut", "Ticks that stopped applying at their time budget "
             "with committed entries left (applied by the next ticks)", value=cut)
+    applied_index = getattr(replica, "applied_index", None)
+    if applied_index is not None:
+        yield GaugeMetricFamily(
+            "tsched_raft_apply_catch_up_waits", "Requests waiting for this node to apply "
+            "entries it knew committed before it answers (a claim or head read that found "
+            "nothing while the leader's apply lagged its commit)", value=applied_index.waiting)
 
 
 def _replication_families(stats: ReplicationStats) -> Iterator[Metric]:

@@ -45,6 +45,11 @@ class AppliedIndexWatcher:
         # up for by the re-check in `wait` (which runs after the write).
         self.lowest: int | None = None
 
+    @property
+    def waiting(self) -> int:
+        """Waits not ended yet (metrics: `tsched_raft_apply_catch_up_waits`)."""
+        return sum(1 for _, _, fut in self._heap if not fut.done())
+
     def bind(self, raft: RaftProgress) -> None:
         """The Raft object whose indexes count (a replica's, once started)."""
         self._raft = raft

@@ -22,8 +22,8 @@ The router then claims at that shard without waiting, so a claim waiting on S sh
 tasks at the one it claims from only, and nothing has to be given back (DESIGN.md 13).
 
 A *head read* (the header `X-Tsched-Claim-Head: 1`, sent by the router to every shard
-before it claims) neither waits nor leases: the leader answers `{"tasks": [], "head": N}`,
-N the effective priority of the most urgent task a claim of its kind would take there
+before it claims) waits for no work and leases nothing: the leader answers
+`{"tasks": [], "head": N}`, N the effective priority of the most urgent task a claim of its kind would take there
 (null: none), so that the router asks the most urgent shard first (DESIGN.md 5.1, 13).
 
 This module is the request's side, on any node (`claim()`: wait here as the leader, or
@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from tsched.node.errors import ApiError
-from tsched.node.scheduling.claim_hub import HubServices
+from tsched.node.scheduling.claim_hub import CATCH_UP_WAIT_S_MAX, HubServices
 from tsched.node.scheduling.claim_request import ClaimOutcome, ClaimRequest
 from tsched.node.scheduling.claimed_types import ClaimedTypes
 from tsched.node.scheduling.worker_slots import WorkerSlots
@@ -53,7 +53,7 @@ T = TypeVar("T")
 # the carried completions were answered already, so go without them) -> the answer, or
 # None if that leader could not serve it.
 Forward = Callable[[str, float, bool], Awaitable[ClaimOutcome | None]]
-# A head read sent on to the leader (never waits there): its answer.
+# A head read sent on to the leader (it waits for no work there): its answer.
 HeadForward = Callable[[str], Awaitable[ClaimOutcome]]
 
 
@@ -164,11 +164,14 @@ async def _unless_stopping(node: ClaimServices, coro: Awaitable[T]) -> T:
 async def head(node: ClaimServices, req: ClaimRequest, forward: HeadForward) -> ClaimOutcome:
     """The claim's head at the leader: the effective priority of the most urgent task a
     claim of this kind would take now (None: none), with the applied seq. Read at the
-    leader (a follower asks it once, by `forward`); never waits, leases nothing."""
+    leader (a follower asks it once, by `forward`) once it has applied what it knew
+    committed; never waits for work, leases nothing."""
     replica = node.replica
     leader = replica.leader_id()
     if leader == node.node_id and replica.is_ready_leader():
         node.claimed_types.note(req.task_types, replica.term, time.monotonic())
+        # Read-your-writes, as for a claim (claim_hub.py): what was acknowledged counts.
+        await replica.applied_index.catch_up(CATCH_UP_WAIT_S_MAX)
         now = node.clock.now_ms()
         # A weighted claim takes from its tiers' ranges only: its head is their most urgent.
         ranges = [(lo, hi) for lo, hi, _ in req.tier_weights]
