@@ -161,24 +161,30 @@ async def _unless_stopping(node: ClaimServices, coro: Awaitable[T]) -> T:
     return work.result()
 
 
+def _read_head(node: ClaimServices, req: ClaimRequest) -> int | None:
+    """The most urgent effective priority a claim of this kind would take at this replica
+    now; a weighted claim takes from its tiers' ranges only: their most urgent."""
+    now = node.clock.now_ms()
+    ranges = [(lo, hi) for lo, hi, _ in req.tier_weights]
+    with node.replica.read() as sm:
+        heads = [sm.claim_head(req.task_types, req.tenant, req.prefetch_ms, now, r)
+                 for r in ranges or [req.priorities]]
+    return min((h for h in heads if h is not None), default=None)
+
+
 async def head(node: ClaimServices, req: ClaimRequest, forward: HeadForward) -> ClaimOutcome:
     """The claim's head at the leader: the effective priority of the most urgent task a
     claim of this kind would take now (None: none), with the applied seq. Read at the
-    leader (a follower asks it once, by `forward`) once it has applied what it knew
-    committed; never waits for work, leases nothing."""
+    leader (a follower asks it once, by `forward`); waits for no work, leases nothing.
+    A head of None is read again once the leader has applied what it knew committed, as
+    a claim that finds nothing looks again (claim_hub.py): what was acknowledged counts."""
     replica = node.replica
     leader = replica.leader_id()
     if leader == node.node_id and replica.is_ready_leader():
         node.claimed_types.note(req.task_types, replica.term, time.monotonic())
-        # Read-your-writes, as for a claim (claim_hub.py): what was acknowledged counts.
-        await replica.applied_index.catch_up(CATCH_UP_WAIT_S_MAX)
-        now = node.clock.now_ms()
-        # A weighted claim takes from its tiers' ranges only: its head is their most urgent.
-        ranges = [(lo, hi) for lo, hi, _ in req.tier_weights]
-        with replica.read() as sm:
-            heads = [sm.claim_head(req.task_types, req.tenant, req.prefetch_ms, now, r)
-                     for r in ranges or [req.priorities]]
-        found = min((h for h in heads if h is not None), default=None)
+        found = _read_head(node, req)
+        if found is None and await replica.applied_index.catch_up(CATCH_UP_WAIT_S_MAX):
+            found = _read_head(node, req)
         return ClaimOutcome([], replica.applied_seq, head=found)
     if leader is None or leader == node.node_id or req.forwarded:
         raise ApiError("no_leader", "this node is not the leader", {"leader": leader})
