@@ -301,6 +301,10 @@ class Nemesis:
 
         async def heal():
             disks.free(nid)
+            # A node whose write just failed may still be stopping (its leadership handoff
+            # takes up to a second): wait, bounded, until it serves or has exited, so that
+            # it is started again (it was left stopped after the run's last heal once).
+            await self._serving_or_stopped(nid)
             if not self.cluster.nodes[nid].alive:
                 self.cluster.start(nid)
         return {"node": nid, "filled_bytes": written}, heal
