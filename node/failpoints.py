@@ -27,6 +27,8 @@ Names:
   while the file `record_path` + ".apply_stall" exists (it still commits, and tells its
   followers, which apply): a leader whose apply lags its commit, as a tick that cuts its
   apply slice leaves it (apply_budget.py), held as long as a test needs.
+- `stall_follower_apply`: the same while this node follows: a replica that has not applied
+  what its log holds (a membership change, say), held as long as a test needs.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ ENV_NAMES = "TSCHED_FAILPOINTS"
 ENV_RECORD = "TSCHED_FAILPOINTS_RECORD"
 KNOWN = frozenset({"skip_sync_before_send", "crash_after_ack", "accept_stale_tokens",
                    "crash_after_claim", "diverge_apply", "count_unsynced_entries",
-                   "stall_log_writer", "stall_leader_apply"})
+                   "stall_log_writer", "stall_leader_apply", "stall_follower_apply"})
 CRASH_EXIT_CODE = 75
 
 

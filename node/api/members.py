@@ -112,6 +112,13 @@ async def remove_member(request: web.Request) -> web.Response:
     validate.query(request.query, ())
     node_id = request.match_info["id"]
     _refuse_one_shard_alone(request, node)
+    if node.replica.leader_id() != node.node_id:
+        # The leader's view of the members decides: a node that has not applied a change
+        # yet (restarted while a member joined) would answer 404 for a member that is one,
+        # and the operator would stop a node the cluster still counts on for its quorum.
+        if request.headers.get(FORWARDED_HEADER):
+            raise ApiError("no_leader", "this node is not the leader")
+        return await _relay(request, node)
     member = node.replica.membership.by_id(node_id)
     members = node.replica.membership.members
     if member is None:

@@ -56,7 +56,10 @@ class RaftObject(OwnDurability, BoundedApply, WastelessAppendEntries):
         self._host = host
         self.replication = host.replication
         self.count_unsynced_entries = host.failpoints.on("count_unsynced_entries")
-        self._apply_stall = host.failpoints.path_of("stall_leader_apply", ".apply_stall")
+        fp = host.failpoints
+        self._apply_stall = (fp.path_of("stall_leader_apply", ".apply_stall")
+                             or fp.path_of("stall_follower_apply", ".apply_stall"))
+        self._stall_when_leading = fp.on("stall_leader_apply")
         self._applied_index = host.applied_index
         self._applied_index.bind(self)
         self.apply_budget_s = apply_budget_s(host.options)
@@ -93,7 +96,8 @@ class RaftObject(OwnDurability, BoundedApply, WastelessAppendEntries):
 
     def apply_held(self) -> bool:
         stall = self._apply_stall
-        return stall is not None and raft_state(self) == LEADER and stall.exists()
+        return (stall is not None and (raft_state(self) == LEADER) == self._stall_when_leading
+                and stall.exists())
 
     def _gate_campaign(self) -> None:
         """A node rejoining empty (or stopping) starts no election (and ends rejoining
