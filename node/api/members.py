@@ -85,6 +85,8 @@ async def add_member(request: web.Request) -> web.Response:
         check_raft_security([member.raft], node.config.secret)
     except RaftSecurityError as e:
         raise invalid(str(e), field="raft") from None
+    if node.replica.leader_id() != node.node_id:
+        return await _to_leader(request, node)
     members = node.replica.membership.members
     if any(m == member for m in members):      # a repeat
         if not node.replica.membership.settled:
@@ -113,12 +115,7 @@ async def remove_member(request: web.Request) -> web.Response:
     node_id = request.match_info["id"]
     _refuse_one_shard_alone(request, node)
     if node.replica.leader_id() != node.node_id:
-        # The leader's view of the members decides: a node that has not applied a change
-        # yet (restarted while a member joined) would answer 404 for a member that is one,
-        # and the operator would stop a node the cluster still counts on for its quorum.
-        if request.headers.get(FORWARDED_HEADER):
-            raise ApiError("no_leader", "this node is not the leader")
-        return await _relay(request, node)
+        return await _to_leader(request, node)
     member = node.replica.membership.by_id(node_id)
     members = node.replica.membership.members
     if member is None:
@@ -136,6 +133,17 @@ async def remove_member(request: web.Request) -> web.Response:
                            "its removal; try again", {"reason": "leader_transfer_failed"})
         return await _relay(request, node)
     return await _change(request, node, "rem", member)
+
+
+async def _to_leader(request: web.Request, node: Node) -> web.Response:
+    """A change asked of a node that does not lead goes to the leader before any check:
+    the leader's view of the members decides. A node that has not applied a change yet (it
+    was down meanwhile) would answer 404 for a member that joined, and the operator would
+    stop a node the cluster counts on for its quorum; or 200 "already a member" for one
+    that was removed."""
+    if request.headers.get(FORWARDED_HEADER):
+        raise ApiError("no_leader", "this node is not the leader")
+    return await _relay(request, node)
 
 
 async def _relay(request: web.Request, node: Node) -> web.Response:
