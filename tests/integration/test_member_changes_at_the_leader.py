@@ -5,6 +5,8 @@ quorum, nor 200 "already a member" for one that was removed. `stall_follower_app
 that node's apply for as long as the test needs."""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -33,9 +35,25 @@ def sees_a_leader(c: Cluster, node: str) -> bool:
     return status == 200 and body.get("leader") is not None
 
 
-def test_a_member_is_removed_through_a_node_that_has_not_seen_it_join(tmp_path):
+@contextlib.contextmanager
+def restarted_lagging(c: Cluster, node: str, tmp_path: Path) -> Iterator[None]:
+    """`node` (stopped) started again with its apply held (`stall_follower_apply`), once it
+    serves and sees a leader; its apply goes on when the block ends."""
     record = tmp_path / "record"
     stall = Path(f"{record}.apply_stall")
+    stall.write_text("held")
+    c.node_env[node] = {"TSCHED_FAILPOINTS": "stall_follower_apply",
+                        "TSCHED_FAILPOINTS_RECORD": str(record)}
+    c.start_node(node)
+    try:
+        wait_until(lambda: sees_a_leader(c, node), 60,
+                   "the restarted node serving, and seeing a leader")
+        yield
+    finally:
+        stall.unlink()
+
+
+def test_a_member_is_removed_through_a_node_that_has_not_seen_it_join(tmp_path):
     with Cluster(tmp_path, size=3) as c:
         c.start()
         leader = c.wait_leader()
@@ -43,17 +61,9 @@ def test_a_member_is_removed_through_a_node_that_has_not_seen_it_join(tmp_path):
         c.stop(lagging)
         c.add_node("n4", leader)
         wait_until(lambda: "n4" in (member_ids(c, leader) or []), 60, "n4 a member")
-        stall.write_text("held")
-        c.node_env[lagging] = {"TSCHED_FAILPOINTS": "stall_follower_apply",
-                               "TSCHED_FAILPOINTS_RECORD": str(record)}
-        c.start_node(lagging)
-        try:
-            wait_until(lambda: sees_a_leader(c, lagging), 60,
-                       "the restarted node serving, and seeing a leader")
+        with restarted_lagging(c, lagging, tmp_path):
             assert "n4" not in member_ids(c, lagging)     # it has not applied the join
             status, body = c.call(lagging, "DELETE", "/v1/cluster/members/n4")
-        finally:
-            stall.unlink()
         assert status == 200, body
         assert "n4" not in [m["id"] for m in body["members"]]
         wait_until(lambda: "n4" not in (member_ids(c, leader) or ["n4"]), 30, "n4 removed")
@@ -61,8 +71,6 @@ def test_a_member_is_removed_through_a_node_that_has_not_seen_it_join(tmp_path):
 
 
 def test_a_removed_member_is_added_again_through_a_node_that_has_not_seen_it_leave(tmp_path):
-    record = tmp_path / "record"
-    stall = Path(f"{record}.apply_stall")
     with Cluster(tmp_path, size=3) as c:
         c.start()
         leader = c.wait_leader()
@@ -75,17 +83,9 @@ def test_a_removed_member_is_added_again_through_a_node_that_has_not_seen_it_lea
         wait_until(lambda: c.call(c.wait_leader(), "DELETE", "/v1/cluster/members/n4")[0]
                    in (200, 404), 60, "n4 removed while the lagging node is down")
         c.stop("n4")
-        stall.write_text("held")
-        c.node_env[lagging] = {"TSCHED_FAILPOINTS": "stall_follower_apply",
-                               "TSCHED_FAILPOINTS_RECORD": str(record)}
-        c.start_node(lagging)
-        try:
-            wait_until(lambda: sees_a_leader(c, lagging), 60,
-                       "the restarted node serving, and seeing a leader")
+        with restarted_lagging(c, lagging, tmp_path):
             assert "n4" in member_ids(c, lagging)          # it has not applied the removal
             status, body = c.call(lagging, "POST", "/v1/cluster/members", n4)
-        finally:
-            stall.unlink()
         assert status == 200, body
         # Added for real, at the leader: not a stale "already a member" from the lagging node.
         assert "n4" in member_ids(c, c.wait_leader())
