@@ -172,10 +172,8 @@ def _refuse_one_shard_alone(request: web.Request, node: Node) -> None:
 
 
 async def _change(request: web.Request, node: Node, kind: str, member: Member) -> web.Response:
-    if node.replica.leader_id() != node.node_id:
-        if request.headers.get(FORWARDED_HEADER):
-            raise ApiError("no_leader", "this node is not the leader")
-        return await _relay(request, node)
+    if node.replica.leader_id() != node.node_id:   # leadership moved since the checks
+        return await _to_leader(request, node)
     await _audit(request, node, kind, member)
     outcome = await _propose(node, kind, member)
     if outcome == "in_progress" or outcome == "request_denied":

@@ -59,9 +59,12 @@ class AppliedIndexWatcher:
         wait for and they were applied within `timeout_s` (the caller may look again);
         False if there was none, or the wait ran out."""
         raft = self._raft
-        if raft is None or raft.raftLastApplied >= raft.raftCommitIndex:
+        if raft is None:
             return False
-        return await self.wait(raft.raftCommitIndex, timeout_s)
+        committed = raft.raftCommitIndex
+        if raft.raftLastApplied >= committed:
+            return False
+        return await self.wait(committed, timeout_s)
 
     async def wait(self, index: int, timeout_s: float) -> bool:
         """True once the log is applied up to `index`; False after `timeout_s`."""

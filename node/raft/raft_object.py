@@ -55,8 +55,8 @@ class RaftObject(OwnDurability, BoundedApply, WastelessAppendEntries):
                  conf: SyncObjConf, transport_class: TransportFactory) -> None:
         self._host = host
         self.replication = host.replication
-        self.count_unsynced_entries = host.failpoints.on("count_unsynced_entries")
         fp = host.failpoints
+        self.count_unsynced_entries = fp.on("count_unsynced_entries")
         self._apply_stall = (fp.path_of("stall_leader_apply", ".apply_stall")
                              or fp.path_of("stall_follower_apply", ".apply_stall"))
         self._stall_when_leading = fp.on("stall_leader_apply")

@@ -23,8 +23,9 @@ tasks at the one it claims from only, and nothing has to be given back (DESIGN.m
 
 A *head read* (the header `X-Tsched-Claim-Head: 1`, sent by the router to every shard
 before it claims) waits for no work and leases nothing: the leader answers
-`{"tasks": [], "head": N}`, N the effective priority of the most urgent task a claim of its kind would take there
-(null: none), so that the router asks the most urgent shard first (DESIGN.md 5.1, 13).
+`{"tasks": [], "head": N}`, N the effective priority of the most urgent task a claim of its
+kind would take there (null: none), so that the router asks the most urgent shard first
+(DESIGN.md 5.1, 13).
 
 This module is the request's side, on any node (`claim()`: wait here as the leader, or
 forward to it); it takes a parsed `ClaimRequest` (claim_request.py) and answers a

@@ -28,11 +28,7 @@ def member_ids(c: Cluster, node: str) -> list[str] | None:
 
 
 def sees_a_leader(c: Cluster, node: str) -> bool:
-    try:
-        status, body = c.call(node, "GET", "/v1/cluster", timeout_s=5)
-    except httpx.HTTPError:
-        return False
-    return status == 200 and body.get("leader") is not None
+    return (c.self_status(node, timeout_s=5) or {}).get("leader") is not None
 
 
 @contextlib.contextmanager
