@@ -4,13 +4,14 @@ Exit status: 0 success, 1 an API error (its code printed), 2 a usage error, 3 no
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 from typing import Any
 
 import click
 
-from ._core import CA_FILE_ENV, DEFAULT_URLS, TOKEN_ENV, URL_ENV, parse_urls
+from ._core import CA_FILE_ENV, DEFAULT_URLS, TOKEN_ENV, URL_ENV, Call, parse_urls
 from .client import Client
 from .errors import ApiError, Unavailable
 
@@ -18,6 +19,9 @@ EXIT_API_ERROR, EXIT_UNAVAILABLE = 1, 3
 # A call gives up this soon when no node accepts a connection at all (a wrong URL, a
 # stopped cluster), instead of retrying for the whole --timeout in silence.
 UNREACHABLE_S = 3.0
+# A read waits this long for the leader's answer before it reads a node's own replica: an
+# operator in an outage still sees the state, a few seconds late and told so.
+LEADER_READ_S = 3.0
 JSON_HELP = "Print JSON instead of tables."
 
 
@@ -58,18 +62,46 @@ class TsctlGroup(click.Group):
             ctx.exit(EXIT_API_ERROR)
 
 
+class CliClient(Client):
+    """tsctl's client. Its reads of replicated state are answered by the leader
+    (`consistency=linearizable`), so a read sees every write acknowledged before it, such
+    as one an earlier tsctl made through another node, which this node may not have applied
+    yet. When no leader answers within LEADER_READ_S the read goes to a node's own replica,
+    with a note on stderr, and so do the invocation's later reads (`leaderless`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.leaderless = False
+
+    def _send(self, call: Call) -> Any:
+        if call.write or not call.replica_read or "consistency" in call.params \
+                or self.leaderless:
+            return super()._send(call)
+        at_leader = dataclasses.replace(
+            call, params={**call.params, "consistency": "linearizable"},
+            deadline_s=min(LEADER_READ_S, call.deadline_s or self.timeout_s))
+        try:
+            return super()._send(at_leader)
+        except Unavailable as exc:
+            self.leaderless = True
+            click.echo(f"note: no leader answered ({exc.message}); reading a node's own "
+                       "replica, which may lag", err=True)
+            return super()._send(call)
+
+
 class State:
     def __init__(self, urls: list[str], token: str | None, as_json: bool, timeout_s: float,
-                 ca_file: str | None = None):
+                 ca_file: str | None = None, consistency: str = "linearizable"):
         self.urls, self.token, self.as_json, self.timeout_s = urls, token, as_json, timeout_s
-        self.ca_file = ca_file
+        self.ca_file, self.consistency = ca_file, consistency
         self._client: Client | None = None
 
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.urls, token=self.token, timeout_s=self.timeout_s,
-                                  ca_file=self.ca_file,
+            kind = CliClient if self.consistency == "linearizable" else Client
+            self._client = kind(self.urls, token=self.token, timeout_s=self.timeout_s,
+                                ca_file=self.ca_file,
                                   unreachable_s=min(UNREACHABLE_S, self.timeout_s))
         return self._client
 
@@ -130,9 +162,14 @@ def time_option(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 600), default=15.0,
               show_default=True, help="Seconds to keep trying the nodes (while no node "
               f"accepts a connection at all: {UNREACHABLE_S:g} s).")
+@click.option("--consistency", type=click.Choice(["linearizable", "local"]),
+              default="linearizable", show_default=True,
+              help="Reads: at the leader, seeing every write acknowledged before them (as "
+              "made by an earlier tsctl through any node), or from the node asked, which "
+              "may lag; `local` reads while the cluster has no leader.")
 @click.pass_context
 def cli(ctx: click.Context, url: list[str], token: str | None, ca_file: str | None,
-        as_json: bool, timeout_s: float) -> None:
+        as_json: bool, timeout_s: float, consistency: str) -> None:
     """tsched admin CLI."""
-    ctx.obj = State(url, token, as_json, timeout_s, ca_file)
+    ctx.obj = State(url, token, as_json, timeout_s, ca_file, consistency)
     ctx.call_on_close(ctx.obj.close)

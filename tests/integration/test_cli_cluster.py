@@ -138,8 +138,8 @@ def test_tsctl_on_a_follower_prints_the_leaders_hint_and_does_without_it(cluster
     tsctl, given that follower alone, asks through it for the leader's answer
     (`consistency=linearizable`, relayed) and prints the hint. A follower that can reach
     no leader still shows the task, without the hint (the leader's read gives up after
-    a few seconds), and a write sent to it fails as unavailable (exit 3), naming the
-    request."""
+    a few seconds) from its own replica, saying so, and a write sent to it fails as
+    unavailable (exit 3), naming the request."""
     leader = cluster.wait_leader()
     follower, other = cluster.followers(leader)
 
@@ -166,4 +166,5 @@ def test_tsctl_on_a_follower_prints_the_leaders_hint_and_does_without_it(cluster
         for node in (leader, other):
             cluster.resume(node)
     assert task_id in shown.stdout and "hint:" not in shown.output
+    assert "note: no leader answered" in shown.stderr and "may lag" in shown.stderr
     assert "error: unavailable: no node answered POST /v1/tasks" in refused.stderr
