@@ -240,14 +240,36 @@ class Nodes:
                 self.kill(i)
 
     def close(self) -> None:
-        """SIGKILL to every node still running, then reap them all."""
-        for i in self.procs:
-            self.signal(i, SIGKILL)
+        """SIGKILL to every node's process group that still has a process, then reap the
+        nodes. A group outlives its first process: a sharded node whose main process
+        crashed leaves its shard processes running, and they must not outlive the cluster."""
+        for p in self.procs.values():
+            if p.pid and _group_has_members(p.pid):
+                try:
+                    os.killpg(p.pid, SIGKILL)
+                except ProcessLookupError:
+                    pass
         for p in self.procs.values():
             try:
                 p.wait(timeout=KILL_WAIT_S)
             except subprocess.TimeoutExpired:
                 pass
+
+
+def _group_has_members(pgid: int) -> bool:
+    """Whether a process of group `pgid` runs (a zombie counts: it is not reaped yet). While
+    one does, the number is not given to another group, so a SIGKILL to it is safe."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue     # exited meanwhile
+        if int(fields[2]) == pgid:
+            return True
+    return False
 
 
 def leader_of(http: httpx.Client, url: str) -> str | None:

@@ -105,6 +105,28 @@ def test_close_kills_whatever_runs(tmp_path: Path) -> None:
     assert nodes.procs["n1"].returncode == -signal.SIGKILL
 
 
+# A stand-in node whose main process exits at once, leaving a child in its process group
+# (as a sharded node's shard processes are): the child says its pid, then waits.
+LEAVES_A_CHILD = r"""
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import os, signal; print('child', os.getpid(), flush=True); signal.pause()"])
+"""
+
+
+def test_close_kills_what_a_node_left_in_its_group_after_its_main_process_exited(
+        tmp_path: Path) -> None:
+    nodes = Nodes(tmp_path / "logs", [sys.executable, "-c", LEAVES_A_CHILD], cwd=tmp_path)
+    proc = nodes.start("n1", tmp_path / "cluster.toml")
+    proc.wait(timeout=30)
+    wait_until(lambda: "child" in nodes.log_path("n1").read_text(), 30, "the child's pid")
+    child = int(nodes.log_path("n1").read_text().split("child")[1].split()[0])
+    assert launcher._group_has_members(proc.pid)
+    nodes.close()
+    # the child's parent has exited, so init reaps it once it is killed
+    wait_until(lambda: not Path(f"/proc/{child}").exists(), 30, "the child gone")
+    assert not launcher._group_has_members(proc.pid)
+
+
 def test_the_leader_is_named_once_every_shard_has_one() -> None:
     docs = iter([{"leader": "n1", "shards": [{"leader": "n1"}, {"leader": None}]},
                  {"leader": "n1", "shards": [{"leader": "n1"}, {"leader": "n2"}]}])
