@@ -163,6 +163,8 @@ class Nodes:
         self.cwd = cwd
         self.zygotes = zygotes      # fork nodes of the default command from these
         self.procs: dict[str, subprocess.Popen[bytes] | ForkedProcess] = {}
+        # Every node process ever started, with its start time (`_started_at`), for close.
+        self.started: list[tuple[int, int | None]] = []
 
     def log_path(self, node_id: str) -> Path:
         return self.log_dir / f"{node_id}.log"
@@ -187,6 +189,7 @@ class Nodes:
                     stdin=subprocess.DEVNULL, start_new_session=True,
                     env={**os.environ, **env} if env else None)
         self.procs[node_id] = proc
+        self.started.append((proc.pid, _started_at(proc.pid)))
         return proc
 
     def alive(self, node_id: str) -> bool:
@@ -240,13 +243,15 @@ class Nodes:
                 self.kill(i)
 
     def close(self) -> None:
-        """SIGKILL to every node's process group that still has a process, then reap the
-        nodes. A group outlives its first process: a sharded node whose main process
-        crashed leaves its shard processes running, and they must not outlive the cluster."""
-        for p in self.procs.values():
-            if p.pid and _group_has_members(p.pid):
+        """SIGKILL to the process group of every node ever started that still has a
+        process, then reap the nodes. A group outlives its first process (a sharded node
+        whose main process crashed leaves its shard processes running), and a node started
+        again under the same id replaced the old one in `procs`: neither may outlive the
+        cluster, whatever `poll` said of them."""
+        for pid, started_at in self.started:
+            if _ours_and_running(pid, started_at):
                 try:
-                    os.killpg(p.pid, SIGKILL)
+                    os.killpg(pid, SIGKILL)
                 except ProcessLookupError:
                     pass
         for p in self.procs.values():
@@ -256,20 +261,41 @@ class Nodes:
                 pass
 
 
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (state first); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _started_at(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot): tells it from a later process that
+    was given the same number."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
 def _group_has_members(pgid: int) -> bool:
-    """Whether a process of group `pgid` runs (a zombie counts: it is not reaped yet). While
-    one does, the number is not given to another group, so a SIGKILL to it is safe."""
+    """Whether a process of group `pgid` runs (a zombie counts: it is not reaped yet)."""
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue     # exited meanwhile
-        if int(fields[2]) == pgid:
-            return True
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if fields is not None and int(fields[2]) == pgid:
+                return True
     return False
+
+
+def _ours_and_running(pid: int, started_at: int | None) -> bool:
+    """Whether the process group of node process `pid` (started at `started_at`) still
+    has a process of ours. While `pid` itself exists, it is ours only if it started then
+    (else the number was given to another process since). Once it has gone, a group of
+    that number is still the node's: the number is not given out while a group has it."""
+    now = _started_at(pid)
+    if now is not None:
+        return now == started_at
+    return _group_has_members(pid)
 
 
 def leader_of(http: httpx.Client, url: str) -> str | None:

@@ -113,18 +113,33 @@ child = subprocess.Popen([sys.executable, "-c", "import os, signal; print('child
 """
 
 
-def test_close_kills_what_a_node_left_in_its_group_after_its_main_process_exited(
+def test_close_kills_what_nodes_left_in_their_groups_after_their_main_processes_exited(
         tmp_path: Path) -> None:
+    """Also for a node started again under the same id: the first start's group too."""
     nodes = Nodes(tmp_path / "logs", [sys.executable, "-c", LEAVES_A_CHILD], cwd=tmp_path)
-    proc = nodes.start("n1", tmp_path / "cluster.toml")
-    proc.wait(timeout=30)
-    wait_until(lambda: "child" in nodes.log_path("n1").read_text(), 30, "the child's pid")
-    child = int(nodes.log_path("n1").read_text().split("child")[1].split()[0])
-    assert launcher._group_has_members(proc.pid)
+    groups = []
+    for start in (1, 2):
+        proc = nodes.start("n1", tmp_path / "cluster.toml")
+        proc.wait(timeout=30)
+        wait_until(lambda: nodes.log_path("n1").read_text().count("child") == start, 30,
+                   "the child's pid")
+        groups.append(proc.pid)
+    children = [int(x.split()[0]) for x in nodes.log_path("n1").read_text().split("child")[1:]]
+    assert all(launcher._group_has_members(g) for g in groups)
     nodes.close()
-    # the child's parent has exited, so init reaps it once it is killed
-    wait_until(lambda: not Path(f"/proc/{child}").exists(), 30, "the child gone")
-    assert not launcher._group_has_members(proc.pid)
+    # the children's parents have exited, so init reaps them once they are killed
+    wait_until(lambda: not any(Path(f"/proc/{c}").exists() for c in children), 30,
+               "the children gone")
+    assert not any(launcher._group_has_members(g) for g in groups)
+
+
+def test_close_leaves_alone_a_process_that_was_given_a_node_s_old_number() -> None:
+    """A node that exited long ago may have its pid given to another process since: close
+    must not kill that one, told apart by its start time."""
+    import os
+    me = os.getpid()
+    assert launcher._ours_and_running(me, launcher._started_at(me))
+    assert not launcher._ours_and_running(me, launcher._started_at(me) - 1)
 
 
 def test_the_leader_is_named_once_every_shard_has_one() -> None:
