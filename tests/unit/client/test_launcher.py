@@ -121,7 +121,7 @@ def test_close_kills_what_nodes_left_in_their_groups_after_their_main_processes_
     for start in (1, 2):
         proc = nodes.start("n1", tmp_path / "cluster.toml")
         proc.wait(timeout=30)
-        wait_until(lambda: nodes.log_path("n1").read_text().count("child") == start, 30,
+        wait_until(lambda n=start: nodes.log_path("n1").read_text().count("child") == n, 30,
                    "the child's pid")
         groups.append(proc.pid)
     children = [int(x.split()[0]) for x in nodes.log_path("n1").read_text().split("child")[1:]]
