@@ -182,8 +182,10 @@ def test_a_paused_task_type_waits_through_a_leader_kill_and_runs_on_resume(clust
     put_every_second(c, followers[0], sid, tt)
     wait_until(lambda: len(occurrences(c, followers[0], sid)) >= 2, 10, "fires while paused")
     assert claim(followers[0]) == []
-    first = occurrences(c, followers[0], sid)[-1]
-    got = ok(c.call(followers[1], "GET", f"/v1/tasks/{first['task_id']}"))
+    listing = ok(c.call(followers[0], "GET", f"/v1/tasks?schedule_id={sid}&limit=1000"))
+    first = listing["tasks"][-1]      # read at another node, which may lag: with min_seq
+    got = ok(c.call(followers[1], "GET",
+                    f"/v1/tasks/{first['task_id']}?min_seq={listing['applied_seq']}"))
     assert got["state"] == "pending" and got["paused"]["reason"] == "partner bank maintenance"
     c.kill(leader)                                              # SIGKILL while paused
     try:
