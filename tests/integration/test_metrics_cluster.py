@@ -23,10 +23,12 @@ def scrape(c: Cluster, node: str) -> dict:
     return out
 
 
-def submit(c: Cluster, node: str, task_type: str, tenant: str, n: int = 1, **extra) -> None:
+def submit(c: Cluster, node: str, task_type: str, tenant: str, n: int = 1, **extra) -> int:
+    """The submit's applied_seq."""
     s, b = c.call(node, "POST", "/v1/tasks", {"tasks": [
         {"task_type": task_type, "tenant": tenant, **extra} for _ in range(n)]})
     assert s == 201, b
+    return b["applied_seq"]
 
 
 def claim(c: Cluster, node: str, task_type: str, n: int, **extra) -> list[dict]:
@@ -56,7 +58,10 @@ def test_operations_metrics_after_real_work(cluster: Cluster) -> None:
     submit(cluster, follower, "slow", "shop")
     claim(cluster, follower, "slow", 1, lease_s=1)
     # Queue depth: four tasks of shop nobody claims.
-    submit(cluster, follower, "idle", "shop", 4)
+    idle = submit(cluster, follower, "idle", "shop", 4)
+    # Acknowledged by the follower: each node's /metrics below is its own replica's, which
+    # counting the expiry does not make hold this submit (it may come after the expiry).
+    cluster.wait_applied(idle)
 
     def counted(node: str):
         m = scrape(cluster, node)

@@ -274,7 +274,8 @@ def test_a_worker_on_one_node_drains_tenants_of_every_shard(shared_sharded):
     sharded = shared_sharded
 
     def completed() -> tuple[int, int]:
-        status, stats = sharded.call("n2", "GET", "/v1/stats")
+        # at each shard's leader: n2's replicas may not have applied the worker's reports
+        status, stats = sharded.call("n2", "GET", "/v1/stats?consistency=linearizable")
         assert status == 200, stats
         return (stats["by_state"]["completed"],
                 sum(s["completed"] for s in stats["by_shard"].values()))
@@ -352,15 +353,18 @@ def test_cron_occurrences_name_their_shard_and_route_from_any_node(shared_sharde
 
     def occurrence():
         status, page = sharded.call("n2", "GET", "/v1/tasks?schedule_id=every-second")
-        return page["tasks"][0] if status == 200 and page["tasks"] else None
+        return page if status == 200 and page["tasks"] else None
     try:
-        task = wait_until(occurrence, 30, "a cron occurrence")
+        page = wait_until(occurrence, 30, "a cron occurrence")
     finally:    # the cluster is shared: no occurrence fires into the tests after this one
         assert sharded.call(
             "n1", "DELETE", f"/v1/schedules/every-second?tenant={tenant}")[0] == 200
+    task = page["tasks"][0]
     assert task["task_id"].startswith("s02-") and len(task["task_id"]) == 36
+    # seen at n2; the other nodes' replicas may lag: with the listing's min_seq
+    seen = ",".join(f"{s}:{n}" for s, n in page["applied_seqs"].items())
     for node in sharded.ids:
-        status, got = sharded.call(node, "GET", f"/v1/tasks/{task['task_id']}")
+        status, got = sharded.call(node, "GET", f"/v1/tasks/{task['task_id']}?min_seq={seen}")
         assert status == 200 and got["shard"] == 2, got
     status, err = sharded.call("n3", "GET", "/v1/tasks/s3f-" + "0" * 32)
     assert status == 404 and err["error"]["code"] == "not_found"
@@ -398,8 +402,11 @@ def test_a_claim_waiting_on_every_shard_leases_only_what_it_delivers(shared_shar
     status, body = sharded.call("n1", "POST", "/v1/claims", claim, timeout_s=40)
     assert status == 200 and [t["task_id"] for t in body["tasks"]] == [second["task_id"]]
     assert [a["outcome"] for a in body["tasks"][0]["attempts"]] == [None]
+    # claimed at the shards' leaders (the second submitted through n3): n2's replicas may
+    # lag, so read at the leaders
     for t in (first, body["tasks"][0]):
-        status, task = sharded.call("n2", "GET", f"/v1/tasks/{t['task_id']}")
+        status, task = sharded.call("n2", "GET",
+                                    f"/v1/tasks/{t['task_id']}?consistency=linearizable")
         assert status == 200 and all(a["outcome"] != "released" for a in task["attempts"])
 
 
@@ -517,8 +524,9 @@ def test_a_claim_carries_completions_of_tasks_on_every_shard(shared_sharded):
     assert all(r["state"] == "completed" for r in results[:-1])
     assert results[-1]["error"]["code"] == "not_found"
     assert sorted(t["task_id"] for t in answer["tasks"]) == sorted(t["task_id"] for t in later)
-    for d in done:
-        status, task = sharded.call("n1", "GET", f"/v1/tasks/{d['task_id']}")
+    for d in done:      # applied by n3's replicas; n1's may lag: read at the leaders
+        status, task = sharded.call("n1", "GET",
+                                    f"/v1/tasks/{d['task_id']}?consistency=linearizable")
         assert status == 200 and task["state"] == "completed" and task["result"] == d["result"]
 
 
@@ -657,7 +665,8 @@ def test_limits_on_a_sharded_cluster_are_by_tenant_only_and_exact(shared_sharded
         "worker_id": "w", "task_types": ["limited"], "max_tasks": 10, "wait_s": 0.5})
     claimed.extend(got["tasks"])
     assert sorted(t["tenant"] for t in claimed) == sorted(teams)   # one each: exact
-    status, usage = sharded.call("n2", "GET", "/v1/limits/per-team")
+    # the claims were made at the shards' leaders; n2's replicas may lag: read there
+    status, usage = sharded.call("n2", "GET", "/v1/limits/per-team?consistency=linearizable")
     assert status == 200 and usage["in_use"] == SHARDS, usage
     from .test_dashboard import conforms   # the router's merged answer is a Limit too
     status, doc = sharded.call("n1", "GET", "/v1/openapi.json")
@@ -688,7 +697,9 @@ def test_a_pause_holds_on_every_shard_until_resumed(shared_sharded):
     status, out = sharded.call("n2", "POST", "/v1/queues/pause", {"task_type": "held"})
     assert status == 200 and out["changed"] is True, out
     check("/v1/queues/pause", out)
-    status, listed = sharded.call("n3", "GET", "/v1/queues")
+    # made through n2's replicas; n3's may lag: with the pause's min_seq on every shard
+    seqs = ",".join(f"{s}:{n}" for s, n in out["applied_seqs"].items())
+    status, listed = sharded.call("n3", "GET", f"/v1/queues?min_seq={seqs}")
     assert status == 200 and [p["task_type"] for p in listed["pauses"]] == ["held"], listed
     assert "missing_shards" not in listed["pauses"][0]
     check("/v1/queues", listed)
