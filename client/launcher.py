@@ -15,6 +15,7 @@ Nodes are started as subprocesses (`tsnode`): the client never imports the node.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from signal import SIGCONT, SIGKILL, SIGTERM
@@ -253,7 +254,10 @@ class Nodes:
                 try:
                     os.killpg(pid, SIGKILL)
                 except ProcessLookupError:
-                    pass
+                    # A node forked a moment ago has no group of its own yet (its setsid
+                    # comes first thing in the child): the process alone, known to be ours.
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, SIGKILL)
         for p in self.procs.values():
             try:
                 p.wait(timeout=KILL_WAIT_S)

@@ -133,6 +133,20 @@ def test_close_kills_what_nodes_left_in_their_groups_after_their_main_processes_
     assert not any(launcher._group_has_members(g) for g in groups)
 
 
+def test_close_kills_a_node_that_has_no_process_group_of_its_own_yet(tmp_path: Path) -> None:
+    """A node forked a moment ago may not have made its own session yet (a zygote's child
+    calls setsid first thing): close kills the process itself."""
+    import subprocess
+    nodes = fake_nodes(tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+    try:
+        nodes.started.append((child.pid, launcher._started_at(child.pid)))
+        nodes.close()
+        assert child.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        child.kill()
+
+
 def test_close_leaves_alone_a_process_that_was_given_a_node_s_old_number() -> None:
     """A node that exited long ago may have its pid given to another process since: close
     must not kill that one, told apart by its start time."""
