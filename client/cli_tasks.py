@@ -140,7 +140,9 @@ def _wait_terminal(st: State, task_id: str, task: dict, timeout_s: float) -> dic
             if time.monotonic() >= deadline:
                 raise click.ClickException(f"still {task.get('state')} after {timeout_s:g} s")
             time.sleep(WAIT_POLL_S)   # the API has no task-change long-poll: poll with a deadline
-            task = st.client.get(task_id)
+            # From the asked node's replica: the first read (at the leader) set the client's
+            # min_seq, so a poll never goes back in time, and a poll costs the leader nothing.
+            task = st.client.get(task_id, consistency="local")
             bar.update(max(0, _steps_done(task) - bar.pos), task)
     return task
 
