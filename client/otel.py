@@ -39,6 +39,8 @@ _api: Any = None             # (propagate, trace, SpanKind) once imported
 # (proxy) tracer per call, which was a twentieth of a Worker's loop per task with fast
 # handlers. A proxy tracer follows the provider set later, so keeping one is safe.
 _tracer: Any = None
+# A tracer provider was set (the SDK's): from then on every handler runs in a span.
+_configured = False
 
 
 def available() -> bool:
@@ -164,9 +166,30 @@ def _span_args(task: dict[str, Any]) -> tuple[str, dict[str, Any]]:
                                         "attributes": attributes}
 
 
+def _unconfigured() -> bool:
+    """No tracer provider is set yet (the API's proxy stands in): spans record nothing. A
+    provider once set stays, so only the unconfigured answer is asked again."""
+    global _configured
+    if _configured:
+        return False
+    trace = _otel()[1]
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return True
+    _configured = True
+    return False
+
+
 def traced(handler: Callable, task: dict[str, Any], is_async: bool) -> Callable:
     """`handler` run in its task's `process` span (a coroutine function stays one). The
-    span starts where the handler runs: on its pool thread for a sync handler."""
+    span starts where the handler runs: on its pool thread for a sync handler.
+
+    With no tracer provider set and no submitter's context on the task, the handler runs
+    as it is: that span would record nothing and carry no context into the handler (the
+    current span stays the invalid one), and making it cost a sixth of a Worker's CPU per
+    task with fast handlers. With a submitter's context the span is made, so the handler's
+    own calls pass that context on even without an SDK."""
+    if not task.get(TRACEPARENT) and _unconfigured():
+        return handler
     global _tracer
     if _tracer is None:
         _tracer = _otel()[1].get_tracer(_INSTRUMENTATION)
