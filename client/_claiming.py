@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tsched.statemachine.tiers import TierError, parse_range
 
+from . import otel
 from ._outbox import LINGER_S
 from .errors import ApiError, Unavailable
 
@@ -51,6 +52,8 @@ class Claiming:
     _window: Window
     _held: int
     _reserved: int
+    _traced: bool
+    _recording = False   # a tracer provider is set (otel.provider_set): asked per claim
     _carry: bool
     _stopping: asyncio.Event
     _slot_free: asyncio.Event
@@ -123,6 +126,8 @@ class Claiming:
             self._reserved -= want
             self._slot_free.set()
         self._window.claim_answered(time.monotonic() - started, len(tasks), want)
+        if tasks and self._traced and not self._recording:
+            self._recording = otel.provider_set()   # once per claim: it reads the environment
         for task in tasks:
             self._start(task)
 

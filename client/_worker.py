@@ -294,7 +294,7 @@ class Worker(Claiming, Progressing):
     def _handler_of(self, job: Job, is_async: bool) -> Callable:
         """The task type's handler; with the `otel` extra, run in its task's span."""
         handler = self.handlers[job.ctx.task_type]
-        return otel.traced(handler, job.task, is_async) if self._traced else handler
+        return otel.traced(handler, job.task, is_async, self._recording) if self._traced else handler
 
     def _on_thread_done(self, job: Job, runner: asyncio.Future, ok: bool, value: Any) -> None:
         self._handler_returned(job)

@@ -166,29 +166,29 @@ def _span_args(task: dict[str, Any]) -> tuple[str, dict[str, Any]]:
                                         "attributes": attributes}
 
 
-def _unconfigured() -> bool:
-    """No tracer provider is set yet (the API's proxy stands in): spans record nothing. A
-    provider once set stays, so only the unconfigured answer is asked again."""
+def provider_set() -> bool:
+    """Whether a tracer provider is set (the SDK's): until then the API's proxy stands in
+    and spans record nothing. A provider once set stays, so only False is asked again (the
+    API looks at the environment each time: a Worker asks once per claim, not per task)."""
     global _configured
-    if _configured:
-        return False
-    trace = _otel()[1]
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        return True
-    _configured = True
-    return False
+    if not _configured:
+        trace = _otel()[1]
+        _configured = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return _configured
 
 
-def traced(handler: Callable, task: dict[str, Any], is_async: bool) -> Callable:
+def traced(handler: Callable, task: dict[str, Any], is_async: bool,
+           recording: bool | None = None) -> Callable:
     """`handler` run in its task's `process` span (a coroutine function stays one). The
     span starts where the handler runs: on its pool thread for a sync handler.
 
-    With no tracer provider set and no submitter's context on the task, the handler runs
-    as it is: that span would record nothing and carry no context into the handler (the
-    current span stays the invalid one), and making it cost a sixth of a Worker's CPU per
-    task with fast handlers. With a submitter's context the span is made, so the handler's
-    own calls pass that context on even without an SDK."""
-    if not task.get(TRACEPARENT) and _unconfigured():
+    With no tracer provider set (`recording` False; None: `provider_set()` is asked) and
+    no submitter's context on the task, the handler runs as it is: that span would record
+    nothing and carry no context into the handler (the current span stays the invalid
+    one), and making it cost a sixth of a Worker's CPU per task with fast handlers. With a
+    submitter's context the span is made, so the handler's own calls pass that context on
+    even without an SDK."""
+    if not task.get(TRACEPARENT) and not (provider_set() if recording is None else recording):
         return handler
     global _tracer
     if _tracer is None:
