@@ -39,6 +39,20 @@ def parse_time(value: Any) -> _dt.datetime | None:
     return _dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
+def epoch_s(value: Any) -> float | None:
+    """An API time as epoch seconds (None stays None); strings through a cache, as
+    `parse_time`: a Worker asks this of every task's run_at and lease end."""
+    if isinstance(value, str):
+        return _epoch_of_rfc3339(value)
+    when = parse_time(value)
+    return None if when is None else when.timestamp()
+
+
+@functools.lru_cache(maxsize=PARSED_TIMES_MAX)
+def _epoch_of_rfc3339(value: str) -> float:
+    return _parse_rfc3339(value).timestamp()
+
+
 @functools.lru_cache(maxsize=PARSED_TIMES_MAX)
 def _parse_rfc3339(value: str) -> _dt.datetime:
     """Cached: the tasks of one claim share their lease's end, and those of one submitted
@@ -146,6 +160,7 @@ class Job:
                  parents_of: Callable[[str], Any] | None = None,
                  progress_due: Callable[[], None] | None = None) -> None:
         self.task = task
+        self._run_at_s = epoch_s(task.get("run_at"))
         self.ctx = TaskContext(
             task_id=task["task_id"], execution_id=task.get("execution_id") or task["task_id"],
             fencing_token=int(task["fencing_token"]), attempt=int(task.get("attempt") or 1),
@@ -166,10 +181,10 @@ class Job:
 
     @staticmethod
     def _lease_left_s(expires_at: Any, fallback_s: float) -> float:
-        when = parse_time(expires_at)
+        when = epoch_s(expires_at)
         if when is None:
             return fallback_s
-        return when.timestamp() - time.time()
+        return when - time.time()
 
     def extend(self, expires_at: Any, fallback_s: float) -> None:
         self.lease_deadline = time.monotonic() + self._lease_left_s(expires_at, fallback_s)
@@ -185,9 +200,9 @@ class Job:
 
     def delay_s(self) -> float:
         """Seconds until run_at by the local clock (early dispatch), 0 if due."""
-        if self.ctx.run_at is None:
+        if self._run_at_s is None:
             return 0.0
-        return max(0.0, self.ctx.run_at.timestamp() - time.time())
+        return max(0.0, self._run_at_s - time.time())
 
 
 @dataclass(frozen=True)

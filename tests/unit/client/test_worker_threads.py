@@ -159,3 +159,13 @@ def test_a_task_s_cancel_event_wakes_a_waiter_and_is_an_event():
     assert out == [True] and cancelled.is_set()
     cancelled.clear()
     assert not cancelled.is_set()
+
+
+def test_an_api_time_is_the_same_instant_as_epoch_seconds_and_as_a_datetime():
+    """`epoch_s` (a Worker's run_at and lease end, cached) agrees with `parse_time`."""
+    from tsched.client._jobs import epoch_s, parse_time
+    for value in ("2026-12-01T15:00:00Z", "2026-12-01T16:30:00.250+01:30", 1_780_000_000.5):
+        when = parse_time(value)
+        assert when is not None and epoch_s(value) == when.timestamp()
+    assert epoch_s(None) is None and parse_time(None) is None
+    assert epoch_s("2026-12-01T15:00:00Z") - epoch_s("2026-12-01T14:59:59Z") == 1.0
