@@ -15,7 +15,9 @@ opentelemetry-sdk and an exporter), the client:
   (`messaging.system` "tsched", `messaging.operation.type` / `.name` "process",
   `messaging.destination.name` the task type, `messaging.message.id` the task id,
   `messaging.client.id` the worker) and add `tsched.task.attempt` and `tsched.tenant`;
-  a handler's exception is recorded on it and sets its status to error.
+  a handler's exception is recorded on it and sets its status to error. While no tracer
+  provider is set, a task without a submitter's context runs its handler without that
+  span (it would record nothing and carry nothing: `traced`).
 
 Without the packages nothing changes: this module imports none of OpenTelemetry until a
 task is submitted or run, and then only when the package can be found (`available`), so
