@@ -22,6 +22,7 @@ UNREACHABLE_S = 3.0
 # A read waits this long for the leader's answer before it reads a node's own replica: an
 # operator in an outage still sees the state, a few seconds late and told so.
 LEADER_READ_S = 3.0
+CONSISTENCY_ENV = "TSCTL_CONSISTENCY"
 JSON_HELP = "Print JSON instead of tables."
 
 
@@ -162,11 +163,13 @@ def time_option(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 600), default=15.0,
               show_default=True, help="Seconds to keep trying the nodes (while no node "
               f"accepts a connection at all: {UNREACHABLE_S:g} s).")
-@click.option("--consistency", type=click.Choice(["linearizable", "local"]),
-              default="linearizable", show_default=True,
-              help="Reads: at the leader, seeing every write acknowledged before them (as "
-              "made by an earlier tsctl through any node), or from the node asked, which "
-              "may lag; `local` reads while the cluster has no leader.")
+@click.option("--consistency", envvar=CONSISTENCY_ENV,
+              type=click.Choice(["linearizable", "local"]), default="linearizable",
+              show_default=True,
+              help="Reads: answered by the leader, so they see every acknowledged write "
+              f"(a node's own replica when no leader answers within {LEADER_READ_S:g} s, "
+              "with a note on stderr), or `local`: by the node asked, which may lag "
+              f"({CONSISTENCY_ENV}).")
 @click.pass_context
 def cli(ctx: click.Context, url: list[str], token: str | None, ca_file: str | None,
         as_json: bool, timeout_s: float, consistency: str) -> None:

@@ -139,6 +139,26 @@ def test_get_wait_polls_until_terminal(node):
     assert len(node.requests("GET", "/v1/tasks/t1")) == 3
 
 
+def test_reads_ask_the_leader_unless_told_to_read_locally(node, monkeypatch):
+    """A read sends consistency=linearizable (the leader answers it), so it sees writes
+    an earlier tsctl made through another node; `--consistency local`, or
+    TSCTL_CONSISTENCY=local, reads the asked node's replica. `get --wait` polls locally
+    after its first read."""
+    node.json("GET", "/v1/tasks/t1", 200, TASK)
+    assert run("--url", node.url, "get", "t1").exit_code == 0
+    assert run("--url", node.url, "--consistency", "local", "get", "t1").exit_code == 0
+    monkeypatch.setenv("TSCTL_CONSISTENCY", "local")
+    assert run("--url", node.url, "get", "t1").exit_code == 0
+    monkeypatch.setenv("TSCTL_CONSISTENCY", "bogus")
+    assert run("--url", node.url, "get", "t1").exit_code == 2
+    monkeypatch.delenv("TSCTL_CONSISTENCY")
+    answers = iter(["pending", "running", "completed"])
+    node.route("GET", "/v1/tasks/t1", lambda r: (200, {**TASK, "state": next(answers)}))
+    assert run("--url", node.url, "get", "t1", "--wait").exit_code == 0
+    sent = [r.query.get("consistency") for r in node.requests("GET", "/v1/tasks/t1")]
+    assert sent == ["linearizable", None, None, "linearizable", "local", "local"]
+
+
 def test_submit_sends_the_options(node):
     node.json("POST", "/v1/tasks", 201, {"task_id": "t9", "state": "pending", "duplicate": True})
     result = run("--url", node.url, "submit", "email", "--payload", '{"to": "a@b.c"}',
