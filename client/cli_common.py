@@ -68,15 +68,17 @@ class CliClient(Client):
     (`consistency=linearizable`), so a read sees every write acknowledged before it, such
     as one an earlier tsctl made through another node, which this node may not have applied
     yet. When no leader answers within LEADER_READ_S the read goes to a node's own replica,
-    with a note on stderr, and so do the invocation's later reads (`leaderless`)."""
+    with a note on stderr, and so do the invocation's later reads (`leaderless`).
+    `consistency="local"` (`--consistency local`): every read is the asked node's."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, consistency: str = "linearizable", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.local = consistency == "local"
         self.leaderless = False
 
     def _send(self, call: Call) -> Any:
         if call.write or not call.replica_read or "consistency" in call.params \
-                or self.leaderless:
+                or self.local or self.leaderless:
             return super()._send(call)
         at_leader = dataclasses.replace(
             call, params={**call.params, "consistency": "linearizable"},
@@ -95,15 +97,14 @@ class State:
                  ca_file: str | None = None, consistency: str = "linearizable"):
         self.urls, self.token, self.as_json, self.timeout_s = urls, token, as_json, timeout_s
         self.ca_file, self.consistency = ca_file, consistency
-        self._client: Client | None = None
+        self._client: CliClient | None = None
 
     @property
-    def client(self) -> Client:
+    def client(self) -> CliClient:
         if self._client is None:
-            kind = CliClient if self.consistency == "linearizable" else Client
-            self._client = kind(self.urls, token=self.token, timeout_s=self.timeout_s,
-                                ca_file=self.ca_file,
-                                  unreachable_s=min(UNREACHABLE_S, self.timeout_s))
+            self._client = CliClient(self.urls, token=self.token, timeout_s=self.timeout_s,
+                                     ca_file=self.ca_file, consistency=self.consistency,
+                                     unreachable_s=min(UNREACHABLE_S, self.timeout_s))
         return self._client
 
     def close(self) -> None:

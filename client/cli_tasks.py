@@ -71,7 +71,7 @@ def _with_leader_hint(st: State, task: dict) -> dict:
     for its type lately (advisory). A follower's answer leaves it out, so the leader is
     asked once, briefly; a failure to ask leaves `task` as it was."""
     if task.get("state") != "pending" or "unclaimed_type" in task or not task.get("task_id") \
-            or getattr(st.client, "leaderless", False):
+            or st.client.leaderless:
         return task
     try:
         leader = st.client.get(task["task_id"], consistency="linearizable",

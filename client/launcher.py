@@ -249,8 +249,9 @@ class Nodes:
         whose main process crashed leaves its shard processes running), and a node started
         again under the same id replaced the old one in `procs`: neither may outlive the
         cluster, whatever `poll` said of them."""
+        groups = _live_groups()
         for pid, started_at in self.started:
-            if _ours_and_running(pid, started_at):
+            if _ours_and_running(pid, started_at, groups):
                 try:
                     os.killpg(pid, SIGKILL)
                 except ProcessLookupError:
@@ -281,25 +282,32 @@ def _started_at(pid: int) -> int | None:
     return int(fields[19]) if fields else None
 
 
-def _group_has_members(pgid: int) -> bool:
-    """Whether a process of group `pgid` runs (a zombie counts: it is not reaped yet)."""
+def _live_groups() -> set[int]:
+    """The process groups that have a process (a zombie counts: it is not reaped yet)."""
+    groups: set[int] = set()
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             fields = _stat(int(entry.name))
-            if fields is not None and int(fields[2]) == pgid:
-                return True
-    return False
+            if fields is not None:
+                groups.add(int(fields[2]))
+    return groups
 
 
-def _ours_and_running(pid: int, started_at: int | None) -> bool:
+def _group_has_members(pgid: int) -> bool:
+    return pgid in _live_groups()
+
+
+def _ours_and_running(pid: int, started_at: int | None,
+                      live_groups: set[int] | None = None) -> bool:
     """Whether the process group of node process `pid` (started at `started_at`) still
     has a process of ours. While `pid` itself exists, it is ours only if it started then
     (else the number was given to another process since). Once it has gone, a group of
-    that number is still the node's: the number is not given out while a group has it."""
+    that number is still the node's: the number is not given out while a group has it.
+    `live_groups`: `_live_groups()` read once for many pids."""
     now = _started_at(pid)
     if now is not None:
         return now == started_at
-    return _group_has_members(pid)
+    return pid in (_live_groups() if live_groups is None else live_groups)
 
 
 def leader_of(http: httpx.Client, url: str) -> str | None:

@@ -274,6 +274,12 @@ class Cluster:
             return {s["shard"]: s["leader"] for s in shards}
         return None
 
+    def applied_seq(self, node_id: str) -> int:
+        """What `node_id` has applied (it must answer)."""
+        status = self.self_status(node_id)
+        assert status is not None, node_id
+        return status["applied_seq"]
+
     def wait_applied(self, seq: int, node_ids=None, timeout_s: float = 10) -> None:
         """Every given node (default: all live) has applied at least `seq`."""
         deadline = time.monotonic() + timeout_s

@@ -33,12 +33,6 @@ def held(tmp_path_factory) -> Iterator[tuple[Cluster, Path]]:
         yield c, Path(f"{record}.apply_stall")
 
 
-def applied_seq(c: Cluster, node: str) -> int:
-    status = c.self_status(node)
-    assert status is not None, node
-    return status["applied_seq"]
-
-
 def catch_up_waits(c: Cluster, node: str) -> float:
     r = c.client.get(c.url(node) + "/metrics")
     assert r.status_code == 200, r.text
@@ -57,7 +51,7 @@ def acknowledged_while_held(c: Cluster, stall: Path) -> tuple[str, str, dict]:
     s, b = c.call(follower, "POST", "/v1/tasks", {"task_type": tt, "priority": PRIORITY})
     assert s == 201, b
     # Acknowledged: the follower applied it. The leader, held, has not.
-    assert applied_seq(c, follower) >= b["applied_seq"] > applied_seq(c, leader)
+    assert c.applied_seq(follower) >= b["applied_seq"] > c.applied_seq(leader)
     return leader, tt, b
 
 

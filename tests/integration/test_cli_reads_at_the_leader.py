@@ -42,12 +42,6 @@ def tsctl(c: Cluster, node: str, *args: str) -> Any:
     return json.loads(result.stdout)
 
 
-def applied_seq(c: Cluster, node: str) -> int:
-    status = c.self_status(node)
-    assert status is not None, node
-    return status["applied_seq"]
-
-
 def test_a_pause_made_through_the_leader_is_listed_through_a_lagging_follower(lagging):
     c, root = lagging
     leader = c.wait_leader()
@@ -57,7 +51,7 @@ def test_a_pause_made_through_the_leader_is_listed_through_a_lagging_follower(la
     stall.write_text("held")
     try:
         paused = tsctl(c, leader, "pause", "--type", task_type, "--reason", "maintenance")
-        assert applied_seq(c, follower) < paused["applied_seq"]     # it lags, for certain
+        assert c.applied_seq(follower) < paused["applied_seq"]     # it lags, for certain
         listed = tsctl(c, follower, "queues")
         local = tsctl(c, follower, "--consistency", "local", "queues")
     finally:

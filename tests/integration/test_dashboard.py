@@ -259,7 +259,7 @@ async def test_dashboard_shows_the_cluster_and_replays_a_dead_letter(tmp_path):
         follower = c.followers(leader)[0]
         # The page reads the follower's replica (no min_seq of writes it did not make): it
         # first applies what the leader acknowledged above.
-        c.wait_applied(c.self_status(leader)["applied_seq"], [follower])
+        c.wait_applied(c.applied_seq(leader), [follower])
         # Before any count is in, the dead letters' tab shows none (never a wrong "0").
         status, page_html = c.call(follower, "GET", "/")
         assert status == 200
