@@ -16,8 +16,8 @@ differently must be found (DESIGN section 3, point 5). Two values serve that:
   kept up to date: it is computed on demand (`StateMachine.state_digest`: the tests, among
   them the check that the compiled and the Python builds agree). From format 4 snapshots
   carried it in their head; the key is now left empty, as a re-shard's always was (the
-  format is unchanged: no reader ever checked it). At 100,000 tasks it was about 40 % of
-  a snapshot's CPU, paid at every compaction, for a value nothing read back
+  format is unchanged: no reader ever checked it). At 100,000 tasks it was 40-60 % of a
+  snapshot's CPU, paid at every compaction, for a value nothing read back
   (bench/notes/2026-12-07-lifecycles-cpu-ceiling.md).
 
 A snapshot (format 4) carries the roll, so a restored replica continues the same value as

@@ -2,15 +2,14 @@
 
 Written: the counters, tenants and schedules in canonical order, the tasks in seq order,
 the request table in its order and when its entries were recorded, the audit trail
-(format 6) and the digest's roll (so
-that a restored replica continues the value its peers have). The head's `state_digest` is
-left empty, as a re-shard's is: the state digest is a pass over every record (about 40 % of
-a snapshot's CPU), and snapshots are written again and again under a steady load, while
-nothing reads it back (digest.py). Read back: the records are decoded, every
-task goes through the store's `index` (in bulk mode: each heap ordered once), and every
-derived index is rebuilt. Formats 1-3 are still read; they carry no roll, so the restored
-roll is the hash of the snapshot's bytes (`digest.roll_from_blob`): replicas that restore
-the same snapshot agree.
+(format 6) and the digest's roll (so that a restored replica continues the value its peers
+have). The head's `state_digest` is left empty, as a re-shard's is: the state digest is a
+pass over every record (40-60 % of a snapshot's CPU), snapshots are written again and again
+under a steady load, and nothing reads it back (digest.py). Read back: the records are
+decoded, every task goes through the store's `index` (in bulk mode: each heap ordered
+once), and every derived index is rebuilt. Formats 1-3 are still read; they carry no roll,
+so the restored roll is the hash of the snapshot's bytes (`digest.roll_from_blob`):
+replicas that restore the same snapshot agree.
 
 The garbage collector is the node's business (node/raft/replica.py restores with collections
 paused and the result frozen, node/gcpolicy.py): nothing here touches it.
