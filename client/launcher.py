@@ -293,21 +293,16 @@ def _live_groups() -> set[int]:
     return groups
 
 
-def _group_has_members(pgid: int) -> bool:
-    return pgid in _live_groups()
-
-
-def _ours_and_running(pid: int, started_at: int | None,
-                      live_groups: set[int] | None = None) -> bool:
+def _ours_and_running(pid: int, started_at: int | None, live_groups: set[int]) -> bool:
     """Whether the process group of node process `pid` (started at `started_at`) still
     has a process of ours. While `pid` itself exists, it is ours only if it started then
     (else the number was given to another process since). Once it has gone, a group of
     that number is still the node's: the number is not given out while a group has it.
-    `live_groups`: `_live_groups()` read once for many pids."""
+    `live_groups`: `_live_groups()`, read once for all the pids of a close."""
     now = _started_at(pid)
     if now is not None:
         return now == started_at
-    return pid in (_live_groups() if live_groups is None else live_groups)
+    return pid in live_groups
 
 
 def leader_of(http: httpx.Client, url: str) -> str | None:

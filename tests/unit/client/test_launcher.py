@@ -125,12 +125,12 @@ def test_close_kills_what_nodes_left_in_their_groups_after_their_main_processes_
                    "the child's pid")
         groups.append(proc.pid)
     children = [int(x.split()[0]) for x in nodes.log_path("n1").read_text().split("child")[1:]]
-    assert all(launcher._group_has_members(g) for g in groups)
+    assert all(g in launcher._live_groups() for g in groups)
     nodes.close()
     # the children's parents have exited, so init reaps them once they are killed
     wait_until(lambda: not any(Path(f"/proc/{c}").exists() for c in children), 30,
                "the children gone")
-    assert not any(launcher._group_has_members(g) for g in groups)
+    assert not any(g in launcher._live_groups() for g in groups)
 
 
 def test_close_kills_a_node_that_has_no_process_group_of_its_own_yet(tmp_path: Path) -> None:
@@ -152,8 +152,9 @@ def test_close_leaves_alone_a_process_that_was_given_a_node_s_old_number() -> No
     must not kill that one, told apart by its start time."""
     import os
     me = os.getpid()
-    assert launcher._ours_and_running(me, launcher._started_at(me))
-    assert not launcher._ours_and_running(me, launcher._started_at(me) - 1)
+    assert launcher._ours_and_running(me, launcher._started_at(me), launcher._live_groups())
+    assert not launcher._ours_and_running(me, launcher._started_at(me) - 1,
+                                        launcher._live_groups())
 
 
 def test_the_leader_is_named_once_every_shard_has_one() -> None:
